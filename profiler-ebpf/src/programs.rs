@@ -1,0 +1,363 @@
+use core::ptr;
+
+use aya_ebpf::{
+    bindings::{BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST, bpf_map_type},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_buf, generated::bpf_task_storage_get,
+    },
+    macros::{map, raw_tracepoint},
+    maps::{HashMap, PerCpuArray},
+    programs::RawTracePointContext,
+};
+use profiler_common::{
+    COMM_LEN, Filter, KernelLayout, LockStats, MAX_FILTER_COMMS, MAX_FILTER_PIDS, READ, StatsKey,
+    ThreadStats, WRITE, bucket_index, counter,
+};
+
+/// Set by userspace at load time from the running kernel's BTF.
+#[unsafe(no_mangle)]
+static KERNEL: KernelLayout = KernelLayout {
+    task_mm: 0,
+    task_tgid: 0,
+    task_group_leader: 0,
+    task_comm: 0,
+    mm_owner: 0,
+};
+
+/// Which owners to profile; set by userspace at load time (`--pid`, `--comm`).
+#[unsafe(no_mangle)]
+static FILTER: Filter = Filter::ALL;
+
+/// Per-(owner, thread) aggregates read by userspace. Sized at load time (`--max-threads`).
+#[map]
+static STATS: HashMap<StatsKey, ThreadStats> = HashMap::with_max_entries(16384, 0);
+
+/// Health counters, see `profiler_common::counter`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// A zeroed `ThreadStats` to insert from: the value is larger than the 512-byte BPF stack.
+#[map]
+static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where a thread is in its current acquisition, plus a cache of which owner the last mm it
+/// touched belongs to and whether that owner passes the filter.
+#[repr(C)]
+struct ThreadState {
+    /// The mm of the cached resolution below.
+    cached_mm: u64,
+    cached_owner: u32,
+    cached_tracked: u32,
+    /// start_locking timestamp of the pending blocking acquire (0: none, e.g. a trylock).
+    wait_start: u64,
+    /// Held acquisition: its wait, when it was acquired, which mm and owner.
+    wait_ns: u64,
+    acq_ts: u64,
+    held_mm: u64,
+    held_owner: u32,
+    /// 0: nothing held; 1 + side (READ/WRITE) otherwise.
+    held: u32,
+}
+
+/// A BTF-defined task local storage map: per-thread state that the kernel frees with the
+/// thread, looked up without hashing or locks.
+#[repr(C)]
+struct TaskStorage<T> {
+    r#type: *const [i32; bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+}
+
+// SAFETY: the fields are placeholders that only describe the map in BTF; never dereferenced.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+#[unsafe(link_section = ".maps")]
+#[unsafe(export_name = "THREAD_STATE")]
+static THREAD_STATE: TaskStorage<ThreadState> = TaskStorage {
+    r#type: ptr::null(),
+    map_flags: ptr::null(),
+    key: ptr::null(),
+    value: ptr::null(),
+    max_entries: ptr::null(),
+};
+
+#[inline(always)]
+fn kernel() -> KernelLayout {
+    // Volatile: the value is only known at load time, the compiler must not fold the default.
+    unsafe { ptr::read_volatile(&KERNEL) }
+}
+
+#[inline(always)]
+fn bump(idx: u32) {
+    if let Some(c) = COUNTERS.get_ptr_mut(idx) {
+        unsafe { *c += 1 };
+    }
+}
+
+/// The current thread's state; created on first use when `create`.
+#[inline(always)]
+fn thread_state(create: bool) -> Option<&'static mut ThreadState> {
+    let flags = if create {
+        BPF_LOCAL_STORAGE_GET_F_CREATE as u64
+    } else {
+        0
+    };
+    let p = unsafe {
+        bpf_task_storage_get(
+            ptr::from_ref(&THREAD_STATE).cast_mut().cast(),
+            bpf_get_current_task_btf(),
+            ptr::null_mut(),
+            flags,
+        )
+    };
+    if p.is_null() {
+        if create {
+            bump(counter::NO_STATE);
+        }
+        None
+    } else {
+        Some(unsafe { &mut *p.cast::<ThreadState>() })
+    }
+}
+
+#[inline(always)]
+unsafe fn read_u64(addr: u64) -> u64 {
+    unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
+}
+
+/// Does the process owning the lock pass `--pid`/`--comm`? `owner_task` is a task of that
+/// process (0 if unknown).
+#[inline(always)]
+fn passes_filter(k: &KernelLayout, owner: u32, owner_task: u64) -> bool {
+    let f: &Filter = unsafe { &*ptr::from_ref(&FILTER) };
+    let n_pids = unsafe { ptr::read_volatile(&f.n_pids) } as usize;
+    let n_comms = unsafe { ptr::read_volatile(&f.n_comms) } as usize;
+    if n_pids == 0 && n_comms == 0 {
+        return true;
+    }
+    for i in 0..MAX_FILTER_PIDS {
+        if i >= n_pids {
+            break;
+        }
+        if unsafe { ptr::read_volatile(&f.pids[i]) } == owner {
+            return true;
+        }
+    }
+    if n_comms == 0 || owner_task == 0 {
+        return false;
+    }
+    // The process's name is its thread group leader's comm.
+    let leader = unsafe { read_u64(owner_task + k.task_group_leader as u64) };
+    if leader == 0 {
+        return false;
+    }
+    let mut comm = [0u8; COMM_LEN];
+    if unsafe { bpf_probe_read_kernel_buf((leader + k.task_comm as u64) as *const u8, &mut comm) }
+        .is_err()
+    {
+        return false;
+    }
+    for i in 0..MAX_FILTER_COMMS {
+        if i >= n_comms {
+            break;
+        }
+        let want = unsafe { ptr::read_volatile(&f.comms[i]) };
+        if want == comm {
+            return true;
+        }
+    }
+    false
+}
+
+/// Resolves (and caches per thread) which process owns `mm` and whether it is profiled.
+#[inline(always)]
+fn resolve(st: &mut ThreadState, mm: u64) -> bool {
+    if st.cached_mm == mm {
+        return st.cached_tracked != 0;
+    }
+    let k = kernel();
+    let task = unsafe { bpf_get_current_task() };
+    let own_mm = unsafe { read_u64(task + k.task_mm as u64) };
+    let (owner, owner_task) = if own_mm == mm {
+        ((bpf_get_current_pid_tgid() >> 32) as u32, task)
+    } else if k.mm_owner != 0 {
+        // Another process's lock (e.g. reading /proc/PID/smaps): mm->owner names its process.
+        let owner_task = unsafe { read_u64(mm + k.mm_owner as u64) };
+        let tgid = if owner_task == 0 {
+            0
+        } else {
+            unsafe { bpf_probe_read_kernel((owner_task + k.task_tgid as u64) as *const u32) }
+                .unwrap_or(0)
+        };
+        (tgid, owner_task)
+    } else {
+        (0, 0)
+    };
+    let tracked = passes_filter(&k, owner, owner_task);
+    st.cached_mm = mm;
+    st.cached_owner = owner;
+    st.cached_tracked = tracked as u32;
+    tracked
+}
+
+/// The current thread's stats entry for `owner`, created on first use.
+#[inline(always)]
+fn stats_entry(owner: u32) -> Option<&'static mut ThreadStats> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = StatsKey {
+        owner,
+        tid: pid_tgid as u32,
+    };
+    if let Some(p) = STATS.get_ptr_mut(&key) {
+        return Some(unsafe { &mut *p });
+    }
+    let init = SCRATCH.get_ptr_mut(0)?;
+    let init = unsafe { &mut *init };
+    init.tgid = (pid_tgid >> 32) as u32;
+    init.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    // NOEXIST: another program of this thread cannot race us, but keep existing data if so.
+    let _ = STATS.insert(&key, &*init, BPF_NOEXIST as u64);
+    match STATS.get_ptr_mut(&key) {
+        Some(p) => Some(unsafe { &mut *p }),
+        None => {
+            bump(counter::MAP_FULL);
+            None
+        }
+    }
+}
+
+#[inline(always)]
+fn add(hist: &mut [u32; profiler_common::HIST_BUCKETS], ns: u64) {
+    if let Some(b) = hist.get_mut(bucket_index(ns)) {
+        *b = b.wrapping_add(1);
+    }
+}
+
+#[inline(always)]
+fn side(stats: &mut ThreadStats, write: bool) -> &mut LockStats {
+    if write {
+        &mut stats.rw[WRITE]
+    } else {
+        &mut stats.rw[READ]
+    }
+}
+
+#[inline(always)]
+fn record(owner: u32, write: bool, wait: u64, hold: u64) {
+    let Some(stats) = stats_entry(owner) else {
+        return;
+    };
+    let s = side(stats, write);
+    s.count = s.count.wrapping_add(1);
+    s.wait_sum = s.wait_sum.wrapping_add(wait);
+    if wait > s.wait_max {
+        s.wait_max = wait;
+    }
+    s.hold_sum = s.hold_sum.wrapping_add(hold);
+    if hold > s.hold_max {
+        s.hold_max = hold;
+    }
+    add(&mut s.wait_hist, wait);
+    add(&mut s.hold_hist, hold);
+}
+
+#[inline(always)]
+fn record_failed(owner: u32, write: bool) {
+    if let Some(stats) = stats_entry(owner) {
+        let s = side(stats, write);
+        s.failed = s.failed.wrapping_add(1);
+    }
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
+pub fn mmap_lock_start_locking(ctx: RawTracePointContext) -> i32 {
+    let mm: u64 = ctx.arg(0);
+    let Some(st) = thread_state(true) else {
+        return 0;
+    };
+    if resolve(st, mm) {
+        st.wait_start = unsafe { bpf_ktime_get_ns() };
+    }
+    0
+}
+
+/// Linux 6.14+: `(mm, write, success)`.
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn mmap_lock_acquire_returned(ctx: RawTracePointContext) -> i32 {
+    acquire_returned::<1>(&ctx)
+}
+
+/// Linux 5.8 to 6.13: `(mm, memcg_path, write, success)`. The verifier needs constant context
+/// offsets, and rejects reads past a tracepoint's last argument at attach time, so each
+/// prototype gets its own program and userspace loads the one the kernel's BTF describes.
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn mmap_lock_acquire_returned_memcg(ctx: RawTracePointContext) -> i32 {
+    acquire_returned::<2>(&ctx)
+}
+
+#[inline(always)]
+fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
+    let mm: u64 = ctx.arg(0);
+    // A trylock has no start_locking before it, so the state may not exist yet.
+    let Some(st) = thread_state(true) else {
+        return 0;
+    };
+    if !resolve(st, mm) {
+        return 0;
+    }
+    // `bool` arguments arrive as u64 slots; only the low byte is defined.
+    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
+    let success = (ctx.arg::<u64>(WRITE_ARG + 1) & 0xff) != 0;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let started = st.wait_start;
+    st.wait_start = 0;
+    let owner = st.cached_owner;
+    if !success {
+        record_failed(owner, write);
+        return 0;
+    }
+    if st.held != 0 {
+        if st.held == 1 + WRITE as u32 && !write && started == 0 && st.held_mm == mm {
+            // mmap_write_downgrade: the write hold ends here, a read hold begins.
+            record(st.held_owner, true, st.wait_ns, now.wrapping_sub(st.acq_ts));
+        } else {
+            bump(counter::UNPAIRED);
+        }
+    }
+    st.wait_ns = if started == 0 {
+        0
+    } else {
+        now.wrapping_sub(started)
+    };
+    st.acq_ts = now;
+    st.held_mm = mm;
+    st.held_owner = owner;
+    st.held = 1 + write as u32;
+    0
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
+    let mm: u64 = ctx.arg(0);
+    let Some(st) = thread_state(false) else {
+        return 0;
+    };
+    // Nothing held: acquired before we attached, or not profiled.
+    if st.held == 0 || st.held_mm != mm {
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let write = st.held == 1 + WRITE as u32;
+    st.held = 0;
+    record(
+        st.held_owner,
+        write,
+        st.wait_ns,
+        now.wrapping_sub(st.acq_ts),
+    );
+    0
+}

@@ -1,0 +1,196 @@
+//! The command line (docs/cli.md). Defaults live in [`Config`], so help text, code and docs
+//! agree.
+
+use std::{io::IsTerminal, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Default settings.
+pub struct Config;
+
+impl Config {
+    pub const INTERVAL_S: f64 = 1.0;
+    /// Capacity of the kernel's per-(process, thread) stats map.
+    pub const MAX_THREADS: u32 = 16_384;
+    pub const DEMO_WORKERS: u32 = 4;
+    pub const DEMO_FILE_KIB: u32 = 64;
+    pub const DEMO_ITERATIONS: u32 = 2_000;
+    pub const DEMO_ROUNDS: u32 = 1;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Newline-delimited JSON, one report per line.
+    Json,
+    /// Tables and histograms for people.
+    Text,
+}
+
+impl Format {
+    /// `text` on a terminal, `json` otherwise (a pipe or a file).
+    pub fn resolve(choice: Option<Format>, output: Option<&PathBuf>) -> Format {
+        choice.unwrap_or(if output.is_none() && std::io::stdout().is_terminal() {
+            Format::Text
+        } else {
+            Format::Json
+        })
+    }
+}
+
+/// Profile where processes wait on, and hold, the Linux kernel's per-process mmap_lock.
+///
+/// System-wide unless filtered with --pid or --comm. Needs root (or CAP_BPF and CAP_PERFMON).
+#[derive(Debug, Parser)]
+#[command(
+    name = "mmaplock-prof",
+    version,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Profile a bundled Node.js workload (Worker threads against processes) and show the
+    /// difference: the first thing to run.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// json (newline-delimited JSON) or text; default text on a terminal, json otherwise.
+    #[arg(short, long, value_enum)]
+    pub format: Option<Format>,
+    /// Write reports to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also explain what was detected and loaded (on standard error).
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// A process to profile, all its threads; repeatable. The run ends, with a summary, when
+    /// every such process has exited.
+    #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
+    pub pids: Vec<u32>,
+    /// Processes whose command name is NAME; repeatable.
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
+    /// Stop after SECS (default: until Ctrl-C, SIGTERM, or the targets exit).
+    #[arg(short, long, value_name = "SECS", value_parser = parse_positive_secs)]
+    pub duration: Option<Duration>,
+    /// An interval report every SECS; 0 = the summary only.
+    #[arg(short, long, value_name = "SECS", default_value_t = Config::INTERVAL_S, value_parser = parse_secs)]
+    pub interval: f64,
+    /// Capacity of the kernel map of per-thread statistics; threads beyond it are counted in
+    /// `lost.map_full`.
+    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub max_threads: u32,
+    /// No status messages on standard error.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Worker threads in the first run, processes in the second.
+    #[arg(short = 'k', long, default_value_t = Config::DEMO_WORKERS, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+    /// Size of the file each thread or process reads, in KiB.
+    #[arg(long, value_name = "KIB", default_value_t = Config::DEMO_FILE_KIB, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub file_kib: u32,
+    /// fs.readFileSync calls per thread or process.
+    #[arg(short = 'n', long, default_value_t = Config::DEMO_ITERATIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iterations: u32,
+    /// The Node.js binary to run.
+    #[arg(long, value_name = "PATH", default_value = "node")]
+    pub node: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) | Err(_) => Err(format!("{s:?} is not a process id (a positive integer)")),
+        Ok(p) => Ok(p),
+    }
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v < 1e9 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
+fn parse_positive_secs(s: &str) -> Result<Duration, String> {
+    match parse_secs(s)? {
+        v if v > 0.0 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?} must be more than 0 seconds")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mmaplock-prof").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert!(c.command.is_none());
+        assert_eq!(c.profile.interval, Config::INTERVAL_S);
+        assert_eq!(c.profile.max_threads, Config::MAX_THREADS);
+        assert!(c.profile.pids.is_empty() && c.profile.duration.is_none());
+    }
+
+    #[test]
+    fn repeatable_filters_and_durations() {
+        let c = parse(&[
+            "-p", "12", "--pid", "13", "--comm", "node", "-d", "1.5", "-i", "0",
+        ])
+        .unwrap();
+        assert_eq!(c.profile.pids, vec![12, 13]);
+        assert_eq!(c.profile.comms, vec!["node"]);
+        assert_eq!(c.profile.duration, Some(Duration::from_millis(1500)));
+        assert_eq!(c.profile.interval, 0.0);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        for args in [
+            &["--pid", "abc"][..],
+            &["--pid", "0"],
+            &["--pid", "-3"],
+            &["-d", "0"],
+            &["-i", "-1"],
+            &["-f", "xml"],
+            &["--bogus"],
+        ] {
+            let e = parse(args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn demo_subcommand() {
+        let c = parse(&["demo", "-k", "2", "-n", "10"]).unwrap();
+        match c.command {
+            Some(Command::Demo(d)) => {
+                assert_eq!((d.workers, d.iterations, d.file_kib), (2, 10, 64));
+            }
+            _ => panic!("expected demo"),
+        }
+    }
+}

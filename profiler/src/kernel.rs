@@ -1,0 +1,201 @@
+//! What the eBPF programs need to know about the running kernel, read from its BTF
+//! (`/sys/kernel/btf/vmlinux`) instead of being compiled in, so that one object works across
+//! kernel builds: the mmap_lock tracepoints' argument layout and a few struct offsets.
+
+use std::path::Path;
+
+use btf_rs::{Btf, BtfType, Type};
+use profiler_common::KernelLayout;
+
+/// Where the running kernel describes its own types.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error(
+        "this kernel has no BTF at {VMLINUX_BTF} (needs CONFIG_DEBUG_INFO_BTF=y, Linux 5.11 or newer)"
+    )]
+    NoBtf,
+    #[error("cannot read the kernel's BTF at {VMLINUX_BTF}: {0}")]
+    BadBtf(String),
+    #[error(
+        "this kernel has no mmap_lock tracepoints (needs Linux 5.8 or newer built with CONFIG_TRACING)"
+    )]
+    NoTracepoints,
+    #[error("unrecognised prototype of tracepoint mmap_lock_acquire_returned ({0} arguments)")]
+    UnknownLayout(usize),
+    #[error("the kernel's BTF has no {0}")]
+    MissingMember(String),
+}
+
+/// The two prototypes the mmap_lock tracepoints have had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TracepointLayout {
+    /// Linux 6.14+: `(mm, write[, success])`.
+    Current,
+    /// Linux 5.8 to 6.13: `(mm, memcg_path, write[, success])`.
+    WithMemcgPath,
+}
+
+impl TracepointLayout {
+    /// The eBPF program for `mmap_lock_acquire_returned` that reads this prototype.
+    pub fn acquire_program(self) -> &'static str {
+        match self {
+            TracepointLayout::Current => "mmap_lock_acquire_returned",
+            TracepointLayout::WithMemcgPath => "mmap_lock_acquire_returned_memcg",
+        }
+    }
+
+    /// Classifies by the number of arguments of `acquire_returned`, whose BTF prototype also
+    /// counts the leading `void *` context of a raw tracepoint.
+    fn from_acquire_returned_params(n: usize) -> Result<Self, KernelError> {
+        match n {
+            4 => Ok(TracepointLayout::Current),
+            5 => Ok(TracepointLayout::WithMemcgPath),
+            n => Err(KernelError::UnknownLayout(n.saturating_sub(1))),
+        }
+    }
+}
+
+impl std::fmt::Display for TracepointLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TracepointLayout::Current => "(mm, write, success) [Linux 6.14+]",
+            TracepointLayout::WithMemcgPath => "(mm, memcg_path, write, success) [Linux 5.8-6.13]",
+        })
+    }
+}
+
+/// The layout found, and the globals it turns into.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelInfo {
+    pub tracepoints: TracepointLayout,
+    pub layout: KernelLayout,
+}
+
+impl KernelInfo {
+    /// Reads the running kernel's BTF.
+    pub fn detect() -> Result<Self, KernelError> {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() {
+            return Err(KernelError::NoBtf);
+        }
+        let btf = Btf::from_file(path).map_err(|e| KernelError::BadBtf(e.to_string()))?;
+        Self::from_btf(&btf)
+    }
+
+    pub fn from_btf(btf: &Btf) -> Result<Self, KernelError> {
+        let tracepoints = tracepoint_layout(btf)?;
+        let off = |s: &str, m: &str| -> Result<u32, KernelError> {
+            member_offset(btf, s, m)?.ok_or_else(|| KernelError::MissingMember(format!("{s}.{m}")))
+        };
+        let layout = KernelLayout {
+            task_mm: off("task_struct", "mm")?,
+            task_tgid: off("task_struct", "tgid")?,
+            task_group_leader: off("task_struct", "group_leader")?,
+            task_comm: off("task_struct", "comm")?,
+            // Only with CONFIG_MEMCG; without it foreign takers are charged to owner 0.
+            mm_owner: member_offset(btf, "mm_struct", "owner")?.unwrap_or(0),
+        };
+        Ok(KernelInfo {
+            tracepoints,
+            layout,
+        })
+    }
+}
+
+fn bad(e: btf_rs::Error) -> KernelError {
+    KernelError::BadBtf(e.to_string())
+}
+
+fn tracepoint_layout(btf: &Btf) -> Result<TracepointLayout, KernelError> {
+    // Every tracepoint has a `btf_trace_<name>` typedef: a pointer to its raw prototype.
+    let types = btf
+        .resolve_types_by_name("btf_trace_mmap_lock_acquire_returned")
+        .map_err(|_| KernelError::NoTracepoints)?;
+    let Some(Type::Typedef(td)) = types.into_iter().next() else {
+        return Err(KernelError::NoTracepoints);
+    };
+    let mut t = btf.resolve_chained_type(&td).map_err(bad)?;
+    loop {
+        match t {
+            Type::Ptr(p) => t = btf.resolve_chained_type(&p).map_err(bad)?,
+            Type::FuncProto(fp) => {
+                return TracepointLayout::from_acquire_returned_params(fp.parameters.len());
+            }
+            other => return Err(KernelError::BadBtf(format!("unexpected {}", other.name()))),
+        }
+    }
+}
+
+/// Byte offset of `member` in `struct name`, looking through anonymous structs and unions.
+fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<Option<u32>, KernelError> {
+    let types = btf
+        .resolve_types_by_name(name)
+        .map_err(|_| KernelError::MissingMember(format!("struct {name}")))?;
+    for t in types {
+        if let Type::Struct(s) = t {
+            if let Some(bits) = find_member(btf, &s, member)? {
+                return Ok(Some(bits / 8));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn find_member(btf: &Btf, s: &btf_rs::Struct, want: &str) -> Result<Option<u32>, KernelError> {
+    for m in &s.members {
+        let name = btf.resolve_name(m).unwrap_or_default();
+        if name == want {
+            return Ok(Some(m.bit_offset()));
+        }
+        if name.is_empty() && m.get_type_id().is_some() {
+            let inner = btf.resolve_chained_type(m).map_err(bad)?;
+            if let Type::Struct(inner) | Type::Union(inner) = inner {
+                if let Some(off) = find_member(btf, &inner, want)? {
+                    return Ok(Some(m.bit_offset() + off));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_from_prototype_arity() {
+        assert_eq!(
+            TracepointLayout::from_acquire_returned_params(4).unwrap(),
+            TracepointLayout::Current
+        );
+        assert_eq!(
+            TracepointLayout::from_acquire_returned_params(5).unwrap(),
+            TracepointLayout::WithMemcgPath
+        );
+        assert!(TracepointLayout::from_acquire_returned_params(3).is_err());
+        assert_eq!(
+            TracepointLayout::WithMemcgPath.acquire_program(),
+            "mmap_lock_acquire_returned_memcg"
+        );
+    }
+
+    /// Against the running kernel, where it has BTF (every supported kernel does).
+    #[test]
+    fn running_kernel_offsets_are_plausible() {
+        if !Path::new(VMLINUX_BTF).exists() {
+            eprintln!("skipped: no {VMLINUX_BTF} on this kernel");
+            return;
+        }
+        let info = KernelInfo::detect().expect("detect");
+        let l = info.layout;
+        // task_struct is several KiB; these members are all well inside it and distinct.
+        for off in [l.task_mm, l.task_tgid, l.task_group_leader, l.task_comm] {
+            assert!(off > 0 && off < 16384, "{l:?}");
+        }
+        assert_eq!(l.task_mm % 8, 0);
+        assert_eq!(l.task_group_leader % 8, 0);
+    }
+}

@@ -1,0 +1,102 @@
+//! mmaplock-prof: where processes, Node.js in particular, lose time on the Linux kernel's
+//! per-process mmap_lock. See README.md and docs/.
+
+mod aggregation;
+mod attribution;
+mod cli;
+mod collector;
+mod demo;
+mod kernel;
+mod report;
+mod session;
+
+use std::{process::ExitCode, time::Duration};
+
+use clap::Parser as _;
+
+use crate::{
+    cli::{Cli, Command, Format},
+    collector::CollectorConfig,
+};
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Session(#[from] session::SessionError),
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl Error {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Error::Session(e) => e.exit_code(),
+            Error::Demo(e) => e.exit_code(),
+            Error::Runtime(_) => 1,
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    match cli.command {
+        Some(Command::Demo(d)) => rt.block_on(demo::run(demo::DemoConfig {
+            workers: d.workers,
+            file_kib: d.file_kib,
+            iterations: d.iterations,
+            node: d.node,
+            format: Format::resolve(d.output.format, d.output.output.as_ref()),
+            output: d.output.output,
+            verbose: d.output.verbose,
+        }))?,
+        None => {
+            let p = cli.profile;
+            rt.block_on(session::run(session::SessionConfig {
+                collector: CollectorConfig {
+                    pids: p.pids,
+                    comms: p.comms,
+                    max_threads: p.max_threads,
+                },
+                duration: p.duration,
+                interval: (p.interval > 0.0).then(|| Duration::from_secs_f64(p.interval)),
+                format: Format::resolve(p.output.format, p.output.output.as_ref()),
+                output: p.output.output,
+                verbose: p.output.verbose,
+                quiet: p.quiet,
+            }))?
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One line naming the problem, as for every other bad input.
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("bad usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("mmaplock-prof: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mmaplock-prof: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

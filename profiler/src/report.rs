@@ -1,0 +1,544 @@
+//! The report model (JSON contract, `schema_version` 1, see docs/report-format.md) and its two
+//! renderings: newline-delimited JSON for machines and tables with histograms for people.
+
+use std::{fmt::Write as _, time::SystemTime};
+
+use hdrhistogram::Histogram;
+use profiler_common::{READ, WRITE};
+use serde::Serialize;
+
+use crate::{
+    aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
+    attribution::{ProcessNames, Role, comm_str, role},
+};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Dist {
+    pub sum: u64,
+    pub max: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    /// `[upper_bound_ns, count]` for each non-empty log2 bucket; a bucket holds durations
+    /// `upper_bound/2 <= d < upper_bound` (the first, upper bound 1, holds 0 ns).
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl Dist {
+    fn new(h: &DurationHist, count: u64, hdr: &mut Histogram<u64>) -> Self {
+        let [p50, p90, p99, p999] = h.quantiles(hdr, [0.5, 0.9, 0.99, 0.999]);
+        Dist {
+            sum: h.sum,
+            max: h.max,
+            mean: if count == 0 {
+                0.0
+            } else {
+                (h.sum as f64 / count as f64 * 10.0).round() / 10.0
+            },
+            p50,
+            p90,
+            p99,
+            p999,
+            buckets: h
+                .buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, n)| (bucket_upper_ns(i), *n))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    pub count: u64,
+    pub failed_trylocks: u64,
+    pub wait_ns: Dist,
+    pub hold_ns: Dist,
+}
+
+impl Stats {
+    pub fn new(s: &SideStats, hdr: &mut Histogram<u64>) -> Self {
+        Stats {
+            count: s.count,
+            failed_trylocks: s.failed,
+            wait_ns: Dist::new(&s.wait, s.count, hdr),
+            hold_ns: Dist::new(&s.hold, s.count, hdr),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ThreadReport {
+    pub tid: u32,
+    pub role: Role,
+    pub comm: String,
+    /// The process of a `foreign` thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub write: Stats,
+    pub read: Stats,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub comm: String,
+    pub write: Stats,
+    pub read: Stats,
+    /// Ordered by total write wait, then write count (the threads that matter first).
+    pub threads: Vec<ThreadReport>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Lost {
+    /// Acquisitions that could not be paired with their release (nested holds) or tracked.
+    pub events: u64,
+    /// Threads whose stats could not be stored because the map was full (`--max-threads`).
+    pub map_full: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Interval,
+    Summary,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub schema_version: u32,
+    pub start: String,
+    pub end: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    pub processes: Vec<ProcessReport>,
+    pub lost: Lost,
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Builds reports from windows; owns the scratch histogram used for percentiles.
+pub struct ReportBuilder {
+    hdr: Histogram<u64>,
+    pub names: ProcessNames,
+}
+
+impl Default for ReportBuilder {
+    fn default() -> Self {
+        ReportBuilder {
+            hdr: crate::aggregation::new_hdr(),
+            names: ProcessNames::default(),
+        }
+    }
+}
+
+impl ReportBuilder {
+    pub fn build(
+        &mut self,
+        kind: Kind,
+        window: &Window,
+        start: SystemTime,
+        end: SystemTime,
+        lost: Lost,
+    ) -> Report {
+        let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
+        let secs = (secs * 1000.0).round() / 1000.0;
+        let mut processes = Vec::new();
+        for (&pid, p) in &window.processes {
+            let main_comm = p.threads.get(&pid).map(|t| comm_str(&t.comm));
+            let comm = self.names.get(pid, main_comm.as_deref());
+            let mut threads: Vec<ThreadReport> = p
+                .threads
+                .iter()
+                .map(|(&tid, t)| {
+                    let tcomm = comm_str(&t.comm);
+                    let r = role(pid, tid, t.tgid, &tcomm);
+                    ThreadReport {
+                        tid,
+                        role: r,
+                        comm: tcomm,
+                        pid: (r == Role::Foreign).then_some(t.tgid),
+                        write: Stats::new(&t.rw[WRITE], &mut self.hdr),
+                        read: Stats::new(&t.rw[READ], &mut self.hdr),
+                    }
+                })
+                .collect();
+            threads.sort_by(|a, b| {
+                (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
+                    a.write.wait_ns.sum,
+                    a.write.count,
+                    b.tid,
+                ))
+            });
+            processes.push(ProcessReport {
+                pid,
+                comm,
+                write: Stats::new(&p.rw[WRITE], &mut self.hdr),
+                read: Stats::new(&p.rw[READ], &mut self.hdr),
+                threads,
+            });
+        }
+        Report {
+            kind,
+            schema_version: SCHEMA_VERSION,
+            start: rfc3339(start),
+            end: rfc3339(end),
+            interval_s: (kind == Kind::Interval).then_some(secs),
+            duration_s: (kind == Kind::Summary).then_some(secs),
+            processes,
+            lost,
+        }
+    }
+}
+
+/// One JSON line (without the newline).
+pub fn to_json_line(r: &Report) -> String {
+    serde_json::to_string(r).expect("reports contain only serialisable values")
+}
+
+/// Human-readable duration: `850ns`, `12.3us`, `4.56ms`, `1.20s`.
+pub fn fmt_ns(ns: u64) -> String {
+    let n = ns as f64;
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1}us", n / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2}ms", n / 1e6)
+    } else {
+        format!("{:.2}s", n / 1e9)
+    }
+}
+
+fn fmt_f(ns: f64) -> String {
+    fmt_ns(ns.round() as u64)
+}
+
+const BAR_WIDTH: usize = 24;
+
+/// Log2 histogram lines `  lo - hi │████      │ count`, the same bucket range for every
+/// histogram passed, so they can stand side by side.
+pub fn histogram_lines(dists: &[&Dist]) -> Vec<Vec<String>> {
+    let bounds: Vec<u64> = dists
+        .iter()
+        .flat_map(|d| d.buckets.iter().map(|b| b.0))
+        .collect();
+    let (Some(&lo), Some(&hi)) = (bounds.iter().min(), bounds.iter().max()) else {
+        return dists.iter().map(|_| Vec::new()).collect();
+    };
+    dists
+        .iter()
+        .map(|d| {
+            let peak = d.buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1);
+            let mut lines = Vec::new();
+            let mut ub = lo;
+            while ub <= hi {
+                let n = d
+                    .buckets
+                    .iter()
+                    .find(|b| b.0 == ub)
+                    .map(|b| b.1)
+                    .unwrap_or(0);
+                let filled = ((n as f64 / peak as f64) * BAR_WIDTH as f64).ceil() as usize;
+                lines.push(format!(
+                    "{:>8} {}{} {:>8}",
+                    format!("<{}", fmt_ns(ub)),
+                    "█".repeat(filled),
+                    " ".repeat(BAR_WIDTH - filled),
+                    n
+                ));
+                ub = ub.saturating_mul(2);
+                if ub == 0 {
+                    break;
+                }
+            }
+            lines
+        })
+        .collect()
+}
+
+/// Columns of text side by side, each padded to `width` characters.
+pub fn side_by_side(cols: &[Vec<String>], width: usize) -> String {
+    let rows = cols.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out = String::new();
+    for r in 0..rows {
+        let mut line = String::new();
+        for c in cols {
+            let cell = c.get(r).map(String::as_str).unwrap_or("");
+            let pad = width.saturating_sub(cell.chars().count());
+            line.push_str("  ");
+            line.push_str(cell);
+            line.push_str(&" ".repeat(pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn stats_row(label: &str, s: &Stats) -> String {
+    format!(
+        "  {label:<6} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        s.count,
+        s.failed_trylocks,
+        fmt_ns(s.wait_ns.sum),
+        fmt_f(s.wait_ns.mean),
+        fmt_ns(s.wait_ns.p50),
+        fmt_ns(s.wait_ns.p99),
+        fmt_ns(s.wait_ns.max),
+        fmt_ns(s.hold_ns.p50),
+        fmt_ns(s.hold_ns.p99),
+    )
+}
+
+const TOP_THREADS: usize = 8;
+
+/// The text rendering of a report.
+pub fn to_text(r: &Report) -> String {
+    let mut out = String::new();
+    match r.kind {
+        Kind::Interval => {
+            // One compact block per interval: totals per process.
+            let _ = writeln!(
+                out,
+                "── interval {} ({:.1}s) ──",
+                r.end,
+                r.interval_s.unwrap_or(0.0)
+            );
+            if r.processes.is_empty() {
+                out.push_str("  no mmap_lock activity\n");
+            }
+            for p in &r.processes {
+                let _ = writeln!(
+                    out,
+                    "  {:>7} {:<15} writes {:>7} wait {:>9} (p99 {:>8})   reads {:>8} wait {:>9}",
+                    p.pid,
+                    p.comm,
+                    p.write.count,
+                    fmt_ns(p.write.wait_ns.sum),
+                    fmt_ns(p.write.wait_ns.p99),
+                    p.read.count,
+                    fmt_ns(p.read.wait_ns.sum),
+                );
+            }
+        }
+        Kind::Summary => {
+            let _ = writeln!(
+                out,
+                "═══ mmaplock-prof summary: {} to {} ({:.1}s) ═══",
+                r.start,
+                r.end,
+                r.duration_s.unwrap_or(0.0)
+            );
+            if r.processes.is_empty() {
+                out.push_str("no mmap_lock activity by the selected processes\n");
+            }
+            for p in &r.processes {
+                out.push_str(&process_text(p));
+            }
+            if r.lost.events > 0 || r.lost.map_full > 0 {
+                let _ = writeln!(
+                    out,
+                    "lost: {} unpaired events, {} threads not stored (map full: raise --max-threads)",
+                    r.lost.events, r.lost.map_full
+                );
+            }
+        }
+    }
+    out
+}
+
+fn process_text(p: &ProcessReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
+    let _ = writeln!(
+        out,
+        "  {:<6} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "lock",
+        "acquired",
+        "failed",
+        "wait sum",
+        "mean",
+        "p50",
+        "p99",
+        "max",
+        "hold p50",
+        "hold p99"
+    );
+    out.push_str(&stats_row("write", &p.write));
+    out.push_str(&stats_row("read", &p.read));
+    let _ = writeln!(
+        out,
+        "\n  top threads by write wait:\n  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
+        "tid", "role", "comm", "writes", "wait sum", "wait p99", "reads", "wait sum"
+    );
+    for t in p.threads.iter().take(TOP_THREADS) {
+        let _ = writeln!(
+            out,
+            "  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
+            t.tid,
+            t.role.as_str(),
+            t.comm,
+            t.write.count,
+            fmt_ns(t.write.wait_ns.sum),
+            fmt_ns(t.write.wait_ns.p99),
+            t.read.count,
+            fmt_ns(t.read.wait_ns.sum),
+        );
+    }
+    if p.threads.len() > TOP_THREADS {
+        let _ = writeln!(
+            out,
+            "  ... and {} more threads",
+            p.threads.len() - TOP_THREADS
+        );
+    }
+    let hists = histogram_lines(&[&p.write.wait_ns, &p.read.wait_ns]);
+    if hists.iter().any(|h| !h.is_empty()) {
+        let width = 8 + 1 + BAR_WIDTH + 1 + 8;
+        let mut cols = vec![
+            vec![format!("{:<width$}", "write wait (log2 buckets)")],
+            vec!["read wait (log2 buckets)".to_string()],
+        ];
+        for (c, h) in cols.iter_mut().zip(hists) {
+            c.extend(h);
+        }
+        out.push('\n');
+        out.push_str(&side_by_side(&cols, width));
+    }
+    let hists = histogram_lines(&[&p.write.hold_ns, &p.read.hold_ns]);
+    if hists.iter().any(|h| !h.is_empty()) {
+        let width = 8 + 1 + BAR_WIDTH + 1 + 8;
+        let mut cols = vec![
+            vec!["write hold (log2 buckets)".to_string()],
+            vec!["read hold (log2 buckets)".to_string()],
+        ];
+        for (c, h) in cols.iter_mut().zip(hists) {
+            c.extend(h);
+        }
+        out.push('\n');
+        out.push_str(&side_by_side(&cols, width));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregation::{ThreadDelta, Window};
+    use profiler_common::{COMM_LEN, StatsKey};
+
+    fn window() -> Window {
+        let mut w = Window::default();
+        let mut comm = [0u8; COMM_LEN];
+        comm[..4].copy_from_slice(b"node");
+        for (tid, tgid, n, wait) in [(10, 10, 2, 400), (11, 10, 5, 9000), (77, 77, 1, 50)] {
+            let mut s = SideStats {
+                count: n,
+                ..Default::default()
+            };
+            s.wait.sum = wait * n;
+            s.wait.max = wait;
+            s.wait.buckets[profiler_common::bucket_index(wait)] = n;
+            s.hold.buckets[1] = n;
+            s.hold.sum = n;
+            s.hold.max = 1;
+            w.add(&ThreadDelta {
+                key: StatsKey { owner: 10, tid },
+                tgid,
+                comm,
+                rw: [SideStats::default(), s],
+            });
+        }
+        w
+    }
+
+    #[test]
+    fn summary_json_has_the_contract_fields() {
+        let mut b = ReportBuilder::default();
+        let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let t1 = t0 + std::time::Duration::from_millis(2500);
+        let r = b.build(Kind::Summary, &window(), t0, t1, Lost::default());
+        let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
+        assert_eq!(v["type"], "summary");
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["duration_s"], 2.5);
+        assert!(v.get("interval_s").is_none());
+        assert_eq!(v["start"], "2023-11-14T22:13:20.000Z");
+        let p = &v["processes"][0];
+        assert_eq!(p["pid"], 10);
+        assert_eq!(p["write"]["count"], 8);
+        assert_eq!(p["write"]["wait_ns"]["sum"], 400 * 2 + 9000 * 5 + 50);
+        assert_eq!(p["write"]["wait_ns"]["max"], 9000);
+        // Threads ordered by write wait: the worker-ish thread 11 first.
+        let th = p["threads"].as_array().unwrap();
+        assert_eq!(th[0]["tid"], 11);
+        assert_eq!(th[0]["role"], "other");
+        let main = th.iter().find(|t| t["tid"] == 10).unwrap();
+        assert_eq!(main["role"], "main");
+        let foreign = th.iter().find(|t| t["tid"] == 77).unwrap();
+        assert_eq!(foreign["role"], "foreign");
+        assert_eq!(foreign["pid"], 77);
+        assert_eq!(v["lost"]["events"], 0);
+        // Buckets: [upper bound, count], non-empty only.
+        let buckets = p["write"]["wait_ns"]["buckets"].as_array().unwrap();
+        assert_eq!(buckets.len(), 3);
+        assert!(buckets.iter().all(|b| b[1].as_u64().unwrap() > 0));
+    }
+
+    #[test]
+    fn interval_json_carries_interval_s() {
+        let mut b = ReportBuilder::default();
+        let t0 = SystemTime::now();
+        let r = b.build(
+            Kind::Interval,
+            &Window::default(),
+            t0,
+            t0 + std::time::Duration::from_secs(1),
+            Lost::default(),
+        );
+        let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
+        assert_eq!(v["type"], "interval");
+        assert_eq!(v["interval_s"], 1.0);
+        assert!(v.get("duration_s").is_none());
+        assert_eq!(v["processes"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn text_shows_tables_threads_and_histograms() {
+        let mut b = ReportBuilder::default();
+        let t0 = SystemTime::now();
+        let r = b.build(
+            Kind::Summary,
+            &window(),
+            t0,
+            t0 + std::time::Duration::from_secs(1),
+            Lost::default(),
+        );
+        let text = to_text(&r);
+        assert!(text.contains("process 10"), "{text}");
+        assert!(text.contains("write wait (log2 buckets)"), "{text}");
+        assert!(text.contains("foreign"), "{text}");
+        assert!(text.contains('█'), "{text}");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(fmt_ns(850), "850ns");
+        assert_eq!(fmt_ns(12_345), "12.3us");
+        assert_eq!(fmt_ns(4_560_000), "4.56ms");
+        assert_eq!(fmt_ns(1_200_000_000), "1.20s");
+    }
+}

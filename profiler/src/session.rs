@@ -1,0 +1,354 @@
+//! A profiling run: attach, report every interval, stop on duration, signal or the targets'
+//! exit, and always finish with a complete summary.
+//!
+//! Data flows one way: collector (kernel maps) -> aggregation (deltas, windows) ->
+//! attribution and report (model) -> output (JSON lines or text).
+
+use std::{
+    fs::File,
+    io::{self, BufWriter, Write},
+    os::fd::{FromRawFd, OwnedFd},
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
+
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+};
+
+use crate::{
+    aggregation::{DeltaTracker, Window},
+    cli::Format,
+    collector::{Collector, CollectorConfig, CollectorError, Counters},
+    report::{Kind, Lost, Report, ReportBuilder, to_json_line, to_text},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("no process with pid {0}")]
+    NoSuchPid(u32),
+    #[error("cannot watch pid {0}: {1}")]
+    Watch(u32, io::Error),
+    #[error("cannot write {0}: {1}")]
+    OpenOutput(PathBuf, io::Error),
+    #[error("cannot write the report: {0}")]
+    Write(io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(io::Error),
+    #[error(transparent)]
+    Collector(#[from] CollectorError),
+}
+
+impl SessionError {
+    /// 2 for bad usage, 1 for an environment the tool cannot run in.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SessionError::NoSuchPid(_) | SessionError::OpenOutput(..) => 2,
+            SessionError::Collector(
+                CollectorError::TooManyPids
+                | CollectorError::TooManyComms
+                | CollectorError::CommTooLong(_),
+            ) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Where reports go, and in which format.
+pub struct Sink {
+    out: Box<dyn Write>,
+    format: Format,
+    /// The reader went away (e.g. `| head`): keep profiling quietly, write nothing more.
+    closed: bool,
+}
+
+impl Sink {
+    pub fn open(output: Option<&PathBuf>, format: Format) -> Result<Self, SessionError> {
+        let out: Box<dyn Write> = match output {
+            Some(p) => Box::new(BufWriter::new(
+                File::create(p).map_err(|e| SessionError::OpenOutput(p.clone(), e))?,
+            )),
+            None => Box::new(io::stdout()),
+        };
+        Ok(Sink {
+            out,
+            format,
+            closed: false,
+        })
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn write_report(&mut self, r: &Report) -> Result<(), SessionError> {
+        let text = match self.format {
+            Format::Json => to_json_line(r) + "\n",
+            Format::Text => to_text(r),
+        };
+        self.write_str(&text)
+    }
+
+    pub fn write_str(&mut self, s: &str) -> Result<(), SessionError> {
+        if self.closed {
+            return Ok(());
+        }
+        match self
+            .out
+            .write_all(s.as_bytes())
+            .and_then(|_| self.out.flush())
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(SessionError::Write(e)),
+        }
+    }
+}
+
+/// Waits for processes to exit through pidfds (no polling, no pid-reuse race).
+pub struct Targets {
+    fds: Vec<AsyncFd<OwnedFd>>,
+}
+
+impl Targets {
+    /// Opens every pid; a pid that does not exist is a usage error.
+    pub fn open(pids: &[u32]) -> Result<Self, SessionError> {
+        let mut fds = Vec::new();
+        for &pid in pids {
+            // SAFETY: plain syscall; the returned fd is owned by us from here on.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            if fd < 0 {
+                let e = io::Error::last_os_error();
+                return Err(if e.raw_os_error() == Some(libc::ESRCH) {
+                    SessionError::NoSuchPid(pid)
+                } else {
+                    SessionError::Watch(pid, e)
+                });
+            }
+            let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            // SAFETY: the OwnedFd stays open, and the same fd, for the AsyncFd's lifetime.
+            let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+                .map_err(|e| SessionError::Watch(pid, io::Error::other(e.to_string())))?;
+            fds.push(fd);
+        }
+        Ok(Targets { fds })
+    }
+
+    /// Resolves once every target has exited; never if there are none.
+    pub async fn all_exited(&self) {
+        if self.fds.is_empty() {
+            return std::future::pending().await;
+        }
+        for fd in &self.fds {
+            // A pidfd becomes readable when its process exits.
+            let _ = fd.readable().await;
+        }
+    }
+}
+
+/// Everything a run accumulates between two readings of the kernel maps.
+pub struct Profile {
+    pub collector: Collector,
+    tracker: DeltaTracker,
+    interval: Window,
+    total: Window,
+    pub builder: ReportBuilder,
+    start: SystemTime,
+    interval_start: SystemTime,
+    counters_at_interval: Counters,
+    counters: Counters,
+    last_prune: Instant,
+}
+
+const PRUNE_EVERY: Duration = Duration::from_secs(5);
+
+fn lost(c: Counters, base: Counters) -> Lost {
+    Lost {
+        events: (c.unpaired + c.no_state).saturating_sub(base.unpaired + base.no_state),
+        map_full: c.map_full.saturating_sub(base.map_full),
+    }
+}
+
+impl Profile {
+    pub fn new(collector: Collector) -> Self {
+        let now = SystemTime::now();
+        Profile {
+            collector,
+            tracker: DeltaTracker::default(),
+            interval: Window::default(),
+            total: Window::default(),
+            builder: ReportBuilder::default(),
+            start: now,
+            interval_start: now,
+            counters_at_interval: Counters::default(),
+            counters: Counters::default(),
+            last_prune: Instant::now(),
+        }
+    }
+
+    /// Reads the kernel maps and folds what changed into the interval and total windows.
+    pub fn poll(&mut self) -> Result<(), SessionError> {
+        let snapshot = self.collector.snapshot()?;
+        for d in self.tracker.update(&snapshot) {
+            // Learn a process's name while it is alive.
+            self.builder.names.prime(d.key.owner);
+            self.interval.add(&d);
+            self.total.add(&d);
+        }
+        self.counters = self.collector.counters()?;
+        // Entries of exited threads: their final delta is taken above, free the slot.
+        if self.last_prune.elapsed() >= PRUNE_EVERY {
+            self.last_prune = Instant::now();
+            for (key, v) in &snapshot {
+                if !std::path::Path::new(&format!("/proc/{}/task/{}", v.tgid, key.tid)).exists() {
+                    self.collector.remove(key);
+                    self.tracker.forget(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The report for the interval since the previous one, which it then starts anew.
+    pub fn interval_report(&mut self) -> Report {
+        let now = SystemTime::now();
+        let r = self.builder.build(
+            Kind::Interval,
+            &self.interval,
+            self.interval_start,
+            now,
+            lost(self.counters, self.counters_at_interval),
+        );
+        self.interval.clear();
+        self.interval_start = now;
+        self.counters_at_interval = self.counters;
+        r
+    }
+
+    pub fn summary(&mut self) -> Report {
+        self.builder.build(
+            Kind::Summary,
+            &self.total,
+            self.start,
+            SystemTime::now(),
+            lost(self.counters, Counters::default()),
+        )
+    }
+
+    pub fn total(&self) -> &Window {
+        &self.total
+    }
+}
+
+/// What a run needs.
+pub struct SessionConfig {
+    pub collector: CollectorConfig,
+    pub duration: Option<Duration>,
+    /// None: summary only.
+    pub interval: Option<Duration>,
+    pub format: Format,
+    pub output: Option<PathBuf>,
+    pub verbose: bool,
+    pub quiet: bool,
+}
+
+fn describe_targets(c: &CollectorConfig) -> String {
+    let mut parts = Vec::new();
+    if !c.pids.is_empty() {
+        let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+        parts.push(format!("pid {}", pids.join(", ")));
+    }
+    if !c.comms.is_empty() {
+        parts.push(format!("comm {}", c.comms.join(", ")));
+    }
+    if parts.is_empty() {
+        "all processes".into()
+    } else {
+        parts.join(" and ")
+    }
+}
+
+pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
+    // Validate everything the user gave before touching the kernel.
+    let targets = Targets::open(&cfg.collector.pids)?;
+    let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(SessionError::Signals)?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(SessionError::Signals)?;
+
+    let collector = Collector::start(&cfg.collector)?;
+    if cfg.verbose {
+        let l = collector.kernel.layout;
+        eprintln!(
+            "mmaplock-prof: tracepoint layout {}; task_struct offsets mm={} tgid={} group_leader={} comm={}; mm_struct.owner={}",
+            collector.kernel.tracepoints,
+            l.task_mm,
+            l.task_tgid,
+            l.task_group_leader,
+            l.task_comm,
+            if l.mm_owner == 0 {
+                "absent (no CONFIG_MEMCG: foreign takers charged to pid 0)".to_string()
+            } else {
+                l.mm_owner.to_string()
+            },
+        );
+    }
+    if !cfg.quiet {
+        eprintln!(
+            "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",
+            collector.attach_time.as_secs_f64() * 1e3,
+            describe_targets(&cfg.collector)
+        );
+    }
+    let mut profile = Profile::new(collector);
+    for &pid in &cfg.collector.pids {
+        profile.builder.names.prime(pid);
+    }
+
+    let deadline = async {
+        match cfg.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let period = cfg.interval.unwrap_or(Duration::from_secs(3600));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Without interval reports, still read the maps now and then so that exited threads'
+    // entries are freed and the interval deltas stay small.
+    let exited = targets.all_exited();
+    tokio::pin!(exited);
+
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                profile.poll()?;
+                if cfg.interval.is_some() {
+                    let r = profile.interval_report();
+                    sink.write_report(&r)?;
+                }
+            }
+            _ = &mut deadline => break,
+            _ = &mut exited => break,
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            _ = sighup.recv() => break,
+        }
+    }
+
+    // The last (partial) interval and the summary; the signal handlers stay installed, so a
+    // second Ctrl-C cannot cut the summary short.
+    profile.poll()?;
+    if cfg.interval.is_some() {
+        let r = profile.interval_report();
+        sink.write_report(&r)?;
+    }
+    let summary = profile.summary();
+    sink.write_report(&summary)?;
+    Ok(())
+}
