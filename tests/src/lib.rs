@@ -1,1 +1,292 @@
+//! Helpers for the integration tests: the built binaries, workloads of known behaviour, and a
+//! profiler handle, each an RAII guard that kills its child process when dropped (a failing
+//! test leaves nothing behind).
+//!
+//! The tests load the real eBPF programs, so they need root; `cargo xtask test` builds the
+//! binaries they run first.
 
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// Where cargo put this test's binaries: `target/<profile>`.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary in target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn built(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run the tests with `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+pub fn profiler_bin() -> PathBuf {
+    built("mmaplock-prof")
+}
+
+pub fn churn_bin() -> PathBuf {
+    built("mmap-churn")
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// Root-only tests call this first. Not being root is a failure, not a skip: CI runs as root
+/// and must exercise the real programs. A kernel without the mmap_lock tracepoints is the one
+/// reason to skip; then this returns false after printing why.
+pub fn require_root_and_tracepoints() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test loads eBPF programs and needs root: run `sudo -E cargo xtask test`"
+    );
+    let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default();
+    let needle = b"btf_trace_mmap_lock_acquire_returned";
+    if !btf.windows(needle.len()).any(|w| w == needle) {
+        eprintln!("SKIPPED: this kernel has no mmap_lock tracepoints in its BTF");
+        return false;
+    }
+    true
+}
+
+/// Waits for a child with a deadline; kills it if the deadline passes.
+fn wait_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("child {} did not finish within {timeout:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read_until_ready(child: &mut Child) -> Vec<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = Vec::new();
+    let mut reader = BufReader::new(stdout);
+    loop {
+        let mut l = String::new();
+        if reader.read_line(&mut l).expect("read workload stdout") == 0 {
+            panic!("workload exited before it was ready; it printed {lines:?}");
+        }
+        let l = l.trim_end().to_string();
+        let done = l.starts_with("ready");
+        lines.push(l);
+        if done {
+            return lines;
+        }
+    }
+}
+
+/// A running workload that waits for "go" on stdin after printing "ready".
+pub struct Workload {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pub pid: u32,
+    /// What it printed up to and including "ready".
+    pub preamble: Vec<String>,
+}
+
+impl Workload {
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stdin = child.stdin.take();
+        let preamble = read_until_ready(&mut child);
+        Workload {
+            pid: child.id(),
+            child,
+            stdin,
+            preamble,
+        }
+    }
+
+    /// `mmap-churn`: `threads` x `iterations` x (mmap 64 KiB; touch; munmap).
+    pub fn churn(threads: u32, iterations: u32, name: Option<&str>) -> Self {
+        let mut cmd = Command::new(churn_bin());
+        cmd.args([threads.to_string(), iterations.to_string(), "65536".into()]);
+        if let Some(n) = name {
+            cmd.arg(n);
+        }
+        Self::spawn(cmd)
+    }
+
+    pub fn go(&mut self) {
+        let mut stdin = self.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").expect("write go");
+    }
+
+    pub fn wait(&mut self) -> ExitStatus {
+        wait_timeout(&mut self.child, Duration::from_secs(120))
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a finished profiler run produced.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub lines: Vec<Value>,
+    pub raw_stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    /// The summary line, which must be the last line.
+    pub fn summary(&self) -> &Value {
+        let last = self.lines.last().unwrap_or_else(|| {
+            panic!(
+                "no output; stderr: {}\nstdout: {}",
+                self.stderr, self.raw_stdout
+            )
+        });
+        assert_eq!(last["type"], "summary", "last line must be the summary");
+        last
+    }
+}
+
+/// Finds a process in a report.
+pub fn process(report: &Value, pid: u32) -> Option<&Value> {
+    report["processes"]
+        .as_array()?
+        .iter()
+        .find(|p| p["pid"] == pid)
+}
+
+/// A running `mmaplock-prof` with JSON output.
+pub struct Profiler {
+    child: Child,
+    stderr_rx: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+    stdout_thread: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Profiler {
+    /// Starts the profiler and waits until its programs are attached.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(profiler_bin())
+            .args(["--format", "json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mmaplock-prof");
+        let stdout = child.stdout.take().expect("stdout");
+        let stdout_thread = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+            s
+        });
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, stderr_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Profiler {
+            child,
+            stderr_rx,
+            stderr: Vec::new(),
+            stdout_thread: Some(stdout_thread),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match p
+                .stderr_rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) => {
+                    let attached = l.contains("attached in");
+                    p.stderr.push(l);
+                    if attached {
+                        return p;
+                    }
+                }
+                Err(_) => panic!("mmaplock-prof did not attach; stderr: {:?}", p.stderr),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// Waits for the profiler to end by itself (duration, targets' exit, signal).
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let status = wait_timeout(&mut self.child, timeout);
+        let raw_stdout = self
+            .stdout_thread
+            .take()
+            .expect("once")
+            .join()
+            .expect("stdout reader");
+        self.stderr.extend(self.stderr_rx.try_iter());
+        let lines = raw_stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect();
+        Finished {
+            status,
+            lines,
+            raw_stdout,
+            stderr: self.stderr.join("\n"),
+        }
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the profiler to completion with the given arguments (for usage errors and the like).
+pub fn run_profiler(args: &[&str]) -> std::process::Output {
+    Command::new(profiler_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mmaplock-prof")
+}

@@ -1,1 +1,150 @@
-fn main() {}
+//! `cargo xtask`: everything beyond a plain `cargo build`, so that a fresh machine needs no
+//! manual step. It installs what building eBPF needs (nightly's rust-src, a bpf-linker built
+//! against nightly's own LLVM, cached), then builds, tests, runs the demo or benchmarks.
+
+mod toolchain;
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Bootstrap, build, test, demo and bench mmaplock-prof"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building the eBPF programs needs (rust-src, bpf-linker), if missing.
+    Bootstrap,
+    /// Build the profiler (and the test helpers).
+    Build {
+        #[arg(long)]
+        release: bool,
+    },
+    /// Lint (rustfmt, clippy -D warnings) and run every test, the root-only integration tests
+    /// that load the real eBPF programs included.
+    Test {
+        /// Extra arguments for the test binaries, e.g. a test name filter.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build in release mode and run `mmaplock-prof demo` (as root, through sudo if needed).
+    Demo {
+        /// Arguments for `mmaplock-prof demo`, e.g. `-k 8`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+/// A cargo command in the workspace root with bpf-linker on PATH.
+pub fn cargo(linker_dir: &Path) -> Result<Command> {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd.env("PATH", path_with(linker_dir)?);
+    Ok(cmd)
+}
+
+fn path_with(dir: &Path) -> Result<OsString> {
+    let mut paths = vec![dir.to_path_buf()];
+    if let Some(p) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(paths).context("PATH")
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn build(linker_dir: &Path, release: bool) -> Result<()> {
+    let mut cmd = cargo(linker_dir)?;
+    cmd.args(["build", "--workspace", "--bins"]);
+    if release {
+        cmd.arg("--release");
+    }
+    run(&mut cmd)
+}
+
+fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
+    run(cargo(linker_dir)?.args(["fmt", "--all", "--check"]))?;
+    run(cargo(linker_dir)?.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // The integration tests run the built binaries (profiler and helpers).
+    build(linker_dir, false)?;
+    if !is_root() {
+        eprintln!(
+            "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"
+        );
+    }
+    // One test at a time: the integration tests measure lock waits, which concurrent tests
+    // would distort, and every test filters events to its own processes.
+    let mut cmd = cargo(linker_dir)?;
+    cmd.args(["test", "--workspace", "--", "--test-threads=1"]);
+    cmd.args(args);
+    run(&mut cmd)
+}
+
+fn demo(linker_dir: &Path, args: &[String]) -> Result<()> {
+    build(linker_dir, true)?;
+    let bin = workspace_root().join("target/release/mmaplock-prof");
+    let mut cmd = if is_root() {
+        Command::new(&bin)
+    } else {
+        eprintln!("xtask: the demo loads eBPF programs; running it through sudo");
+        let mut c = Command::new("sudo");
+        c.arg(&bin);
+        c
+    };
+    cmd.arg("demo").args(args);
+    run(&mut cmd)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let linker_dir = toolchain::bootstrap()?;
+    match cli.cmd {
+        Cmd::Bootstrap => {
+            println!("bpf-linker: {}", linker_dir.join("bpf-linker").display());
+            Ok(())
+        }
+        Cmd::Build { release } => build(&linker_dir, release),
+        Cmd::Test { args } => test(&linker_dir, &args),
+        Cmd::Demo { args } => demo(&linker_dir, &args),
+    }
+}

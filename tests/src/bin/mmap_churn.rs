@@ -1,1 +1,76 @@
-fn main() {}
+//! Ground truth for the integration tests: T threads, each doing exactly N times
+//! (mmap SIZE bytes; touch one byte; munmap). That is 2*T*N write acquisitions of the
+//! process's mmap_lock, plus the few the process itself adds (its exit_mmap, see the tests).
+//!
+//! The threads are created, and have allocated once (so glibc's per-thread arenas exist),
+//! before "ready" is printed; the work starts when a line arrives on stdin, so a profiler
+//! attached in between sees exactly the work.
+//!
+//!   mmap-churn THREADS ITERATIONS [SIZE] [NAME]
+//!
+//! NAME, if given, becomes the process's command name (for --comm tests).
+
+use std::{
+    io::{BufRead, Write},
+    sync::{Arc, Barrier},
+};
+
+fn churn(iterations: u64, size: usize) {
+    for _ in 0..iterations {
+        // SAFETY: anonymous private mapping, touched within bounds, unmapped once.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED, "mmap failed");
+            std::ptr::write_volatile(p.cast::<u8>(), 1);
+            assert_eq!(libc::munmap(p, size), 0, "munmap failed");
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: mmap-churn THREADS ITERATIONS [SIZE] [NAME]");
+        std::process::exit(2);
+    }
+    let threads: usize = args[1].parse().expect("THREADS");
+    let iterations: u64 = args[2].parse().expect("ITERATIONS");
+    let size: usize = args.get(3).map_or(65536, |s| s.parse().expect("SIZE"));
+    if let Some(name) = args.get(4) {
+        let c = std::ffi::CString::new(name.as_str()).expect("NAME");
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr(), 0, 0, 0) };
+    }
+    let ready = Arc::new(Barrier::new(threads + 1));
+    let go = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (ready, go) = (ready.clone(), go.clone());
+            std::thread::spawn(move || {
+                // Create this thread's malloc arena now, not during the measured work.
+                std::hint::black_box(vec![0u8; 4096]);
+                ready.wait();
+                go.wait();
+                churn(iterations, size);
+            })
+        })
+        .collect();
+    ready.wait();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {}", std::process::id()).unwrap();
+    out.flush().unwrap();
+    drop(out);
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+    go.wait();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

@@ -1,0 +1,413 @@
+//! ROOT-ONLY: end-to-end tests that load the real eBPF programs and check what they report
+//! against workloads of known behaviour. Run with `sudo -E cargo xtask test` (CI runs as root).
+
+use std::{process::Command, time::Duration};
+
+use integration_tests::{
+    Finished, Profiler, Workload, fixture, process, require_root_and_tracepoints, run_profiler,
+};
+use serde_json::Value;
+
+/// Write acquisitions a mmap-churn process adds to its 2*T*N once the work starts: the
+/// process's own exit (exit_mmap takes the lock for write once), and glibc trimming the
+/// threads' malloc arenas and freeing thread stacks as they exit (0 to 2 per thread, seen
+/// 1 + 0 to 4 for T = 4 here). Generous enough for other glibc versions, small against 2*T*N.
+fn churn_slack(threads: u64) -> u64 {
+    4 + 2 * threads
+}
+
+fn stats(v: &Value, side: &str) -> (u64, u64) {
+    (
+        v[side]["count"].as_u64().expect("count"),
+        v[side]["wait_ns"]["sum"].as_u64().expect("wait sum"),
+    )
+}
+
+/// Profiles one mmap-churn run of `threads` x `iterations` and returns the summary.
+fn profile_churn(threads: u32, iterations: u32, extra: &[&str]) -> (u32, Finished) {
+    let mut w = Workload::churn(threads, iterations, None);
+    let pid = w.pid.to_string();
+    let mut args = vec!["--pid", pid.as_str(), "--interval", "0"];
+    args.extend_from_slice(extra);
+    let prof = Profiler::start(&args);
+    w.go();
+    assert!(w.wait().success());
+    // The target exited: the profiler ends by itself.
+    let out = prof.finish(Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "exit status {:?}: {}",
+        out.status,
+        out.stderr
+    );
+    (w.pid, out)
+}
+
+#[test]
+fn write_count_matches_ground_truth_exactly_up_to_exit() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let (t, n) = (4u64, 2000u64);
+    let (pid, out) = profile_churn(t as u32, n as u32, &[]);
+    let s = out.summary();
+    let p = process(s, pid).expect("the target is in the summary");
+    let (writes, _) = stats(p, "write");
+    let expected = 2 * t * n;
+    eprintln!(
+        "writes: {writes}, expected {expected} + at most {}",
+        churn_slack(t)
+    );
+    assert!(
+        (expected..=expected + churn_slack(t)).contains(&writes),
+        "writes {writes} not in {expected}..={}",
+        expected + churn_slack(t)
+    );
+    // Each worker thread did exactly 2N writes (+ its exit's arena/stack clean-up).
+    let threads = p["threads"].as_array().unwrap();
+    let busy: Vec<&Value> = threads
+        .iter()
+        .filter(|th| th["write"]["count"].as_u64().unwrap() >= 2 * n)
+        .collect();
+    assert_eq!(busy.len(), t as usize, "{threads:?}");
+    for th in &busy {
+        let c = th["write"]["count"].as_u64().unwrap();
+        assert!(c <= 2 * n + 2, "thread wrote {c}");
+        assert_eq!(th["role"], "other");
+        assert_ne!(th["tid"], pid);
+    }
+    let main = threads.iter().find(|th| th["tid"] == pid).expect("main");
+    assert_eq!(main["role"], "main");
+    // Process totals are the sum of its threads.
+    let sum: u64 = threads
+        .iter()
+        .map(|th| th["write"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, writes);
+    assert_eq!(s["lost"]["map_full"], 0);
+}
+
+#[test]
+fn four_contending_threads_wait_far_longer_than_one() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    // The same number of writes, from one thread or from four sharing the lock.
+    let (pid1, out1) = profile_churn(1, 16_000, &[]);
+    let (pid4, out4) = profile_churn(4, 4_000, &[]);
+    let (w1, wait1) = stats(process(out1.summary(), pid1).unwrap(), "write");
+    let (w4, wait4) = stats(process(out4.summary(), pid4).unwrap(), "write");
+    eprintln!("T=1: {w1} writes, {wait1} ns waited; T=4: {w4} writes, {wait4} ns waited");
+    assert!(w1 >= 32_000 && w4 >= 32_000);
+    assert!(
+        wait4 > 5 * wait1.max(1),
+        "T=4 waited {wait4} ns, T=1 {wait1} ns"
+    );
+}
+
+#[test]
+fn pid_filter_excludes_a_concurrent_process() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let mut a = Workload::churn(2, 1000, None);
+    let mut b = Workload::churn(2, 1000, None);
+    let pid = a.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
+    a.go();
+    b.go();
+    assert!(a.wait().success() && b.wait().success());
+    let out = prof.finish(Duration::from_secs(30));
+    let s = out.summary();
+    let pids: Vec<u64> = s["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        pids,
+        vec![a.pid as u64],
+        "only the --pid target is profiled"
+    );
+    assert!(stats(process(s, a.pid).unwrap(), "write").0 >= 4000);
+}
+
+#[test]
+fn comm_filter_selects_processes_by_name() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let name = "mlp-comm-test";
+    let mut a = Workload::churn(1, 500, Some(name));
+    let mut b = Workload::churn(1, 500, None);
+    let prof = Profiler::start(&["--comm", name, "-i", "0"]);
+    a.go();
+    b.go();
+    assert!(a.wait().success() && b.wait().success());
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(Duration::from_secs(30));
+    assert!(out.status.success());
+    let s = out.summary();
+    let p = process(s, a.pid).expect("the named process is profiled");
+    assert_eq!(p["comm"], name);
+    assert!(stats(p, "write").0 >= 1000);
+    assert!(process(s, b.pid).is_none(), "the other process is not");
+    for p in s["processes"].as_array().unwrap() {
+        assert_eq!(p["comm"], name);
+    }
+}
+
+#[test]
+fn node_worker_threads_take_the_lock_and_main_is_main() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile_dir();
+    let file = dir.join("data.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    let mut cmd = Command::new("node");
+    cmd.arg(fixture("workers.js")).args(["3", "300"]).arg(&file);
+    let mut w = Workload::spawn(cmd);
+    let roles: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    let s = out.summary();
+    let p = process(s, w.pid).expect("node is in the summary");
+    let threads = p["threads"].as_array().unwrap();
+    let main = threads
+        .iter()
+        .find(|t| t["tid"] == w.pid)
+        .expect("main thread");
+    assert_eq!(main["role"], "main");
+    let worker_tids: Vec<u64> = roles["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert_eq!(worker_tids.len(), 3);
+    let mut writing_workers = 0;
+    for tid in &worker_tids {
+        let t = threads
+            .iter()
+            .find(|t| t["tid"] == *tid)
+            .unwrap_or_else(|| panic!("worker {tid} not in {threads:?}"));
+        assert_ne!(t["role"], "main");
+        assert_ne!(t["role"], "foreign");
+        // Every worker read its file 300 times: read acquisitions (page faults in copies).
+        assert!(t["read"]["count"].as_u64().unwrap() > 0, "{t}");
+        if t["write"]["count"].as_u64().unwrap() > 0 {
+            writing_workers += 1;
+        }
+    }
+    assert!(
+        writing_workers >= 2,
+        "several Worker threads take the lock for write: {threads:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("mlp-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Checks one STATS object of the contract, field by field.
+fn check_stats(s: &Value, what: &str) {
+    assert!(s["count"].is_u64(), "{what}.count: {s}");
+    assert!(s["failed_trylocks"].is_u64(), "{what}.failed_trylocks");
+    for d in ["wait_ns", "hold_ns"] {
+        let h = &s[d];
+        for f in ["sum", "max", "p50", "p90", "p99", "p999"] {
+            assert!(h[f].is_u64(), "{what}.{d}.{f}: {h}");
+        }
+        assert!(h["mean"].is_number(), "{what}.{d}.mean");
+        let buckets = h["buckets"].as_array().expect("buckets");
+        let mut total = 0;
+        let mut prev = 0;
+        for b in buckets {
+            let (ub, n) = (b[0].as_u64().unwrap(), b[1].as_u64().unwrap());
+            assert!(
+                ub.is_power_of_two() && ub > prev && n > 0,
+                "{what}.{d}: {b}"
+            );
+            prev = ub;
+            total += n;
+        }
+        assert_eq!(
+            total,
+            s["count"].as_u64().unwrap(),
+            "{what}.{d} bucket total"
+        );
+        let (p50, p99, max) = (h["p50"].as_u64(), h["p99"].as_u64(), h["max"].as_u64());
+        assert!(p50 <= p99 && p99 <= max, "{what}.{d} percentiles ordered");
+    }
+}
+
+fn check_report(r: &Value) {
+    assert_eq!(r["schema_version"], 1);
+    let kind = r["type"].as_str().expect("type");
+    assert!(kind == "interval" || kind == "summary");
+    assert!(r["start"].is_string() && r["end"].is_string());
+    if kind == "interval" {
+        assert!(r["interval_s"].is_number());
+    } else {
+        assert!(r["duration_s"].is_number());
+    }
+    assert!(r["lost"]["events"].is_u64() && r["lost"]["map_full"].is_u64());
+    for p in r["processes"].as_array().expect("processes") {
+        assert!(p["pid"].is_u64() && p["comm"].is_string());
+        check_stats(&p["write"], "process.write");
+        check_stats(&p["read"], "process.read");
+        for t in p["threads"].as_array().expect("threads") {
+            assert!(t["tid"].is_u64());
+            let role = t["role"].as_str().expect("role");
+            assert!(
+                [
+                    "main",
+                    "worker",
+                    "libuv",
+                    "v8",
+                    "inspector",
+                    "addon",
+                    "other",
+                    "foreign"
+                ]
+                .contains(&role),
+                "{role}"
+            );
+            check_stats(&t["write"], "thread.write");
+            check_stats(&t["read"], "thread.read");
+        }
+    }
+}
+
+#[test]
+fn every_json_line_follows_the_contract() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let mut w = Workload::churn(2, 3000, None);
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0.05"]);
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(30));
+    assert!(out.status.success());
+    assert!(out.lines.len() >= 2, "intervals and a summary");
+    for l in &out.lines {
+        check_report(l);
+    }
+    let (last, intervals) = out.lines.split_last().unwrap();
+    assert_eq!(last["type"], "summary");
+    assert!(intervals.iter().all(|l| l["type"] == "interval"));
+    // Intervals partition the run: their counts add up to the summary's.
+    let sum: u64 = intervals
+        .iter()
+        .filter_map(|l| process(l, w.pid))
+        .map(|p| p["write"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, stats(process(last, w.pid).unwrap(), "write").0);
+}
+
+#[test]
+fn sigterm_and_sigint_end_with_a_complete_summary() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // System-wide, no duration: only the signal ends it.
+        let prof = Profiler::start(&["-i", "0.2"]);
+        let mut w = Workload::churn(1, 500, None);
+        w.go();
+        assert!(w.wait().success());
+        std::thread::sleep(Duration::from_millis(300));
+        prof.signal(sig);
+        let out = prof.finish(Duration::from_secs(30));
+        assert!(out.status.success(), "signal {sig}: {:?}", out.status);
+        for l in &out.lines {
+            check_report(l);
+        }
+        let s = out.summary();
+        // The workload ran while we were attached, system-wide: it is in the summary.
+        assert!(stats(process(s, w.pid).unwrap(), "write").0 >= 1000);
+    }
+}
+
+#[test]
+fn duration_ends_the_run() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let prof = Profiler::start(&["-d", "0.5", "-i", "0"]);
+    let out = prof.finish(Duration::from_secs(30));
+    assert!(out.status.success());
+    assert_eq!(out.lines.len(), 1);
+    let d = out.summary()["duration_s"].as_f64().unwrap();
+    assert!((0.4..5.0).contains(&d), "duration_s {d}");
+}
+
+fn one_line_error(out: &std::process::Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_usage_exits_2_with_one_line() {
+    one_line_error(&run_profiler(&["--pid", "abc"]), 2, "abc");
+    one_line_error(&run_profiler(&["--pid", "0"]), 2, "\"0\"");
+    one_line_error(&run_profiler(&["--bogus"]), 2, "--bogus");
+    one_line_error(&run_profiler(&["-f", "xml"]), 2, "xml");
+    one_line_error(&run_profiler(&["-d", "-1"]), 2, "-1");
+    // Beyond pid_max: cannot exist.
+    one_line_error(
+        &run_profiler(&["--pid", "2000000000"]),
+        2,
+        "no process with pid 2000000000",
+    );
+    one_line_error(
+        &run_profiler(&["-o", "/nonexistent-dir/x.json", "-d", "1"]),
+        2,
+        "/nonexistent-dir/x.json",
+    );
+    one_line_error(
+        &run_profiler(&["--comm", "a-name-longer-than-15", "-d", "1"]),
+        2,
+        "longer than",
+    );
+}
+
+#[test]
+fn without_privilege_exits_1_saying_what_to_do() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    // A copy that user nobody can execute whatever the checkout's permissions.
+    let dir = tempfile_dir();
+    let bin = dir.join("mmaplock-prof");
+    std::fs::copy(integration_tests::profiler_bin(), &bin).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Drop to nobody, without capabilities, and try to load.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin)
+        .args(["-d", "1"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let _ = std::fs::remove_dir_all(&dir);
+    one_line_error(&out, 1, "root");
+}
