@@ -19,6 +19,8 @@ pub enum Role {
     Libuv,
     V8,
     Inspector,
+    /// Reported by stack-based classification (not yet: Node 20 names no threads).
+    #[allow(dead_code)]
     Addon,
     Other,
     Foreign,

@@ -56,6 +56,9 @@ pub struct CollectorConfig {
     pub comms: Vec<String>,
     /// Capacity of the per-(owner, thread) stats map.
     pub max_threads: u32,
+    /// Turn on the kernel's BPF run-time statistics for the run (costs two clock reads per
+    /// program run), to report our own overhead.
+    pub bpf_stats: bool,
 }
 
 /// Health counters summed over CPUs.
@@ -66,12 +69,17 @@ pub struct Counters {
     pub no_state: u64,
 }
 
-/// Per-program cost from the kernel's BPF statistics (zero unless `kernel.bpf_stats_enabled`).
-#[derive(Clone, Debug, Default)]
+/// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProgramStats {
     pub name: &'static str,
     pub run_count: u64,
     pub run_time: Duration,
+}
+
+/// Does `sysctl kernel.bpf_stats_enabled` say the kernel collects BPF run-time statistics?
+pub fn bpf_stats_enabled() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() != "0")
 }
 
 pub struct Collector {
@@ -81,6 +89,9 @@ pub struct Collector {
     pub kernel: KernelInfo,
     /// From the start of loading to all programs attached.
     pub attach_time: Duration,
+    /// Keeps the kernel's BPF statistics on while we run (`--bpf-stats`); closing it
+    /// restores the previous state.
+    _stats_fd: Option<std::os::fd::OwnedFd>,
 }
 
 /// The program for each of [`TRACEPOINTS`] on this kernel.
@@ -149,6 +160,19 @@ impl Collector {
     /// Loads and attaches; on return the programs are counting.
     pub fn start(cfg: &CollectorConfig) -> Result<Self, CollectorError> {
         let t0 = Instant::now();
+        let stats_fd = if cfg.bpf_stats {
+            Some(
+                aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
+                    if is_permission(&e) {
+                        CollectorError::Permission
+                    } else {
+                        CollectorError::Load(format!("cannot enable BPF statistics: {e}"))
+                    }
+                })?,
+            )
+        } else {
+            None
+        };
         let kernel = KernelInfo::detect()?;
         let filter = filter_for(cfg)?;
         let mut ebpf = EbpfLoader::new()
@@ -205,6 +229,7 @@ impl Collector {
             counters,
             kernel,
             attach_time: t0.elapsed(),
+            _stats_fd: stats_fd,
         })
     }
 
@@ -243,6 +268,12 @@ impl Collector {
         })
     }
 
+    /// Is the kernel collecting BPF statistics (ours through `--bpf-stats`, or the sysctl)?
+    /// The sysctl does not show statistics enabled through a BPF_ENABLE_STATS fd.
+    pub fn bpf_stats_on(&self) -> bool {
+        self._stats_fd.is_some() || bpf_stats_enabled()
+    }
+
     /// Run counts and run time per program, from the kernel's BPF statistics.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
         programs_for(&self.kernel)
@@ -270,6 +301,7 @@ mod tests {
             pids: vec![7, 9],
             comms: vec!["node".into()],
             max_threads: 1,
+            bpf_stats: false,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

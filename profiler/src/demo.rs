@@ -156,6 +156,7 @@ async fn run_mode(
         pids: pids.clone(),
         comms: vec![],
         max_threads: crate::cli::Config::MAX_THREADS,
+        bpf_stats: false,
     })?;
     let start = SystemTime::now();
     // Start everyone together.
@@ -206,6 +207,7 @@ async fn run_mode(
             events: counters.unpaired + counters.no_state,
             map_full: counters.map_full,
         },
+        None,
     );
     let elapsed_s = elapsed_ms / 1e3;
     Ok(DemoRun {

@@ -134,10 +134,10 @@ fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<Option<u32>, Ker
         .resolve_types_by_name(name)
         .map_err(|_| KernelError::MissingMember(format!("struct {name}")))?;
     for t in types {
-        if let Type::Struct(s) = t {
-            if let Some(bits) = find_member(btf, &s, member)? {
-                return Ok(Some(bits / 8));
-            }
+        if let Type::Struct(s) = t
+            && let Some(bits) = find_member(btf, &s, member)?
+        {
+            return Ok(Some(bits / 8));
         }
     }
     Ok(None)
@@ -151,10 +151,10 @@ fn find_member(btf: &Btf, s: &btf_rs::Struct, want: &str) -> Result<Option<u32>,
         }
         if name.is_empty() && m.get_type_id().is_some() {
             let inner = btf.resolve_chained_type(m).map_err(bad)?;
-            if let Type::Struct(inner) | Type::Union(inner) = inner {
-                if let Some(off) = find_member(btf, &inner, want)? {
-                    return Ok(Some(m.bit_offset() + off));
-                }
+            if let Type::Struct(inner) | Type::Union(inner) = inner
+                && let Some(off) = find_member(btf, &inner, want)?
+            {
+                return Ok(Some(m.bit_offset() + off));
             }
         }
     }

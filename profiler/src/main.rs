@@ -61,6 +61,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     pids: p.pids,
                     comms: p.comms,
                     max_threads: p.max_threads,
+                    bpf_stats: p.bpf_stats,
                 },
                 duration: p.duration,
                 interval: (p.interval > 0.0).then(|| Duration::from_secs_f64(p.interval)),

@@ -1,7 +1,10 @@
 //! The report model (JSON contract, `schema_version` 1, see docs/report-format.md) and its two
 //! renderings: newline-delimited JSON for machines and tables with histograms for people.
 
-use std::{fmt::Write as _, time::SystemTime};
+use std::{
+    fmt::Write as _,
+    time::{Duration, SystemTime},
+};
 
 use hdrhistogram::Histogram;
 use profiler_common::{READ, WRITE};
@@ -10,6 +13,7 @@ use serde::Serialize;
 use crate::{
     aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
     attribution::{ProcessNames, Role, comm_str, role},
+    collector::ProgramStats,
 };
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -103,6 +107,71 @@ pub struct Lost {
     pub map_full: u64,
 }
 
+/// One eBPF program's share of [`Overhead`].
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramOverhead {
+    pub name: &'static str,
+    pub events: u64,
+    pub ns_per_event: f64,
+}
+
+/// The profiler's own in-kernel cost over a window, from the kernel's BPF statistics.
+#[derive(Clone, Debug, Serialize)]
+pub struct Overhead {
+    /// Mean BPF run time per tracepoint hit, over all programs.
+    pub bpf_ns_per_event: f64,
+    /// Tracepoint hits handled (every mmap_lock operation on the machine, filtered or not).
+    pub events: u64,
+    /// BPF run time as a share of one CPU over the window, in percent.
+    pub bpf_cpu_pct: f64,
+    pub programs: Vec<ProgramOverhead>,
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+impl Overhead {
+    /// From two cumulative readings of the programs' statistics, `wall` apart.
+    pub fn between(cur: &[ProgramStats], prev: &[ProgramStats], wall: Duration) -> Overhead {
+        let mut programs = Vec::new();
+        let (mut events, mut ns) = (0u64, 0u128);
+        for c in cur {
+            let p = prev.iter().find(|p| p.name == c.name);
+            let n = c.run_count - p.map_or(0, |p| p.run_count);
+            let t = c
+                .run_time
+                .saturating_sub(p.map_or(Duration::ZERO, |p| p.run_time));
+            events += n;
+            ns += t.as_nanos();
+            programs.push(ProgramOverhead {
+                name: c.name,
+                events: n,
+                ns_per_event: if n == 0 {
+                    0.0
+                } else {
+                    round(t.as_nanos() as f64 / n as f64, 1)
+                },
+            });
+        }
+        Overhead {
+            bpf_ns_per_event: if events == 0 {
+                0.0
+            } else {
+                round(ns as f64 / events as f64, 1)
+            },
+            events,
+            bpf_cpu_pct: if wall.is_zero() {
+                0.0
+            } else {
+                round(ns as f64 / wall.as_nanos() as f64 * 100.0, 3)
+            },
+            programs,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
@@ -123,6 +192,10 @@ pub struct Report {
     pub duration_s: Option<f64>,
     pub processes: Vec<ProcessReport>,
     pub lost: Lost,
+    /// Present when the kernel's BPF statistics are on (`--bpf-stats`, or
+    /// `sysctl kernel.bpf_stats_enabled=1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
 }
 
 pub fn rfc3339(t: SystemTime) -> String {
@@ -152,6 +225,7 @@ impl ReportBuilder {
         start: SystemTime,
         end: SystemTime,
         lost: Lost,
+        overhead: Option<Overhead>,
     ) -> Report {
         let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
         let secs = (secs * 1000.0).round() / 1000.0;
@@ -199,6 +273,7 @@ impl ReportBuilder {
             duration_s: (kind == Kind::Summary).then_some(secs),
             processes,
             lost,
+            overhead,
         }
     }
 }
@@ -348,6 +423,13 @@ pub fn to_text(r: &Report) -> String {
             for p in &r.processes {
                 out.push_str(&process_text(p));
             }
+            if let Some(o) = &r.overhead {
+                let _ = writeln!(
+                    out,
+                    "\nprofiler cost: {} events, {:.1} ns of BPF per event, {:.3}% of one CPU",
+                    o.events, o.bpf_ns_per_event, o.bpf_cpu_pct
+                );
+            }
             if r.lost.events > 0 || r.lost.map_full > 0 {
                 let _ = writeln!(
                     out,
@@ -470,7 +552,7 @@ mod tests {
         let mut b = ReportBuilder::default();
         let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
         let t1 = t0 + std::time::Duration::from_millis(2500);
-        let r = b.build(Kind::Summary, &window(), t0, t1, Lost::default());
+        let r = b.build(Kind::Summary, &window(), t0, t1, Lost::default(), None);
         let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
         assert_eq!(v["type"], "summary");
         assert_eq!(v["schema_version"], 1);
@@ -508,6 +590,7 @@ mod tests {
             t0,
             t0 + std::time::Duration::from_secs(1),
             Lost::default(),
+            None,
         );
         let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
         assert_eq!(v["type"], "interval");
@@ -526,6 +609,7 @@ mod tests {
             t0,
             t0 + std::time::Duration::from_secs(1),
             Lost::default(),
+            None,
         );
         let text = to_text(&r);
         assert!(text.contains("process 10"), "{text}");
@@ -540,5 +624,33 @@ mod tests {
         assert_eq!(fmt_ns(12_345), "12.3us");
         assert_eq!(fmt_ns(4_560_000), "4.56ms");
         assert_eq!(fmt_ns(1_200_000_000), "1.20s");
+    }
+}
+
+#[cfg(test)]
+mod overhead_tests {
+    use super::*;
+
+    #[test]
+    fn overhead_is_the_difference_of_two_readings() {
+        let p = |name, run_count, ns| ProgramStats {
+            name,
+            run_count,
+            run_time: Duration::from_nanos(ns),
+        };
+        let prev = [p("a", 100, 10_000), p("b", 50, 5_000)];
+        let cur = [p("a", 1100, 60_000), p("b", 1050, 105_000)];
+        let o = Overhead::between(&cur, &prev, Duration::from_millis(1));
+        assert_eq!(o.events, 2000);
+        assert_eq!(o.bpf_ns_per_event, 75.0);
+        // 150 us of BPF in 1 ms of wall time.
+        assert_eq!(o.bpf_cpu_pct, 15.0);
+        assert_eq!(o.programs[0].ns_per_event, 50.0);
+        assert_eq!(o.programs[1].ns_per_event, 100.0);
+        let none = Overhead::between(&cur, &cur, Duration::ZERO);
+        assert_eq!(
+            (none.events, none.bpf_ns_per_event, none.bpf_cpu_pct),
+            (0, 0.0, 0.0)
+        );
     }
 }

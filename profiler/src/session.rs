@@ -20,8 +20,8 @@ use tokio::{
 use crate::{
     aggregation::{DeltaTracker, Window},
     cli::Format,
-    collector::{Collector, CollectorConfig, CollectorError, Counters},
-    report::{Kind, Lost, Report, ReportBuilder, to_json_line, to_text},
+    collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
+    report::{Kind, Lost, Overhead, Report, ReportBuilder, to_json_line, to_text},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +162,9 @@ pub struct Profile {
     counters_at_interval: Counters,
     counters: Counters,
     last_prune: Instant,
+    /// BPF statistics at the start of the interval and now; None when not collected.
+    programs_at_interval: Option<Vec<ProgramStats>>,
+    programs: Option<Vec<ProgramStats>>,
 }
 
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
@@ -187,6 +190,8 @@ impl Profile {
             counters_at_interval: Counters::default(),
             counters: Counters::default(),
             last_prune: Instant::now(),
+            programs_at_interval: None,
+            programs: None,
         }
     }
 
@@ -200,6 +205,10 @@ impl Profile {
             self.total.add(&d);
         }
         self.counters = self.collector.counters()?;
+        self.programs = self
+            .collector
+            .bpf_stats_on()
+            .then(|| self.collector.program_stats());
         // Entries of exited threads: their final delta is taken above, free the slot.
         if self.last_prune.elapsed() >= PRUNE_EVERY {
             self.last_prune = Instant::now();
@@ -213,34 +222,54 @@ impl Profile {
         Ok(())
     }
 
+    /// Our cost since the reading `since` (None: since our programs were loaded, when their
+    /// statistics started from zero); None when the kernel does not collect statistics.
+    fn overhead(
+        &self,
+        since: Option<&[ProgramStats]>,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Option<Overhead> {
+        let cur = self.programs.as_deref()?;
+        let wall = end.duration_since(start).unwrap_or_default();
+        Some(Overhead::between(cur, since.unwrap_or(&[]), wall))
+    }
+
     /// The report for the interval since the previous one, which it then starts anew.
     pub fn interval_report(&mut self) -> Report {
         let now = SystemTime::now();
+        let overhead = self.overhead(
+            self.programs_at_interval.as_deref(),
+            self.interval_start,
+            now,
+        );
         let r = self.builder.build(
             Kind::Interval,
             &self.interval,
             self.interval_start,
             now,
             lost(self.counters, self.counters_at_interval),
+            overhead,
         );
         self.interval.clear();
         self.interval_start = now;
         self.counters_at_interval = self.counters;
+        self.programs_at_interval = self.programs.clone();
         r
     }
 
     pub fn summary(&mut self) -> Report {
+        let now = SystemTime::now();
+        // Our programs were loaded at the start: their statistics count from zero.
+        let overhead = self.overhead(None, self.start, now);
         self.builder.build(
             Kind::Summary,
             &self.total,
             self.start,
-            SystemTime::now(),
+            now,
             lost(self.counters, Counters::default()),
+            overhead,
         )
-    }
-
-    pub fn total(&self) -> &Window {
-        &self.total
     }
 }
 
