@@ -174,6 +174,7 @@ impl Collector {
             None
         };
         let kernel = KernelInfo::detect()?;
+        log::debug!("kernel BTF read in {:?}", t0.elapsed());
         let filter = filter_for(cfg)?;
         let mut ebpf = EbpfLoader::new()
             .override_global("KERNEL", &kernel.layout, true)
@@ -190,6 +191,7 @@ impl Collector {
                     CollectorError::Load(error_chain(&e))
                 }
             })?;
+        log::debug!("object loaded (maps created) at {:?}", t0.elapsed());
         for (tp, name) in TRACEPOINTS.into_iter().zip(programs_for(&kernel)) {
             let prog: &mut RawTracePoint = ebpf
                 .program_mut(name)
@@ -203,6 +205,7 @@ impl Collector {
                     CollectorError::Load(error_chain(&e))
                 }
             })?;
+            log::debug!("{name} verified at {:?}", t0.elapsed());
             prog.attach(tp).map_err(|e| {
                 if is_permission(&e) {
                     CollectorError::Permission

@@ -303,43 +303,46 @@ fn fmt_f(ns: f64) -> String {
 
 const BAR_WIDTH: usize = 24;
 
-/// Log2 histogram lines `  lo - hi │████      │ count`, the same bucket range for every
-/// histogram passed, so they can stand side by side.
+/// Log2 histogram lines `  <2.0us ████       1234`, over the same bucket range for every
+/// histogram passed so that they can stand side by side. Zero-length waits (trylocks) get a
+/// row of their own instead of stretching the range down to 1 ns.
 pub fn histogram_lines(dists: &[&Dist]) -> Vec<Vec<String>> {
     let bounds: Vec<u64> = dists
         .iter()
         .flat_map(|d| d.buckets.iter().map(|b| b.0))
         .collect();
-    let (Some(&lo), Some(&hi)) = (bounds.iter().min(), bounds.iter().max()) else {
+    let zero_row = bounds.contains(&1);
+    let nonzero = bounds.iter().filter(|&&b| b > 1);
+    let range = nonzero.clone().min().zip(nonzero.max());
+    if !zero_row && range.is_none() {
         return dists.iter().map(|_| Vec::new()).collect();
-    };
+    }
+    let mut rows: Vec<(String, u64)> = Vec::new();
+    if zero_row {
+        rows.push(("0".into(), 1));
+    }
+    if let Some((&lo, &hi)) = range {
+        let mut ub = lo;
+        while ub <= hi && ub != 0 {
+            rows.push((format!("<{}", fmt_ns(ub)), ub));
+            ub = ub.saturating_mul(2);
+        }
+    }
     dists
         .iter()
         .map(|d| {
             let peak = d.buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1);
-            let mut lines = Vec::new();
-            let mut ub = lo;
-            while ub <= hi {
-                let n = d
-                    .buckets
-                    .iter()
-                    .find(|b| b.0 == ub)
-                    .map(|b| b.1)
-                    .unwrap_or(0);
-                let filled = ((n as f64 / peak as f64) * BAR_WIDTH as f64).ceil() as usize;
-                lines.push(format!(
-                    "{:>8} {}{} {:>8}",
-                    format!("<{}", fmt_ns(ub)),
-                    "█".repeat(filled),
-                    " ".repeat(BAR_WIDTH - filled),
-                    n
-                ));
-                ub = ub.saturating_mul(2);
-                if ub == 0 {
-                    break;
-                }
-            }
-            lines
+            rows.iter()
+                .map(|(label, ub)| {
+                    let n = d.buckets.iter().find(|b| b.0 == *ub).map_or(0, |b| b.1);
+                    let filled = ((n as f64 / peak as f64) * BAR_WIDTH as f64).ceil() as usize;
+                    format!(
+                        "{label:>8} {}{} {n:>8}",
+                        "█".repeat(filled),
+                        " ".repeat(BAR_WIDTH - filled),
+                    )
+                })
+                .collect()
         })
         .collect()
 }
@@ -616,6 +619,31 @@ mod tests {
         assert!(text.contains("write wait (log2 buckets)"), "{text}");
         assert!(text.contains("foreign"), "{text}");
         assert!(text.contains('█'), "{text}");
+    }
+
+    #[test]
+    fn histograms_share_rows_and_give_zero_waits_their_own() {
+        let d = |buckets: Vec<(u64, u64)>| Dist {
+            sum: 0,
+            max: 0,
+            mean: 0.0,
+            p50: 0,
+            p90: 0,
+            p99: 0,
+            p999: 0,
+            buckets,
+        };
+        let a = d(vec![(1, 5), (128, 10)]);
+        let b = d(vec![(512, 3)]);
+        let cols = histogram_lines(&[&a, &b]);
+        // rows: 0, <128ns, <256ns, <512ns
+        assert_eq!(cols[0].len(), 4);
+        assert_eq!(cols[1].len(), 4);
+        assert!(cols[0][0].trim_start().starts_with('0') && cols[0][0].ends_with(" 5"));
+        assert!(cols[0][1].contains("<128ns") && cols[0][1].ends_with(" 10"));
+        assert!(cols[1][3].contains("<512ns") && cols[1][3].ends_with(" 3"));
+        assert!(cols[1][0].ends_with(" 0"));
+        assert!(histogram_lines(&[&d(vec![])])[0].is_empty());
     }
 
     #[test]

@@ -345,11 +345,11 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         }
     };
     tokio::pin!(deadline);
-    let period = cfg.interval.unwrap_or(Duration::from_secs(3600));
+    // Without interval reports, still read the maps every second so that exited threads'
+    // entries are freed (and their names learnt) while the run goes on.
+    let period = cfg.interval.unwrap_or(Duration::from_secs(1));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Without interval reports, still read the maps now and then so that exited threads'
-    // entries are freed and the interval deltas stay small.
     let exited = targets.all_exited();
     tokio::pin!(exited);
 
