@@ -91,7 +91,8 @@ impl DurationHist {
             }
             let (lo, hi) = (bucket_lower_ns(i), bucket_upper_ns(i));
             let mid = lo + (hi - lo) / 2;
-            let v = mid.min(self.max).max(lo).max(1);
+            // Bucket 0 (zero-length waits) records 0, which hdrhistogram counts exactly.
+            let v = mid.min(self.max).max(lo);
             // Saturating: the histogram's range covers every bucket, so this cannot fail.
             let _ = hdr.record_n(v, n);
         }
@@ -405,6 +406,18 @@ mod tests {
         assert!(p99 >= b(1_000_000).0 && p99 <= 1_000_000, "p99={p99}");
         assert!(p100 >= b(1_000_000).0 && p100 <= 1_000_000, "p100={p100}");
         assert_eq!(wait.sum / wait.count(), (90 * 100 + 10 * 1_000_000) / 100);
+    }
+
+    #[test]
+    fn zero_waits_give_zero_percentiles() {
+        let mut hdr = new_hdr();
+        let mut h = DurationHist::default();
+        h.buckets[0] = 90;
+        h.buckets[bucket_index(5000)] = 10;
+        h.max = 5000;
+        let [p50, p99] = h.quantiles(&mut hdr, [0.5, 0.99]);
+        assert_eq!(p50, 0);
+        assert!(p99 >= bucket_lower_ns(bucket_index(5000)) && p99 <= 5000);
     }
 
     #[test]

@@ -250,7 +250,7 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
     let _ = writeln!(
         out,
         "  {:<28} {:>14} {:>14} {:>9}",
-        "", "workers", "processes", "ratio"
+        "", "workers", "processes", "w/p"
     );
     let row = |label: &str, a: String, b: String, r: String| {
         format!("  {label:<28} {a:>14} {b:>14} {r:>9}\n")
@@ -259,7 +259,7 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
         "throughput (reads/s)",
         format!("{:.0}", w.reads_per_s),
         format!("{:.0}", p.reads_per_s),
-        ratio(p.reads_per_s, w.reads_per_s),
+        ratio(w.reads_per_s, p.reads_per_s),
     );
     out += &row(
         "elapsed",
