@@ -2,6 +2,7 @@
 //! manual step. It installs what building eBPF needs (nightly's rust-src, a bpf-linker built
 //! against nightly's own LLVM, cached), then builds, tests, runs the demo or benchmarks.
 
+mod bench;
 mod toolchain;
 
 use std::{
@@ -45,6 +46,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Measure the profiler's cost side by side with no tracing and with a bpftrace script
+    /// (root; installs bpftrace if missing). Writes target/bench/results.{json,md}.
+    Bench(bench::BenchArgs),
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -117,7 +121,47 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     let mut cmd = cargo(linker_dir)?;
     cmd.args(["test", "--workspace", "--", "--test-threads=1"]);
     cmd.args(args);
-    run(&mut cmd)
+    let (passed, failed, ignored) = run_counting_tests(&mut cmd)?;
+    // One closing line for the whole suite (cargo prints one per test binary).
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    Ok(())
+}
+
+/// `test result: ok. 27 passed; 0 failed; 1 ignored; ...` -> (27, 0, 1).
+fn parse_test_result(line: &str) -> Option<(u64, u64, u64)> {
+    let rest = line.strip_prefix("test result: ")?;
+    let count = |what: &str| -> u64 {
+        rest.split(';')
+            .find_map(|part| part.trim().strip_suffix(what))
+            .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((count(" passed"), count(" failed"), count(" ignored")))
+}
+
+/// Runs `cargo test`, echoing its output, and adds up its `test result:` lines.
+fn run_counting_tests(cmd: &mut Command) -> Result<(u64, u64, u64)> {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    let (mut passed, mut failed, mut ignored) = (0, 0, 0);
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some((p, f, i)) = parse_test_result(&line) {
+            passed += p;
+            failed += f;
+            ignored += i;
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok((passed, failed, ignored))
 }
 
 fn demo(linker_dir: &Path, args: &[String]) -> Result<()> {
@@ -146,5 +190,26 @@ fn main() -> Result<()> {
         Cmd::Build { release } => build(&linker_dir, release),
         Cmd::Test { args } => test(&linker_dir, &args),
         Cmd::Demo { args } => demo(&linker_dir, &args),
+        Cmd::Bench(args) => bench::run(&linker_dir, args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_result_lines_are_counted() {
+        assert_eq!(
+            parse_test_result(
+                "test result: ok. 27 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.09s"
+            ),
+            Some((27, 0, 1))
+        );
+        assert_eq!(
+            parse_test_result("test result: FAILED. 9 passed; 1 failed; 0 ignored; 0 measured"),
+            Some((9, 1, 0))
+        );
+        assert_eq!(parse_test_result("running 3 tests"), None);
     }
 }
