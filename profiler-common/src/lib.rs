@@ -17,10 +17,68 @@ pub const MAX_FILTER_COMMS: usize = 8;
 /// Length of a kernel task command name (`TASK_COMM_LEN`).
 pub const COMM_LEN: usize = 16;
 
-/// Index of the read side in [`ThreadStats::rw`].
+/// Index of the read side in `[read, write]` pairs.
 pub const READ: usize = 0;
-/// Index of the write side in [`ThreadStats::rw`].
+/// Index of the write side in `[read, write]` pairs.
 pub const WRITE: usize = 1;
+
+/// What an acquisition was for: [`cause::READ`] for every read acquisition, otherwise the
+/// syscall or kernel path that took the lock for write. Part of [`StatsKey`].
+pub mod cause {
+    pub const READ: u32 = 0;
+    pub const MMAP: u32 = 1;
+    pub const MUNMAP: u32 = 2;
+    pub const MPROTECT: u32 = 3;
+    pub const BRK: u32 = 4;
+    pub const MADVISE: u32 = 5;
+    pub const MREMAP: u32 = 6;
+    /// A user page fault that needed the write lock (stack growth).
+    pub const PAGE_FAULT: u32 = 7;
+    /// The address space being torn down (exit_mmap), or any write by an exiting thread.
+    pub const EXIT: u32 = 8;
+    /// fork/clone copying the address space (dup_mmap write-locks the parent's mm).
+    pub const FORK: u32 = 9;
+    /// Anything else: mlock, prctl, execve, shmat, kernel threads (khugepaged)...
+    pub const OTHER: u32 = 10;
+    pub const COUNT: u32 = 11;
+
+    /// Report name of a write cause.
+    pub fn name(c: u32) -> &'static str {
+        match c {
+            MMAP => "mmap",
+            MUNMAP => "munmap",
+            MPROTECT => "mprotect",
+            BRK => "brk",
+            MADVISE => "madvise",
+            MREMAP => "mremap",
+            PAGE_FAULT => "page_fault",
+            EXIT => "exit",
+            FORK => "fork",
+            READ => "read",
+            _ => "other",
+        }
+    }
+
+    /// The write cause of x86_64 syscall `nr` (`pt_regs.orig_ax` at kernel entry). In an
+    /// exception, `orig_ax` holds the hardware error code instead: a user-mode page fault's
+    /// has the user bit (4) set and fits in 6 bits, and none of the syscalls with those
+    /// numbers (stat, poll, writev, pipe, getitimer, ...) takes mmap_lock for write.
+    #[inline(always)]
+    pub fn of_syscall(nr: u64) -> u32 {
+        match nr {
+            9 => MMAP,
+            11 => MUNMAP,
+            10 | 329 => MPROTECT, // mprotect, pkey_mprotect
+            12 => BRK,
+            28 | 440 => MADVISE, // madvise, process_madvise
+            25 => MREMAP,
+            60 | 231 => EXIT,           // exit, exit_group
+            56 | 57 | 58 | 435 => FORK, // clone, fork, vfork, clone3
+            n if n < 64 && n & 4 != 0 => PAGE_FAULT,
+            _ => OTHER,
+        }
+    }
+}
 
 /// Indices into the `COUNTERS` per-CPU array.
 pub mod counter {
@@ -79,7 +137,8 @@ impl LockStats {
     };
 }
 
-/// Key of the `STATS` hash map: which mm's lock (by its owner process) and which thread took it.
+/// Key of the `STATS` hash map: which mm's lock (by its owner process), which thread took
+/// it, and what for (one entry for its reads, one per write cause it used).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StatsKey {
@@ -88,6 +147,9 @@ pub struct StatsKey {
     pub owner: u32,
     /// Thread id of the thread that took the lock.
     pub tid: u32,
+    /// [`cause::READ`], or the write's [`cause`].
+    pub kind: u32,
+    pub _pad: u32,
 }
 
 /// Value of the `STATS` hash map. Only the thread named by the key ever writes its entry, so
@@ -100,8 +162,10 @@ pub struct ThreadStats {
     pub _pad: u32,
     /// The thread's command name when its entry was created.
     pub comm: [u8; COMM_LEN],
-    /// `[READ]` and `[WRITE]` sides.
-    pub rw: [LockStats; 2],
+    /// The thread's fs base (x86_64 TLS pointer: glibc's `struct pthread`) when its entry was
+    /// created; userspace reads the thread's start routine there to tell its role.
+    pub fsbase: u64,
+    pub stats: LockStats,
 }
 
 impl ThreadStats {
@@ -109,7 +173,8 @@ impl ThreadStats {
         tgid: 0,
         _pad: 0,
         comm: [0; COMM_LEN],
-        rw: [LockStats::ZERO; 2],
+        fsbase: 0,
+        stats: LockStats::ZERO,
     };
 }
 
@@ -125,6 +190,13 @@ pub struct KernelLayout {
     /// `mm_struct.owner` (CONFIG_MEMCG); 0 when the kernel has none, and then a foreign
     /// thread's acquisition is charged to owner 0.
     pub mm_owner: u32,
+    /// `task_struct.flags` (PF_EXITING, PF_KTHREAD).
+    pub task_flags: u32,
+    /// `task_struct.thread.fsbase` (x86_64).
+    pub task_fsbase: u32,
+    /// `pt_regs.orig_ax` (x86_64: the syscall number at kernel entry).
+    pub regs_orig_ax: u32,
+    pub _pad: u32,
 }
 
 /// Which processes to profile, decided in the kernel; passed as the `FILTER` global.
@@ -167,16 +239,35 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
-        assert_eq!(size_of::<StatsKey>(), 8);
+        assert_eq!(size_of::<StatsKey>(), 16);
         assert_eq!(
             size_of::<ThreadStats>(),
-            8 + COMM_LEN + 2 * size_of::<LockStats>()
+            16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 5 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 9 * 4);
         assert_eq!(
             size_of::<Filter>(),
             8 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
         );
+    }
+
+    #[test]
+    fn write_causes_from_syscall_numbers() {
+        use cause::*;
+        assert_eq!(of_syscall(9), MMAP);
+        assert_eq!(of_syscall(11), MUNMAP);
+        assert_eq!(of_syscall(10), MPROTECT);
+        assert_eq!(of_syscall(12), BRK);
+        assert_eq!(of_syscall(28), MADVISE);
+        assert_eq!(of_syscall(25), MREMAP);
+        assert_eq!(of_syscall(231), EXIT);
+        assert_eq!(of_syscall(56), FORK);
+        // A user write fault on a missing page: error code 6.
+        assert_eq!(of_syscall(6), PAGE_FAULT);
+        assert_eq!(of_syscall(149), OTHER); // mlock
+        assert_eq!(of_syscall(u64::MAX), OTHER); // not in a syscall
+        assert_eq!(name(MPROTECT), "mprotect");
+        assert_eq!(name(COUNT + 5), "other");
     }
 
     #[test]

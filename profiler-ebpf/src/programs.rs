@@ -5,15 +5,16 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_buf, generated::bpf_task_storage_get,
+        bpf_probe_read_kernel_buf,
+        generated::{bpf_task_pt_regs, bpf_task_storage_get},
     },
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray},
     programs::RawTracePointContext,
 };
 use profiler_common::{
-    COMM_LEN, Filter, KernelLayout, LockStats, MAX_FILTER_COMMS, MAX_FILTER_PIDS, READ, StatsKey,
-    ThreadStats, WRITE, bucket_index, counter,
+    COMM_LEN, Filter, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS, StatsKey, ThreadStats,
+    bucket_index, cause, counter,
 };
 
 /// Set by userspace at load time from the running kernel's BTF.
@@ -24,6 +25,10 @@ static KERNEL: KernelLayout = KernelLayout {
     task_group_leader: 0,
     task_comm: 0,
     mm_owner: 0,
+    task_flags: 0,
+    task_fsbase: 0,
+    regs_orig_ax: 0,
+    _pad: 0,
 };
 
 /// Which owners to profile; set by userspace at load time (`--pid`, `--comm`).
@@ -57,8 +62,11 @@ struct ThreadState {
     acq_ts: u64,
     held_mm: u64,
     held_owner: u32,
-    /// 0: nothing held; 1 + side (READ/WRITE) otherwise.
+    /// 0: nothing held; otherwise 1 + the acquisition's kind (`cause::READ` or a write cause).
     held: u32,
+    /// The write cause found at start_locking, for the pending acquisition.
+    pending_cause: u32,
+    _pad: u32,
 }
 
 /// A BTF-defined task local storage map: per-thread state that the kernel frees with the
@@ -204,13 +212,15 @@ fn resolve(st: &mut ThreadState, mm: u64) -> bool {
     tracked
 }
 
-/// The current thread's stats entry for `owner`, created on first use.
+/// The current thread's stats entry for (`owner`, `kind`), created on first use.
 #[inline(always)]
-fn stats_entry(owner: u32) -> Option<&'static mut ThreadStats> {
+fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = StatsKey {
         owner,
         tid: pid_tgid as u32,
+        kind,
+        _pad: 0,
     };
     if let Some(p) = STATS.get_ptr_mut(&key) {
         return Some(unsafe { &mut *p });
@@ -219,6 +229,12 @@ fn stats_entry(owner: u32) -> Option<&'static mut ThreadStats> {
     let init = unsafe { &mut *init };
     init.tgid = (pid_tgid >> 32) as u32;
     init.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    let k = kernel();
+    init.fsbase = if k.task_fsbase == 0 {
+        0
+    } else {
+        unsafe { read_u64(bpf_get_current_task() + k.task_fsbase as u64) }
+    };
     // NOEXIST: another program of this thread cannot race us, but keep existing data if so.
     let _ = STATS.insert(&key, &*init, BPF_NOEXIST as u64);
     match STATS.get_ptr_mut(&key) {
@@ -237,21 +253,37 @@ fn add(hist: &mut [u32; profiler_common::HIST_BUCKETS], ns: u64) {
     }
 }
 
+/// PF_EXITING and PF_KTHREAD in `task_struct.flags`.
+const PF_EXITING: u32 = 0x4;
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// Why the current thread takes the lock for write: the syscall it is in (x86_64
+/// `pt_regs.orig_ax`, see `cause::of_syscall`), a page fault, or its exit.
 #[inline(always)]
-fn side(stats: &mut ThreadStats, write: bool) -> &mut LockStats {
-    if write {
-        &mut stats.rw[WRITE]
-    } else {
-        &mut stats.rw[READ]
+fn write_cause() -> u32 {
+    let k = kernel();
+    let task = unsafe { bpf_get_current_task() };
+    let flags: u32 =
+        unsafe { bpf_probe_read_kernel((task + k.task_flags as u64) as *const u32) }.unwrap_or(0);
+    if flags & PF_EXITING != 0 {
+        return cause::EXIT;
     }
+    if flags & PF_KTHREAD != 0 || k.regs_orig_ax == 0 {
+        return cause::OTHER;
+    }
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+    if regs == 0 {
+        return cause::OTHER;
+    }
+    cause::of_syscall(unsafe { read_u64(regs + k.regs_orig_ax as u64) })
 }
 
 #[inline(always)]
-fn record(owner: u32, write: bool, wait: u64, hold: u64) {
-    let Some(stats) = stats_entry(owner) else {
+fn record(owner: u32, kind: u32, wait: u64, hold: u64) {
+    let Some(stats) = stats_entry(owner, kind) else {
         return;
     };
-    let s = side(stats, write);
+    let s = &mut stats.stats;
     s.count = s.count.wrapping_add(1);
     s.wait_sum = s.wait_sum.wrapping_add(wait);
     if wait > s.wait_max {
@@ -266,20 +298,41 @@ fn record(owner: u32, write: bool, wait: u64, hold: u64) {
 }
 
 #[inline(always)]
-fn record_failed(owner: u32, write: bool) {
-    if let Some(stats) = stats_entry(owner) {
-        let s = side(stats, write);
-        s.failed = s.failed.wrapping_add(1);
+fn record_failed(owner: u32, kind: u32) {
+    if let Some(stats) = stats_entry(owner, kind) {
+        stats.stats.failed = stats.stats.failed.wrapping_add(1);
     }
 }
 
+// The verifier needs constant context offsets, and rejects reads past a tracepoint's last
+// argument at attach time, so each tracepoint prototype gets its own programs and userspace
+// loads the ones the kernel's BTF describes.
+
+/// Linux 6.14+: `(mm, write)`.
 #[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
 pub fn mmap_lock_start_locking(ctx: RawTracePointContext) -> i32 {
+    start_locking::<1>(&ctx)
+}
+
+/// Linux 5.8 to 6.13: `(mm, memcg_path, write)`.
+#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
+pub fn mmap_lock_start_locking_memcg(ctx: RawTracePointContext) -> i32 {
+    start_locking::<2>(&ctx)
+}
+
+#[inline(always)]
+fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
     let Some(st) = thread_state(true) else {
         return 0;
     };
     if resolve(st, mm) {
+        // A write's cause is found now, before the lock is held, so it adds nothing to holds.
+        st.pending_cause = if (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0 {
+            write_cause()
+        } else {
+            cause::READ
+        };
         st.wait_start = unsafe { bpf_ktime_get_ns() };
     }
     0
@@ -291,9 +344,7 @@ pub fn mmap_lock_acquire_returned(ctx: RawTracePointContext) -> i32 {
     acquire_returned::<1>(&ctx)
 }
 
-/// Linux 5.8 to 6.13: `(mm, memcg_path, write, success)`. The verifier needs constant context
-/// offsets, and rejects reads past a tracepoint's last argument at attach time, so each
-/// prototype gets its own program and userspace loads the one the kernel's BTF describes.
+/// Linux 5.8 to 6.13: `(mm, memcg_path, write, success)`.
 #[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
 pub fn mmap_lock_acquire_returned_memcg(ctx: RawTracePointContext) -> i32 {
     acquire_returned::<2>(&ctx)
@@ -316,14 +367,27 @@ fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let started = st.wait_start;
     st.wait_start = 0;
     let owner = st.cached_owner;
+    let kind = if !write {
+        cause::READ
+    } else if started != 0 && st.pending_cause != cause::READ {
+        st.pending_cause
+    } else {
+        // A write trylock: no start_locking came first.
+        write_cause()
+    };
     if !success {
-        record_failed(owner, write);
+        record_failed(owner, kind);
         return 0;
     }
     if st.held != 0 {
-        if st.held == 1 + WRITE as u32 && !write && started == 0 && st.held_mm == mm {
+        if st.held != 1 + cause::READ && !write && started == 0 && st.held_mm == mm {
             // mmap_write_downgrade: the write hold ends here, a read hold begins.
-            record(st.held_owner, true, st.wait_ns, now.wrapping_sub(st.acq_ts));
+            record(
+                st.held_owner,
+                st.held - 1,
+                st.wait_ns,
+                now.wrapping_sub(st.acq_ts),
+            );
         } else {
             bump(counter::UNPAIRED);
         }
@@ -336,7 +400,7 @@ fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     st.acq_ts = now;
     st.held_mm = mm;
     st.held_owner = owner;
-    st.held = 1 + write as u32;
+    st.held = 1 + kind;
     0
 }
 
@@ -351,13 +415,8 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    let write = st.held == 1 + WRITE as u32;
+    let kind = st.held - 1;
     st.held = 0;
-    record(
-        st.held_owner,
-        write,
-        st.wait_ns,
-        now.wrapping_sub(st.acq_ts),
-    );
+    record(st.held_owner, kind, st.wait_ns, now.wrapping_sub(st.acq_ts));
     0
 }

@@ -1,14 +1,19 @@
-//! Turns the kernel's cumulative per-thread counters into per-interval deltas and merges them
-//! into per-process and per-thread windows (one per interval, one for the whole run).
+//! Turns the kernel's cumulative per-(process, thread, kind) counters into per-interval deltas,
+//! and keeps the run's totals.
+//!
+//! The totals of live threads mirror the kernel's entries exactly, so they double as "the
+//! previous reading" that each new reading is diffed against: no second copy of the kernel
+//! map is kept. Histograms are sparse (a thread typically fills a handful of its 40 log2
+//! buckets), which keeps memory small with tens of thousands of threads.
 //!
 //! The kernel keeps exact log2 bucket counts, sums and all-time maxima; percentiles are
 //! computed from the buckets through an hdrhistogram at report time (their resolution is the
 //! log2 bucket: each bucket is recorded at its midpoint, clamped to the observed maximum).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use profiler_common::{COMM_LEN, HIST_BUCKETS, LockStats, StatsKey, ThreadStats};
+use profiler_common::{COMM_LEN, HIST_BUCKETS, LockStats, StatsKey, ThreadStats, cause};
 
 /// Exclusive upper bound, in ns, of log2 bucket `i` (bucket 0 holds exactly 0 ns).
 pub fn bucket_upper_ns(i: usize) -> u64 {
@@ -20,80 +25,89 @@ pub fn bucket_lower_ns(i: usize) -> u64 {
     if i == 0 { 0 } else { 1u64 << (i - 1) }
 }
 
-/// A distribution of durations: exact sum, max and log2 bucket counts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A distribution of durations: exact sum and max, and the non-empty log2 buckets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurationHist {
     pub sum: u64,
     pub max: u64,
-    pub buckets: [u64; HIST_BUCKETS],
-}
-
-impl Default for DurationHist {
-    fn default() -> Self {
-        DurationHist {
-            sum: 0,
-            max: 0,
-            buckets: [0; HIST_BUCKETS],
-        }
-    }
+    /// `(bucket index, count)`, ascending by index, counts > 0.
+    buckets: Vec<(u8, u64)>,
 }
 
 impl DurationHist {
     #[cfg(test)]
     pub fn count(&self) -> u64 {
-        self.buckets.iter().sum()
+        self.buckets.iter().map(|b| b.1).sum()
+    }
+
+    /// Non-empty buckets as `(index, count)`, ascending.
+    pub fn buckets(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.buckets.iter().map(|&(i, n)| (i as usize, n))
+    }
+
+    /// Count of bucket `i`.
+    pub fn bucket(&self, i: usize) -> u64 {
+        self.buckets
+            .iter()
+            .find(|b| b.0 as usize == i)
+            .map_or(0, |b| b.1)
+    }
+
+    pub fn add(&mut self, i: usize, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.buckets.binary_search_by_key(&(i as u8), |b| b.0) {
+            Ok(pos) => self.buckets[pos].1 += n,
+            Err(pos) => self.buckets.insert(pos, (i as u8, n)),
+        }
     }
 
     pub fn merge(&mut self, other: &DurationHist) {
         self.sum = self.sum.wrapping_add(other.sum);
         self.max = self.max.max(other.max);
-        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
-            *a += b;
+        for &(i, n) in &other.buckets {
+            self.add(i as usize, n);
         }
     }
 
-    /// The change between two cumulative kernel readings. The kernel keeps an all-time
-    /// maximum: when it grew, the new value is this window's exact maximum; otherwise the
-    /// window's maximum is bounded by its highest non-empty bucket (and by the old maximum).
-    fn delta(
-        cur_sum: u64,
-        cur_max: u64,
-        cur: &[u32; HIST_BUCKETS],
-        prev_sum: u64,
-        prev_max: u64,
-        prev: &[u32; HIST_BUCKETS],
-    ) -> DurationHist {
-        let mut buckets = [0u64; HIST_BUCKETS];
-        for (i, b) in buckets.iter_mut().enumerate() {
-            *b = u64::from(cur[i].wrapping_sub(prev[i]));
+    /// The change from `prev` (this key's cumulative total so far) to a kernel reading. The
+    /// kernel's u32 buckets wrap; differences modulo 2^32 stay exact as long as a bucket gains
+    /// fewer than 2^32 between two readings. The kernel keeps an all-time maximum: when it
+    /// grew, it is this window's exact maximum; otherwise the window's maximum is bounded by
+    /// its highest non-empty bucket (and by the old maximum).
+    fn delta(cur_sum: u64, cur_max: u64, cur: &[u32; HIST_BUCKETS], prev: &DurationHist) -> Self {
+        let mut d = DurationHist {
+            sum: cur_sum.wrapping_sub(prev.sum),
+            max: 0,
+            buckets: Vec::new(),
+        };
+        for (i, &c) in cur.iter().enumerate() {
+            let n = c.wrapping_sub(prev.bucket(i) as u32);
+            if n > 0 {
+                d.buckets.push((i as u8, u64::from(n)));
+            }
         }
-        let max = if cur_max > prev_max {
+        d.max = if cur_max > prev.max {
             cur_max
         } else {
-            match buckets.iter().rposition(|&c| c > 0) {
-                Some(i) => (bucket_upper_ns(i) - 1).min(cur_max),
+            match d.buckets.last() {
+                Some(&(i, _)) => (bucket_upper_ns(i as usize) - 1).min(cur_max),
                 None => 0,
             }
         };
-        DurationHist {
-            sum: cur_sum.wrapping_sub(prev_sum),
-            max,
-            buckets,
-        }
+        d
     }
 
     /// Percentiles (0..=1 quantiles) through `hdr`, which is reset first.
     pub fn quantiles<const N: usize>(&self, hdr: &mut Histogram<u64>, qs: [f64; N]) -> [u64; N] {
         hdr.reset();
-        for (i, &n) in self.buckets.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
+        for (i, n) in self.buckets() {
             let (lo, hi) = (bucket_lower_ns(i), bucket_upper_ns(i));
             let mid = lo + (hi - lo) / 2;
             // Bucket 0 (zero-length waits) records 0, which hdrhistogram counts exactly.
             let v = mid.min(self.max).max(lo);
-            // Saturating: the histogram's range covers every bucket, so this cannot fail.
+            // The histogram's range covers every bucket, so this cannot fail.
             let _ = hdr.record_n(v, n);
         }
         let mut out = [0u64; N];
@@ -113,7 +127,7 @@ pub fn new_hdr() -> Histogram<u64> {
         .expect("static histogram bounds are valid")
 }
 
-/// One side (read or write) of the lock, over some window.
+/// Acquisitions of one kind (reads, or writes for one cause, or all writes), over a window.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SideStats {
     pub count: u64,
@@ -130,141 +144,200 @@ impl SideStats {
         self.hold.merge(&o.hold);
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.count == 0 && self.failed == 0
     }
 
-    fn delta(cur: &LockStats, prev: &LockStats) -> SideStats {
+    /// Has the kernel entry anything new since `self` (its cumulative total)?
+    fn unchanged(&self, cur: &LockStats) -> bool {
+        cur.count == self.count && cur.failed == self.failed
+    }
+
+    fn delta(cur: &LockStats, prev: &SideStats) -> SideStats {
         SideStats {
             count: cur.count.wrapping_sub(prev.count),
             failed: cur.failed.wrapping_sub(prev.failed),
-            wait: DurationHist::delta(
-                cur.wait_sum,
-                cur.wait_max,
-                &cur.wait_hist,
-                prev.wait_sum,
-                prev.wait_max,
-                &prev.wait_hist,
-            ),
-            hold: DurationHist::delta(
-                cur.hold_sum,
-                cur.hold_max,
-                &cur.hold_hist,
-                prev.hold_sum,
-                prev.hold_max,
-                &prev.hold_hist,
-            ),
+            wait: DurationHist::delta(cur.wait_sum, cur.wait_max, &cur.wait_hist, &prev.wait),
+            hold: DurationHist::delta(cur.hold_sum, cur.hold_max, &cur.hold_hist, &prev.hold),
         }
     }
 }
 
-/// `[read, write]`, indexed by `profiler_common::READ` / `WRITE`.
-pub type ReadWrite = [SideStats; 2];
-
-fn merge_rw(a: &mut ReadWrite, b: &ReadWrite) {
-    a[0].merge(&b[0]);
-    a[1].merge(&b[1]);
-}
-
-/// What one thread did to one owner's lock since the previous reading.
+/// What one thread did to one process's lock, for one kind, since the previous reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadDelta {
     pub key: StatsKey,
     /// Process of the acting thread.
     pub tgid: u32,
     pub comm: [u8; COMM_LEN],
-    pub rw: ReadWrite,
+    pub fsbase: u64,
+    pub stats: SideStats,
 }
 
-/// Remembers the previous cumulative reading of each kernel entry.
-#[derive(Default)]
-pub struct DeltaTracker {
-    prev: HashMap<StatsKey, ThreadStats>,
-}
-
-impl DeltaTracker {
-    /// Deltas of entries that changed since the last call.
-    pub fn update(&mut self, snapshot: &[(StatsKey, ThreadStats)]) -> Vec<ThreadDelta> {
-        let mut out = Vec::new();
-        for (key, cur) in snapshot {
-            let prev = self.prev.get(key).unwrap_or(&ThreadStats::ZERO);
-            if prev.rw == cur.rw {
-                continue;
-            }
-            out.push(ThreadDelta {
-                key: *key,
-                tgid: cur.tgid,
-                comm: cur.comm,
-                rw: [
-                    SideStats::delta(&cur.rw[0], &prev.rw[0]),
-                    SideStats::delta(&cur.rw[1], &prev.rw[1]),
-                ],
-            });
-            self.prev.insert(*key, *cur);
-        }
-        out
-    }
-
-    /// The kernel entry was deleted (its thread exited, after its last delta was taken).
-    pub fn forget(&mut self, key: &StatsKey) {
-        self.prev.remove(key);
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.prev.len()
-    }
-}
-
-/// One thread's activity on one process's lock in a window.
+/// One thread's activity on one process's lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadAgg {
     pub tgid: u32,
     pub comm: [u8; COMM_LEN],
-    pub rw: ReadWrite,
+    pub fsbase: u64,
+    pub read: SideStats,
+    /// Writes by cause (`profiler_common::cause`).
+    pub writes: BTreeMap<u32, SideStats>,
 }
 
-/// One process's lock in a window: totals and per-thread parts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProcessAgg {
-    pub rw: ReadWrite,
-    pub threads: BTreeMap<u32, ThreadAgg>,
+impl ThreadAgg {
+    fn new(tgid: u32, comm: [u8; COMM_LEN], fsbase: u64) -> Self {
+        ThreadAgg {
+            tgid,
+            comm,
+            fsbase,
+            read: SideStats::default(),
+            writes: BTreeMap::new(),
+        }
+    }
+
+    fn kind(&self, kind: u32) -> Option<&SideStats> {
+        if kind == cause::READ {
+            Some(&self.read)
+        } else {
+            self.writes.get(&kind)
+        }
+    }
+
+    fn kind_mut(&mut self, kind: u32) -> &mut SideStats {
+        if kind == cause::READ {
+            &mut self.read
+        } else {
+            self.writes.entry(kind).or_default()
+        }
+    }
+
+    /// All writes, whatever their cause.
+    pub fn write(&self) -> SideStats {
+        let mut w = SideStats::default();
+        for s in self.writes.values() {
+            w.merge(s);
+        }
+        w
+    }
+
+    pub fn merge(&mut self, o: &ThreadAgg) {
+        self.read.merge(&o.read);
+        for (k, s) in &o.writes {
+            self.writes.entry(*k).or_default().merge(s);
+        }
+    }
 }
 
-/// Everything seen in a window, per owner process.
+/// Activity per process (owner of the lock), then per thread.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Window {
-    pub processes: BTreeMap<u32, ProcessAgg>,
+    pub processes: BTreeMap<u32, BTreeMap<u32, ThreadAgg>>,
 }
 
 impl Window {
     pub fn add(&mut self, d: &ThreadDelta) {
-        let p = self.processes.entry(d.key.owner).or_default();
-        merge_rw(&mut p.rw, &d.rw);
-        let t = p.threads.entry(d.key.tid).or_insert_with(|| ThreadAgg {
-            tgid: d.tgid,
-            comm: d.comm,
-            rw: Default::default(),
-        });
-        merge_rw(&mut t.rw, &d.rw);
+        self.processes
+            .entry(d.key.owner)
+            .or_default()
+            .entry(d.key.tid)
+            .or_insert_with(|| ThreadAgg::new(d.tgid, d.comm, d.fsbase))
+            .kind_mut(d.key.kind)
+            .merge(&d.stats);
+    }
+
+    fn get(&self, key: &StatsKey) -> Option<&SideStats> {
+        self.processes
+            .get(&key.owner)?
+            .get(&key.tid)?
+            .kind(key.kind)
     }
 
     pub fn clear(&mut self) {
         self.processes.clear();
+    }
+
+    /// Adds a whole thread's activity.
+    pub fn add_thread(&mut self, owner: u32, tid: u32, t: &ThreadAgg) {
+        self.processes
+            .entry(owner)
+            .or_default()
+            .entry(tid)
+            .and_modify(|x| x.merge(t))
+            .or_insert_with(|| t.clone());
+    }
+}
+
+/// The run's totals: live threads (mirroring the kernel's entries) and exited ones.
+#[derive(Default)]
+pub struct Totals {
+    live: Window,
+    /// Threads whose kernel entries were deleted after they exited.
+    retired: Vec<(u32, u32, ThreadAgg)>,
+}
+
+impl Totals {
+    /// Folds a kernel reading into the totals; returns what changed since the previous one.
+    pub fn update(&mut self, snapshot: &[(StatsKey, ThreadStats)]) -> Vec<ThreadDelta> {
+        let zero = SideStats::default();
+        let mut out = Vec::new();
+        for (key, cur) in snapshot {
+            let prev = self.live.get(key).unwrap_or(&zero);
+            if prev.unchanged(&cur.stats) {
+                continue;
+            }
+            let d = ThreadDelta {
+                key: *key,
+                tgid: cur.tgid,
+                comm: cur.comm,
+                fsbase: cur.fsbase,
+                stats: SideStats::delta(&cur.stats, prev),
+            };
+            self.live.add(&d);
+            out.push(d);
+        }
+        out
+    }
+
+    /// Thread `tid` exited and its kernel entries (every kind) were deleted: keep its totals
+    /// apart, so that a new thread reusing the tid starts from zero.
+    pub fn retire(&mut self, owner: u32, tid: u32) {
+        if let Some(threads) = self.live.processes.get_mut(&owner)
+            && let Some(t) = threads.remove(&tid)
+        {
+            self.retired.push((owner, tid, t));
+        }
+    }
+
+    /// Live (owner, tid, tgid) triples, to check which threads still exist.
+    pub fn live_threads(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.live
+            .processes
+            .iter()
+            .flat_map(|(&o, ts)| ts.iter().map(move |(&tid, t)| (o, tid, t.tgid)))
+    }
+
+    /// Everything since the start.
+    pub fn window(&self) -> Window {
+        let mut w = self.live.clone();
+        for (owner, tid, t) in &self.retired {
+            w.add_thread(*owner, *tid, t);
+        }
+        w
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiler_common::{READ, WRITE, bucket_index};
+    use profiler_common::bucket_index;
 
-    fn stats_with(events: &[(usize, u64, u64)]) -> ThreadStats {
-        // (side, wait, hold) acquisitions, aggregated exactly as the eBPF side does.
+    /// A kernel entry after the given (wait, hold) acquisitions, aggregated exactly as the
+    /// eBPF side does.
+    fn kernel_entry(events: &[(u64, u64)]) -> ThreadStats {
         let mut t = ThreadStats::ZERO;
-        for &(side, wait, hold) in events {
-            let s = &mut t.rw[side];
+        let s = &mut t.stats;
+        for &(wait, hold) in events {
             s.count += 1;
             s.wait_sum += wait;
             s.wait_max = s.wait_max.max(wait);
@@ -276,7 +349,21 @@ mod tests {
         t
     }
 
-    const K: StatsKey = StatsKey { owner: 10, tid: 11 };
+    fn key(owner: u32, tid: u32, kind: u32) -> StatsKey {
+        StatsKey {
+            owner,
+            tid,
+            kind,
+            _pad: 0,
+        }
+    }
+
+    const W: StatsKey = StatsKey {
+        owner: 10,
+        tid: 11,
+        kind: cause::MPROTECT,
+        _pad: 0,
+    };
 
     #[test]
     fn bucket_bounds_cover_the_index_function() {
@@ -290,110 +377,146 @@ mod tests {
     }
 
     #[test]
+    fn sparse_buckets_stay_sorted_and_merge() {
+        let mut h = DurationHist::default();
+        h.add(7, 2);
+        h.add(3, 1);
+        h.add(7, 1);
+        h.add(5, 0);
+        assert_eq!(h.buckets().collect::<Vec<_>>(), vec![(3, 1), (7, 3)]);
+        let mut o = DurationHist::default();
+        o.add(5, 4);
+        o.max = 99;
+        h.merge(&o);
+        assert_eq!(
+            h.buckets().collect::<Vec<_>>(),
+            vec![(3, 1), (5, 4), (7, 3)]
+        );
+        assert_eq!((h.count(), h.max), (8, 99));
+    }
+
+    #[test]
     fn interval_deltas_subtract_previous_reading() {
-        let mut tr = DeltaTracker::default();
-        let first = stats_with(&[(WRITE, 100, 1000), (READ, 0, 50)]);
-        let d1 = tr.update(&[(K, first)]);
+        let mut tot = Totals::default();
+        let first = kernel_entry(&[(100, 1000)]);
+        let d1 = tot.update(&[(W, first)]);
         assert_eq!(d1.len(), 1);
-        assert_eq!(d1[0].rw[WRITE].count, 1);
-        assert_eq!(d1[0].rw[WRITE].wait.sum, 100);
-        assert_eq!(d1[0].rw[READ].count, 1);
+        assert_eq!((d1[0].stats.count, d1[0].stats.wait.sum), (1, 100));
 
         // Unchanged entry: no delta at all.
-        assert!(tr.update(&[(K, first)]).is_empty());
+        assert!(tot.update(&[(W, first)]).is_empty());
 
-        let second = stats_with(&[(WRITE, 100, 1000), (READ, 0, 50), (WRITE, 5000, 10)]);
-        let d2 = tr.update(&[(K, second)]);
-        assert_eq!(d2.len(), 1);
-        let w = &d2[0].rw[WRITE];
-        assert_eq!((w.count, w.wait.sum, w.hold.sum), (1, 5000, 10));
-        assert_eq!(w.wait.max, 5000, "a new all-time max is exact");
-        assert_eq!(w.wait.count(), 1);
-        assert_eq!(w.wait.buckets[bucket_index(5000)], 1);
-        assert!(d2[0].rw[READ].is_empty());
+        let second = kernel_entry(&[(100, 1000), (5000, 10)]);
+        let d2 = tot.update(&[(W, second)]);
+        let s = &d2[0].stats;
+        assert_eq!((s.count, s.wait.sum, s.hold.sum), (1, 5000, 10));
+        assert_eq!(s.wait.max, 5000, "a new all-time max is exact");
+        assert_eq!(s.wait.bucket(bucket_index(5000)), 1);
+        assert_eq!(s.wait.count(), 1);
         // The hold max did not grow (10 < 1000): bounded by the delta's highest bucket.
-        assert_eq!(w.hold.max, bucket_upper_ns(bucket_index(10)) - 1);
+        assert_eq!(s.hold.max, bucket_upper_ns(bucket_index(10)) - 1);
+        // Totals equal the kernel's cumulative values.
+        let w = tot.window();
+        let t = &w.processes[&10][&11];
+        assert_eq!(t.writes[&cause::MPROTECT].count, 2);
+        assert_eq!(t.writes[&cause::MPROTECT].wait.sum, 5100);
+        assert_eq!(t.write().wait.max, 5000);
     }
 
     #[test]
     fn deltas_survive_u32_bucket_wraparound() {
         let mut prev = ThreadStats::ZERO;
-        prev.rw[WRITE].wait_hist[3] = u32::MAX - 1;
-        prev.rw[WRITE].count = 10;
+        prev.stats.wait_hist[3] = u32::MAX - 1;
+        prev.stats.count = u64::from(u32::MAX - 1);
         let mut cur = prev;
-        cur.rw[WRITE].wait_hist[3] = 2; // wrapped: +4
-        cur.rw[WRITE].count = 14;
-        let mut tr = DeltaTracker::default();
-        tr.update(&[(K, prev)]);
-        let d = tr.update(&[(K, cur)]);
-        assert_eq!(d[0].rw[WRITE].wait.buckets[3], 4);
-        assert_eq!(d[0].rw[WRITE].count, 4);
+        cur.stats.wait_hist[3] = 2; // wrapped: +4
+        cur.stats.count += 4;
+        let mut tot = Totals::default();
+        tot.update(&[(W, prev)]);
+        let d = tot.update(&[(W, cur)]);
+        assert_eq!(d[0].stats.wait.bucket(3), 4);
+        assert_eq!(d[0].stats.count, 4);
+        // And the next reading is diffed against the wrapped value correctly.
+        cur.stats.wait_hist[3] = 3;
+        cur.stats.count += 1;
+        assert_eq!(tot.update(&[(W, cur)])[0].stats.wait.bucket(3), 1);
     }
 
     #[test]
-    fn forgotten_entries_start_from_zero_again() {
-        let mut tr = DeltaTracker::default();
-        let s = stats_with(&[(WRITE, 1, 1)]);
-        tr.update(&[(K, s)]);
-        tr.forget(&K);
-        assert_eq!(tr.len(), 0);
-        assert_eq!(tr.update(&[(K, s)])[0].rw[WRITE].count, 1);
+    fn a_retired_thread_is_kept_and_its_tid_starts_over() {
+        let mut tot = Totals::default();
+        let s = kernel_entry(&[(1, 1), (2, 2)]);
+        let r = key(10, 11, cause::READ);
+        tot.update(&[(W, s), (r, s)]);
+        tot.retire(10, 11);
+        assert_eq!(tot.live_threads().count(), 0);
+        // A new thread with the same tid: its kernel entry starts from zero.
+        let again = kernel_entry(&[(3, 3)]);
+        assert_eq!(tot.update(&[(W, again)])[0].stats.count, 1);
+        // The summary has both incarnations merged under the tid.
+        let w = tot.window();
+        let t = &w.processes[&10][&11];
+        assert_eq!(t.writes[&cause::MPROTECT].count, 3);
+        assert_eq!(t.read.count, 2);
     }
 
     #[test]
-    fn per_cpu_style_merge_adds_counts_and_keeps_max() {
-        let mut a = SideStats::default();
-        let mut b = SideStats::default();
-        a.count = 3;
+    fn merge_adds_counts_and_keeps_max() {
+        let mut a = SideStats {
+            count: 3,
+            ..Default::default()
+        };
         a.wait.sum = 30;
         a.wait.max = 20;
-        a.wait.buckets[5] = 3;
-        b.count = 2;
-        b.failed = 1;
+        a.wait.add(5, 3);
+        let mut b = SideStats {
+            count: 2,
+            failed: 1,
+            ..Default::default()
+        };
         b.wait.sum = 100;
         b.wait.max = 90;
-        b.wait.buckets[7] = 2;
+        b.wait.add(7, 2);
         a.merge(&b);
         assert_eq!((a.count, a.failed, a.wait.sum, a.wait.max), (5, 1, 130, 90));
-        assert_eq!(a.wait.buckets[5] + a.wait.buckets[7], 5);
+        assert_eq!(a.wait.bucket(5) + a.wait.bucket(7), 5);
     }
 
     #[test]
-    fn window_groups_by_owner_and_thread() {
+    fn window_groups_by_owner_thread_and_cause() {
         let mut w = Window::default();
-        let mk = |owner, tid, tgid, n| ThreadDelta {
-            key: StatsKey { owner, tid },
+        let mk = |owner, tid, tgid, kind, n| ThreadDelta {
+            key: key(owner, tid, kind),
             tgid,
             comm: [0; COMM_LEN],
-            rw: [
-                SideStats::default(),
-                SideStats {
-                    count: n,
-                    ..Default::default()
-                },
-            ],
+            fsbase: 0,
+            stats: SideStats {
+                count: n,
+                ..Default::default()
+            },
         };
-        w.add(&mk(1, 1, 1, 2));
-        w.add(&mk(1, 2, 1, 3));
-        w.add(&mk(1, 99, 99, 1)); // foreign thread on 1's lock
-        w.add(&mk(5, 5, 5, 7));
-        w.add(&mk(1, 2, 1, 1));
-        assert_eq!(w.processes[&1].rw[WRITE].count, 7);
-        assert_eq!(w.processes[&1].threads[&2].rw[WRITE].count, 4);
-        assert_eq!(w.processes[&1].threads[&99].tgid, 99);
-        assert_eq!(w.processes[&5].rw[WRITE].count, 7);
+        w.add(&mk(1, 1, 1, cause::MMAP, 2));
+        w.add(&mk(1, 2, 1, cause::MPROTECT, 3));
+        w.add(&mk(1, 2, 1, cause::MUNMAP, 1));
+        w.add(&mk(1, 2, 1, cause::READ, 9));
+        w.add(&mk(1, 99, 99, cause::OTHER, 1)); // foreign thread on 1's lock
+        w.add(&mk(5, 5, 5, cause::BRK, 7));
+        let t = &w.processes[&1][&2];
+        assert_eq!((t.write().count, t.read.count), (4, 9));
+        assert_eq!(t.writes[&cause::MPROTECT].count, 3);
+        assert_eq!(w.processes[&1][&99].tgid, 99);
+        assert_eq!(w.processes[&5][&5].write().count, 7);
     }
 
     #[test]
     fn percentiles_follow_the_buckets_and_never_exceed_max() {
         let mut hdr = new_hdr();
         // 90 fast acquisitions (~100 ns) and 10 slow ones (~1 ms).
-        let mut events = vec![(WRITE, 100, 0); 90];
-        events.extend(vec![(WRITE, 1_000_000, 0); 10]);
-        let t = stats_with(&events);
-        let mut tr = DeltaTracker::default();
-        let d = tr.update(&[(K, t)]);
-        let wait = &d[0].rw[WRITE].wait;
+        let mut events = vec![(100, 0); 90];
+        events.extend(vec![(1_000_000, 0); 10]);
+        let mut tot = Totals::default();
+        let d = tot.update(&[(W, kernel_entry(&events))]);
+        let wait = &d[0].stats.wait;
         let [p50, p90, p99, p100] = wait.quantiles(&mut hdr, [0.5, 0.9, 0.99, 1.0]);
         let b = |ns| {
             (
@@ -412,8 +535,8 @@ mod tests {
     fn zero_waits_give_zero_percentiles() {
         let mut hdr = new_hdr();
         let mut h = DurationHist::default();
-        h.buckets[0] = 90;
-        h.buckets[bucket_index(5000)] = 10;
+        h.add(0, 90);
+        h.add(bucket_index(5000), 10);
         h.max = 5000;
         let [p50, p99] = h.quantiles(&mut hdr, [0.5, 0.99]);
         assert_eq!(p50, 0);

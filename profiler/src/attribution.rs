@@ -11,6 +11,8 @@ use std::{collections::HashMap, fs};
 use profiler_common::COMM_LEN;
 use serde::Serialize;
 
+use crate::aggregation::ThreadAgg;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -71,6 +73,22 @@ fn role_from_name(comm: &str) -> Option<Role> {
         Some(Role::Inspector)
     } else {
         None
+    }
+}
+
+/// Thread roles, decided once per thread.
+#[derive(Default)]
+pub struct Roles {
+    known: HashMap<(u32, u32), Role>,
+}
+
+impl Roles {
+    /// Role of thread `tid` (described by `t`, named `comm`) on the lock of process `owner`.
+    pub fn role(&mut self, owner: u32, tid: u32, t: &ThreadAgg, comm: &str) -> Role {
+        *self
+            .known
+            .entry((owner, tid))
+            .or_insert_with(|| role(owner, tid, t.tgid, comm))
     }
 }
 

@@ -97,7 +97,7 @@ pub struct Collector {
 /// The program for each of [`TRACEPOINTS`] on this kernel.
 fn programs_for(kernel: &KernelInfo) -> [&'static str; 3] {
     [
-        "mmap_lock_start_locking",
+        kernel.tracepoints.start_program(),
         kernel.tracepoints.acquire_program(),
         "mmap_lock_released",
     ]

@@ -11,7 +11,6 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use profiler_common::WRITE;
 use serde::Serialize;
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
@@ -19,7 +18,7 @@ use tokio::{
 };
 
 use crate::{
-    aggregation::{DeltaTracker, SideStats, Window},
+    aggregation::{SideStats, Totals},
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError},
     report::{
@@ -186,15 +185,17 @@ async fn run_mode(
         }
     }
     // Every participant has exited, its exit_mmap included: the kernel maps are complete.
-    let mut window = Window::default();
-    let mut tracker = DeltaTracker::default();
-    for d in tracker.update(&collector.snapshot()?) {
-        window.add(&d);
-    }
+    let mut totals = Totals::default();
+    totals.update(&collector.snapshot()?);
+    let mut window = totals.window();
     window.processes.retain(|pid, _| pids.contains(pid));
     let mut write = SideStats::default();
-    for p in window.processes.values() {
-        write.merge(&p.rw[WRITE]);
+    for t in window
+        .processes
+        .values()
+        .flat_map(|threads| threads.values())
+    {
+        write.merge(&t.write());
     }
     let counters = collector.counters()?;
     let mut builder = ReportBuilder::default();

@@ -38,6 +38,14 @@ pub enum TracepointLayout {
 }
 
 impl TracepointLayout {
+    /// The eBPF program for `mmap_lock_start_locking` that reads this prototype.
+    pub fn start_program(self) -> &'static str {
+        match self {
+            TracepointLayout::Current => "mmap_lock_start_locking",
+            TracepointLayout::WithMemcgPath => "mmap_lock_start_locking_memcg",
+        }
+    }
+
     /// The eBPF program for `mmap_lock_acquire_returned` that reads this prototype.
     pub fn acquire_program(self) -> &'static str {
         match self {
@@ -100,6 +108,18 @@ impl KernelInfo {
             task_comm: off("task_struct", "comm")?,
             // Only with CONFIG_MEMCG; without it foreign takers are charged to owner 0.
             mm_owner: member_offset(btf, "mm_struct", "owner")?.unwrap_or(0),
+            task_flags: off("task_struct", "flags")?,
+            // x86_64 only; elsewhere 0, and thread roles fall back to names.
+            task_fsbase: match (
+                member_offset(btf, "task_struct", "thread")?,
+                member_offset(btf, "thread_struct", "fsbase")?,
+            ) {
+                (Some(t), Some(f)) => t + f,
+                _ => 0,
+            },
+            // x86_64 only; elsewhere 0, and write causes are `other`.
+            regs_orig_ax: member_offset(btf, "pt_regs", "orig_ax")?.unwrap_or(0),
+            _pad: 0,
         };
         Ok(KernelInfo {
             tracepoints,
@@ -196,8 +216,23 @@ mod tests {
         let info = KernelInfo::detect().expect("detect");
         let l = info.layout;
         // task_struct is several KiB; these members are all well inside it and distinct.
+        for off in [
+            l.task_mm,
+            l.task_tgid,
+            l.task_group_leader,
+            l.task_comm,
+            l.task_flags,
+            l.task_fsbase,
+        ] {
+            assert!(off < 16384, "{l:?}");
+        }
         for off in [l.task_mm, l.task_tgid, l.task_group_leader, l.task_comm] {
-            assert!(off > 0 && off < 16384, "{l:?}");
+            assert!(off > 0, "{l:?}");
+        }
+        if cfg!(target_arch = "x86_64") {
+            // pt_regs is fixed by the x86_64 ABI: orig_ax is its 16th u64.
+            assert_eq!(l.regs_orig_ax, 15 * 8);
+            assert!(l.task_fsbase > 0 && l.task_fsbase.is_multiple_of(8));
         }
         assert_eq!(l.task_mm % 8, 0);
         assert_eq!(l.task_group_leader % 8, 0);

@@ -2,17 +2,18 @@
 //! renderings: newline-delimited JSON for machines and tables with histograms for people.
 
 use std::{
+    collections::BTreeMap,
     fmt::Write as _,
     time::{Duration, SystemTime},
 };
 
 use hdrhistogram::Histogram;
-use profiler_common::{READ, WRITE};
+use profiler_common::cause;
 use serde::Serialize;
 
 use crate::{
     aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
-    attribution::{ProcessNames, Role, comm_str, role},
+    attribution::{ProcessNames, Role, Roles, comm_str},
     collector::ProgramStats,
 };
 
@@ -47,13 +48,7 @@ impl Dist {
             p90,
             p99,
             p999,
-            buckets: h
-                .buckets
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| **n > 0)
-                .map(|(i, n)| (bucket_upper_ns(i), *n))
-                .collect(),
+            buckets: h.buckets().map(|(i, n)| (bucket_upper_ns(i), n)).collect(),
         }
     }
 }
@@ -77,6 +72,29 @@ impl Stats {
     }
 }
 
+/// Write acquisitions for one cause.
+#[derive(Clone, Debug, Serialize)]
+pub struct CauseReport {
+    pub cause: &'static str,
+    pub write: Stats,
+}
+
+/// Causes ordered by total write wait, then count.
+fn cause_reports(causes: &BTreeMap<u32, SideStats>, hdr: &mut Histogram<u64>) -> Vec<CauseReport> {
+    let mut v: Vec<CauseReport> = causes
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(&c, s)| CauseReport {
+            cause: cause::name(c),
+            write: Stats::new(s, hdr),
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        (b.write.wait_ns.sum, b.write.count).cmp(&(a.write.wait_ns.sum, a.write.count))
+    });
+    v
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadReport {
     pub tid: u32,
@@ -87,6 +105,8 @@ pub struct ThreadReport {
     pub pid: Option<u32>,
     pub write: Stats,
     pub read: Stats,
+    /// This thread's writes by cause.
+    pub causes: Vec<CauseReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -95,6 +115,8 @@ pub struct ProcessReport {
     pub comm: String,
     pub write: Stats,
     pub read: Stats,
+    /// Writes by cause: the syscall or kernel path that took the lock for write.
+    pub causes: Vec<CauseReport>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
 }
@@ -206,6 +228,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 pub struct ReportBuilder {
     hdr: Histogram<u64>,
     pub names: ProcessNames,
+    pub roles: Roles,
 }
 
 impl Default for ReportBuilder {
@@ -213,6 +236,7 @@ impl Default for ReportBuilder {
         ReportBuilder {
             hdr: crate::aggregation::new_hdr(),
             names: ProcessNames::default(),
+            roles: Roles::default(),
         }
     }
 }
@@ -230,25 +254,32 @@ impl ReportBuilder {
         let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
         let secs = (secs * 1000.0).round() / 1000.0;
         let mut processes = Vec::new();
-        for (&pid, p) in &window.processes {
-            let main_comm = p.threads.get(&pid).map(|t| comm_str(&t.comm));
+        for (&pid, threads_agg) in &window.processes {
+            let main_comm = threads_agg.get(&pid).map(|t| comm_str(&t.comm));
             let comm = self.names.get(pid, main_comm.as_deref());
-            let mut threads: Vec<ThreadReport> = p
-                .threads
-                .iter()
-                .map(|(&tid, t)| {
-                    let tcomm = comm_str(&t.comm);
-                    let r = role(pid, tid, t.tgid, &tcomm);
-                    ThreadReport {
-                        tid,
-                        role: r,
-                        comm: tcomm,
-                        pid: (r == Role::Foreign).then_some(t.tgid),
-                        write: Stats::new(&t.rw[WRITE], &mut self.hdr),
-                        read: Stats::new(&t.rw[READ], &mut self.hdr),
-                    }
-                })
-                .collect();
+            let mut read = SideStats::default();
+            let mut write = SideStats::default();
+            let mut causes: BTreeMap<u32, SideStats> = BTreeMap::new();
+            let mut threads = Vec::new();
+            for (&tid, t) in threads_agg {
+                let tw = t.write();
+                read.merge(&t.read);
+                write.merge(&tw);
+                for (c, s) in &t.writes {
+                    causes.entry(*c).or_default().merge(s);
+                }
+                let tcomm = comm_str(&t.comm);
+                let r = self.roles.role(pid, tid, t, &tcomm);
+                threads.push(ThreadReport {
+                    tid,
+                    role: r,
+                    comm: tcomm,
+                    pid: (r == Role::Foreign).then_some(t.tgid),
+                    write: Stats::new(&tw, &mut self.hdr),
+                    read: Stats::new(&t.read, &mut self.hdr),
+                    causes: cause_reports(&t.writes, &mut self.hdr),
+                });
+            }
             threads.sort_by(|a, b| {
                 (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
                     a.write.wait_ns.sum,
@@ -259,8 +290,9 @@ impl ReportBuilder {
             processes.push(ProcessReport {
                 pid,
                 comm,
-                write: Stats::new(&p.rw[WRITE], &mut self.hdr),
-                read: Stats::new(&p.rw[READ], &mut self.hdr),
+                write: Stats::new(&write, &mut self.hdr),
+                read: Stats::new(&read, &mut self.hdr),
+                causes: cause_reports(&causes, &mut self.hdr),
                 threads,
             });
         }
@@ -368,7 +400,7 @@ pub fn side_by_side(cols: &[Vec<String>], width: usize) -> String {
 
 fn stats_row(label: &str, s: &Stats) -> String {
     format!(
-        "  {label:<6} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "  {label:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
         s.count,
         s.failed_trylocks,
         fmt_ns(s.wait_ns.sum),
@@ -450,7 +482,7 @@ fn process_text(p: &ProcessReport) -> String {
     let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
     let _ = writeln!(
         out,
-        "  {:<6} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "  {:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "lock",
         "acquired",
         "failed",
@@ -464,6 +496,12 @@ fn process_text(p: &ProcessReport) -> String {
     );
     out.push_str(&stats_row("write", &p.write));
     out.push_str(&stats_row("read", &p.read));
+    if !p.causes.is_empty() {
+        let _ = writeln!(out, "\n  writes by cause:");
+        for c in &p.causes {
+            out.push_str(&stats_row(c.cause, &c.write));
+        }
+    }
     let _ = writeln!(
         out,
         "\n  top threads by write wait:\n  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
@@ -536,16 +574,40 @@ mod tests {
             };
             s.wait.sum = wait * n;
             s.wait.max = wait;
-            s.wait.buckets[profiler_common::bucket_index(wait)] = n;
-            s.hold.buckets[1] = n;
+            s.wait.add(profiler_common::bucket_index(wait), n);
+            s.hold.add(1, n);
             s.hold.sum = n;
             s.hold.max = 1;
-            w.add(&ThreadDelta {
-                key: StatsKey { owner: 10, tid },
-                tgid,
-                comm,
-                rw: [SideStats::default(), s],
-            });
+            // Thread 11 splits its writes between two causes.
+            let kinds: &[(u32, u64)] = if tid == 11 {
+                &[(cause::MPROTECT, 3), (cause::MUNMAP, 2)]
+            } else {
+                &[(cause::MMAP, n)]
+            };
+            for &(kind, k) in kinds {
+                let mut part = s.clone();
+                part.count = k;
+                part.wait = Default::default();
+                part.wait.sum = wait * k;
+                part.wait.max = wait;
+                part.wait.add(profiler_common::bucket_index(wait), k);
+                part.hold = Default::default();
+                part.hold.add(1, k);
+                part.hold.sum = k;
+                part.hold.max = 1;
+                w.add(&ThreadDelta {
+                    key: StatsKey {
+                        owner: 10,
+                        tid,
+                        kind,
+                        _pad: 0,
+                    },
+                    tgid,
+                    comm,
+                    fsbase: 0,
+                    stats: part,
+                });
+            }
         }
         w
     }
@@ -577,6 +639,16 @@ mod tests {
         assert_eq!(foreign["role"], "foreign");
         assert_eq!(foreign["pid"], 77);
         assert_eq!(v["lost"]["events"], 0);
+        // Causes: per process, ordered by total wait, summing to the write count.
+        let causes = p["causes"].as_array().unwrap();
+        assert_eq!(causes[0]["cause"], "mprotect");
+        assert_eq!(causes[0]["write"]["count"], 3);
+        let total: u64 = causes
+            .iter()
+            .map(|c| c["write"]["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(total, 8);
+        assert_eq!(th[0]["causes"].as_array().unwrap().len(), 2);
         // Buckets: [upper bound, count], non-empty only.
         let buckets = p["write"]["wait_ns"]["buckets"].as_array().unwrap();
         assert_eq!(buckets.len(), 3);

@@ -5,6 +5,7 @@
 //! attribution and report (model) -> output (JSON lines or text).
 
 use std::{
+    collections::HashSet,
     fs::File,
     io::{self, BufWriter, Write},
     os::fd::{FromRawFd, OwnedFd},
@@ -18,7 +19,7 @@ use tokio::{
 };
 
 use crate::{
-    aggregation::{DeltaTracker, Window},
+    aggregation::{Totals, Window},
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
     report::{Kind, Lost, Overhead, Report, ReportBuilder, to_json_line, to_text},
@@ -153,9 +154,8 @@ impl Targets {
 /// Everything a run accumulates between two readings of the kernel maps.
 pub struct Profile {
     pub collector: Collector,
-    tracker: DeltaTracker,
+    totals: Totals,
     interval: Window,
-    total: Window,
     pub builder: ReportBuilder,
     start: SystemTime,
     interval_start: SystemTime,
@@ -181,9 +181,8 @@ impl Profile {
         let now = SystemTime::now();
         Profile {
             collector,
-            tracker: DeltaTracker::default(),
+            totals: Totals::default(),
             interval: Window::default(),
-            total: Window::default(),
             builder: ReportBuilder::default(),
             start: now,
             interval_start: now,
@@ -198,24 +197,35 @@ impl Profile {
     /// Reads the kernel maps and folds what changed into the interval and total windows.
     pub fn poll(&mut self) -> Result<(), SessionError> {
         let snapshot = self.collector.snapshot()?;
-        for d in self.tracker.update(&snapshot) {
+        for d in self.totals.update(&snapshot) {
             // Learn a process's name while it is alive.
             self.builder.names.prime(d.key.owner);
             self.interval.add(&d);
-            self.total.add(&d);
         }
         self.counters = self.collector.counters()?;
         self.programs = self
             .collector
             .bpf_stats_on()
             .then(|| self.collector.program_stats());
-        // Entries of exited threads: their final delta is taken above, free the slot.
+        // Entries of exited threads: their final delta is taken above, free their slots.
         if self.last_prune.elapsed() >= PRUNE_EVERY {
             self.last_prune = Instant::now();
-            for (key, v) in &snapshot {
-                if !std::path::Path::new(&format!("/proc/{}/task/{}", v.tgid, key.tid)).exists() {
-                    self.collector.remove(key);
-                    self.tracker.forget(key);
+            let dead: HashSet<(u32, u32)> = self
+                .totals
+                .live_threads()
+                .filter(|&(_, tid, tgid)| {
+                    !std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
+                })
+                .map(|(owner, tid, _)| (owner, tid))
+                .collect();
+            if !dead.is_empty() {
+                for (key, _) in &snapshot {
+                    if dead.contains(&(key.owner, key.tid)) {
+                        self.collector.remove(key);
+                    }
+                }
+                for (owner, tid) in dead {
+                    self.totals.retire(owner, tid);
                 }
             }
         }
@@ -262,9 +272,10 @@ impl Profile {
         let now = SystemTime::now();
         // Our programs were loaded at the start: their statistics count from zero.
         let overhead = self.overhead(None, self.start, now);
+        let total = self.totals.window();
         self.builder.build(
             Kind::Summary,
-            &self.total,
+            &total,
             self.start,
             now,
             lost(self.counters, Counters::default()),

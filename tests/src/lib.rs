@@ -43,6 +43,10 @@ pub fn churn_bin() -> PathBuf {
     built("mmap-churn")
 }
 
+pub fn lock_ops_bin() -> PathBuf {
+    built("lock-ops")
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")

@@ -411,3 +411,79 @@ fn without_privilege_exits_1_saying_what_to_do() {
     let _ = std::fs::remove_dir_all(&dir);
     one_line_error(&out, 1, "root");
 }
+
+/// Write acquisitions by cause of a process that does known numbers of each syscall.
+fn cause_counts(p: &Value) -> std::collections::HashMap<String, u64> {
+    p["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["cause"].as_str().unwrap().to_string(),
+                c["write"]["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn write_causes_match_the_syscalls_made() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let (mmaps, munmaps, mprotects, madvises, brks) = (300u64, 200u64, 400u64, 250u64, 100u64);
+    let mut cmd = Command::new(integration_tests::lock_ops_bin());
+    for n in [mmaps, munmaps, mprotects, madvises, brks] {
+        cmd.arg(n.to_string());
+    }
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(30));
+    let s = out.summary();
+    let p = process(s, w.pid).expect("target in summary");
+    let got = cause_counts(p);
+    eprintln!("causes: {got:?}");
+    // What the helper did, its startup having happened before we attached. The margin: the
+    // runtime may map or unmap a buffer of its own on the way out (measured here: one
+    // munmap, nothing else). Process exit adds one write to cause "exit" (exit_mmap).
+    const MARGIN: u64 = 2;
+    for (cause, n) in [
+        ("mmap", mmaps),
+        ("munmap", munmaps),
+        ("mprotect", mprotects),
+        ("madvise", madvises),
+        ("brk", brks),
+    ] {
+        let c = got.get(cause).copied().unwrap_or(0);
+        assert!(
+            (n..=n + MARGIN).contains(&c),
+            "{cause}: {c} not in {n}..={}: {got:?}",
+            n + MARGIN
+        );
+    }
+    let exit = got.get("exit").copied().unwrap_or(0);
+    assert!((1..=2).contains(&exit), "exit: {got:?}");
+    let other: u64 = got
+        .iter()
+        .filter(|(c, _)| {
+            !["mmap", "munmap", "mprotect", "madvise", "brk", "exit"].contains(&c.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(other, 0, "{got:?}");
+    // The per-thread causes of the main thread say the same.
+    let main = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == w.pid)
+        .unwrap();
+    assert_eq!(cause_counts(main)["mprotect"], mprotects);
+    // Causes partition the writes.
+    let total: u64 = got.values().sum();
+    assert_eq!(total, p["write"]["count"].as_u64().unwrap());
+}

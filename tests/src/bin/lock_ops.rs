@@ -1,0 +1,70 @@
+//! Ground truth for write causes: exactly the given numbers of mmap, munmap, mprotect,
+//! madvise and brk syscalls, from the main thread, after "ready" and a line on stdin.
+//! Each of these takes the process's mmap_lock for write once.
+//!
+//!   lock-ops MMAP MUNMAP MPROTECT MADVISE BRK      (MUNMAP <= MMAP, MMAP >= 1 if MPROTECT or MADVISE)
+
+use std::io::{BufRead, Write};
+
+fn main() {
+    let n: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("counts"))
+        .collect();
+    let [mmaps, munmaps, mprotects, madvises, brks] = n[..] else {
+        eprintln!("usage: lock-ops MMAP MUNMAP MPROTECT MADVISE BRK");
+        std::process::exit(2);
+    };
+    assert!(munmaps <= mmaps && (mmaps > 0 || mprotects + madvises == 0));
+    let mut maps = Vec::with_capacity(mmaps);
+    // The current break, found before the measured part (this is a brk call too).
+    // SAFETY: brk(0) only queries.
+    let base = unsafe { libc::syscall(libc::SYS_brk, 0) } as usize;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {}", std::process::id()).unwrap();
+    out.flush().unwrap();
+    drop(out);
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+
+    // SAFETY: raw syscalls on mappings this function creates and owns; nothing is dereferenced.
+    unsafe {
+        for _ in 0..mmaps {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                65536,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            maps.push(p);
+        }
+        for i in 0..mprotects {
+            let prot = if i % 2 == 0 {
+                libc::PROT_READ
+            } else {
+                libc::PROT_READ | libc::PROT_WRITE
+            };
+            assert_eq!(libc::mprotect(maps[0], 65536, prot), 0);
+        }
+        for i in 0..madvises {
+            // Changing the VMA's access hint edits its flags: a write acquisition.
+            let advice = if i % 2 == 0 {
+                libc::MADV_RANDOM
+            } else {
+                libc::MADV_NORMAL
+            };
+            assert_eq!(libc::madvise(maps[0], 65536, advice), 0);
+        }
+        // brk(2) directly (glibc's sbrk may add a call of its own to find the break).
+        for i in 0..brks {
+            let target = if i % 2 == 0 { base + 4096 } else { base };
+            libc::syscall(libc::SYS_brk, target);
+        }
+        for p in maps.iter().take(munmaps) {
+            assert_eq!(libc::munmap(*p, 65536), 0);
+        }
+    }
+}
