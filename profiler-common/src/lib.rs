@@ -178,6 +178,19 @@ impl ThreadStats {
     };
 }
 
+/// Sent on the `NEW_THREADS` ring buffer when a thread takes a profiled lock for the first
+/// time, so that userspace classifies it at once, while it (very likely) still runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewThread {
+    pub owner: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    pub _pad: u32,
+    pub fsbase: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and
 /// passed as the `KERNEL` global at load time (offsets in bytes; 0 = absent).
 #[repr(C)]
@@ -227,6 +240,7 @@ mod user {
     unsafe impl aya::Pod for LockStats {}
     unsafe impl aya::Pod for StatsKey {}
     unsafe impl aya::Pod for ThreadStats {}
+    unsafe impl aya::Pod for NewThread {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for Filter {}
 }
@@ -245,6 +259,7 @@ mod tests {
             16 + COMM_LEN + size_of::<LockStats>()
         );
         assert_eq!(size_of::<KernelLayout>(), 9 * 4);
+        assert_eq!(size_of::<NewThread>(), 16 + 8 + COMM_LEN);
         assert_eq!(
             size_of::<Filter>(),
             8 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS

@@ -9,12 +9,12 @@ use aya_ebpf::{
         generated::{bpf_task_pt_regs, bpf_task_storage_get},
     },
     macros::{map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
 };
 use profiler_common::{
-    COMM_LEN, Filter, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS, StatsKey, ThreadStats,
-    bucket_index, cause, counter,
+    COMM_LEN, Filter, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, StatsKey,
+    ThreadStats, bucket_index, cause, counter,
 };
 
 /// Set by userspace at load time from the running kernel's BTF.
@@ -43,6 +43,10 @@ static STATS: HashMap<StatsKey, ThreadStats> = HashMap::with_max_entries(16384, 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
+/// Threads seen for the first time (one event per thread), for userspace to classify.
+#[map]
+static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
 /// A zeroed `ThreadStats` to insert from: the value is larger than the 512-byte BPF stack.
 #[map]
 static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
@@ -66,7 +70,8 @@ struct ThreadState {
     held: u32,
     /// The write cause found at start_locking, for the pending acquisition.
     pending_cause: u32,
-    _pad: u32,
+    /// Whether this thread was announced on NEW_THREADS.
+    announced: u32,
 }
 
 /// A BTF-defined task local storage map: per-thread state that the kernel frees with the
@@ -237,6 +242,22 @@ fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
     };
     // NOEXIST: another program of this thread cannot race us, but keep existing data if so.
     let _ = STATS.insert(&key, &*init, BPF_NOEXIST as u64);
+    if let Some(st) = thread_state(false)
+        && st.announced == 0
+    {
+        st.announced = 1;
+        let _ = NEW_THREADS.output::<NewThread>(
+            &NewThread {
+                owner,
+                tid: key.tid,
+                tgid: init.tgid,
+                _pad: 0,
+                fsbase: init.fsbase,
+                comm: init.comm,
+            },
+            0,
+        );
+    }
     match STATS.get_ptr_mut(&key) {
         Some(p) => Some(unsafe { &mut *p }),
         None => {

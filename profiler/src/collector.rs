@@ -8,11 +8,11 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{ProgramError, RawTracePoint},
 };
 use profiler_common::{
-    COMM_LEN, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, StatsKey, ThreadStats, counter,
+    COMM_LEN, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, StatsKey, ThreadStats, counter,
 };
 
 use crate::kernel::{KernelError, KernelInfo};
@@ -248,6 +248,25 @@ impl Collector {
             }
         }
         Ok(out)
+    }
+
+    /// The ring buffer announcing threads seen for the first time; taken once.
+    pub fn take_new_threads(&mut self) -> Result<RingBuf<MapData>, CollectorError> {
+        let map = self
+            .ebpf
+            .take_map("NEW_THREADS")
+            .ok_or_else(|| CollectorError::Map("NEW_THREADS", "already taken".into()))?;
+        RingBuf::try_from(map).map_err(|e| CollectorError::Map("NEW_THREADS", error_chain(&e)))
+    }
+
+    /// Decodes one `NEW_THREADS` record.
+    pub fn parse_new_thread(bytes: &[u8]) -> Option<NewThread> {
+        if bytes.len() < std::mem::size_of::<NewThread>() {
+            return None;
+        }
+        // SAFETY: NewThread is plain old data and the record is at least that long; the ring
+        // buffer gives no alignment guarantee beyond 8, so read unaligned.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<NewThread>()) })
     }
 
     /// Deletes an entry whose thread has exited, after its final reading was taken.

@@ -7,6 +7,7 @@ mod cli;
 mod collector;
 mod demo;
 mod kernel;
+mod procmaps;
 mod report;
 mod session;
 

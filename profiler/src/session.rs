@@ -18,8 +18,11 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
+use aya::maps::{MapData, RingBuf};
+
 use crate::{
     aggregation::{Totals, Window},
+    attribution::comm_str,
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
     report::{Kind, Lost, Overhead, Report, ReportBuilder, to_json_line, to_text},
@@ -35,6 +38,8 @@ pub enum SessionError {
     OpenOutput(PathBuf, io::Error),
     #[error("cannot write the report: {0}")]
     Write(io::Error),
+    #[error("cannot read events from the kernel: {0}")]
+    Events(io::Error),
     #[error("cannot install signal handlers: {0}")]
     Signals(io::Error),
     #[error(transparent)]
@@ -198,8 +203,12 @@ impl Profile {
     pub fn poll(&mut self) -> Result<(), SessionError> {
         let snapshot = self.collector.snapshot()?;
         for d in self.totals.update(&snapshot) {
-            // Learn a process's name while it is alive.
+            // Learn a process's name and a thread's role while they are alive.
             self.builder.names.prime(d.key.owner);
+            let comm = comm_str(&d.comm);
+            self.builder
+                .roles
+                .observe(d.key.owner, d.key.tid, d.tgid, &comm, d.fsbase);
             self.interval.add(&d);
         }
         self.counters = self.collector.counters()?;
@@ -243,6 +252,19 @@ impl Profile {
         let cur = self.programs.as_deref()?;
         let wall = end.duration_since(start).unwrap_or_default();
         Some(Overhead::between(cur, since.unwrap_or(&[]), wall))
+    }
+
+    /// Classifies the threads announced on the ring buffer, while they run.
+    pub fn classify_new_threads(&mut self, ring: &mut RingBuf<MapData>) {
+        while let Some(item) = ring.next() {
+            if let Some(t) = Collector::parse_new_thread(&item) {
+                self.builder.names.prime(t.owner);
+                let comm = comm_str(&t.comm);
+                self.builder
+                    .roles
+                    .observe(t.owner, t.tid, t.tgid, &comm, t.fsbase);
+            }
+        }
     }
 
     /// The report for the interval since the previous one, which it then starts anew.
@@ -344,6 +366,11 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             describe_targets(&cfg.collector)
         );
     }
+    let mut collector = collector;
+    let ring = collector.take_new_threads()?;
+    // SAFETY: the ring buffer owns its fd, open and unchanged for the AsyncFd's lifetime.
+    let mut new_threads = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))?;
     let mut profile = Profile::new(collector);
     for &pid in &cfg.collector.pids {
         profile.builder.names.prime(pid);
@@ -373,6 +400,11 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
                     sink.write_report(&r)?;
                 }
             }
+            ready = new_threads.readable_mut() => {
+                let mut guard = ready.map_err(SessionError::Events)?;
+                profile.classify_new_threads(guard.get_inner_mut());
+                guard.clear_ready();
+            }
             _ = &mut deadline => break,
             _ = &mut exited => break,
             _ = sigint.recv() => break,
@@ -383,6 +415,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
 
     // The last (partial) interval and the summary; the signal handlers stay installed, so a
     // second Ctrl-C cannot cut the summary short.
+    profile.classify_new_threads(new_threads.get_mut());
     profile.poll()?;
     if cfg.interval.is_some() {
         let r = profile.interval_report();

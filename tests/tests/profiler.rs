@@ -158,8 +158,16 @@ fn comm_filter_selects_processes_by_name() {
     }
 }
 
+/// Thread ids of a live process.
+fn task_ids(pid: u32) -> Vec<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 #[test]
-fn node_worker_threads_take_the_lock_and_main_is_main() {
+fn node_thread_roles_are_recognised_on_a_running_process() {
     if !require_root_and_tracepoints() {
         return;
     }
@@ -167,9 +175,25 @@ fn node_worker_threads_take_the_lock_and_main_is_main() {
     let file = dir.join("data.bin");
     std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
     let mut cmd = Command::new("node");
-    cmd.arg(fixture("workers.js")).args(["3", "300"]).arg(&file);
+    cmd.env("UV_THREADPOOL_SIZE", "2")
+        .arg("--v8-pool-size=2")
+        .arg(fixture("roles.js"))
+        .args(["3", "300"])
+        .arg(&file);
     let mut w = Workload::spawn(cmd);
-    let roles: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let workers: Vec<u64> = ids["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert_eq!(workers.len(), 3);
+    // Threads that exist before the work starts: main, V8's platform threads, the Workers.
+    // libuv starts its threadpool lazily, on the first deflate: every thread that appears
+    // after "go" is a libuv threadpool thread.
+    let before = task_ids(w.pid);
+    // Attach to the running process.
     let pid = w.pid.to_string();
     let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
     w.go();
@@ -178,36 +202,57 @@ fn node_worker_threads_take_the_lock_and_main_is_main() {
     let s = out.summary();
     let p = process(s, w.pid).expect("node is in the summary");
     let threads = p["threads"].as_array().unwrap();
-    let main = threads
-        .iter()
-        .find(|t| t["tid"] == w.pid)
-        .expect("main thread");
-    assert_eq!(main["role"], "main");
-    let worker_tids: Vec<u64> = roles["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
-    assert_eq!(worker_tids.len(), 3);
-    let mut writing_workers = 0;
-    for tid in &worker_tids {
-        let t = threads
+    let role_of = |tid: u64| {
+        threads
             .iter()
-            .find(|t| t["tid"] == *tid)
-            .unwrap_or_else(|| panic!("worker {tid} not in {threads:?}"));
-        assert_ne!(t["role"], "main");
-        assert_ne!(t["role"], "foreign");
-        // Every worker read its file 300 times: read acquisitions (page faults in copies).
-        assert!(t["read"]["count"].as_u64().unwrap() > 0, "{t}");
-        if t["write"]["count"].as_u64().unwrap() > 0 {
-            writing_workers += 1;
+            .find(|t| t["tid"] == tid)
+            .map(|t| t["role"].as_str().unwrap().to_string())
+    };
+    assert_eq!(role_of(w.pid as u64).as_deref(), Some("main"));
+    for tid in &workers {
+        assert_eq!(
+            role_of(*tid).as_deref(),
+            Some("worker"),
+            "worker {tid}: {threads:?}"
+        );
+        let t = threads.iter().find(|t| t["tid"] == *tid).unwrap();
+        assert!(t["write"]["count"].as_u64().unwrap() > 0, "{t}");
+    }
+    let libuv: Vec<u64> = threads
+        .iter()
+        .filter(|t| t["role"] == "libuv")
+        .map(|t| t["tid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(libuv.len(), 2, "UV_THREADPOOL_SIZE=2: {threads:?}");
+    for tid in &libuv {
+        assert!(!before.contains(tid), "libuv threads start after go: {tid}");
+    }
+    for t in threads {
+        let tid = t["tid"].as_u64().unwrap();
+        let role = t["role"].as_str().unwrap();
+        match role {
+            "main" => assert_eq!(tid, w.pid as u64),
+            "worker" => assert!(workers.contains(&tid)),
+            "libuv" => assert!(libuv.contains(&tid)),
+            // --v8-pool-size=2 platform workers and the delayed-task scheduler.
+            "v8" => assert!(before.contains(&tid) && !workers.contains(&tid)),
+            "foreign" => assert_ne!(t["pid"], w.pid),
+            // The thread that happens to run the process's exit (exit_mmap) after the others
+            // are gone can no longer be read; nothing else is unclassified.
+            "other" => {
+                let causes: Vec<&str> = t["causes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["cause"].as_str().unwrap())
+                    .collect();
+                assert!(causes.iter().all(|c| *c == "exit"), "unclassified {t}");
+            }
+            r => panic!("unexpected role {r} for {t}"),
         }
     }
-    assert!(
-        writing_workers >= 2,
-        "several Worker threads take the lock for write: {threads:?}"
-    );
+    let v8 = threads.iter().filter(|t| t["role"] == "v8").count();
+    assert!((1..=3).contains(&v8), "{threads:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

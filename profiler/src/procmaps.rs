@@ -1,0 +1,123 @@
+//! A process's memory map (`/proc/PID/maps`): which file, if any, backs an address, and at
+//! which file offset. Thread roles and stack attribution both need it.
+
+use std::path::PathBuf;
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub exec: bool,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub dev: String,
+    pub inode: u64,
+    /// File-backed mappings only (a " (deleted)" suffix is stripped).
+    pub path: Option<PathBuf>,
+    /// The name of a special mapping (`[stack]`, `[vdso]`, `[heap]`), or empty.
+    pub label: String,
+}
+
+impl Mapping {
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut it = line.splitn(6, ' ');
+        let (range, perms, offset, dev, inode) =
+            (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+        let name = it.next().unwrap_or("").trim_start();
+        let (start, end) = range.split_once('-')?;
+        let inode: u64 = inode.parse().ok()?;
+        let path = (inode != 0 && name.starts_with('/'))
+            .then(|| PathBuf::from(name.strip_suffix(" (deleted)").unwrap_or(name)));
+        Some(Mapping {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            exec: perms.as_bytes().get(2) == Some(&b'x'),
+            offset: u64::from_str_radix(offset, 16).ok()?,
+            dev: dev.to_owned(),
+            inode,
+            label: if path.is_none() {
+                name.to_owned()
+            } else {
+                String::new()
+            },
+            path,
+        })
+    }
+
+    /// File offset of `addr` (inside this mapping).
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.offset
+    }
+}
+
+/// A snapshot of a process's mappings, sorted by address.
+#[derive(Clone, Debug, Default)]
+pub struct Maps(Vec<Mapping>);
+
+impl Maps {
+    pub fn read(pid: u32) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(Self::parse(&text))
+    }
+
+    pub fn parse(text: &str) -> Self {
+        let mut v: Vec<Mapping> = text.lines().filter_map(Mapping::parse).collect();
+        v.sort_by_key(|m| m.start);
+        Maps(v)
+    }
+
+    /// The mapping containing `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.0.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        Some(&self.0[i]).filter(|m| addr < m.end)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.0.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+00400000-00401000 r--p 00000000 fe:01 1234                               /usr/bin/node
+00401000-02a00000 r-xp 00001000 fe:01 1234                               /usr/bin/node
+7f0000000000-7f0000021000 rw-p 00000000 00:00 0 
+7f1000000000-7f1000010000 r-xp 00002000 fe:01 99                         /tmp/addon/build/churn.node (deleted)
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    #[test]
+    fn parses_and_finds_mappings() {
+        let maps = Maps::parse(SAMPLE);
+        let m = maps.find(0x0040_2000).unwrap();
+        assert!(m.exec);
+        assert_eq!(
+            m.path.as_deref(),
+            Some(std::path::Path::new("/usr/bin/node"))
+        );
+        assert_eq!(m.file_offset(0x0040_2000), 0x2000);
+        let addon = maps.find(0x7f10_0000_0010).unwrap();
+        assert_eq!(
+            addon.path.as_deref(),
+            Some(std::path::Path::new("/tmp/addon/build/churn.node"))
+        );
+        let anon = maps.find(0x7f00_0000_0000).unwrap();
+        assert!(anon.path.is_none() && !anon.exec);
+        assert_eq!(maps.find(0x7ffd_0000_0000).unwrap().label, "[stack]");
+        assert!(maps.find(0x10).is_none());
+        assert!(maps.find(0x7f00_0002_1000).is_none());
+    }
+
+    #[test]
+    fn reads_our_own_maps() {
+        let maps = Maps::read(std::process::id()).unwrap();
+        let here = reads_our_own_maps as *const () as u64;
+        let m = maps.find(here).expect("our code is mapped");
+        assert!(m.exec);
+        assert_eq!(m.path.as_deref(), std::env::current_exe().ok().as_deref());
+    }
+}
