@@ -89,8 +89,10 @@ pub mod counter {
     pub const UNPAIRED: u32 = 1;
     /// Per-thread state could not be allocated (task storage full or out of memory).
     pub const NO_STATE: u32 = 2;
+    /// A sampled stack did not fit in the STACKS ring buffer (userspace fell behind).
+    pub const STACKS_LOST: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].
@@ -191,6 +193,62 @@ pub struct NewThread {
     pub comm: [u8; COMM_LEN],
 }
 
+/// Bytes of user stack copied per sampled write (from the stack pointer up).
+pub const STACK_BYTES: usize = 16384;
+/// The stack is read in chunks, so that a stack shallower than `STACK_BYTES` (the top of the
+/// mapping is near) still yields what is there.
+pub const STACK_CHUNK: usize = 2048;
+
+/// Records on the `STACKS` ring buffer start with one of these tags.
+pub mod stack_record {
+    /// A [`super::StackSample`], sent at `start_locking` (before the lock is held).
+    pub const SAMPLE: u32 = 1;
+    /// A [`super::SampleDone`], sent when that acquisition is released.
+    pub const DONE: u32 = 2;
+}
+
+/// The user stack of a sampled write acquisition.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StackSample {
+    pub tag: u32,
+    pub owner: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    /// The write cause.
+    pub kind: u32,
+    /// Per-thread sequence number, matched by the [`SampleDone`] of the same acquisition.
+    pub seq: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Valid bytes of `stack` (from `sp` up).
+    pub stack_len: u32,
+    pub _pad: u32,
+    pub stack: [u8; STACK_BYTES],
+}
+
+/// The outcome of a sampled acquisition: its wait and hold.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleDone {
+    pub tag: u32,
+    pub tid: u32,
+    pub seq: u32,
+    pub _pad: u32,
+    pub wait_ns: u64,
+    pub hold_ns: u64,
+}
+
+/// Run-time settings, passed as the `SETTINGS` global at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Capture the user stack of one in this many write acquisitions per thread (0: never).
+    pub stack_sample: u32,
+    pub _pad: u32,
+}
+
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and
 /// passed as the `KERNEL` global at load time (offsets in bytes; 0 = absent).
 #[repr(C)]
@@ -209,7 +267,10 @@ pub struct KernelLayout {
     pub task_fsbase: u32,
     /// `pt_regs.orig_ax` (x86_64: the syscall number at kernel entry).
     pub regs_orig_ax: u32,
-    pub _pad: u32,
+    /// `pt_regs.ip`, `pt_regs.sp`, `pt_regs.bp` (x86_64: the user registers at kernel entry).
+    pub regs_ip: u32,
+    pub regs_sp: u32,
+    pub regs_bp: u32,
 }
 
 /// Which processes to profile, decided in the kernel; passed as the `FILTER` global.
@@ -241,6 +302,7 @@ mod user {
     unsafe impl aya::Pod for StatsKey {}
     unsafe impl aya::Pod for ThreadStats {}
     unsafe impl aya::Pod for NewThread {}
+    unsafe impl aya::Pod for Settings {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for Filter {}
 }
@@ -258,7 +320,10 @@ mod tests {
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 9 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 11 * 4);
+        assert_eq!(size_of::<StackSample>(), 56 + STACK_BYTES);
+        assert_eq!(size_of::<SampleDone>(), 32);
+        assert_eq!(STACK_BYTES % STACK_CHUNK, 0);
         assert_eq!(size_of::<NewThread>(), 16 + 8 + COMM_LEN);
         assert_eq!(
             size_of::<Filter>(),

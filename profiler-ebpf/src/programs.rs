@@ -5,7 +5,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_buf,
+        bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
         generated::{bpf_task_pt_regs, bpf_task_storage_get},
     },
     macros::{map, raw_tracepoint},
@@ -13,8 +13,9 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use profiler_common::{
-    COMM_LEN, Filter, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, StatsKey,
-    ThreadStats, bucket_index, cause, counter,
+    COMM_LEN, Filter, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, STACK_BYTES,
+    STACK_CHUNK, SampleDone, Settings, StackSample, StatsKey, ThreadStats, bucket_index, cause,
+    counter, stack_record,
 };
 
 /// Set by userspace at load time from the running kernel's BTF.
@@ -28,6 +29,15 @@ static KERNEL: KernelLayout = KernelLayout {
     task_flags: 0,
     task_fsbase: 0,
     regs_orig_ax: 0,
+    regs_ip: 0,
+    regs_sp: 0,
+    regs_bp: 0,
+};
+
+/// Run-time settings (`--stack-sample`), set by userspace at load time.
+#[unsafe(no_mangle)]
+static SETTINGS: Settings = Settings {
+    stack_sample: 0,
     _pad: 0,
 };
 
@@ -46,6 +56,10 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT
 /// Threads seen for the first time (one event per thread), for userspace to classify.
 #[map]
 static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Sampled write stacks and their outcomes (only with `--stack-sample`).
+#[map]
+static STACKS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 
 /// A zeroed `ThreadStats` to insert from: the value is larger than the 512-byte BPF stack.
 #[map]
@@ -72,6 +86,10 @@ struct ThreadState {
     pending_cause: u32,
     /// Whether this thread was announced on NEW_THREADS.
     announced: u32,
+    /// Writes started by this thread, for sampling one in `stack_sample`.
+    writes: u32,
+    /// Sequence number of the sampled acquisition pending or held (0: none).
+    sample_seq: u32,
 }
 
 /// A BTF-defined task local storage map: per-thread state that the kernel frees with the
@@ -299,6 +317,69 @@ fn write_cause() -> u32 {
     cause::of_syscall(unsafe { read_u64(regs + k.regs_orig_ax as u64) })
 }
 
+/// Copies the current thread's user registers and the top of its user stack to STACKS.
+/// Runs at start_locking, before the lock is held.
+#[inline(always)]
+fn sample_stack(owner: u32, kind: u32, seq: u32) -> bool {
+    let k = kernel();
+    if k.regs_sp == 0 {
+        return false;
+    }
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+    if regs == 0 {
+        return false;
+    }
+    let Some(mut entry) = STACKS.reserve::<StackSample>(0) else {
+        bump(counter::STACKS_LOST);
+        return false;
+    };
+    let e = entry.as_mut_ptr();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let sp = unsafe { read_u64(regs + k.regs_sp as u64) };
+    unsafe {
+        (*e).tag = stack_record::SAMPLE;
+        (*e).owner = owner;
+        (*e).tid = pid_tgid as u32;
+        (*e).tgid = (pid_tgid >> 32) as u32;
+        (*e).kind = kind;
+        (*e).seq = seq;
+        (*e).ip = read_u64(regs + k.regs_ip as u64);
+        (*e).sp = sp;
+        (*e).bp = read_u64(regs + k.regs_bp as u64);
+        (*e)._pad = 0;
+    }
+    // Chunk by chunk, so that a stack whose mapping ends within STACK_BYTES still yields the
+    // part that exists.
+    let mut len = 0u32;
+    for i in 0..STACK_BYTES / STACK_CHUNK {
+        let off = i * STACK_CHUNK;
+        let dst = unsafe { &mut (&mut (*e).stack)[off..off + STACK_CHUNK] };
+        if unsafe { bpf_probe_read_user_buf((sp + off as u64) as *const u8, dst) }.is_err() {
+            break;
+        }
+        len += STACK_CHUNK as u32;
+    }
+    unsafe { (*e).stack_len = len };
+    entry.submit(0);
+    true
+}
+
+/// The outcome of a sampled acquisition, matched with its stack by (tid, seq).
+#[inline(always)]
+fn sample_done(seq: u32, wait: u64, hold: u64) {
+    let _ = STACKS.output::<SampleDone>(
+        &SampleDone {
+            tag: stack_record::DONE,
+            tid: bpf_get_current_pid_tgid() as u32,
+            seq,
+            _pad: 0,
+            wait_ns: wait,
+            hold_ns: hold,
+        },
+        0,
+    );
+}
+
 #[inline(always)]
 fn record(owner: u32, kind: u32, wait: u64, hold: u64) {
     let Some(stats) = stats_entry(owner, kind) else {
@@ -348,9 +429,24 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
         return 0;
     };
     if resolve(st, mm) {
-        // A write's cause is found now, before the lock is held, so it adds nothing to holds.
+        // A write's cause (and sampled stack) is found now, before the lock is held, so it
+        // adds nothing to holds.
+        st.sample_seq = 0;
         st.pending_cause = if (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0 {
-            write_cause()
+            let c = write_cause();
+            let every = unsafe { ptr::read_volatile(&SETTINGS.stack_sample) };
+            if every != 0 {
+                st.writes = st.writes.wrapping_add(1);
+                if st.writes % every == 0 {
+                    // Never 0, which means "not sampled".
+                    let seq = st.writes / every;
+                    let seq = if seq == 0 { 1 } else { seq };
+                    if sample_stack(st.cached_owner, c, seq) {
+                        st.sample_seq = seq;
+                    }
+                }
+            }
+            c
         } else {
             cause::READ
         };
@@ -397,18 +493,22 @@ fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
         write_cause()
     };
     if !success {
+        if st.sample_seq != 0 {
+            sample_done(st.sample_seq, now.wrapping_sub(started), 0);
+            st.sample_seq = 0;
+        }
         record_failed(owner, kind);
         return 0;
     }
     if st.held != 0 {
         if st.held != 1 + cause::READ && !write && started == 0 && st.held_mm == mm {
             // mmap_write_downgrade: the write hold ends here, a read hold begins.
-            record(
-                st.held_owner,
-                st.held - 1,
-                st.wait_ns,
-                now.wrapping_sub(st.acq_ts),
-            );
+            let hold = now.wrapping_sub(st.acq_ts);
+            record(st.held_owner, st.held - 1, st.wait_ns, hold);
+            if st.sample_seq != 0 {
+                sample_done(st.sample_seq, st.wait_ns, hold);
+                st.sample_seq = 0;
+            }
         } else {
             bump(counter::UNPAIRED);
         }
@@ -438,6 +538,11 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
     let now = unsafe { bpf_ktime_get_ns() };
     let kind = st.held - 1;
     st.held = 0;
-    record(st.held_owner, kind, st.wait_ns, now.wrapping_sub(st.acq_ts));
+    let hold = now.wrapping_sub(st.acq_ts);
+    record(st.held_owner, kind, st.wait_ns, hold);
+    if st.sample_seq != 0 && kind != cause::READ {
+        sample_done(st.sample_seq, st.wait_ns, hold);
+        st.sample_seq = 0;
+    }
     0
 }

@@ -338,6 +338,11 @@ impl ProcessNames {
         name
     }
 
+    /// The name, if already known.
+    pub fn cached(&self, pid: u32) -> Option<&str> {
+        self.names.get(&pid).map(String::as_str)
+    }
+
     /// Remember a live process's name now (before it can exit).
     pub fn prime(&mut self, pid: u32) {
         let _ = self.get(pid, None);

@@ -12,6 +12,8 @@ impl Config {
     pub const INTERVAL_S: f64 = 1.0;
     /// Capacity of the kernel's per-(process, thread) stats map.
     pub const MAX_THREADS: u32 = 16_384;
+    /// `--stacks FILE` without `--stack-sample`: every write's stack.
+    pub const STACK_SAMPLE_WITH_STACKS_FILE: u32 = 1;
     pub const DEMO_WORKERS: u32 = 4;
     pub const DEMO_FILE_KIB: u32 = 64;
     pub const DEMO_ITERATIONS: u32 = 2_000;
@@ -91,6 +93,15 @@ pub struct ProfileArgs {
     /// `lost.map_full`.
     #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_threads: u32,
+    /// Capture the user stack of one in N write acquisitions (per thread), to charge writes
+    /// to code (`dsos`, `stacks` in the summary). Off by default: it costs a 16 KiB stack copy
+    /// per sampled write. Reads are never stack-walked.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub stack_sample: Option<u32>,
+    /// Write folded stacks of sampled writes to FILE at the end (for flame graph tools);
+    /// samples every write unless --stack-sample says otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub stacks: Option<PathBuf>,
     /// Turn on the kernel's BPF run-time statistics while profiling, to report the profiler's
     /// own cost (`overhead` in each report). They cost two clock reads per tracepoint hit and
     /// go back off when the run ends.

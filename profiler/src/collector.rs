@@ -12,7 +12,8 @@ use aya::{
     programs::{ProgramError, RawTracePoint},
 };
 use profiler_common::{
-    COMM_LEN, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, StatsKey, ThreadStats, counter,
+    COMM_LEN, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, Settings, StatsKey,
+    ThreadStats, counter,
 };
 
 use crate::kernel::{KernelError, KernelInfo};
@@ -59,6 +60,8 @@ pub struct CollectorConfig {
     /// Turn on the kernel's BPF run-time statistics for the run (costs two clock reads per
     /// program run), to report our own overhead.
     pub bpf_stats: bool,
+    /// Capture the user stack of one in this many writes per thread (0: none).
+    pub stack_sample: u32,
 }
 
 /// Health counters summed over CPUs.
@@ -67,6 +70,7 @@ pub struct Counters {
     pub map_full: u64,
     pub unpaired: u64,
     pub no_state: u64,
+    pub stacks_lost: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
@@ -92,6 +96,7 @@ pub struct Collector {
     /// Keeps the kernel's BPF statistics on while we run (`--bpf-stats`); closing it
     /// restores the previous state.
     _stats_fd: Option<std::os::fd::OwnedFd>,
+    stack_sample: u32,
 }
 
 /// The program for each of [`TRACEPOINTS`] on this kernel.
@@ -179,6 +184,14 @@ impl Collector {
         let mut ebpf = EbpfLoader::new()
             .override_global("KERNEL", &kernel.layout, true)
             .override_global("FILTER", &filter, true)
+            .override_global(
+                "SETTINGS",
+                &Settings {
+                    stack_sample: cfg.stack_sample,
+                    _pad: 0,
+                },
+                true,
+            )
             .map_max_entries("STATS", cfg.max_threads.max(1))
             // THREAD_STATE is task local storage, which aya creates but has no typed API for;
             // only the eBPF side uses it.
@@ -233,6 +246,7 @@ impl Collector {
             kernel,
             attach_time: t0.elapsed(),
             _stats_fd: stats_fd,
+            stack_sample: cfg.stack_sample,
         })
     }
 
@@ -248,6 +262,20 @@ impl Collector {
             }
         }
         Ok(out)
+    }
+
+    /// One in how many writes has its stack sampled (0: none).
+    pub fn stack_sample(&self) -> u32 {
+        self.stack_sample
+    }
+
+    /// The ring buffer of sampled write stacks; taken once.
+    pub fn take_stacks(&mut self) -> Result<RingBuf<MapData>, CollectorError> {
+        let map = self
+            .ebpf
+            .take_map("STACKS")
+            .ok_or_else(|| CollectorError::Map("STACKS", "already taken".into()))?;
+        RingBuf::try_from(map).map_err(|e| CollectorError::Map("STACKS", error_chain(&e)))
     }
 
     /// The ring buffer announcing threads seen for the first time; taken once.
@@ -287,6 +315,7 @@ impl Collector {
             map_full: read(counter::MAP_FULL)?,
             unpaired: read(counter::UNPAIRED)?,
             no_state: read(counter::NO_STATE)?,
+            stacks_lost: read(counter::STACKS_LOST)?,
         })
     }
 
@@ -324,6 +353,7 @@ mod tests {
             comms: vec!["node".into()],
             max_threads: 1,
             bpf_stats: false,
+            stack_sample: 0,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

@@ -156,6 +156,7 @@ async fn run_mode(
         comms: vec![],
         max_threads: crate::cli::Config::MAX_THREADS,
         bpf_stats: false,
+        stack_sample: 0,
     })?;
     let start = SystemTime::now();
     // Start everyone together.
@@ -207,6 +208,7 @@ async fn run_mode(
         Lost {
             events: counters.unpaired + counters.no_state,
             map_full: counters.map_full,
+            stacks: counters.stacks_lost,
         },
         None,
     );

@@ -119,7 +119,10 @@ impl KernelInfo {
             },
             // x86_64 only; elsewhere 0, and write causes are `other`.
             regs_orig_ax: member_offset(btf, "pt_regs", "orig_ax")?.unwrap_or(0),
-            _pad: 0,
+            // x86_64 only; elsewhere 0, and no stacks are sampled.
+            regs_ip: member_offset(btf, "pt_regs", "ip")?.unwrap_or(0),
+            regs_sp: member_offset(btf, "pt_regs", "sp")?.unwrap_or(0),
+            regs_bp: member_offset(btf, "pt_regs", "bp")?.unwrap_or(0),
         };
         Ok(KernelInfo {
             tracepoints,
@@ -232,6 +235,7 @@ mod tests {
         if cfg!(target_arch = "x86_64") {
             // pt_regs is fixed by the x86_64 ABI: orig_ax is its 16th u64.
             assert_eq!(l.regs_orig_ax, 15 * 8);
+            assert_eq!((l.regs_ip, l.regs_sp, l.regs_bp), (16 * 8, 19 * 8, 4 * 8));
             assert!(l.task_fsbase > 0 && l.task_fsbase.is_multiple_of(8));
         }
         assert_eq!(l.task_mm % 8, 0);

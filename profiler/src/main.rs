@@ -10,6 +10,8 @@ mod kernel;
 mod procmaps;
 mod report;
 mod session;
+mod stacks;
+mod unwind;
 
 use std::{process::ExitCode, time::Duration};
 
@@ -63,11 +65,17 @@ fn run(cli: Cli) -> Result<(), Error> {
                     comms: p.comms,
                     max_threads: p.max_threads,
                     bpf_stats: p.bpf_stats,
+                    stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
+                        cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
+                    } else {
+                        0
+                    }),
                 },
                 duration: p.duration,
                 interval: (p.interval > 0.0).then(|| Duration::from_secs_f64(p.interval)),
                 format: Format::resolve(p.output.format, p.output.output.as_ref()),
                 output: p.output.output,
+                stacks_file: p.stacks,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
             }))?

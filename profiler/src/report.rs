@@ -15,6 +15,7 @@ use crate::{
     aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
     attribution::{ProcessNames, Role, Roles, comm_str},
     collector::ProgramStats,
+    stacks::StackAttribution,
 };
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -95,6 +96,25 @@ fn cause_reports(causes: &BTreeMap<u32, SideStats>, hdr: &mut Histogram<u64>) ->
     v
 }
 
+/// Sampled writes charged to one DSO.
+#[derive(Clone, Debug, Serialize)]
+pub struct DsoReport {
+    pub dso: String,
+    pub write: Stats,
+}
+
+/// One distinct sampled write stack.
+#[derive(Clone, Debug, Serialize)]
+pub struct StackReport {
+    /// `function (file)`, innermost first.
+    pub frames: Vec<String>,
+    pub count: u64,
+    pub wait_ns_sum: u64,
+}
+
+/// How many stacks each process's summary lists.
+const TOP_STACKS: usize = 10;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadReport {
     pub tid: u32,
@@ -117,6 +137,12 @@ pub struct ProcessReport {
     pub read: Stats,
     /// Writes by cause: the syscall or kernel path that took the lock for write.
     pub causes: Vec<CauseReport>,
+    /// Sampled writes by the code that asked for memory (summary, with stack sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dsos: Option<Vec<DsoReport>>,
+    /// The sampled write stacks that waited longest (summary, with stack sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<Vec<StackReport>>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
 }
@@ -127,6 +153,8 @@ pub struct Lost {
     pub events: u64,
     /// Threads whose stats could not be stored because the map was full (`--max-threads`).
     pub map_full: u64,
+    /// Sampled stacks dropped because the ring buffer was full (raise --stack-sample).
+    pub stacks: u64,
 }
 
 /// One eBPF program's share of [`Overhead`].
@@ -218,6 +246,9 @@ pub struct Report {
     /// `sysctl kernel.bpf_stats_enabled=1`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// With stack sampling: one in how many writes per thread had its stack taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_sample: Option<u32>,
 }
 
 pub fn rfc3339(t: SystemTime) -> String {
@@ -293,6 +324,8 @@ impl ReportBuilder {
                 write: Stats::new(&write, &mut self.hdr),
                 read: Stats::new(&read, &mut self.hdr),
                 causes: cause_reports(&causes, &mut self.hdr),
+                dsos: None,
+                stacks: None,
                 threads,
             });
         }
@@ -306,6 +339,47 @@ impl ReportBuilder {
             processes,
             lost,
             overhead,
+            stack_sample: None,
+        }
+    }
+
+    /// Adds the sampled stacks' attribution to a summary.
+    pub fn add_stacks(&mut self, r: &mut Report, stacks: &StackAttribution, sample: u32) {
+        r.stack_sample = Some(sample);
+        for p in &mut r.processes {
+            let o = stacks.owner(p.pid);
+            let mut dsos: Vec<DsoReport> = o
+                .map(|o| {
+                    o.dsos
+                        .iter()
+                        .map(|(d, s)| DsoReport {
+                            dso: d.clone(),
+                            write: Stats::new(s, &mut self.hdr),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            dsos.sort_by(|a, b| {
+                (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum))
+            });
+            let mut top: Vec<StackReport> = o
+                .map(|o| {
+                    o.stacks
+                        .iter()
+                        .map(|(frames, agg)| StackReport {
+                            frames: frames.clone(),
+                            count: agg.count,
+                            wait_ns_sum: agg.wait_ns_sum,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            top.sort_by(|a, b| {
+                (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
+            });
+            top.truncate(TOP_STACKS);
+            p.dsos = Some(dsos);
+            p.stacks = Some(top);
         }
     }
 }
@@ -396,6 +470,16 @@ pub fn side_by_side(cols: &[Vec<String>], width: usize) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The last path components that fit a table column.
+fn short_path(p: &str) -> String {
+    if p.chars().count() <= 10 {
+        return p.to_string();
+    }
+    std::path::Path::new(p)
+        .file_name()
+        .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 fn stats_row(label: &str, s: &Stats) -> String {
@@ -500,6 +584,26 @@ fn process_text(p: &ProcessReport) -> String {
         let _ = writeln!(out, "\n  writes by cause:");
         for c in &p.causes {
             out.push_str(&stats_row(c.cause, &c.write));
+        }
+    }
+    if let Some(dsos) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
+        let _ = writeln!(out, "\n  sampled writes by code:");
+        for d in dsos.iter().take(TOP_THREADS) {
+            out.push_str(&stats_row(&short_path(&d.dso), &d.write));
+        }
+    }
+    if let Some(stacks) = p.stacks.as_ref().filter(|s| !s.is_empty()) {
+        let _ = writeln!(out, "\n  sampled write stacks that waited longest:");
+        for s in stacks.iter().take(3) {
+            let _ = writeln!(
+                out,
+                "    {} writes, {} waited:",
+                s.count,
+                fmt_ns(s.wait_ns_sum)
+            );
+            for f in s.frames.iter().take(8) {
+                let _ = writeln!(out, "      {f}");
+            }
         }
     }
     let _ = writeln!(

@@ -26,6 +26,7 @@ use crate::{
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
     report::{Kind, Lost, Overhead, Report, ReportBuilder, to_json_line, to_text},
+    stacks::StackAttribution,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +171,8 @@ pub struct Profile {
     /// BPF statistics at the start of the interval and now; None when not collected.
     programs_at_interval: Option<Vec<ProgramStats>>,
     programs: Option<Vec<ProgramStats>>,
+    /// With stack sampling: writes by code.
+    pub stacks: Option<StackAttribution>,
 }
 
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
@@ -178,6 +181,7 @@ fn lost(c: Counters, base: Counters) -> Lost {
     Lost {
         events: (c.unpaired + c.no_state).saturating_sub(base.unpaired + base.no_state),
         map_full: c.map_full.saturating_sub(base.map_full),
+        stacks: c.stacks_lost.saturating_sub(base.stacks_lost),
     }
 }
 
@@ -196,6 +200,7 @@ impl Profile {
             last_prune: Instant::now(),
             programs_at_interval: None,
             programs: None,
+            stacks: None,
         }
     }
 
@@ -267,6 +272,16 @@ impl Profile {
         }
     }
 
+    /// Folds sampled stacks and their outcomes into the stack attribution.
+    pub fn take_stacks(&mut self, ring: &mut RingBuf<MapData>) {
+        let Some(stacks) = self.stacks.as_mut() else {
+            return;
+        };
+        while let Some(item) = ring.next() {
+            stacks.on_record(&item);
+        }
+    }
+
     /// The report for the interval since the previous one, which it then starts anew.
     pub fn interval_report(&mut self) -> Report {
         let now = SystemTime::now();
@@ -295,14 +310,20 @@ impl Profile {
         // Our programs were loaded at the start: their statistics count from zero.
         let overhead = self.overhead(None, self.start, now);
         let total = self.totals.window();
-        self.builder.build(
+        let mut r = self.builder.build(
             Kind::Summary,
             &total,
             self.start,
             now,
             lost(self.counters, Counters::default()),
             overhead,
-        )
+        );
+        if let Some(stacks) = &mut self.stacks {
+            stacks.symbolize();
+            self.builder
+                .add_stacks(&mut r, stacks, self.collector.stack_sample());
+        }
+        r
     }
 }
 
@@ -314,8 +335,14 @@ pub struct SessionConfig {
     pub interval: Option<Duration>,
     pub format: Format,
     pub output: Option<PathBuf>,
+    /// Folded stacks go there at the end.
+    pub stacks_file: Option<PathBuf>,
     pub verbose: bool,
     pub quiet: bool,
+}
+
+fn names_get(names: &crate::attribution::ProcessNames, pid: u32) -> String {
+    names.cached(pid).unwrap_or("?").to_string()
 }
 
 fn describe_targets(c: &CollectorConfig) -> String {
@@ -371,7 +398,25 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // SAFETY: the ring buffer owns its fd, open and unchanged for the AsyncFd's lifetime.
     let mut new_threads = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))?;
+    let stacks_ring = if cfg.collector.stack_sample > 0 {
+        let ring = collector.take_stacks()?;
+        // SAFETY: as above.
+        Some(
+            unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))?,
+        )
+    } else {
+        None
+    };
+    let mut stacks_ring = stacks_ring;
     let mut profile = Profile::new(collector);
+    if stacks_ring.is_some() {
+        let mut stacks = StackAttribution::default();
+        for &pid in &cfg.collector.pids {
+            stacks.prepare(pid);
+        }
+        profile.stacks = Some(stacks);
+    }
     for &pid in &cfg.collector.pids {
         profile.builder.names.prime(pid);
     }
@@ -405,6 +450,16 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
                 profile.classify_new_threads(guard.get_inner_mut());
                 guard.clear_ready();
             }
+            ready = async {
+                match stacks_ring.as_mut() {
+                    Some(r) => r.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let mut guard = ready.map_err(SessionError::Events)?;
+                profile.take_stacks(guard.get_inner_mut());
+                guard.clear_ready();
+            }
             _ = &mut deadline => break,
             _ = &mut exited => break,
             _ = sigint.recv() => break,
@@ -416,6 +471,9 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // The last (partial) interval and the summary; the signal handlers stay installed, so a
     // second Ctrl-C cannot cut the summary short.
     profile.classify_new_threads(new_threads.get_mut());
+    if let Some(r) = stacks_ring.as_mut() {
+        profile.take_stacks(r.get_mut());
+    }
     profile.poll()?;
     if cfg.interval.is_some() {
         let r = profile.interval_report();
@@ -423,5 +481,10 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     }
     let summary = profile.summary();
     sink.write_report(&summary)?;
+    if let (Some(path), Some(stacks)) = (&cfg.stacks_file, &profile.stacks) {
+        let names = &mut profile.builder.names;
+        let folded = stacks.folded(|pid| names_get(names, pid));
+        std::fs::write(path, folded).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
+    }
     Ok(())
 }

@@ -532,3 +532,86 @@ fn write_causes_match_the_syscalls_made() {
     let total: u64 = got.values().sum();
     assert_eq!(total, p["write"]["count"].as_u64().unwrap());
 }
+
+/// Builds the test's N-API addon with gcc against the installed Node headers.
+fn build_addon(dir: &std::path::Path) -> std::path::PathBuf {
+    let out = dir.join("churn.node");
+    let status = Command::new("gcc")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-pthread",
+            "-I/usr/include/node",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(fixture("addon/churn.c"))
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "building the addon failed");
+    out
+}
+
+#[test]
+fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile_dir();
+    let addon = build_addon(&dir);
+    let (workers, n) = (3u64, 150u64);
+    let mut cmd = Command::new("node");
+    cmd.arg(fixture("addon/addon.js"))
+        .arg(&addon)
+        .args([workers.to_string(), n.to_string()]);
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid.to_string();
+    let folded = dir.join("folded.txt");
+    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stacks", folded.to_str().unwrap()]);
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let s = out.summary();
+    assert_eq!(s["stack_sample"], 1);
+    assert_eq!(s["lost"]["stacks"], 0, "every sampled stack arrived");
+    let p = process(s, w.pid).expect("node in the summary");
+    // The addon did (mmap + munmap) x n on each Worker and on its own thread, and created
+    // that thread (pthread_create maps its stack and protects its guard page: 2 writes,
+    // charged to the addon, which called it).
+    let addon_writes = 2 * n * (workers + 1) + 2;
+    let dsos = p["dsos"].as_array().expect("dsos");
+    let charged = dsos
+        .iter()
+        .find(|d| d["dso"].as_str().unwrap().ends_with("/churn.node"))
+        .unwrap_or_else(|| panic!("no writes charged to churn.node: {dsos:?}"));
+    let c = charged["write"]["count"].as_u64().unwrap();
+    eprintln!("charged to churn.node: {c} of {addon_writes}");
+    assert!(
+        c * 100 >= 95 * addon_writes && c <= addon_writes,
+        "{c} of {addon_writes} addon writes charged to it"
+    );
+    // The stacks name the addon's function, called from its thread's start routine.
+    let stacks = p["stacks"].as_array().unwrap();
+    assert!(
+        stacks.iter().any(|st| st["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().starts_with("churn (churn.node)"))),
+        "{stacks:?}"
+    );
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(text.contains("churn_(churn.node)"), "folded stacks: {text}");
+    // Its own thread: role addon.
+    let addon_threads: Vec<&Value> = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"] == "addon")
+        .collect();
+    assert_eq!(addon_threads.len(), 1, "{:?}", p["threads"]);
+    assert_eq!(addon_threads[0]["write"]["count"].as_u64().unwrap(), 2 * n);
+    let _ = std::fs::remove_dir_all(dir);
+}

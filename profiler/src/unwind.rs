@@ -1,0 +1,402 @@
+//! User-space stack unwinding and symbolization for sampled write acquisitions.
+//!
+//! The eBPF side captures `ip`/`sp`/`bp` from the task's `pt_regs` plus a copy of the top of
+//! the user stack (`[sp, sp + len)`). Frame pointers are not enough: Debian's glibc (and most
+//! distro C/C++ code) is built without them, so the syscall wrapper every stack starts in
+//! would lose its caller. We unwind with DWARF CFI from each mapped ELF object's `.eh_frame`
+//! (framehop), and fall back to frame pointers only for code without unwind info (V8 JIT
+//! code in anonymous executable mappings keeps `rbp` chains). ELF headers are read with the
+//! `object` crate (section and program headers only, through a `ReadCache`, so the 100 MB
+//! `node` binary is not read whole); symbolization is blazesym's, on the files themselves, so
+//! stacks of a process that has exited since can still be named.
+//!
+//! Not handled: `[vdso]` (frames inside it use frame pointers), `.debug_frame`-only objects,
+//! architectures other than x86_64, and JIT frames whose code does not keep `rbp` as a frame
+//! pointer.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+
+use crate::procmaps::{Mapping, Maps};
+
+/// Shared, immutable section bytes handed to framehop (cheap to clone into
+/// several modules when one file has several executable mappings).
+type Bytes = Arc<[u8]>;
+
+/// One symbolized frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The address as returned by [`ProcessUnwinder::unwind`] (not adjusted).
+    pub addr: u64,
+    /// Demangled function name, if any source knew it.
+    pub symbol: Option<String>,
+    /// File backing the mapping; `None` for anonymous (JIT) or unknown memory.
+    pub dso: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UnwindError {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("parsing ELF {path}: {source}")]
+    Elf {
+        path: PathBuf,
+        #[source]
+        source: object::Error,
+    },
+    #[error("{0}: no .eh_frame")]
+    NoUnwindInfo(PathBuf),
+    #[error("{0}: no PT_LOAD segment covers the mapping")]
+    NoSegment(PathBuf),
+}
+
+/// A `PT_LOAD` program header, used to turn a mapping into a load bias.
+#[derive(Debug)]
+struct LoadSegment {
+    offset: u64,
+    vaddr: u64,
+    filesz: u64,
+    exec: bool,
+}
+
+/// What we keep of one ELF file: the CFI sections and their SVMAs (addresses
+/// as stated in the file), plus the load segments.
+#[derive(Debug)]
+struct ElfUnwindInfo {
+    text_svma: Option<Range<u64>>,
+    got_svma: Option<Range<u64>>,
+    eh_frame_svma: Range<u64>,
+    eh_frame: Bytes,
+    eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    loads: Vec<LoadSegment>,
+}
+
+impl ElfUnwindInfo {
+    fn load(path: &Path) -> Result<Self, UnwindError> {
+        let file = File::open(path).map_err(|source| UnwindError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let data = object::ReadCache::new(file);
+        let elf_err = |source| UnwindError::Elf {
+            path: path.to_owned(),
+            source,
+        };
+        let header =
+            object::elf::FileHeader64::<object::Endianness>::parse(&data).map_err(elf_err)?;
+        let endian = header.endian().map_err(elf_err)?;
+        let sections = header.sections(endian, &data).map_err(elf_err)?;
+        let section = |name: &[u8]| sections.section_by_name(endian, name).map(|(_, s)| s);
+        let svma = |s: &object::elf::SectionHeader64<object::Endianness>| {
+            let start = s.sh_addr(endian);
+            start..start + s.sh_size(endian)
+        };
+        let bytes = |s: &object::elf::SectionHeader64<object::Endianness>| {
+            s.data(endian, &data).map(Bytes::from).map_err(elf_err)
+        };
+        let eh = section(b".eh_frame").ok_or_else(|| UnwindError::NoUnwindInfo(path.to_owned()))?;
+        let eh_frame_hdr = match section(b".eh_frame_hdr") {
+            Some(s) => Some((svma(s), bytes(s)?)),
+            None => None,
+        };
+        let loads = header
+            .program_headers(endian, &data)
+            .map_err(elf_err)?
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .map(|p| LoadSegment {
+                offset: p.p_offset(endian),
+                vaddr: p.p_vaddr(endian),
+                filesz: p.p_filesz(endian),
+                exec: p.p_flags(endian).0 & object::elf::PF_X.0 != 0,
+            })
+            .collect();
+        Ok(Self {
+            text_svma: section(b".text").map(svma),
+            got_svma: section(b".got").map(svma),
+            eh_frame_svma: svma(eh),
+            eh_frame: bytes(eh)?,
+            eh_frame_hdr,
+            loads,
+        })
+    }
+
+    /// Load bias (AVMA of SVMA 0) of `map`: find the `PT_LOAD` whose pages
+    /// cover the mapping's file offset; `vaddr - offset` is constant inside it.
+    fn bias(&self, map: &Mapping) -> Option<u64> {
+        let covers = |l: &&LoadSegment| {
+            (l.offset & !0xfff) <= map.offset && map.offset < l.offset + l.filesz
+        };
+        let seg = (self.loads.iter().filter(covers).find(|l| l.exec))
+            .or_else(|| self.loads.iter().find(covers))?;
+        Some(
+            map.start
+                .wrapping_sub(map.offset.wrapping_add(seg.vaddr.wrapping_sub(seg.offset))),
+        )
+    }
+
+    /// framehop wants ELF modules described with `base_svma = 0` and
+    /// `base_avma = load bias`; all section addresses stay SVMAs.
+    fn section_info(&self) -> ExplicitModuleSectionInfo<Bytes> {
+        let (eh_frame_hdr_svma, eh_frame_hdr) = self.eh_frame_hdr.clone().unzip();
+        ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text_svma.clone(),
+            got_svma: self.got_svma.clone(),
+            eh_frame_svma: Some(self.eh_frame_svma.clone()),
+            eh_frame: Some(self.eh_frame.clone()),
+            eh_frame_hdr_svma,
+            eh_frame_hdr,
+            ..Default::default()
+        }
+    }
+}
+
+/// Identity of one executable file mapping; a change means re-adding it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ModuleKey {
+    start: u64,
+    end: u64,
+    offset: u64,
+    dev: String,
+    inode: u64,
+}
+
+type FileKey = (String, u64);
+
+/// Unwinds and symbolizes stacks of one process. Keeps everything that is
+/// expensive (parsed CFI per file, framehop's rule cache, blazesym's parsed
+/// symbol tables) across calls; call [`Self::refresh`] when the mappings may
+/// have changed (e.g. after a `dlopen` of a `.node` addon). Not `Send`
+/// (blazesym's `Symbolizer` is not), so keep it on one thread.
+pub struct ProcessUnwinder {
+    pid: u32,
+    maps: Maps,
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: CacheX86_64,
+    modules: HashSet<ModuleKey>,
+    /// `None` records a file that could not be used (its frames use frame pointers).
+    files: HashMap<FileKey, Option<Arc<ElfUnwindInfo>>>,
+    symbolizer: Symbolizer,
+}
+
+impl ProcessUnwinder {
+    /// Reads `/proc/PID/maps` and loads `.eh_frame` of every executable ELF
+    /// mapping. Per-file failures do not fail this (they are logged at debug level).
+    pub fn new(pid: u32) -> Result<Self, UnwindError> {
+        let mut this = Self {
+            pid,
+            maps: Maps::default(),
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            modules: HashSet::new(),
+            files: HashMap::new(),
+            // No auto-reload: it would stat() every file on every call; `refresh` is the
+            // explicit invalidation point. No line info: names are what we report.
+            symbolizer: Symbolizer::builder()
+                .enable_auto_reload(false)
+                .enable_code_info(false)
+                .build(),
+        };
+        this.refresh()?;
+        Ok(this)
+    }
+
+    /// Re-reads the maps; adds/removes framehop modules for changed mappings
+    /// (files already parsed are reused) and refreshes blazesym's VMA cache.
+    pub fn refresh(&mut self) -> Result<(), UnwindError> {
+        let maps = Maps::read(self.pid).map_err(|source| UnwindError::Io {
+            path: PathBuf::from(format!("/proc/{}/maps", self.pid)),
+            source,
+        })?;
+        let key = |m: &Mapping| ModuleKey {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            dev: m.dev.clone(),
+            inode: m.inode,
+        };
+        let wanted: HashMap<ModuleKey, &Mapping> = maps
+            .iter()
+            .filter(|m| m.exec && m.path.is_some())
+            .map(|m| (key(m), m))
+            .collect();
+        for gone in self.modules.iter().filter(|k| !wanted.contains_key(k)) {
+            self.unwinder.remove_module(gone.start);
+        }
+        self.modules.retain(|k| wanted.contains_key(k));
+        for (k, m) in &wanted {
+            if self.modules.contains(k) {
+                continue;
+            }
+            self.modules.insert(k.clone());
+            let Some(info) = self.file_info(m) else {
+                continue;
+            };
+            let Some(bias) = info.bias(m) else {
+                log::debug!(
+                    "{}",
+                    UnwindError::NoSegment(m.path.clone().unwrap_or_default())
+                );
+                continue;
+            };
+            let name = m
+                .path
+                .as_deref()
+                .unwrap_or(Path::new(""))
+                .display()
+                .to_string();
+            let module = Module::new(name, m.start..m.end, bias, info.section_info());
+            self.unwinder.add_module(module);
+        }
+        let live: HashSet<FileKey> = maps.iter().map(|m| (m.dev.clone(), m.inode)).collect();
+        self.files.retain(|k, _| live.contains(k));
+        self.maps = maps;
+        Ok(())
+    }
+
+    /// Parsed unwind info of the file behind `m`, loading it once per
+    /// (dev, inode). Opens via `/proc/PID/map_files` (works across mount
+    /// namespaces and for deleted files; needs root), then `/proc/PID/root`.
+    fn file_info(&mut self, m: &Mapping) -> Option<Arc<ElfUnwindInfo>> {
+        let fkey = (m.dev.clone(), m.inode);
+        if let Some(cached) = self.files.get(&fkey) {
+            return cached.clone();
+        }
+        let path = m.path.as_deref()?;
+        let map_file = PathBuf::from(format!(
+            "/proc/{}/map_files/{:x}-{:x}",
+            self.pid, m.start, m.end
+        ));
+        let mut root = PathBuf::from(format!("/proc/{}/root", self.pid));
+        root.push(path.strip_prefix("/").unwrap_or(path));
+        let loaded = ElfUnwindInfo::load(&map_file).or_else(|_| ElfUnwindInfo::load(&root));
+        let info = match loaded {
+            Ok(info) => Some(Arc::new(info)),
+            Err(e) => {
+                log::debug!("{e}");
+                None
+            }
+        };
+        self.files.insert(fkey, info.clone());
+        info
+    }
+
+    /// Return addresses, innermost first (first = `ip`, the rest are raw
+    /// return addresses). Stops at `max_frames`, when a read leaves `stack`,
+    /// or when a return address is not in an executable mapping (garbage from
+    /// a frame-pointer guess). Memory is read only from `stack`, which holds
+    /// the bytes at `[sp, sp + stack.len())`.
+    pub fn unwind(
+        &mut self,
+        ip: u64,
+        sp: u64,
+        bp: u64,
+        stack: &[u8],
+        max_frames: usize,
+    ) -> Vec<u64> {
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut frames = Vec::new();
+        let mut iter = self
+            .unwinder
+            .iter_frames(ip, regs, &mut self.cache, &mut read_stack);
+        while frames.len() < max_frames {
+            let Ok(Some(frame)) = iter.next() else { break };
+            let addr = frame.address();
+            let in_code = self.maps.find(addr).is_some_and(|m| m.exec);
+            if !frames.is_empty() && !in_code {
+                break;
+            }
+            frames.push(addr);
+        }
+        frames
+    }
+
+    /// Symbolize an unwound stack: return addresses (all but the first) are
+    /// looked up at `addr - 1`, i.e. inside the call instruction, so a call
+    /// as the last instruction of a function is attributed to its caller
+    /// rather than to the next function. `Frame::addr` stays unadjusted.
+    pub fn symbolize_stack(&mut self, stack: &[u64]) -> Vec<Frame> {
+        let lookup: Vec<u64> = (stack.iter().enumerate())
+            .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+            .collect();
+        self.symbolize_lookup(stack, &lookup)
+    }
+
+    fn symbolize_lookup(&mut self, addrs: &[u64], lookup: &[u64]) -> Vec<Frame> {
+        // Group by file and symbolize file offsets: works without the process.
+        let mut by_file: HashMap<PathBuf, Vec<(usize, u64)>> = HashMap::new();
+        let mut frames: Vec<Frame> = addrs
+            .iter()
+            .zip(lookup)
+            .enumerate()
+            .map(|(i, (&addr, &at))| {
+                let m = self.maps.find(at);
+                let dso = m.and_then(|m| m.path.clone());
+                if let (Some(m), Some(path)) = (m, &dso) {
+                    by_file
+                        .entry(path.clone())
+                        .or_default()
+                        .push((i, m.file_offset(at)));
+                }
+                Frame {
+                    addr,
+                    symbol: None,
+                    dso,
+                }
+            })
+            .collect();
+        for (path, items) in by_file {
+            let src = Source::Elf(Elf::new(&path));
+            let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
+            let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
+            // One unreadable section fails a whole batch in blazesym: retry one by one then.
+            let names: Vec<Option<String>> =
+                match self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)) {
+                    Ok(syms) => syms.iter().map(name).collect(),
+                    Err(_) => offsets
+                        .iter()
+                        .map(|&o| {
+                            self.symbolizer
+                                .symbolize_single(&src, Input::FileOffset(o))
+                                .ok()
+                                .as_ref()
+                                .and_then(name)
+                        })
+                        .collect(),
+                };
+            for ((i, _), n) in items.into_iter().zip(names) {
+                frames[i].symbol = n;
+            }
+        }
+        frames
+    }
+
+    /// The mapping that holds `addr`, as last read.
+    pub fn mapping(&self, addr: u64) -> Option<&Mapping> {
+        self.maps.find(addr)
+    }
+}
+
+#[cfg(test)]
+#[path = "unwind_tests.rs"]
+mod tests;

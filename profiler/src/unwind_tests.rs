@@ -1,0 +1,269 @@
+//! Ground-truth tests: capture our own registers and stack bytes the way the
+//! eBPF side does, then unwind them with `ProcessUnwinder` on our own pid.
+
+use super::*;
+use std::arch::asm;
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::hint::black_box;
+
+const STACK_BYTES: usize = 16 * 1024;
+const MAX_FRAMES: usize = 128;
+
+#[derive(Clone, Debug)]
+struct Captured {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack: Vec<u8>,
+}
+
+/// Captures ip/sp/bp at a point inside this function (after its prologue, so
+/// its CFI row is valid) and copies up to 16 KiB above `sp`, clamped to the
+/// end of the stack mapping, like `bpf_probe_read_user` would be.
+#[inline(never)]
+fn capture() -> Captured {
+    let mut stack = vec![0u8; STACK_BYTES];
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: only reads registers.
+    unsafe {
+        asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    let maps = Maps::read(std::process::id()).unwrap();
+    let end = maps.find(sp).expect("sp is mapped").end;
+    let len = STACK_BYTES.min((end - sp) as usize);
+    // SAFETY: [sp, sp + len) is inside our own mapped stack; everything written
+    // after the capture point (callee frames of this function) lies below sp.
+    unsafe { std::ptr::copy_nonoverlapping(sp as *const u8, stack.as_mut_ptr(), len) };
+    stack.truncate(len);
+    Captured { ip, sp, bp, stack }
+}
+
+// `black_box` after each call keeps the calls from becoming tail calls.
+#[inline(never)]
+fn level_c() -> Captured {
+    black_box(capture())
+}
+#[inline(never)]
+fn level_b() -> Captured {
+    black_box(level_c())
+}
+#[inline(never)]
+fn level_a() -> Captured {
+    black_box(level_b())
+}
+
+fn names(frames: &[Frame]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| f.symbol.clone().unwrap_or_default())
+        .collect()
+}
+
+fn dump(frames: &[Frame]) {
+    for (i, f) in frames.iter().enumerate() {
+        let dso = f.dso.as_deref().map(|p| p.display().to_string());
+        eprintln!(
+            "  #{i:<2} {:#014x} {:<60} {}",
+            f.addr,
+            f.symbol.as_deref().unwrap_or("?"),
+            dso.unwrap_or_default()
+        );
+    }
+}
+
+/// Index of the first frame at or after `from` whose symbol contains `needle`.
+fn position(frames: &[Frame], from: usize, needle: &str) -> usize {
+    (from..frames.len())
+        .find(|&i| {
+            frames[i]
+                .symbol
+                .as_deref()
+                .is_some_and(|s| s.contains(needle))
+        })
+        .unwrap_or_else(|| panic!("no frame {needle:?} after #{from} in {:#?}", names(frames)))
+}
+
+/// Asserts that the needles appear in this order (innermost first).
+fn assert_chain(frames: &[Frame], needles: &[&str]) -> Vec<usize> {
+    let mut at = 0;
+    needles
+        .iter()
+        .map(|n| {
+            at = position(frames, at, n);
+            at
+        })
+        .collect()
+}
+
+#[test]
+fn unwinds_rust_chain_with_eh_frame_only() {
+    let c = level_a();
+    let mut u = ProcessUnwinder::new(std::process::id()).unwrap();
+    // bp = 0: any frame-pointer fallback would stop immediately, so reaching
+    // level_a proves the CFI path is taken.
+    let addrs = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+    let frames = u.symbolize_stack(&addrs);
+    dump(&frames);
+    let idx = assert_chain(
+        &frames,
+        &[
+            "capture",
+            "level_c",
+            "level_b",
+            "level_a",
+            "unwinds_rust_chain_with_eh_frame_only",
+        ],
+    );
+    assert_eq!(idx[0], 0, "first frame is ip inside capture");
+    let exe = std::env::current_exe().unwrap();
+    assert_eq!(frames[idx[1]].dso.as_deref(), Some(exe.as_path()));
+    assert!(
+        !frames[idx[1]].symbol.as_deref().unwrap().contains("::h"),
+        "demangled without hash"
+    );
+}
+
+unsafe extern "C" {
+    fn qsort(
+        base: *mut c_void,
+        n: usize,
+        size: usize,
+        compare: unsafe extern "C" fn(*const c_void, *const c_void) -> c_int,
+    );
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
+    fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
+}
+
+thread_local! {
+    static QSORT_CAPTURE: RefCell<Option<Captured>> = const { RefCell::new(None) };
+}
+
+unsafe extern "C" fn compare_and_capture(a: *const c_void, b: *const c_void) -> c_int {
+    QSORT_CAPTURE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(capture());
+        }
+    });
+    // SAFETY: qsort passes pointers to elements of our i32 array.
+    let (a, b) = unsafe { (*(a as *const i32), *(b as *const i32)) };
+    a.cmp(&b) as c_int
+}
+
+#[inline(never)]
+fn sort_through_libc() -> Captured {
+    let mut v: Vec<i32> = (0..64).rev().collect();
+    // SAFETY: valid array of 64 i32s and a matching comparator.
+    unsafe { qsort(v.as_mut_ptr().cast(), v.len(), 4, compare_and_capture) };
+    black_box(&v);
+    QSORT_CAPTURE.with(|c| c.borrow_mut().take()).unwrap()
+}
+
+#[test]
+fn unwinds_through_glibc_without_frame_pointers() {
+    let c = sort_through_libc();
+    let mut u = ProcessUnwinder::new(std::process::id()).unwrap();
+    let addrs = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+    let frames = u.symbolize_stack(&addrs);
+    dump(&frames);
+    let idx = assert_chain(
+        &frames,
+        &["capture", "compare_and_capture", "sort_through_libc"],
+    );
+    let is_libc = |f: &Frame| {
+        f.dso
+            .as_deref()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "libc.so.6")
+    };
+    let libc: Vec<usize> = (0..frames.len()).filter(|&i| is_libc(&frames[i])).collect();
+    assert!(
+        libc.iter().any(|&i| idx[1] < i && i < idx[2]),
+        "a libc.so.6 frame between comparator and caller: {libc:?}"
+    );
+    assert!(libc.iter().any(|&i| {
+        frames[i]
+            .symbol
+            .as_deref()
+            .is_some_and(|s| s.contains("qsort") || s.contains("msort"))
+    }));
+}
+
+thread_local! {
+    static JIT_CAPTURE: RefCell<Option<Captured>> = const { RefCell::new(None) };
+}
+
+extern "C" fn jit_callback() {
+    let c = capture();
+    JIT_CAPTURE.with(|j| *j.borrow_mut() = Some(c));
+}
+
+/// Machine code without any unwind info, in an anonymous executable mapping,
+/// that keeps a frame-pointer chain like V8 does:
+/// `push rbp; mov rbp, rsp; call rdi; pop rbp; ret`.
+fn make_jit_trampoline() -> extern "C" fn(extern "C" fn()) {
+    const CODE: [u8; 8] = [0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3];
+    // SAFETY: fresh private anonymous mapping, written then made RX; leaked on purpose.
+    unsafe {
+        let p = mmap(std::ptr::null_mut(), 4096, 1 | 2, 0x02 | 0x20, -1, 0);
+        assert_ne!(p as isize, -1, "mmap");
+        std::ptr::copy_nonoverlapping(CODE.as_ptr(), p.cast(), CODE.len());
+        assert_eq!(mprotect(p, 4096, 1 | 4), 0, "mprotect");
+        std::mem::transmute::<*mut c_void, extern "C" fn(extern "C" fn())>(p)
+    }
+}
+
+#[inline(never)]
+fn call_through_jit(trampoline: extern "C" fn(extern "C" fn())) -> Captured {
+    trampoline(jit_callback);
+    black_box(JIT_CAPTURE.with(|j| j.borrow_mut().take()).unwrap())
+}
+
+#[test]
+fn falls_back_to_frame_pointers_in_anonymous_code() {
+    let trampoline = make_jit_trampoline();
+    let c = call_through_jit(trampoline);
+    let mut u = ProcessUnwinder::new(std::process::id()).unwrap();
+    // Real bp here: CFI restores the trampoline's rbp, then the fallback walks it.
+    let addrs = u.unwind(c.ip, c.sp, c.bp, &c.stack, MAX_FRAMES);
+    let frames = u.symbolize_stack(&addrs);
+    dump(&frames);
+    let idx = assert_chain(
+        &frames,
+        &[
+            "capture",
+            "jit_callback",
+            "call_through_jit",
+            "falls_back_to_frame_pointers",
+        ],
+    );
+    assert_eq!(
+        idx[2],
+        idx[1] + 2,
+        "exactly one JIT frame between callback and caller"
+    );
+    let jit = &frames[idx[1] + 1];
+    let start = trampoline as usize as u64;
+    assert!(
+        (start..start + 8).contains(&jit.addr),
+        "{:#x} in trampoline",
+        jit.addr
+    );
+    assert_eq!(jit.dso, None);
+}
