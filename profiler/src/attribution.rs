@@ -201,6 +201,7 @@ impl Default for Roles {
         } else {
             None
         };
+        log::debug!("glibc struct pthread start_routine offset: {offset:?}");
         Roles {
             known: HashMap::new(),
             offset,
@@ -271,7 +272,12 @@ impl Roles {
         }
         let addr = read_memory(pid, fsbase + offset, 8)
             .and_then(|w| Some(u64::from_ne_bytes(w.get(..8)?.try_into().ok()?)))
-            .filter(|&a| a != 0)?;
+            .filter(|&a| a != 0);
+        log::debug!(
+            "pid {pid}: start routine at {:#x}: {addr:x?}",
+            fsbase + offset
+        );
+        let addr = addr?;
         let our_libc = self.our_libc;
         let (maps, same) = match self.processes.entry(pid) {
             Entry::Occupied(e) => e.into_mut(),
@@ -282,6 +288,7 @@ impl Roles {
             }
         };
         if !*same {
+            log::debug!("pid {pid}: another C library than ours, start routines not read");
             return None;
         }
         if maps.find(addr).is_none() {

@@ -4,11 +4,12 @@
 //! throughput and write waits are shown side by side.
 
 use std::{
+    collections::BTreeMap,
     fmt::Write as _,
     io,
     path::{Path, PathBuf},
     process::Stdio,
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use serde::Serialize;
@@ -18,13 +19,11 @@ use tokio::{
 };
 
 use crate::{
-    aggregation::{SideStats, Totals},
+    aggregation::SideStats,
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError},
-    report::{
-        Dist, Kind, Lost, Report, ReportBuilder, Stats, fmt_ns, histogram_lines, side_by_side,
-    },
-    session::{SessionError, Sink},
+    report::{Dist, Report, Stats, fmt_ns, histogram_lines, side_by_side},
+    session::{Profile, Rings, SessionError, Sink},
 };
 
 const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
@@ -151,14 +150,17 @@ async fn run_mode(
         procs.push(spawn(&cfg.node, &[&script, wmode, &k, &file_s, &it]).await?);
     }
     let pids: Vec<u32> = procs.iter().filter_map(|p| p.child.id()).collect();
-    let collector = Collector::start(&CollectorConfig {
+    let mut collector = Collector::start(&CollectorConfig {
         pids: pids.clone(),
         comms: vec![],
         max_threads: crate::cli::Config::MAX_THREADS,
         bpf_stats: false,
-        stack_sample: 0,
+        // The demo's writes are few: take every one's stack.
+        stack_sample: 1,
     })?;
-    let start = SystemTime::now();
+    let mut rings = Rings::open(&mut collector)?;
+    let mut profile = Profile::new(collector);
+    profile.prepare_stacks(&pids);
     // Start everyone together.
     for p in &mut procs {
         if let Some(stdin) = p.child.stdin.as_mut() {
@@ -168,50 +170,52 @@ async fn run_mode(
                 .map_err(|e| DemoError::Workload(e.to_string()))?;
         }
     }
-    let mut reads = 0u64;
-    let mut elapsed_ms = 0f64;
-    for p in &mut procs {
-        let line = next_line(p).await?;
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|e| DemoError::Workload(format!("bad result {line:?}: {e}")))?;
-        reads += v["ops"].as_u64().unwrap_or(0);
-        elapsed_ms = elapsed_ms.max(v["elapsed_ms"].as_f64().unwrap_or(0.0));
-        let status = p
-            .child
-            .wait()
-            .await
-            .map_err(|e| DemoError::Workload(e.to_string()))?;
-        if !status.success() {
-            return Err(DemoError::Workload(format!("node exited with {status}")));
+    // Collect the results while classifying threads and taking stacks as they come.
+    let results = async {
+        let mut reads = 0u64;
+        let mut elapsed_ms = 0f64;
+        for p in &mut procs {
+            let line = next_line(p).await?;
+            let v: serde_json::Value = serde_json::from_str(&line)
+                .map_err(|e| DemoError::Workload(format!("bad result {line:?}: {e}")))?;
+            reads += v["ops"].as_u64().unwrap_or(0);
+            elapsed_ms = elapsed_ms.max(v["elapsed_ms"].as_f64().unwrap_or(0.0));
+            let status = p
+                .child
+                .wait()
+                .await
+                .map_err(|e| DemoError::Workload(e.to_string()))?;
+            if !status.success() {
+                return Err(DemoError::Workload(format!("node exited with {status}")));
+            }
         }
-    }
+        Ok((reads, elapsed_ms))
+    };
+    tokio::pin!(results);
+    let (reads, elapsed_ms) = loop {
+        tokio::select! {
+            r = &mut results => break r?,
+            ready = rings.ready() => {
+                ready.map_err(SessionError::Events)?;
+                rings.drain(&mut profile);
+            }
+        }
+    };
     // Every participant has exited, its exit_mmap included: the kernel maps are complete.
-    let mut totals = Totals::default();
-    totals.update(&collector.snapshot()?);
-    let mut window = totals.window();
-    window.processes.retain(|pid, _| pids.contains(pid));
+    rings.drain(&mut profile);
+    profile.poll()?;
+    let mut report = profile.summary();
+    report.processes.retain(|p| pids.contains(&p.pid));
     let mut write = SideStats::default();
-    for t in window
+    for t in profile
+        .total_window()
         .processes
-        .values()
-        .flat_map(|threads| threads.values())
+        .iter()
+        .filter(|(pid, _)| pids.contains(pid))
+        .flat_map(|(_, threads)| threads.values())
     {
         write.merge(&t.write());
     }
-    let counters = collector.counters()?;
-    let mut builder = ReportBuilder::default();
-    let report = builder.build(
-        Kind::Summary,
-        &window,
-        start,
-        SystemTime::now(),
-        Lost {
-            events: counters.unpaired + counters.no_state,
-            map_full: counters.map_full,
-            stacks: counters.stacks_lost,
-        },
-        None,
-    );
     let elapsed_s = elapsed_ms / 1e3;
     Ok(DemoRun {
         mode,
@@ -229,6 +233,28 @@ async fn run_mode(
 
 fn write_stats(r: &DemoRun) -> Stats {
     Stats::new(&r.write, &mut crate::aggregation::new_hdr())
+}
+
+/// Write counts of a run by cause, by thread role and by code (sampled stacks).
+fn tallies(r: &Report) -> [BTreeMap<String, u64>; 3] {
+    let mut out: [BTreeMap<String, u64>; 3] = Default::default();
+    for p in &r.processes {
+        for c in &p.causes {
+            *out[0].entry(c.cause.to_string()).or_default() += c.write.count;
+        }
+        for t in &p.threads {
+            if t.write.count > 0 {
+                *out[1].entry(t.role.as_str().to_string()).or_default() += t.write.count;
+            }
+        }
+        for d in p.dsos.iter().flatten() {
+            let name = Path::new(&d.dso)
+                .file_name()
+                .map_or(d.dso.clone(), |n| n.to_string_lossy().into_owned());
+            *out[2].entry(name).or_default() += d.write.count;
+        }
+    }
+    out
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -306,6 +332,31 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
         fmt_ns(ps.hold_ns.mean as u64),
         ratio(ws.hold_ns.mean, ps.hold_ns.mean),
     );
+    let (wt, pt) = (tallies(&w.report), tallies(&p.report));
+    for (title, i) in [
+        ("write acquisitions by cause", 0),
+        ("by thread role", 1),
+        ("by code (sampled stacks)", 2),
+    ] {
+        let _ = writeln!(out, "\n  {title}");
+        let mut keys: Vec<&String> = wt[i].keys().chain(pt[i].keys()).collect();
+        keys.sort();
+        keys.dedup();
+        // Biggest first, by the workers' count.
+        keys.sort_by_key(|k| std::cmp::Reverse(wt[i].get(*k).copied().unwrap_or(0)));
+        for k in keys {
+            let (a, b) = (
+                wt[i].get(k).copied().unwrap_or(0),
+                pt[i].get(k).copied().unwrap_or(0),
+            );
+            out += &row(
+                &format!("  {k}"),
+                a.to_string(),
+                b.to_string(),
+                String::new(),
+            );
+        }
+    }
     let hists: Vec<&Dist> = vec![&ws.wait_ns, &ps.wait_ns];
     let width = 8 + 1 + 24 + 1 + 8;
     let mut cols = vec![

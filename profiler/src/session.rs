@@ -272,14 +272,35 @@ impl Profile {
         }
     }
 
-    /// Folds sampled stacks and their outcomes into the stack attribution.
-    pub fn take_stacks(&mut self, ring: &mut RingBuf<MapData>) {
-        let Some(stacks) = self.stacks.as_mut() else {
+    /// Everything since the start, per process and thread.
+    pub fn total_window(&self) -> Window {
+        self.totals.window()
+    }
+
+    /// With stack sampling, reads the unwind information of the given processes now.
+    pub fn prepare_stacks(&mut self, pids: &[u32]) {
+        if self.collector.stack_sample() == 0 {
             return;
-        };
-        while let Some(item) = ring.next() {
-            stacks.on_record(&item);
         }
+        let mut stacks = StackAttribution::default();
+        for &pid in pids {
+            stacks.prepare(pid);
+        }
+        self.stacks = Some(stacks);
+    }
+
+    /// Folds up to `max` sampled stack records into the stack attribution; returns how many.
+    pub fn take_stacks(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> usize {
+        let Some(stacks) = self.stacks.as_mut() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < max {
+            let Some(item) = ring.next() else { break };
+            stacks.on_record(&item);
+            n += 1;
+        }
+        n
     }
 
     /// The report for the interval since the previous one, which it then starts anew.
@@ -324,6 +345,72 @@ impl Profile {
                 .add_stacks(&mut r, stacks, self.collector.stack_sample());
         }
         r
+    }
+}
+
+/// Stack records handled between two looks at the new threads.
+const STACK_BATCH: usize = 32;
+
+/// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
+/// stacks. Records are drained as soon as they arrive, so that threads are classified while
+/// they run and the stacks buffer never fills.
+pub struct Rings {
+    new_threads: AsyncFd<RingBuf<MapData>>,
+    stacks: Option<AsyncFd<RingBuf<MapData>>>,
+}
+
+fn register(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, SessionError> {
+    // SAFETY: the ring buffer owns its fd, open and unchanged for the AsyncFd's lifetime.
+    unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))
+}
+
+impl Rings {
+    /// Takes the collector's ring buffers (stacks only when sampling them); must run inside
+    /// the async runtime.
+    pub fn open(collector: &mut Collector) -> Result<Self, SessionError> {
+        let new_threads = register(collector.take_new_threads()?)?;
+        let stacks = if collector.stack_sample() > 0 {
+            Some(register(collector.take_stacks()?)?)
+        } else {
+            None
+        };
+        Ok(Rings {
+            new_threads,
+            stacks,
+        })
+    }
+
+    /// Waits until a ring buffer has records. Readiness is cleared before returning, so that
+    /// records arriving after the following [`drain`](Self::drain) wake us again.
+    pub async fn ready(&self) -> io::Result<()> {
+        let stacks = async {
+            match &self.stacks {
+                Some(s) => s.readable().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            g = self.new_threads.readable() => g?.clear_ready(),
+            g = stacks => g?.clear_ready(),
+        }
+        Ok(())
+    }
+
+    /// Hands every record available to `profile`. New threads come first, and are looked at
+    /// again between small batches of stacks: a thread must be classified while it lives,
+    /// a stack can wait.
+    pub fn drain(&mut self, profile: &mut Profile) {
+        loop {
+            profile.classify_new_threads(self.new_threads.get_mut());
+            let Some(s) = self.stacks.as_mut() else {
+                return;
+            };
+            if profile.take_stacks(s.get_mut(), STACK_BATCH) < STACK_BATCH {
+                profile.classify_new_threads(self.new_threads.get_mut());
+                return;
+            }
+        }
     }
 }
 
@@ -394,29 +481,9 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         );
     }
     let mut collector = collector;
-    let ring = collector.take_new_threads()?;
-    // SAFETY: the ring buffer owns its fd, open and unchanged for the AsyncFd's lifetime.
-    let mut new_threads = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-        .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))?;
-    let stacks_ring = if cfg.collector.stack_sample > 0 {
-        let ring = collector.take_stacks()?;
-        // SAFETY: as above.
-        Some(
-            unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-                .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))?,
-        )
-    } else {
-        None
-    };
-    let mut stacks_ring = stacks_ring;
+    let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector);
-    if stacks_ring.is_some() {
-        let mut stacks = StackAttribution::default();
-        for &pid in &cfg.collector.pids {
-            stacks.prepare(pid);
-        }
-        profile.stacks = Some(stacks);
-    }
+    profile.prepare_stacks(&cfg.collector.pids);
     for &pid in &cfg.collector.pids {
         profile.builder.names.prime(pid);
     }
@@ -445,20 +512,9 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
                     sink.write_report(&r)?;
                 }
             }
-            ready = new_threads.readable_mut() => {
-                let mut guard = ready.map_err(SessionError::Events)?;
-                profile.classify_new_threads(guard.get_inner_mut());
-                guard.clear_ready();
-            }
-            ready = async {
-                match stacks_ring.as_mut() {
-                    Some(r) => r.readable_mut().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                let mut guard = ready.map_err(SessionError::Events)?;
-                profile.take_stacks(guard.get_inner_mut());
-                guard.clear_ready();
+            ready = rings.ready() => {
+                ready.map_err(SessionError::Events)?;
+                rings.drain(&mut profile);
             }
             _ = &mut deadline => break,
             _ = &mut exited => break,
@@ -470,10 +526,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
 
     // The last (partial) interval and the summary; the signal handlers stay installed, so a
     // second Ctrl-C cannot cut the summary short.
-    profile.classify_new_threads(new_threads.get_mut());
-    if let Some(r) = stacks_ring.as_mut() {
-        profile.take_stacks(r.get_mut());
-    }
+    rings.drain(&mut profile);
     profile.poll()?;
     if cfg.interval.is_some() {
         let r = profile.interval_report();

@@ -16,7 +16,7 @@ use profiler_common::{SampleDone, StackSample, stack_record};
 
 use crate::{
     aggregation::SideStats,
-    unwind::{Frame, ProcessUnwinder},
+    unwind::{Frame, ProcessUnwinder, Shared},
 };
 
 /// Deepest stack kept.
@@ -96,6 +96,7 @@ struct Pending {
 /// drained quickly; symbolizing waits for the report.
 #[derive(Default)]
 pub struct StackAttribution {
+    shared: Shared,
     unwinders: HashMap<u32, Option<ProcessUnwinder>>,
     pending: HashMap<(u32, u32), Pending>,
     owners: BTreeMap<u32, OwnerStacks>,
@@ -141,9 +142,10 @@ impl StackAttribution {
     }
 
     fn unwinder(&mut self, tgid: u32) -> Option<&mut ProcessUnwinder> {
+        let shared = &self.shared;
         self.unwinders
             .entry(tgid)
-            .or_insert_with(|| match ProcessUnwinder::new(tgid) {
+            .or_insert_with(|| match ProcessUnwinder::new(tgid, shared.clone()) {
                 Ok(u) => Some(u),
                 Err(e) => {
                     log::debug!("no unwinder for {tgid}: {e}");

@@ -14,10 +14,12 @@
 //! architectures other than x86_64, and JIT frames whose code does not keep `rbp` as a frame
 //! pointer.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use blazesym::symbolize::source::{Elf, Source};
@@ -178,39 +180,55 @@ struct ModuleKey {
 
 type FileKey = (String, u64);
 
-/// Unwinds and symbolizes stacks of one process. Keeps everything that is
-/// expensive (parsed CFI per file, framehop's rule cache, blazesym's parsed
-/// symbol tables) across calls; call [`Self::refresh`] when the mappings may
-/// have changed (e.g. after a `dlopen` of a `.node` addon). Not `Send`
-/// (blazesym's `Symbolizer` is not), so keep it on one thread.
+/// What the unwinders of all processes share: the parsed unwind information of each file
+/// (`None`: a file that could not be used, whose frames fall back to frame pointers) and the
+/// symbolizer with its parsed symbol tables. Ten node processes parse `node` once.
+#[derive(Clone)]
+pub struct Shared {
+    files: Rc<RefCell<HashMap<FileKey, Option<Arc<ElfUnwindInfo>>>>>,
+    symbolizer: Rc<Symbolizer>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            files: Rc::default(),
+            // No auto-reload: it would stat() every file on every call. No line info: names
+            // are what we report.
+            symbolizer: Rc::new(
+                Symbolizer::builder()
+                    .enable_auto_reload(false)
+                    .enable_code_info(false)
+                    .build(),
+            ),
+        }
+    }
+}
+
+/// Unwinds and symbolizes stacks of one process. Keeps everything that is expensive (parsed
+/// CFI per file, framehop's rule cache, blazesym's parsed symbol tables) across calls; call
+/// [`Self::refresh`] when the mappings may have changed (e.g. after a `dlopen` of a `.node`
+/// addon). Not `Send` (blazesym's `Symbolizer` is not), so keep it on one thread.
 pub struct ProcessUnwinder {
     pid: u32,
     maps: Maps,
     unwinder: UnwinderX86_64<Bytes>,
     cache: CacheX86_64,
     modules: HashSet<ModuleKey>,
-    /// `None` records a file that could not be used (its frames use frame pointers).
-    files: HashMap<FileKey, Option<Arc<ElfUnwindInfo>>>,
-    symbolizer: Symbolizer,
+    shared: Shared,
 }
 
 impl ProcessUnwinder {
-    /// Reads `/proc/PID/maps` and loads `.eh_frame` of every executable ELF
-    /// mapping. Per-file failures do not fail this (they are logged at debug level).
-    pub fn new(pid: u32) -> Result<Self, UnwindError> {
+    /// Reads `/proc/PID/maps` and loads `.eh_frame` of every executable ELF mapping not
+    /// loaded yet. Per-file failures do not fail this (they are logged at debug level).
+    pub fn new(pid: u32, shared: Shared) -> Result<Self, UnwindError> {
         let mut this = Self {
             pid,
             maps: Maps::default(),
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             modules: HashSet::new(),
-            files: HashMap::new(),
-            // No auto-reload: it would stat() every file on every call; `refresh` is the
-            // explicit invalidation point. No line info: names are what we report.
-            symbolizer: Symbolizer::builder()
-                .enable_auto_reload(false)
-                .enable_code_info(false)
-                .build(),
+            shared,
         };
         this.refresh()?;
         Ok(this)
@@ -263,8 +281,6 @@ impl ProcessUnwinder {
             let module = Module::new(name, m.start..m.end, bias, info.section_info());
             self.unwinder.add_module(module);
         }
-        let live: HashSet<FileKey> = maps.iter().map(|m| (m.dev.clone(), m.inode)).collect();
-        self.files.retain(|k, _| live.contains(k));
         self.maps = maps;
         Ok(())
     }
@@ -274,7 +290,7 @@ impl ProcessUnwinder {
     /// namespaces and for deleted files; needs root), then `/proc/PID/root`.
     fn file_info(&mut self, m: &Mapping) -> Option<Arc<ElfUnwindInfo>> {
         let fkey = (m.dev.clone(), m.inode);
-        if let Some(cached) = self.files.get(&fkey) {
+        if let Some(cached) = self.shared.files.borrow().get(&fkey) {
             return cached.clone();
         }
         let path = m.path.as_deref()?;
@@ -292,7 +308,7 @@ impl ProcessUnwinder {
                 None
             }
         };
-        self.files.insert(fkey, info.clone());
+        self.shared.files.borrow_mut().insert(fkey, info.clone());
         info
     }
 
@@ -370,20 +386,24 @@ impl ProcessUnwinder {
             let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
             let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
             // One unreadable section fails a whole batch in blazesym: retry one by one then.
-            let names: Vec<Option<String>> =
-                match self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)) {
-                    Ok(syms) => syms.iter().map(name).collect(),
-                    Err(_) => offsets
-                        .iter()
-                        .map(|&o| {
-                            self.symbolizer
-                                .symbolize_single(&src, Input::FileOffset(o))
-                                .ok()
-                                .as_ref()
-                                .and_then(name)
-                        })
-                        .collect(),
-                };
+            let names: Vec<Option<String>> = match self
+                .shared
+                .symbolizer
+                .symbolize(&src, Input::FileOffset(&offsets))
+            {
+                Ok(syms) => syms.iter().map(name).collect(),
+                Err(_) => offsets
+                    .iter()
+                    .map(|&o| {
+                        self.shared
+                            .symbolizer
+                            .symbolize_single(&src, Input::FileOffset(o))
+                            .ok()
+                            .as_ref()
+                            .and_then(name)
+                    })
+                    .collect(),
+            };
             for ((i, _), n) in items.into_iter().zip(names) {
                 frames[i].symbol = n;
             }

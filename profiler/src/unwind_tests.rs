@@ -107,7 +107,7 @@ fn assert_chain(frames: &[Frame], needles: &[&str]) -> Vec<usize> {
 #[test]
 fn unwinds_rust_chain_with_eh_frame_only() {
     let c = level_a();
-    let mut u = ProcessUnwinder::new(std::process::id()).unwrap();
+    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     // bp = 0: any frame-pointer fallback would stop immediately, so reaching
     // level_a proves the CFI path is taken.
     let addrs = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
@@ -178,7 +178,7 @@ fn sort_through_libc() -> Captured {
 #[test]
 fn unwinds_through_glibc_without_frame_pointers() {
     let c = sort_through_libc();
-    let mut u = ProcessUnwinder::new(std::process::id()).unwrap();
+    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     let addrs = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
     let frames = u.symbolize_stack(&addrs);
     dump(&frames);
@@ -239,7 +239,7 @@ fn call_through_jit(trampoline: extern "C" fn(extern "C" fn())) -> Captured {
 fn falls_back_to_frame_pointers_in_anonymous_code() {
     let trampoline = make_jit_trampoline();
     let c = call_through_jit(trampoline);
-    let mut u = ProcessUnwinder::new(std::process::id()).unwrap();
+    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     // Real bp here: CFI restores the trampoline's rbp, then the fallback walks it.
     let addrs = u.unwind(c.ip, c.sp, c.bp, &c.stack, MAX_FRAMES);
     let frames = u.symbolize_stack(&addrs);
