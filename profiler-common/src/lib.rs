@@ -91,8 +91,10 @@ pub mod counter {
     pub const NO_STATE: u32 = 2;
     /// A sampled stack did not fit in the STACKS ring buffer (userspace fell behind).
     pub const STACKS_LOST: u32 = 3;
+    /// A changed key did not fit in the DIRTY ring buffer: userspace must read everything.
+    pub const DIRTY_LOST: u32 = 4;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].
@@ -161,7 +163,9 @@ pub struct StatsKey {
 pub struct ThreadStats {
     /// Thread group id of the thread that took the lock (differs from `owner` for foreign takers).
     pub tgid: u32,
-    pub _pad: u32,
+    /// The `EPOCH` in which this entry last changed: the first change in each epoch puts the
+    /// key on the `DIRTY` ring buffer, so that userspace reads only the entries that changed.
+    pub epoch: u32,
     /// The thread's command name when its entry was created.
     pub comm: [u8; COMM_LEN],
     /// The thread's fs base (x86_64 TLS pointer: glibc's `struct pthread`) when its entry was
@@ -173,7 +177,7 @@ pub struct ThreadStats {
 impl ThreadStats {
     pub const ZERO: ThreadStats = ThreadStats {
         tgid: 0,
-        _pad: 0,
+        epoch: 0,
         comm: [0; COMM_LEN],
         fsbase: 0,
         stats: LockStats::ZERO,

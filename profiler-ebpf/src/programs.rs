@@ -9,7 +9,7 @@ use aya_ebpf::{
         generated::{bpf_task_pt_regs, bpf_task_storage_get},
     },
     macros::{map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
 };
 use profiler_common::{
@@ -45,13 +45,23 @@ static SETTINGS: Settings = Settings {
 #[unsafe(no_mangle)]
 static FILTER: Filter = Filter::ALL;
 
-/// Per-(owner, thread) aggregates read by userspace. Sized at load time (`--max-threads`).
+/// Per-(owner, thread, kind) aggregates read by userspace. Sized at load time
+/// (`--max-threads`); not preallocated, so that a large capacity costs nothing until used.
 #[map]
-static STATS: HashMap<StatsKey, ThreadStats> = HashMap::with_max_entries(16384, 0);
+static STATS: HashMap<StatsKey, ThreadStats> =
+    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
 /// Health counters, see `profiler_common::counter`.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Userspace's reading epoch, bumped before each reading (see `ThreadStats::epoch`).
+#[map]
+static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Keys of entries that changed in the current epoch, each once.
+#[map]
+static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
 /// Threads seen for the first time (one event per thread), for userspace to classify.
 #[map]
@@ -235,7 +245,8 @@ fn resolve(st: &mut ThreadState, mm: u64) -> bool {
     tracked
 }
 
-/// The current thread's stats entry for (`owner`, `kind`), created on first use.
+/// The current thread's stats entry for (`owner`, `kind`), created on first use, and noted
+/// on DIRTY if this is its first change in the current epoch.
 #[inline(always)]
 fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -245,9 +256,23 @@ fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
         kind,
         _pad: 0,
     };
-    if let Some(p) = STATS.get_ptr_mut(&key) {
-        return Some(unsafe { &mut *p });
+    let entry = match STATS.get_ptr_mut(&key) {
+        Some(p) => unsafe { &mut *p },
+        None => new_stats_entry(&key, pid_tgid)?,
+    };
+    let epoch = EPOCH.get(0).copied().unwrap_or(0);
+    if entry.epoch != epoch {
+        entry.epoch = epoch;
+        if DIRTY.output::<StatsKey>(&key, 0).is_err() {
+            bump(counter::DIRTY_LOST);
+        }
     }
+    Some(entry)
+}
+
+#[inline(always)]
+fn new_stats_entry(key: &StatsKey, pid_tgid: u64) -> Option<&'static mut ThreadStats> {
+    let owner = key.owner;
     let init = SCRATCH.get_ptr_mut(0)?;
     let init = unsafe { &mut *init };
     init.tgid = (pid_tgid >> 32) as u32;
@@ -259,7 +284,9 @@ fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
         unsafe { read_u64(bpf_get_current_task() + k.task_fsbase as u64) }
     };
     // NOEXIST: another program of this thread cannot race us, but keep existing data if so.
-    let _ = STATS.insert(&key, &*init, BPF_NOEXIST as u64);
+    // epoch 0 is never current (userspace starts at 1): a new entry is always noted.
+    init.epoch = 0;
+    let _ = STATS.insert(key, &*init, BPF_NOEXIST as u64);
     if let Some(st) = thread_state(false)
         && st.announced == 0
     {
@@ -276,7 +303,7 @@ fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
             0,
         );
     }
-    match STATS.get_ptr_mut(&key) {
+    match STATS.get_ptr_mut(key) {
         Some(p) => Some(unsafe { &mut *p }),
         None => {
             bump(counter::MAP_FULL);

@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
+use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use profiler_common::{COMM_LEN, HIST_BUCKETS, LockStats, StatsKey, ThreadStats, cause};
 
 /// Exclusive upper bound, in ns, of log2 bucket `i` (bucket 0 holds exactly 0 ns).
@@ -25,49 +27,63 @@ pub fn bucket_lower_ns(i: usize) -> u64 {
     if i == 0 { 0 } else { 1u64 << (i - 1) }
 }
 
-/// A distribution of durations: exact sum and max, and the non-empty log2 buckets.
+/// A non-empty log2 bucket, packed: index in the top 6 bits, count in the low 58.
+type PackedBucket = u64;
+const COUNT_BITS: u32 = 58;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+
+fn pack(i: usize, n: u64) -> PackedBucket {
+    ((i as u64) << COUNT_BITS) | (n & COUNT_MASK)
+}
+
+fn unpack(b: PackedBucket) -> (usize, u64) {
+    ((b >> COUNT_BITS) as usize, b & COUNT_MASK)
+}
+
+/// A distribution of durations: exact sum and max, and the non-empty log2 buckets. Most
+/// threads fill a handful of buckets, which are kept inline: no allocation per histogram.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurationHist {
     pub sum: u64,
     pub max: u64,
-    /// `(bucket index, count)`, ascending by index, counts > 0.
-    buckets: Vec<(u8, u64)>,
+    /// Ascending by index, counts > 0.
+    buckets: SmallVec<[PackedBucket; 3]>,
 }
 
 impl DurationHist {
     #[cfg(test)]
     pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.1).sum()
+        self.buckets().map(|b| b.1).sum()
     }
 
     /// Non-empty buckets as `(index, count)`, ascending.
     pub fn buckets(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.buckets.iter().map(|&(i, n)| (i as usize, n))
+        self.buckets.iter().map(|&b| unpack(b))
     }
 
     /// Count of bucket `i`.
     pub fn bucket(&self, i: usize) -> u64 {
-        self.buckets
-            .iter()
-            .find(|b| b.0 as usize == i)
-            .map_or(0, |b| b.1)
+        self.buckets().find(|b| b.0 == i).map_or(0, |b| b.1)
     }
 
     pub fn add(&mut self, i: usize, n: u64) {
         if n == 0 {
             return;
         }
-        match self.buckets.binary_search_by_key(&(i as u8), |b| b.0) {
-            Ok(pos) => self.buckets[pos].1 += n,
-            Err(pos) => self.buckets.insert(pos, (i as u8, n)),
+        match self.buckets.binary_search_by_key(&i, |&b| unpack(b).0) {
+            Ok(pos) => {
+                let (_, c) = unpack(self.buckets[pos]);
+                self.buckets[pos] = pack(i, c + n);
+            }
+            Err(pos) => self.buckets.insert(pos, pack(i, n)),
         }
     }
 
     pub fn merge(&mut self, other: &DurationHist) {
         self.sum = self.sum.wrapping_add(other.sum);
         self.max = self.max.max(other.max);
-        for &(i, n) in &other.buckets {
-            self.add(i as usize, n);
+        for (i, n) in other.buckets() {
+            self.add(i, n);
         }
     }
 
@@ -80,19 +96,19 @@ impl DurationHist {
         let mut d = DurationHist {
             sum: cur_sum.wrapping_sub(prev.sum),
             max: 0,
-            buckets: Vec::new(),
+            buckets: SmallVec::new(),
         };
         for (i, &c) in cur.iter().enumerate() {
             let n = c.wrapping_sub(prev.bucket(i) as u32);
             if n > 0 {
-                d.buckets.push((i as u8, u64::from(n)));
+                d.buckets.push(pack(i, u64::from(n)));
             }
         }
         d.max = if cur_max > prev.max {
             cur_max
         } else {
             match d.buckets.last() {
-                Some(&(i, _)) => (bucket_upper_ns(i as usize) - 1).min(cur_max),
+                Some(&b) => (bucket_upper_ns(unpack(b).0) - 1).min(cur_max),
                 None => 0,
             }
         };
@@ -174,6 +190,33 @@ pub struct ThreadDelta {
     pub stats: SideStats,
 }
 
+/// Writes by cause (`profiler_common::cause`), ascending by cause: a thread uses a few, so a
+/// small sorted vector (a map node would be ten times the size).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Causes(Vec<(u32, SideStats)>);
+
+impl Causes {
+    #[cfg(test)]
+    pub fn get(&self, cause: u32) -> Option<&SideStats> {
+        self.0.iter().find(|c| c.0 == cause).map(|c| &c.1)
+    }
+
+    pub fn entry(&mut self, cause: u32) -> &mut SideStats {
+        let pos = match self.0.binary_search_by_key(&cause, |c| c.0) {
+            Ok(p) => p,
+            Err(p) => {
+                self.0.insert(p, (cause, SideStats::default()));
+                p
+            }
+        };
+        &mut self.0[pos].1
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &SideStats)> {
+        self.0.iter().map(|(c, s)| (*c, s))
+    }
+}
+
 /// One thread's activity on one process's lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadAgg {
@@ -181,8 +224,7 @@ pub struct ThreadAgg {
     pub comm: [u8; COMM_LEN],
     pub fsbase: u64,
     pub read: SideStats,
-    /// Writes by cause (`profiler_common::cause`).
-    pub writes: BTreeMap<u32, SideStats>,
+    pub writes: Causes,
 }
 
 impl ThreadAgg {
@@ -192,15 +234,7 @@ impl ThreadAgg {
             comm,
             fsbase,
             read: SideStats::default(),
-            writes: BTreeMap::new(),
-        }
-    }
-
-    fn kind(&self, kind: u32) -> Option<&SideStats> {
-        if kind == cause::READ {
-            Some(&self.read)
-        } else {
-            self.writes.get(&kind)
+            writes: Causes::default(),
         }
     }
 
@@ -208,14 +242,14 @@ impl ThreadAgg {
         if kind == cause::READ {
             &mut self.read
         } else {
-            self.writes.entry(kind).or_default()
+            self.writes.entry(kind)
         }
     }
 
     /// All writes, whatever their cause.
     pub fn write(&self) -> SideStats {
         let mut w = SideStats::default();
-        for s in self.writes.values() {
+        for (_, s) in self.writes.iter() {
             w.merge(s);
         }
         w
@@ -223,8 +257,8 @@ impl ThreadAgg {
 
     pub fn merge(&mut self, o: &ThreadAgg) {
         self.read.merge(&o.read);
-        for (k, s) in &o.writes {
-            self.writes.entry(*k).or_default().merge(s);
+        for (k, s) in o.writes.iter() {
+            self.writes.entry(k).merge(s);
         }
     }
 }
@@ -246,17 +280,6 @@ impl Window {
             .merge(&d.stats);
     }
 
-    fn get(&self, key: &StatsKey) -> Option<&SideStats> {
-        self.processes
-            .get(&key.owner)?
-            .get(&key.tid)?
-            .kind(key.kind)
-    }
-
-    pub fn clear(&mut self) {
-        self.processes.clear();
-    }
-
     /// Adds a whole thread's activity.
     pub fn add_thread(&mut self, owner: u32, tid: u32, t: &ThreadAgg) {
         self.processes
@@ -268,10 +291,20 @@ impl Window {
     }
 }
 
-/// The run's totals: live threads (mirroring the kernel's entries) and exited ones.
+/// Who a live thread is, and which kinds it has kernel entries for.
+struct ThreadInfo {
+    tgid: u32,
+    comm: [u8; COMM_LEN],
+    fsbase: u64,
+    kinds: SmallVec<[u32; 4]>,
+}
+
+/// The run's totals: live kernel entries mirrored one for one (flat, so that a reading of
+/// tens of thousands of entries costs one hash lookup each), and exited threads.
 #[derive(Default)]
 pub struct Totals {
-    live: Window,
+    entries: HashMap<StatsKey, SideStats>,
+    threads: HashMap<(u32, u32), ThreadInfo>,
     /// Threads whose kernel entries were deleted after they exited.
     retired: Vec<(u32, u32, ThreadAgg)>,
 }
@@ -282,7 +315,7 @@ impl Totals {
         let zero = SideStats::default();
         let mut out = Vec::new();
         for (key, cur) in snapshot {
-            let prev = self.live.get(key).unwrap_or(&zero);
+            let prev = self.entries.get(key).unwrap_or(&zero);
             if prev.unchanged(&cur.stats) {
                 continue;
             }
@@ -293,33 +326,77 @@ impl Totals {
                 fsbase: cur.fsbase,
                 stats: SideStats::delta(&cur.stats, prev),
             };
-            self.live.add(&d);
+            self.entries.entry(*key).or_default().merge(&d.stats);
+            let info = self
+                .threads
+                .entry((key.owner, key.tid))
+                .or_insert_with(|| ThreadInfo {
+                    tgid: cur.tgid,
+                    comm: cur.comm,
+                    fsbase: cur.fsbase,
+                    kinds: SmallVec::new(),
+                });
+            if !info.kinds.contains(&key.kind) {
+                info.kinds.push(key.kind);
+            }
             out.push(d);
         }
         out
     }
 
+    fn keys(owner: u32, tid: u32, info: &ThreadInfo) -> impl Iterator<Item = StatsKey> + '_ {
+        info.kinds.iter().map(move |&kind| StatsKey {
+            owner,
+            tid,
+            kind,
+            _pad: 0,
+        })
+    }
+
+    fn thread_agg(&self, owner: u32, tid: u32, info: &ThreadInfo) -> ThreadAgg {
+        let mut t = ThreadAgg::new(info.tgid, info.comm, info.fsbase);
+        for key in Self::keys(owner, tid, info) {
+            if let Some(s) = self.entries.get(&key) {
+                t.kind_mut(key.kind).merge(s);
+            }
+        }
+        t
+    }
+
     /// Thread `tid` exited and its kernel entries (every kind) were deleted: keep its totals
     /// apart, so that a new thread reusing the tid starts from zero.
     pub fn retire(&mut self, owner: u32, tid: u32) {
-        if let Some(threads) = self.live.processes.get_mut(&owner)
-            && let Some(t) = threads.remove(&tid)
-        {
+        if let Some(info) = self.threads.remove(&(owner, tid)) {
+            let t = self.thread_agg(owner, tid, &info);
+            for key in Self::keys(owner, tid, &info) {
+                self.entries.remove(&key);
+            }
             self.retired.push((owner, tid, t));
         }
     }
 
+    /// The kinds (read, write causes) a live thread has kernel entries for.
+    pub fn kinds(&self, owner: u32, tid: u32) -> Vec<u32> {
+        self.threads
+            .get(&(owner, tid))
+            .map(|i| i.kinds.to_vec())
+            .unwrap_or_default()
+    }
+
     /// Live (owner, tid, tgid) triples, to check which threads still exist.
     pub fn live_threads(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
-        self.live
-            .processes
+        self.threads
             .iter()
-            .flat_map(|(&o, ts)| ts.iter().map(move |(&tid, t)| (o, tid, t.tgid)))
+            .map(|(&(owner, tid), i)| (owner, tid, i.tgid))
     }
 
     /// Everything since the start.
     pub fn window(&self) -> Window {
-        let mut w = self.live.clone();
+        let mut w = Window::default();
+        for (&(owner, tid), info) in &self.threads {
+            let t = self.thread_agg(owner, tid, info);
+            w.add_thread(owner, tid, &t);
+        }
         for (owner, tid, t) in &self.retired {
             w.add_thread(*owner, *tid, t);
         }
@@ -418,8 +495,8 @@ mod tests {
         // Totals equal the kernel's cumulative values.
         let w = tot.window();
         let t = &w.processes[&10][&11];
-        assert_eq!(t.writes[&cause::MPROTECT].count, 2);
-        assert_eq!(t.writes[&cause::MPROTECT].wait.sum, 5100);
+        assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 2);
+        assert_eq!(t.writes.get(cause::MPROTECT).unwrap().wait.sum, 5100);
         assert_eq!(t.write().wait.max, 5000);
     }
 
@@ -456,7 +533,7 @@ mod tests {
         // The summary has both incarnations merged under the tid.
         let w = tot.window();
         let t = &w.processes[&10][&11];
-        assert_eq!(t.writes[&cause::MPROTECT].count, 3);
+        assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 3);
         assert_eq!(t.read.count, 2);
     }
 
@@ -503,7 +580,7 @@ mod tests {
         w.add(&mk(5, 5, 5, cause::BRK, 7));
         let t = &w.processes[&1][&2];
         assert_eq!((t.write().count, t.read.count), (4, 9));
-        assert_eq!(t.writes[&cause::MPROTECT].count, 3);
+        assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 3);
         assert_eq!(w.processes[&1][&99].tgid, 99);
         assert_eq!(w.processes[&5][&5].write().count, 7);
     }

@@ -264,6 +264,24 @@ impl Roles {
         r
     }
 
+    /// Symbolizes every pending start routine. Done before a report is built, so that the
+    /// symbolizer's long-lived caches are not allocated among the report's short-lived data
+    /// (which then returns to the system whole).
+    pub fn resolve_pending(&mut self) {
+        let pending: Vec<((u32, u32), StartSite)> = self.pending.drain().collect();
+        for ((owner, tid), site) in pending {
+            let r = match site {
+                None => role_from_start_routine("[anonymous]", None),
+                Some((path, offset)) => {
+                    let name = self.symbolize(&path, offset);
+                    log::debug!("thread {tid} of {owner} started in {name} ({})", path.display());
+                    role_from_start_routine(&name, Some(&path))
+                }
+            };
+            self.known.insert((owner, tid), r);
+        }
+    }
+
     /// Reads a thread's start routine and finds its mapping (needs the process alive).
     fn start_site(&mut self, pid: u32, fsbase: u64) -> Option<StartSite> {
         let offset = self.offset?;

@@ -89,8 +89,8 @@ pub struct ProfileArgs {
     /// An interval report every SECS; 0 = the summary only.
     #[arg(short, long, value_name = "SECS", default_value_t = Config::INTERVAL_S, value_parser = parse_secs)]
     pub interval: f64,
-    /// Capacity of the kernel map of per-thread statistics; threads beyond it are counted in
-    /// `lost.map_full`.
+    /// Threads the kernel's statistics map has room for (4 entries each: reads and write
+    /// causes); beyond it, acquisitions are counted in `lost.map_full`. Allocated as used.
     #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_threads: u32,
     /// Capture the user stack of one in N write acquisitions (per thread), to charge writes

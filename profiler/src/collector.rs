@@ -8,7 +8,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{ProgramError, RawTracePoint},
 };
 use profiler_common::{
@@ -20,6 +20,10 @@ use crate::kernel::{KernelError, KernelInfo};
 
 /// The compiled eBPF object, built by `build.rs` from `profiler-ebpf`.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mmaplock"));
+
+/// Kernel map entries budgeted per thread: one for its reads, and one per write cause it
+/// uses (typically mmap, munmap, mprotect; a few more for some).
+pub const ENTRIES_PER_THREAD: u32 = 4;
 
 /// The tracepoints, each with the program attached to it (see [`Collector::programs`]).
 pub const TRACEPOINTS: [&str; 3] = [
@@ -71,6 +75,7 @@ pub struct Counters {
     pub unpaired: u64,
     pub no_state: u64,
     pub stacks_lost: u64,
+    pub dirty_lost: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
@@ -97,7 +102,31 @@ pub struct Collector {
     /// restores the previous state.
     _stats_fd: Option<std::os::fd::OwnedFd>,
     stack_sample: u32,
+    batch_supported: bool,
+    batch: batch::Buffers,
+    epoch_map: Array<MapData, u32>,
+    epoch: u32,
+    /// Keys of entries changed in the current epoch.
+    dirty: RingBuf<MapData>,
+    /// `counter::DIRTY_LOST` when last looked at.
+    dirty_lost: u64,
+    changed: Vec<(StatsKey, ThreadStats)>,
 }
+
+/// A map of the loaded object, typed.
+fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, CollectorError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    ebpf.take_map(name)
+        .ok_or_else(|| CollectorError::Load(format!("map {name} missing")))?
+        .try_into()
+        .map_err(|e: aya::maps::MapError| CollectorError::Map(name, error_chain(&e)))
+}
+
+/// Above this many changed entries, one batched reading of the whole map is cheaper than a
+/// lookup per changed entry.
+const MAX_LOOKUPS: usize = 2048;
 
 /// The program for each of [`TRACEPOINTS`] on this kernel.
 fn programs_for(kernel: &KernelInfo) -> [&'static str; 3] {
@@ -182,6 +211,9 @@ impl Collector {
         log::debug!("kernel BTF read in {:?}", t0.elapsed());
         let filter = filter_for(cfg)?;
         let mut ebpf = EbpfLoader::new()
+            // No CO-RE relocations to do (offsets come from `kernel`): skip parsing the
+            // kernel's BTF a second time, which would double our peak memory.
+            .btf(None)
             .override_global("KERNEL", &kernel.layout, true)
             .override_global("FILTER", &filter, true)
             .override_global(
@@ -192,7 +224,10 @@ impl Collector {
                 },
                 true,
             )
-            .map_max_entries("STATS", cfg.max_threads.max(1))
+            .map_max_entries(
+                "STATS",
+                cfg.max_threads.max(1).saturating_mul(ENTRIES_PER_THREAD),
+            )
             // THREAD_STATE is task local storage, which aya creates but has no typed API for;
             // only the eBPF side uses it.
             .allow_unsupported_maps()
@@ -205,6 +240,12 @@ impl Collector {
                 }
             })?;
         log::debug!("object loaded (maps created) at {:?}", t0.elapsed());
+        // Epoch 1 before the first event: new entries (epoch 0) are always noted as changed.
+        let mut epoch_map: Array<MapData, u32> = take(&mut ebpf, "EPOCH")?;
+        epoch_map
+            .set(0, 1, 0)
+            .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
+        let dirty: RingBuf<MapData> = take(&mut ebpf, "DIRTY")?;
         for (tp, name) in TRACEPOINTS.into_iter().zip(programs_for(&kernel)) {
             let prog: &mut RawTracePoint = ebpf
                 .program_mut(name)
@@ -229,16 +270,8 @@ impl Collector {
                 }
             })?;
         }
-        let stats = ebpf
-            .take_map("STATS")
-            .ok_or_else(|| CollectorError::Load("map STATS missing".into()))?
-            .try_into()
-            .map_err(|e| CollectorError::Map("STATS", error_chain(&e)))?;
-        let counters = ebpf
-            .take_map("COUNTERS")
-            .ok_or_else(|| CollectorError::Load("map COUNTERS missing".into()))?
-            .try_into()
-            .map_err(|e| CollectorError::Map("COUNTERS", error_chain(&e)))?;
+        let stats = take(&mut ebpf, "STATS")?;
+        let counters = take(&mut ebpf, "COUNTERS")?;
         Ok(Collector {
             ebpf,
             stats,
@@ -247,21 +280,99 @@ impl Collector {
             attach_time: t0.elapsed(),
             _stats_fd: stats_fd,
             stack_sample: cfg.stack_sample,
+            batch_supported: true,
+            batch: batch::Buffers::default(),
+            epoch_map,
+            epoch: 1,
+            dirty,
+            dirty_lost: 0,
+            changed: Vec::new(),
         })
     }
 
-    /// The kernel's cumulative aggregates, one entry per (owner, thread).
-    pub fn snapshot(&self) -> Result<Vec<(StatsKey, ThreadStats)>, CollectorError> {
+    /// Hands `f` the kernel entries that changed since the previous reading (`all`: every
+    /// entry), a batch at a time. Idle threads cost nothing: the eBPF side notes each entry's
+    /// first change per epoch on DIRTY, and only those are looked up; the whole map is read
+    /// (batched) when asked, when many changed, or when a note was lost.
+    pub fn read_stats(
+        &mut self,
+        all: bool,
+        mut f: impl FnMut(&[(StatsKey, ThreadStats)]),
+    ) -> Result<(), CollectorError> {
+        // A new epoch first: whatever changes from now on is noted anew for the next reading.
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.epoch_map
+            .set(0, self.epoch, 0)
+            .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
+        let mut keys = Vec::new();
+        while let Some(item) = self.dirty.next() {
+            if item.len() >= std::mem::size_of::<StatsKey>() {
+                // SAFETY: a StatsKey record (plain old data), read unaligned.
+                keys.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<StatsKey>()) });
+            }
+        }
+        let lost = self.counters()?.dirty_lost;
+        let notes_lost = lost != self.dirty_lost;
+        self.dirty_lost = lost;
+        if all || notes_lost || keys.len() > MAX_LOOKUPS {
+            return self.read_all(f);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        for chunk in keys.chunks(batch::CHUNK) {
+            self.changed.clear();
+            for key in chunk {
+                match self.stats.get(key, 0) {
+                    Ok(v) => self.changed.push((*key, v)),
+                    // Deleted since (an exited thread): nothing to read.
+                    Err(aya::maps::MapError::KeyNotFound) => {}
+                    Err(e) => return Err(CollectorError::Map("STATS", error_chain(&e))),
+                }
+            }
+            f(&self.changed);
+        }
+        Ok(())
+    }
+
+    /// The kernel's cumulative aggregates, every entry.
+    #[cfg(test)]
+    pub fn snapshot(&mut self) -> Result<Vec<(StatsKey, ThreadStats)>, CollectorError> {
         let mut out = Vec::new();
+        self.read_all(|chunk| out.extend_from_slice(chunk))?;
+        Ok(out)
+    }
+
+    /// Hands every kernel entry to `f`, a batch at a time: with tens of thousands of threads,
+    /// neither a copy of the whole map nor a syscall per entry.
+    fn read_all(
+        &mut self,
+        mut f: impl FnMut(&[(StatsKey, ThreadStats)]),
+    ) -> Result<(), CollectorError> {
+        if self.batch_supported {
+            match batch::read_all(&self.stats, &mut self.batch, &mut f) {
+                Ok(()) => return Ok(()),
+                // Before Linux 5.6, or a map type without batch support: entry by entry.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.batch_supported = false
+                }
+                Err(e) => return Err(CollectorError::Map("STATS", e.to_string())),
+            }
+        }
+        let mut chunk = Vec::with_capacity(batch::CHUNK);
         for item in self.stats.iter() {
             match item {
-                Ok(kv) => out.push(kv),
+                Ok(kv) => chunk.push(kv),
                 // An entry deleted while we iterate: it is gone, skip it.
                 Err(aya::maps::MapError::KeyNotFound) => continue,
                 Err(e) => return Err(CollectorError::Map("STATS", error_chain(&e))),
             }
+            if chunk.len() == batch::CHUNK {
+                f(&chunk);
+                chunk.clear();
+            }
         }
-        Ok(out)
+        f(&chunk);
+        Ok(())
     }
 
     /// One in how many writes has its stack sampled (0: none).
@@ -316,6 +427,7 @@ impl Collector {
             unpaired: read(counter::UNPAIRED)?,
             no_state: read(counter::NO_STATE)?,
             stacks_lost: read(counter::STACKS_LOST)?,
+            dirty_lost: read(counter::DIRTY_LOST)?,
         })
     }
 
@@ -339,6 +451,107 @@ impl Collector {
                 })
             })
             .collect()
+    }
+}
+
+/// `BPF_MAP_LOOKUP_BATCH`, which aya does not wrap: a thousand entries per syscall instead
+/// of two syscalls per entry.
+mod batch {
+    use std::{
+        io,
+        os::fd::{AsFd, AsRawFd},
+    };
+
+    use aya::maps::{HashMap as BpfHashMap, IterableMap, MapData};
+    use profiler_common::{StatsKey, ThreadStats};
+
+    /// Entries per syscall.
+    pub const CHUNK: usize = 1024;
+    const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+    /// The `batch` member of `union bpf_attr`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+
+    /// Reused between readings.
+    #[derive(Default)]
+    pub struct Buffers {
+        keys: Vec<StatsKey>,
+        values: Vec<ThreadStats>,
+        pairs: Vec<(StatsKey, ThreadStats)>,
+    }
+
+    pub fn read_all(
+        map: &BpfHashMap<MapData, StatsKey, ThreadStats>,
+        buf: &mut Buffers,
+        f: &mut impl FnMut(&[(StatsKey, ThreadStats)]),
+    ) -> io::Result<()> {
+        let fd = map.map().fd().as_fd().as_raw_fd();
+        // For hash maps the batch cursor is a bucket index.
+        let (mut cursor, mut next) = (0u32, 0u32);
+        let mut first = true;
+        let mut chunk = CHUNK;
+        loop {
+            buf.keys.clear();
+            buf.values.clear();
+            buf.keys.reserve(chunk);
+            buf.values.reserve(chunk);
+            let mut attr = BatchAttr {
+                in_batch: if first { 0 } else { &cursor as *const u32 as u64 },
+                out_batch: &mut next as *mut u32 as u64,
+                keys: buf.keys.as_mut_ptr() as u64,
+                values: buf.values.as_mut_ptr() as u64,
+                count: chunk as u32,
+                map_fd: fd as u32,
+                ..Default::default()
+            };
+            // SAFETY: the key and value buffers have room for `count` elements each, the
+            // cursors outlive the call, and the kernel writes at most `count` elements.
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_MAP_LOOKUP_BATCH,
+                    &mut attr as *mut BatchAttr,
+                    std::mem::size_of::<BatchAttr>(),
+                )
+            };
+            let err = (ret < 0).then(io::Error::last_os_error);
+            let n = (attr.count as usize).min(chunk);
+            // SAFETY: the kernel filled the first `n` elements of both buffers.
+            unsafe {
+                buf.keys.set_len(n);
+                buf.values.set_len(n);
+            }
+            match err {
+                // A bucket holds more entries than fit: retry it with more room.
+                Some(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    chunk *= 2;
+                    continue;
+                }
+                Some(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
+                _ => {}
+            }
+            buf.pairs.clear();
+            buf.pairs
+                .extend(buf.keys.iter().copied().zip(buf.values.iter().copied()));
+            f(&buf.pairs);
+            // ENOENT: that was the last batch.
+            if err.is_some() {
+                return Ok(());
+            }
+            cursor = next;
+            first = false;
+        }
     }
 }
 

@@ -159,7 +159,7 @@ async fn run_mode(
         stack_sample: 1,
     })?;
     let mut rings = Rings::open(&mut collector)?;
-    let mut profile = Profile::new(collector);
+    let mut profile = Profile::new(collector, false);
     profile.prepare_stacks(&pids);
     // Start everyone together.
     for p in &mut procs {
@@ -203,7 +203,7 @@ async fn run_mode(
     };
     // Every participant has exited, its exit_mmap included: the kernel maps are complete.
     rings.drain(&mut profile);
-    profile.poll()?;
+    profile.poll(true)?;
     let mut report = profile.summary();
     report.processes.retain(|p| pids.contains(&p.pid));
     let mut write = SideStats::default();

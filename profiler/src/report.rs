@@ -81,11 +81,13 @@ pub struct CauseReport {
 }
 
 /// Causes ordered by total write wait, then count.
-fn cause_reports(causes: &BTreeMap<u32, SideStats>, hdr: &mut Histogram<u64>) -> Vec<CauseReport> {
+fn cause_reports<'a>(
+    causes: impl Iterator<Item = (u32, &'a SideStats)>,
+    hdr: &mut Histogram<u64>,
+) -> Vec<CauseReport> {
     let mut v: Vec<CauseReport> = causes
-        .iter()
         .filter(|(_, s)| !s.is_empty())
-        .map(|(&c, s)| CauseReport {
+        .map(|(c, s)| CauseReport {
             cause: cause::name(c),
             write: Stats::new(s, hdr),
         })
@@ -282,6 +284,7 @@ impl ReportBuilder {
         lost: Lost,
         overhead: Option<Overhead>,
     ) -> Report {
+        self.roles.resolve_pending();
         let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
         let secs = (secs * 1000.0).round() / 1000.0;
         let mut processes = Vec::new();
@@ -296,8 +299,8 @@ impl ReportBuilder {
                 let tw = t.write();
                 read.merge(&t.read);
                 write.merge(&tw);
-                for (c, s) in &t.writes {
-                    causes.entry(*c).or_default().merge(s);
+                for (c, s) in t.writes.iter() {
+                    causes.entry(c).or_default().merge(s);
                 }
                 let tcomm = comm_str(&t.comm);
                 let r = self.roles.role(pid, tid, t.tgid, &tcomm, t.fsbase);
@@ -308,7 +311,7 @@ impl ReportBuilder {
                     pid: (r == Role::Foreign).then_some(t.tgid),
                     write: Stats::new(&tw, &mut self.hdr),
                     read: Stats::new(&t.read, &mut self.hdr),
-                    causes: cause_reports(&t.writes, &mut self.hdr),
+                    causes: cause_reports(t.writes.iter(), &mut self.hdr),
                 });
             }
             threads.sort_by(|a, b| {
@@ -323,7 +326,7 @@ impl ReportBuilder {
                 comm,
                 write: Stats::new(&write, &mut self.hdr),
                 read: Stats::new(&read, &mut self.hdr),
-                causes: cause_reports(&causes, &mut self.hdr),
+                causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), &mut self.hdr),
                 dsos: None,
                 stacks: None,
                 threads,
@@ -385,6 +388,7 @@ impl ReportBuilder {
 }
 
 /// One JSON line (without the newline).
+#[cfg(test)]
 pub fn to_json_line(r: &Report) -> String {
     serde_json::to_string(r).expect("reports contain only serialisable values")
 }

@@ -5,7 +5,7 @@
 //! attribution and report (model) -> output (JSON lines or text).
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     fs::File,
     io::{self, BufWriter, Write},
     os::fd::{FromRawFd, OwnedFd},
@@ -19,13 +19,14 @@ use tokio::{
 };
 
 use aya::maps::{MapData, RingBuf};
+use profiler_common::StatsKey;
 
 use crate::{
     aggregation::{Totals, Window},
     attribution::comm_str,
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
-    report::{Kind, Lost, Overhead, Report, ReportBuilder, to_json_line, to_text},
+    report::{Kind, Lost, Overhead, Report, ReportBuilder, to_text},
     stacks::StackAttribution,
 };
 
@@ -89,12 +90,40 @@ impl Sink {
         self.format
     }
 
-    pub fn write_report(&mut self, r: &Report) -> Result<(), SessionError> {
-        let text = match self.format {
-            Format::Json => to_json_line(r) + "\n",
-            Format::Text => to_text(r),
+    /// Writes a report, then frees it.
+    pub fn write_report(&mut self, r: Report) -> Result<(), SessionError> {
+        if self.closed {
+            return Ok(());
+        }
+        let res = match self.format {
+            // Straight to the writer: a report of ten thousand threads is megabytes.
+            Format::Json => serde_json::to_writer(&mut self.out, &r)
+                .map_err(io::Error::from)
+                .and_then(|_| self.out.write_all(b"\n"))
+                .and_then(|_| self.out.flush()),
+            Format::Text => {
+                let text = to_text(&r);
+                self.out
+                    .write_all(text.as_bytes())
+                    .and_then(|_| self.out.flush())
+            }
         };
-        self.write_str(&text)
+        let threads: usize = r.processes.iter().map(|p| p.threads.len()).sum();
+        drop(r);
+        if threads > 1000 {
+            // Building it took megabytes that glibc keeps for later otherwise; give them back
+            // so that a long-running agent's footprint is its steady state.
+            // SAFETY: malloc_trim only releases free memory.
+            unsafe { libc::malloc_trim(0) };
+        }
+        match res {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(SessionError::Write(e)),
+        }
     }
 
     pub fn write_str(&mut self, s: &str) -> Result<(), SessionError> {
@@ -161,7 +190,8 @@ impl Targets {
 pub struct Profile {
     pub collector: Collector,
     totals: Totals,
-    interval: Window,
+    /// Activity since the last interval report; None without interval reports.
+    interval: Option<Window>,
     pub builder: ReportBuilder,
     start: SystemTime,
     interval_start: SystemTime,
@@ -173,9 +203,12 @@ pub struct Profile {
     programs: Option<Vec<ProgramStats>>,
     /// With stack sampling: writes by code.
     pub stacks: Option<StackAttribution>,
+    polls: u64,
 }
 
 const PRUNE_EVERY: Duration = Duration::from_secs(5);
+/// Every this many readings, all entries are read (see `Profile::poll`).
+const FULL_READ_EVERY: u64 = 10;
 
 fn lost(c: Counters, base: Counters) -> Lost {
     Lost {
@@ -186,12 +219,13 @@ fn lost(c: Counters, base: Counters) -> Lost {
 }
 
 impl Profile {
-    pub fn new(collector: Collector) -> Self {
+    /// `intervals`: whether interval reports are wanted (otherwise no interval window is kept).
+    pub fn new(collector: Collector, intervals: bool) -> Self {
         let now = SystemTime::now();
         Profile {
             collector,
             totals: Totals::default(),
-            interval: Window::default(),
+            interval: intervals.then(Window::default),
             builder: ReportBuilder::default(),
             start: now,
             interval_start: now,
@@ -201,49 +235,72 @@ impl Profile {
             programs_at_interval: None,
             programs: None,
             stacks: None,
+            polls: 0,
         }
     }
 
     /// Reads the kernel maps and folds what changed into the interval and total windows.
-    pub fn poll(&mut self) -> Result<(), SessionError> {
-        let snapshot = self.collector.snapshot()?;
-        for d in self.totals.update(&snapshot) {
-            // Learn a process's name and a thread's role while they are alive.
-            self.builder.names.prime(d.key.owner);
-            let comm = comm_str(&d.comm);
-            self.builder
-                .roles
-                .observe(d.key.owner, d.key.tid, d.tgid, &comm, d.fsbase);
-            self.interval.add(&d);
-        }
+    /// `all`: read every kernel entry, not only those noted as changed (see
+    /// `Collector::read_stats`); done every few readings and at the end, so that a change
+    /// racing with a reading is never left out for long.
+    pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
+        self.polls += 1;
+        let all = all || self.polls % FULL_READ_EVERY == 0;
+        let (totals, interval, builder) = (&mut self.totals, &mut self.interval, &mut self.builder);
+        self.collector.read_stats(all, |chunk| {
+            for d in totals.update(chunk) {
+                // Learn a process's name and a thread's role while they are alive.
+                builder.names.prime(d.key.owner);
+                let comm = comm_str(&d.comm);
+                builder
+                    .roles
+                    .observe(d.key.owner, d.key.tid, d.tgid, &comm, d.fsbase);
+                if let Some(interval) = interval.as_mut() {
+                    interval.add(&d);
+                }
+            }
+        })?;
         self.counters = self.collector.counters()?;
         self.programs = self
             .collector
             .bpf_stats_on()
             .then(|| self.collector.program_stats());
-        // Entries of exited threads: their final delta is taken above, free their slots.
         if self.last_prune.elapsed() >= PRUNE_EVERY {
             self.last_prune = Instant::now();
-            let dead: HashSet<(u32, u32)> = self
-                .totals
-                .live_threads()
-                .filter(|&(_, tid, tgid)| {
-                    !std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
-                })
-                .map(|(owner, tid, _)| (owner, tid))
-                .collect();
-            if !dead.is_empty() {
-                for (key, _) in &snapshot {
-                    if dead.contains(&(key.owner, key.tid)) {
-                        self.collector.remove(key);
-                    }
-                }
-                for (owner, tid) in dead {
-                    self.totals.retire(owner, tid);
-                }
-            }
+            self.prune();
         }
         Ok(())
+    }
+
+    /// Frees the kernel entries of threads that have exited (their final readings are in the
+    /// totals already): one directory listing per process, not a lookup per thread.
+    fn prune(&mut self) {
+        let mut alive: HashMap<u32, Option<HashSet<u32>>> = HashMap::new();
+        let dead: Vec<(u32, u32)> = self
+            .totals
+            .live_threads()
+            .filter(|&(_, tid, tgid)| {
+                let tids = alive.entry(tgid).or_insert_with(|| {
+                    std::fs::read_dir(format!("/proc/{tgid}/task")).ok().map(|d| {
+                        d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                            .collect()
+                    })
+                });
+                !tids.as_ref().is_some_and(|t| t.contains(&tid))
+            })
+            .map(|(owner, tid, _)| (owner, tid))
+            .collect();
+        for (owner, tid) in dead {
+            for kind in self.totals.kinds(owner, tid) {
+                self.collector.remove(&StatsKey {
+                    owner,
+                    tid,
+                    kind,
+                    _pad: 0,
+                });
+            }
+            self.totals.retire(owner, tid);
+        }
     }
 
     /// Our cost since the reading `since` (None: since our programs were loaded, when their
@@ -311,15 +368,16 @@ impl Profile {
             self.interval_start,
             now,
         );
+        let window = self.interval.take().unwrap_or_default();
         let r = self.builder.build(
             Kind::Interval,
-            &self.interval,
+            &window,
             self.interval_start,
             now,
             lost(self.counters, self.counters_at_interval),
             overhead,
         );
-        self.interval.clear();
+        self.interval = Some(Window::default());
         self.interval_start = now;
         self.counters_at_interval = self.counters;
         self.programs_at_interval = self.programs.clone();
@@ -482,7 +540,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     }
     let mut collector = collector;
     let mut rings = Rings::open(&mut collector)?;
-    let mut profile = Profile::new(collector);
+    let mut profile = Profile::new(collector, cfg.interval.is_some());
     profile.prepare_stacks(&cfg.collector.pids);
     for &pid in &cfg.collector.pids {
         profile.builder.names.prime(pid);
@@ -506,10 +564,10 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                profile.poll()?;
+                profile.poll(false)?;
                 if cfg.interval.is_some() {
                     let r = profile.interval_report();
-                    sink.write_report(&r)?;
+                    sink.write_report(r)?;
                 }
             }
             ready = rings.ready() => {
@@ -527,13 +585,13 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // The last (partial) interval and the summary; the signal handlers stay installed, so a
     // second Ctrl-C cannot cut the summary short.
     rings.drain(&mut profile);
-    profile.poll()?;
+    profile.poll(true)?;
     if cfg.interval.is_some() {
         let r = profile.interval_report();
-        sink.write_report(&r)?;
+        sink.write_report(r)?;
     }
     let summary = profile.summary();
-    sink.write_report(&summary)?;
+    sink.write_report(summary)?;
     if let (Some(path), Some(stacks)) = (&cfg.stacks_file, &profile.stacks) {
         let names = &mut profile.builder.names;
         let folded = stacks.folded(|pid| names_get(names, pid));
