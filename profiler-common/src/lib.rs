@@ -250,7 +250,9 @@ pub struct SampleDone {
 pub struct Settings {
     /// Capture the user stack of one in this many write acquisitions per thread (0: never).
     pub stack_sample: u32,
-    pub _pad: u32,
+    /// Non-zero: profile write acquisitions only (`--writes-only`). Read acquisitions then
+    /// cost a few instructions; a downgraded write's hold runs to its final release.
+    pub writes_only: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and

@@ -38,8 +38,14 @@ static KERNEL: KernelLayout = KernelLayout {
 #[unsafe(no_mangle)]
 static SETTINGS: Settings = Settings {
     stack_sample: 0,
-    _pad: 0,
+    writes_only: 0,
 };
+
+/// `--writes-only` and this is a read acquisition: nothing to do.
+#[inline(always)]
+fn skip_read(write: bool) -> bool {
+    !write && unsafe { ptr::read_volatile(&SETTINGS.writes_only) } != 0
+}
 
 /// Which owners to profile; set by userspace at load time (`--pid`, `--comm`).
 #[unsafe(no_mangle)]
@@ -48,8 +54,7 @@ static FILTER: Filter = Filter::ALL;
 /// Per-(owner, thread, kind) aggregates read by userspace. Sized at load time
 /// (`--max-threads`); not preallocated, so that a large capacity costs nothing until used.
 #[map]
-static STATS: HashMap<StatsKey, ThreadStats> =
-    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+static STATS: HashMap<StatsKey, ThreadStats> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
 /// Health counters, see `profiler_common::counter`.
 #[map]
@@ -452,6 +457,10 @@ pub fn mmap_lock_start_locking_memcg(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
+    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
+    if skip_read(write) {
+        return 0;
+    }
     let Some(st) = thread_state(true) else {
         return 0;
     };
@@ -459,7 +468,7 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
         // A write's cause (and sampled stack) is found now, before the lock is held, so it
         // adds nothing to holds.
         st.sample_seq = 0;
-        st.pending_cause = if (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0 {
+        st.pending_cause = if write {
             let c = write_cause();
             let every = unsafe { ptr::read_volatile(&SETTINGS.stack_sample) };
             if every != 0 {
@@ -497,6 +506,10 @@ pub fn mmap_lock_acquire_returned_memcg(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
+    if skip_read((ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0) {
+        // Under --writes-only, a downgrade is not seen: its write hold ends at the release.
+        return 0;
+    }
     // A trylock has no start_locking before it, so the state may not exist yet.
     let Some(st) = thread_state(true) else {
         return 0;

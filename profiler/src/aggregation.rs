@@ -13,9 +13,9 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
+use profiler_common::{COMM_LEN, HIST_BUCKETS, LockStats, StatsKey, ThreadStats, cause};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-use profiler_common::{COMM_LEN, HIST_BUCKETS, LockStats, StatsKey, ThreadStats, cause};
 
 /// Exclusive upper bound, in ns, of log2 bucket `i` (bucket 0 holds exactly 0 ns).
 pub fn bucket_upper_ns(i: usize) -> u64 {

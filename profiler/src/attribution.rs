@@ -274,7 +274,10 @@ impl Roles {
                 None => role_from_start_routine("[anonymous]", None),
                 Some((path, offset)) => {
                     let name = self.symbolize(&path, offset);
-                    log::debug!("thread {tid} of {owner} started in {name} ({})", path.display());
+                    log::debug!(
+                        "thread {tid} of {owner} started in {name} ({})",
+                        path.display()
+                    );
                     role_from_start_routine(&name, Some(&path))
                 }
             };

@@ -102,6 +102,11 @@ pub struct ProfileArgs {
     /// samples every write unless --stack-sample says otherwise.
     #[arg(long, value_name = "FILE")]
     pub stacks: Option<PathBuf>,
+    /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
+    /// a few instructions each, for hosts with extreme fault rates. Reports have no read
+    /// statistics, and a downgraded write (munmap) counts as held until its final release.
+    #[arg(long)]
+    pub writes_only: bool,
     /// Turn on the kernel's BPF run-time statistics while profiling, to report the profiler's
     /// own cost (`overhead` in each report). They cost two clock reads per tracepoint hit and
     /// go back off when the run ends.

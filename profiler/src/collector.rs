@@ -66,6 +66,8 @@ pub struct CollectorConfig {
     pub bpf_stats: bool,
     /// Capture the user stack of one in this many writes per thread (0: none).
     pub stack_sample: u32,
+    /// Profile write acquisitions only.
+    pub writes_only: bool,
 }
 
 /// Health counters summed over CPUs.
@@ -220,7 +222,7 @@ impl Collector {
                 "SETTINGS",
                 &Settings {
                     stack_sample: cfg.stack_sample,
-                    _pad: 0,
+                    writes_only: cfg.writes_only as u32,
                 },
                 true,
             )
@@ -352,9 +354,7 @@ impl Collector {
             match batch::read_all(&self.stats, &mut self.batch, &mut f) {
                 Ok(()) => return Ok(()),
                 // Before Linux 5.6, or a map type without batch support: entry by entry.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.batch_supported = false
-                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.batch_supported = false,
                 Err(e) => return Err(CollectorError::Map("STATS", e.to_string())),
             }
         }
@@ -507,7 +507,11 @@ mod batch {
             buf.keys.reserve(chunk);
             buf.values.reserve(chunk);
             let mut attr = BatchAttr {
-                in_batch: if first { 0 } else { &cursor as *const u32 as u64 },
+                in_batch: if first {
+                    0
+                } else {
+                    &cursor as *const u32 as u64
+                },
                 out_batch: &mut next as *mut u32 as u64,
                 keys: buf.keys.as_mut_ptr() as u64,
                 values: buf.values.as_mut_ptr() as u64,
@@ -567,6 +571,7 @@ mod tests {
             max_threads: 1,
             bpf_stats: false,
             stack_sample: 0,
+            writes_only: false,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

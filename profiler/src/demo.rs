@@ -157,6 +157,7 @@ async fn run_mode(
         bpf_stats: false,
         // The demo's writes are few: take every one's stack.
         stack_sample: 1,
+        writes_only: false,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);

@@ -65,6 +65,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     comms: p.comms,
                     max_threads: p.max_threads,
                     bpf_stats: p.bpf_stats,
+                    writes_only: p.writes_only,
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {

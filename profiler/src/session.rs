@@ -281,10 +281,12 @@ impl Profile {
             .live_threads()
             .filter(|&(_, tid, tgid)| {
                 let tids = alive.entry(tgid).or_insert_with(|| {
-                    std::fs::read_dir(format!("/proc/{tgid}/task")).ok().map(|d| {
-                        d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                            .collect()
-                    })
+                    std::fs::read_dir(format!("/proc/{tgid}/task"))
+                        .ok()
+                        .map(|d| {
+                            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                                .collect()
+                        })
                 });
                 !tids.as_ref().is_some_and(|t| t.contains(&tid))
             })

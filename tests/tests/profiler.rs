@@ -615,3 +615,24 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
     assert_eq!(addon_threads[0]["write"]["count"].as_u64().unwrap(), 2 * n);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn writes_only_counts_every_write_and_no_read() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let (t, n) = (2u64, 1500u64);
+    let (pid, out) = profile_churn(t as u32, n as u32, &["--writes-only"]);
+    let p = process(out.summary(), pid).expect("target");
+    let (writes, _) = stats(p, "write");
+    assert!(
+        (2 * t * n..=2 * t * n + churn_slack(t)).contains(&writes),
+        "writes {writes}"
+    );
+    assert_eq!(p["read"]["count"], 0);
+    let munmap = cause_counts(p)["munmap"];
+    assert!(
+        (t * n..=t * n + churn_slack(t)).contains(&munmap),
+        "munmap {munmap}"
+    );
+}
