@@ -336,14 +336,6 @@ impl Collector {
         Ok(())
     }
 
-    /// The kernel's cumulative aggregates, every entry.
-    #[cfg(test)]
-    pub fn snapshot(&mut self) -> Result<Vec<(StatsKey, ThreadStats)>, CollectorError> {
-        let mut out = Vec::new();
-        self.read_all(|chunk| out.extend_from_slice(chunk))?;
-        Ok(out)
-    }
-
     /// Hands every kernel entry to `f`, a batch at a time: with tens of thousands of threads,
     /// neither a copy of the whole map nor a syscall per entry.
     fn read_all(

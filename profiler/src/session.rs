@@ -245,7 +245,7 @@ impl Profile {
     /// racing with a reading is never left out for long.
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
-        let all = all || self.polls % FULL_READ_EVERY == 0;
+        let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
         let (totals, interval, builder) = (&mut self.totals, &mut self.interval, &mut self.builder);
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
