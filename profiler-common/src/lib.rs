@@ -93,8 +93,11 @@ pub mod counter {
     pub const STACKS_LOST: u32 = 3;
     /// A changed key did not fit in the DIRTY ring buffer: userspace must read everything.
     pub const DIRTY_LOST: u32 = 4;
+    /// An exited thread did not fit in the EXITED ring buffer: userspace must look for
+    /// exited threads itself.
+    pub const EXITS_LOST: u32 = 5;
     /// Number of counters.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].

@@ -68,6 +68,11 @@ static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
+/// Threads that exited after taking a profiled lock (their tids), so that userspace frees
+/// their entries once it has read them last.
+#[map]
+static EXITED: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
 /// Threads seen for the first time (one event per thread), for userspace to classify.
 #[map]
 static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
@@ -583,6 +588,21 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
     if st.sample_seq != 0 && kind != cause::READ {
         sample_done(st.sample_seq, st.wait_ns, hold);
         st.sample_seq = 0;
+    }
+    0
+}
+
+/// A thread exits: if it has stats entries, tell userspace. Fires once per thread exit, never
+/// on the lock's hot path.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    if let Some(st) = thread_state(false)
+        && st.announced != 0
+    {
+        let tid = bpf_get_current_pid_tgid() as u32;
+        if EXITED.output::<u32>(&tid, 0).is_err() {
+            bump(counter::EXITS_LOST);
+        }
     }
     0
 }

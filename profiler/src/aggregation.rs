@@ -305,6 +305,8 @@ struct ThreadInfo {
 pub struct Totals {
     entries: HashMap<StatsKey, SideStats>,
     threads: HashMap<(u32, u32), ThreadInfo>,
+    /// The owners (processes whose locks) each live tid took.
+    owners: HashMap<u32, SmallVec<[u32; 1]>>,
     /// Threads whose kernel entries were deleted after they exited.
     retired: Vec<(u32, u32, ThreadAgg)>,
 }
@@ -327,15 +329,16 @@ impl Totals {
                 stats: SideStats::delta(&cur.stats, prev),
             };
             self.entries.entry(*key).or_default().merge(&d.stats);
-            let info = self
-                .threads
-                .entry((key.owner, key.tid))
-                .or_insert_with(|| ThreadInfo {
+            let owners = &mut self.owners;
+            let info = self.threads.entry((key.owner, key.tid)).or_insert_with(|| {
+                owners.entry(key.tid).or_default().push(key.owner);
+                ThreadInfo {
                     tgid: cur.tgid,
                     comm: cur.comm,
                     fsbase: cur.fsbase,
                     kinds: SmallVec::new(),
-                });
+                }
+            });
             if !info.kinds.contains(&key.kind) {
                 info.kinds.push(key.kind);
             }
@@ -366,6 +369,12 @@ impl Totals {
     /// Thread `tid` exited and its kernel entries (every kind) were deleted: keep its totals
     /// apart, so that a new thread reusing the tid starts from zero.
     pub fn retire(&mut self, owner: u32, tid: u32) {
+        if let Some(o) = self.owners.get_mut(&tid) {
+            o.retain(|x| *x != owner);
+            if o.is_empty() {
+                self.owners.remove(&tid);
+            }
+        }
         if let Some(info) = self.threads.remove(&(owner, tid)) {
             let t = self.thread_agg(owner, tid, &info);
             for key in Self::keys(owner, tid, &info) {
@@ -373,6 +382,14 @@ impl Totals {
             }
             self.retired.push((owner, tid, t));
         }
+    }
+
+    /// The processes whose locks live thread `tid` took.
+    pub fn owners_of(&self, tid: u32) -> Vec<u32> {
+        self.owners
+            .get(&tid)
+            .map(|o| o.to_vec())
+            .unwrap_or_default()
     }
 
     /// The kinds (read, write causes) a live thread has kernel entries for.
@@ -525,8 +542,10 @@ mod tests {
         let s = kernel_entry(&[(1, 1), (2, 2)]);
         let r = key(10, 11, cause::READ);
         tot.update(&[(W, s), (r, s)]);
+        assert_eq!(tot.owners_of(11), vec![10]);
         tot.retire(10, 11);
         assert_eq!(tot.live_threads().count(), 0);
+        assert!(tot.owners_of(11).is_empty());
         // A new thread with the same tid: its kernel entry starts from zero.
         let again = kernel_entry(&[(3, 3)]);
         assert_eq!(tot.update(&[(W, again)])[0].stats.count, 1);

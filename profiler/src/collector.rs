@@ -78,6 +78,7 @@ pub struct Counters {
     pub no_state: u64,
     pub stacks_lost: u64,
     pub dirty_lost: u64,
+    pub exits_lost: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
@@ -110,6 +111,8 @@ pub struct Collector {
     epoch: u32,
     /// Keys of entries changed in the current epoch.
     dirty: RingBuf<MapData>,
+    /// Tids of exited threads that had entries.
+    exited: RingBuf<MapData>,
     /// `counter::DIRTY_LOST` when last looked at.
     dirty_lost: u64,
     changed: Vec<(StatsKey, ThreadStats)>,
@@ -248,6 +251,7 @@ impl Collector {
             .set(0, 1, 0)
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
         let dirty: RingBuf<MapData> = take(&mut ebpf, "DIRTY")?;
+        let exited: RingBuf<MapData> = take(&mut ebpf, "EXITED")?;
         for (tp, name) in TRACEPOINTS.into_iter().zip(programs_for(&kernel)) {
             let prog: &mut RawTracePoint = ebpf
                 .program_mut(name)
@@ -272,6 +276,16 @@ impl Collector {
                 }
             })?;
         }
+        // Thread exits, so that exited threads' entries are freed (fires on exits only).
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut("sched_process_exit")
+            .ok_or_else(|| CollectorError::Load("program sched_process_exit missing".into()))?
+            .try_into()
+            .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
+        prog.load()
+            .map_err(|e| CollectorError::Load(error_chain(&e)))?;
+        prog.attach("sched_process_exit")
+            .map_err(|e| CollectorError::Attach("sched_process_exit", error_chain(&e)))?;
         let stats = take(&mut ebpf, "STATS")?;
         let counters = take(&mut ebpf, "COUNTERS")?;
         Ok(Collector {
@@ -287,6 +301,7 @@ impl Collector {
             epoch_map,
             epoch: 1,
             dirty,
+            exited,
             dirty_lost: 0,
             changed: Vec::new(),
         })
@@ -400,6 +415,17 @@ impl Collector {
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<NewThread>()) })
     }
 
+    /// Threads that exited since the last call (tids).
+    pub fn exited_threads(&mut self) -> Vec<u32> {
+        let mut tids = Vec::new();
+        while let Some(item) = self.exited.next() {
+            if let Some(b) = item.get(..4) {
+                tids.push(u32::from_ne_bytes(b.try_into().expect("4 bytes")));
+            }
+        }
+        tids
+    }
+
     /// Deletes an entry whose thread has exited, after its final reading was taken.
     pub fn remove(&mut self, key: &StatsKey) {
         // Already gone is fine.
@@ -420,6 +446,7 @@ impl Collector {
             no_state: read(counter::NO_STATE)?,
             stacks_lost: read(counter::STACKS_LOST)?,
             dirty_lost: read(counter::DIRTY_LOST)?,
+            exits_lost: read(counter::EXITS_LOST)?,
         })
     }
 

@@ -5,12 +5,11 @@
 //! attribution and report (model) -> output (JSON lines or text).
 
 use std::{
-    collections::{HashMap, HashSet},
     fs::File,
     io::{self, BufWriter, Write},
     os::fd::{FromRawFd, OwnedFd},
     path::PathBuf,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
 
 use tokio::{
@@ -197,7 +196,8 @@ pub struct Profile {
     interval_start: SystemTime,
     counters_at_interval: Counters,
     counters: Counters,
-    last_prune: Instant,
+    /// `exits_lost` when last looked at.
+    exits_lost: u64,
     /// BPF statistics at the start of the interval and now; None when not collected.
     programs_at_interval: Option<Vec<ProgramStats>>,
     programs: Option<Vec<ProgramStats>>,
@@ -206,9 +206,8 @@ pub struct Profile {
     polls: u64,
 }
 
-const PRUNE_EVERY: Duration = Duration::from_secs(5);
 /// Every this many readings, all entries are read (see `Profile::poll`).
-const FULL_READ_EVERY: u64 = 10;
+const FULL_READ_EVERY: u64 = 30;
 
 fn lost(c: Counters, base: Counters) -> Lost {
     Lost {
@@ -231,7 +230,7 @@ impl Profile {
             interval_start: now,
             counters_at_interval: Counters::default(),
             counters: Counters::default(),
-            last_prune: Instant::now(),
+            exits_lost: 0,
             programs_at_interval: None,
             programs: None,
             stacks: None,
@@ -246,6 +245,9 @@ impl Profile {
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
+        // Exits first: whatever an exited thread changed was noted before it exited, so the
+        // reading below has its final values.
+        let exited = self.collector.exited_threads();
         let (totals, interval, builder) = (&mut self.totals, &mut self.interval, &mut self.builder);
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
@@ -265,43 +267,44 @@ impl Profile {
             .collector
             .bpf_stats_on()
             .then(|| self.collector.program_stats());
-        if self.last_prune.elapsed() >= PRUNE_EVERY {
-            self.last_prune = Instant::now();
-            self.prune();
+        for tid in exited {
+            for owner in self.totals.owners_of(tid) {
+                self.free_thread(owner, tid);
+            }
+        }
+        if self.counters.exits_lost != self.exits_lost {
+            self.exits_lost = self.counters.exits_lost;
+            self.prune_by_proc();
         }
         Ok(())
     }
 
-    /// Frees the kernel entries of threads that have exited (their final readings are in the
-    /// totals already): one directory listing per process, not a lookup per thread.
-    fn prune(&mut self) {
-        let mut alive: HashMap<u32, Option<HashSet<u32>>> = HashMap::new();
+    /// Frees the kernel entries of a thread that exited (its final readings are in the
+    /// totals already).
+    fn free_thread(&mut self, owner: u32, tid: u32) {
+        for kind in self.totals.kinds(owner, tid) {
+            self.collector.remove(&StatsKey {
+                owner,
+                tid,
+                kind,
+                _pad: 0,
+            });
+        }
+        self.totals.retire(owner, tid);
+    }
+
+    /// Looks for exited threads in /proc: only needed when exit notices were lost.
+    fn prune_by_proc(&mut self) {
         let dead: Vec<(u32, u32)> = self
             .totals
             .live_threads()
             .filter(|&(_, tid, tgid)| {
-                let tids = alive.entry(tgid).or_insert_with(|| {
-                    std::fs::read_dir(format!("/proc/{tgid}/task"))
-                        .ok()
-                        .map(|d| {
-                            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                                .collect()
-                        })
-                });
-                !tids.as_ref().is_some_and(|t| t.contains(&tid))
+                !std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
             })
             .map(|(owner, tid, _)| (owner, tid))
             .collect();
         for (owner, tid) in dead {
-            for kind in self.totals.kinds(owner, tid) {
-                self.collector.remove(&StatsKey {
-                    owner,
-                    tid,
-                    kind,
-                    _pad: 0,
-                });
-            }
-            self.totals.retire(owner, tid);
+            self.free_thread(owner, tid);
         }
     }
 

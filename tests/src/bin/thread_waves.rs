@@ -1,0 +1,51 @@
+//! Ground truth for freeing exited threads' entries: WAVES waves of THREADS short-lived
+//! threads, each doing exactly ITERATIONS x (mmap 64 KiB; munmap) and exiting, with PAUSE_MS
+//! between waves (so that a profiler reading every second sees each wave exit).
+//!
+//!   thread-waves WAVES THREADS ITERATIONS PAUSE_MS
+//!
+//! Prints "ready", starts on a line on stdin.
+
+use std::io::{BufRead, Write};
+
+fn main() {
+    let a: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|x| x.parse().expect("numbers"))
+        .collect();
+    let [waves, threads, iterations, pause_ms] = a[..] else {
+        eprintln!("usage: thread-waves WAVES THREADS ITERATIONS PAUSE_MS");
+        std::process::exit(2);
+    };
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+    for _ in 0..waves {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for _ in 0..iterations {
+                        // SAFETY: anonymous mapping, unmapped at once, never dereferenced.
+                        unsafe {
+                            let p = libc::mmap(
+                                std::ptr::null_mut(),
+                                65536,
+                                libc::PROT_READ | libc::PROT_WRITE,
+                                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                                -1,
+                                0,
+                            );
+                            assert_ne!(p, libc::MAP_FAILED);
+                            libc::munmap(p, 65536);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+    }
+}
