@@ -411,11 +411,17 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// Seconds of the many-threads case before measuring: the threads are classified and the
+/// first report, which lists all of them, is written.
+const SCALE_WARMUP_SECS: u64 = 3;
+
 /// The many-threads case: `scale_threads` threads that each took the lock a few times, alive
-/// while mmaplock-prof reports every second; its userspace CPU and peak RSS over that time.
+/// while mmaplock-prof reports every second; its userspace CPU and memory in the steady state
+/// (after the warm-up), and its peak memory.
 fn scale_case(args: &BenchArgs, prof: &Path, dir: &Path) -> Result<Value> {
     let churn = workspace_root().join("target/release/mmap-churn");
-    let linger = args.scale_secs as f64 + 5.0;
+    let run_secs = SCALE_WARMUP_SECS + args.scale_secs + 2;
+    let linger = run_secs as f64 + 5.0;
     let mut child = Guard(
         Command::new(&churn)
             .args([
@@ -437,7 +443,7 @@ fn scale_case(args: &BenchArgs, prof: &Path, dir: &Path) -> Result<Value> {
         Command::new(prof)
             .args(["-q", "-i", "1", "-f", "json", "-p", &pid, "-o"])
             .arg(&report)
-            .args(["-d", &args.scale_secs.to_string()])
+            .args(["-d", &run_secs.to_string()])
             .spawn()
             .context("start mmaplock-prof")?,
     );
@@ -445,12 +451,15 @@ fn scale_case(args: &BenchArgs, prof: &Path, dir: &Path) -> Result<Value> {
     child.0.stdin.take().context("stdin")?.write_all(b"go\n")?;
     let mut l = String::new();
     out.read_line(&mut l)?; // "done": every thread has taken the lock
+    let t0 = Instant::now();
+    let (cpu_start, _) = cpu_and_rss(tracer.0.id());
+    std::thread::sleep(Duration::from_secs(SCALE_WARMUP_SECS));
     let started = Instant::now();
     let (cpu0, _) = cpu_and_rss(tracer.0.id());
+    let warmup_cpu = (cpu0 - cpu_start).as_secs_f64();
+    let warmup_wall = t0.elapsed().as_secs_f64();
     // Measure the steady state: every thread known, reported every second.
-    std::thread::sleep(Duration::from_secs(
-        args.scale_secs.saturating_sub(2).max(1),
-    ));
+    std::thread::sleep(Duration::from_secs(args.scale_secs.max(1)));
     let (cpu1, peak_kib) = cpu_and_rss(tracer.0.id());
     let rss_kib = current_rss(tracer.0.id());
     let wall = started.elapsed();
@@ -470,6 +479,7 @@ fn scale_case(args: &BenchArgs, prof: &Path, dir: &Path) -> Result<Value> {
         "rss_mib": (rss_kib as f64 / 1024.0 * 10.0).round() / 10.0,
         "peak_rss_mib": (peak_kib as f64 / 1024.0 * 10.0).round() / 10.0,
         "measured_s": (wall.as_secs_f64() * 10.0).round() / 10.0,
+        "warmup_cpu_pct": (warmup_cpu / warmup_wall * 1000.0).round() / 10.0,
         "lost": summary["lost"].clone(),
     }))
 }
@@ -663,9 +673,10 @@ fn markdown(r: &Value) -> String {
     let sc = &r["many_threads"];
     let _ = writeln!(
         s,
-        "\nMany threads: {} threads tracked, mmaplock-prof at --interval 1 used {}% of one CPU, RSS {} MiB in steady state (peak {} MiB, while the first report listed every thread), over {} s; lost {}.\n",
+        "\nMany threads: {} threads tracked, mmaplock-prof at --interval 1 used {}% of one CPU in the steady state ({}% in the first {SCALE_WARMUP_SECS} s, classifying every thread and writing the first report, which lists them all), RSS {} MiB in the steady state (peak {} MiB), over {} s; lost {}.\n",
         sc["threads_tracked"],
         sc["userspace_cpu_pct"],
+        sc["warmup_cpu_pct"],
         sc["rss_mib"],
         sc["peak_rss_mib"],
         sc["measured_s"],
