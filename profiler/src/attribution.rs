@@ -249,14 +249,16 @@ impl Roles {
             return *r;
         }
         let site = self.pending.remove(&(owner, tid)).flatten();
+        self.classify(owner, tid, site)
+    }
+
+    /// Names a thread's start routine, decides its role and remembers it.
+    fn classify(&mut self, owner: u32, tid: u32, site: StartSite) -> Role {
         let r = match site {
             None => role_from_start_routine("[anonymous]", None),
             Some((path, offset)) => {
                 let name = self.symbolize(&path, offset);
-                log::debug!(
-                    "thread {tid} of {tgid} started in {name} ({})",
-                    path.display()
-                );
+                log::debug!("thread {tid} started in {name} ({})", path.display());
                 role_from_start_routine(&name, Some(&path))
             }
         };
@@ -270,18 +272,7 @@ impl Roles {
     pub fn resolve_pending(&mut self) {
         let pending: Vec<((u32, u32), StartSite)> = self.pending.drain().collect();
         for ((owner, tid), site) in pending {
-            let r = match site {
-                None => role_from_start_routine("[anonymous]", None),
-                Some((path, offset)) => {
-                    let name = self.symbolize(&path, offset);
-                    log::debug!(
-                        "thread {tid} of {owner} started in {name} ({})",
-                        path.display()
-                    );
-                    role_from_start_routine(&name, Some(&path))
-                }
-            };
-            self.known.insert((owner, tid), r);
+            self.classify(owner, tid, site);
         }
     }
 

@@ -252,7 +252,12 @@ impl Collector {
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
         let dirty: RingBuf<MapData> = take(&mut ebpf, "DIRTY")?;
         let exited: RingBuf<MapData> = take(&mut ebpf, "EXITED")?;
-        for (tp, name) in TRACEPOINTS.into_iter().zip(programs_for(&kernel)) {
+        // Thread exits too, so that exited threads' entries are freed (fires on exits only).
+        let attach = TRACEPOINTS
+            .into_iter()
+            .zip(programs_for(&kernel))
+            .chain([("sched_process_exit", "sched_process_exit")]);
+        for (tp, name) in attach {
             let prog: &mut RawTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| CollectorError::Load(format!("program {name} missing")))?
@@ -276,16 +281,6 @@ impl Collector {
                 }
             })?;
         }
-        // Thread exits, so that exited threads' entries are freed (fires on exits only).
-        let prog: &mut RawTracePoint = ebpf
-            .program_mut("sched_process_exit")
-            .ok_or_else(|| CollectorError::Load("program sched_process_exit missing".into()))?
-            .try_into()
-            .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
-        prog.load()
-            .map_err(|e| CollectorError::Load(error_chain(&e)))?;
-        prog.attach("sched_process_exit")
-            .map_err(|e| CollectorError::Attach("sched_process_exit", error_chain(&e)))?;
         let stats = take(&mut ebpf, "STATS")?;
         let counters = take(&mut ebpf, "COUNTERS")?;
         Ok(Collector {

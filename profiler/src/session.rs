@@ -515,6 +515,10 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // Validate everything the user gave before touching the kernel.
     let targets = Targets::open(&cfg.collector.pids)?;
     let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
+    // Say now, not at the end, if the folded stacks cannot be written.
+    if let Some(path) = &cfg.stacks_file {
+        File::create(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
+    }
     let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(SessionError::Signals)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(SessionError::Signals)?;

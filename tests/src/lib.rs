@@ -15,6 +15,24 @@ use std::{
 
 use serde_json::Value;
 
+/// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one
+/// write acquisition of the process's mmap_lock (the ground-truth helpers' building block).
+pub fn map_anon(size: usize) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping; the caller owns it and unmaps it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap failed");
+    p
+}
+
 /// Where cargo put this test's binaries: `target/<profile>`.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

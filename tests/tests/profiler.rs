@@ -425,6 +425,12 @@ fn bad_usage_exits_2_with_one_line() {
         "/nonexistent-dir/x.json",
     );
     one_line_error(
+        &run_profiler(&["--stacks", "/nonexistent-dir/s.folded", "-d", "1"]),
+        2,
+        "/nonexistent-dir/s.folded",
+    );
+    one_line_error(&run_profiler(&["--stack-sample", "0"]), 2, "0");
+    one_line_error(
         &run_profiler(&["--comm", "a-name-longer-than-15", "-d", "1"]),
         2,
         "longer than",

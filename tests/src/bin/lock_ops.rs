@@ -30,16 +30,7 @@ fn main() {
     // SAFETY: raw syscalls on mappings this function creates and owns; nothing is dereferenced.
     unsafe {
         for _ in 0..mmaps {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                65536,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            maps.push(p);
+            maps.push(integration_tests::map_anon(65536));
         }
         for i in 0..mprotects {
             let prot = if i % 2 == 0 {

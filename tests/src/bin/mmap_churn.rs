@@ -19,17 +19,9 @@ use std::{
 
 fn churn(iterations: u64, size: usize) {
     for _ in 0..iterations {
-        // SAFETY: anonymous private mapping, touched within bounds, unmapped once.
+        let p = integration_tests::map_anon(size);
+        // SAFETY: touching one byte of the fresh mapping, then unmapping it once.
         unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED, "mmap failed");
             std::ptr::write_volatile(p.cast::<u8>(), 1);
             assert_eq!(libc::munmap(p, size), 0, "munmap failed");
         }

@@ -26,19 +26,9 @@ fn main() {
             .map(|_| {
                 std::thread::spawn(move || {
                     for _ in 0..iterations {
-                        // SAFETY: anonymous mapping, unmapped at once, never dereferenced.
-                        unsafe {
-                            let p = libc::mmap(
-                                std::ptr::null_mut(),
-                                65536,
-                                libc::PROT_READ | libc::PROT_WRITE,
-                                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                                -1,
-                                0,
-                            );
-                            assert_ne!(p, libc::MAP_FAILED);
-                            libc::munmap(p, 65536);
-                        }
+                        let p = integration_tests::map_anon(65536);
+                        // SAFETY: unmapping the mapping just made, once.
+                        unsafe { libc::munmap(p, 65536) };
                     }
                 })
             })
