@@ -283,7 +283,10 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
         "", "workers", "processes", "w/p"
     );
     let row = |label: &str, a: String, b: String, r: String| {
-        format!("  {label:<28} {a:>14} {b:>14} {r:>9}").trim_end().to_string() + "\n"
+        format!("  {label:<28} {a:>14} {b:>14} {r:>9}")
+            .trim_end()
+            .to_string()
+            + "\n"
     };
     out += &row(
         "throughput (reads/s)",

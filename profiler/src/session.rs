@@ -570,17 +570,25 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     let exited = targets.all_exited();
     tokio::pin!(exited);
 
+    // A failure mid-run ends the run, but after the summary of what was gathered.
+    let mut failure = None;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                profile.poll(false)?;
-                if cfg.interval.is_some() {
-                    let r = profile.interval_report();
-                    sink.write_report(r)?;
+                let step = profile.poll(false).and_then(|()| match cfg.interval {
+                    Some(_) => sink.write_report(profile.interval_report()),
+                    None => Ok(()),
+                });
+                if let Err(e) = step {
+                    failure = Some(e);
+                    break;
                 }
             }
             ready = rings.ready() => {
-                ready.map_err(SessionError::Events)?;
+                if let Err(e) = ready {
+                    failure = Some(SessionError::Events(e));
+                    break;
+                }
                 rings.drain(&mut profile);
             }
             _ = &mut deadline => break,
@@ -594,13 +602,17 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // The last (partial) interval and the summary; the signal handlers stay installed, so a
     // second Ctrl-C cannot cut the summary short.
     rings.drain(&mut profile);
-    profile.poll(true)?;
-    if cfg.interval.is_some() {
+    let last = profile.poll(true);
+    if cfg.interval.is_some() && last.is_ok() {
         let r = profile.interval_report();
         sink.write_report(r)?;
     }
     let summary = profile.summary();
     sink.write_report(summary)?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    last?;
     if let (Some(path), Some(stacks)) = (&cfg.stacks_file, &profile.stacks) {
         let names = &mut profile.builder.names;
         let folded = stacks.folded(|pid| names_get(names, pid));
