@@ -175,7 +175,15 @@ fn demo(linker_dir: &Path, args: &[String]) -> Result<()> {
         c.arg(&bin);
         c
     };
-    cmd.arg("demo").args(args);
+    cmd.arg("demo");
+    // The demo is for people: text, even when our output is piped, unless asked otherwise.
+    if !args
+        .iter()
+        .any(|a| a == "-f" || a.starts_with("--format") || a.starts_with("-f"))
+    {
+        cmd.args(["--format", "text"]);
+    }
+    cmd.args(args);
     run(&mut cmd)
 }
 
