@@ -222,11 +222,11 @@ impl Roles {
     /// Notes a thread as soon as it is seen: what needs it alive (its start routine's address
     /// and mapping) is read now; symbolizing, which may take a while the first time for a big
     /// binary, waits until [`role`](Self::role) is asked.
-    pub fn observe(&mut self, owner: u32, tid: u32, tgid: u32, comm: &str, fsbase: u64) {
+    pub fn observe(&mut self, owner: u32, tid: u32, tgid: u32, comm: &[u8; COMM_LEN], fsbase: u64) {
         if self.known.contains_key(&(owner, tid)) || self.pending.contains_key(&(owner, tid)) {
             return;
         }
-        match role_from_ids_and_name(owner, tid, tgid, comm) {
+        match role_from_ids_and_name(owner, tid, tgid, &comm_str(comm)) {
             Some(r) => {
                 self.known.insert((owner, tid), r);
             }
@@ -243,7 +243,14 @@ impl Roles {
 
     /// Role of thread `tid` (of process `tgid`, named `comm`, fs base `fsbase`) on the lock of
     /// process `owner`. Best called after [`observe`](Self::observe), while the thread lived.
-    pub fn role(&mut self, owner: u32, tid: u32, tgid: u32, comm: &str, fsbase: u64) -> Role {
+    pub fn role(
+        &mut self,
+        owner: u32,
+        tid: u32,
+        tgid: u32,
+        comm: &[u8; COMM_LEN],
+        fsbase: u64,
+    ) -> Role {
         self.observe(owner, tid, tgid, comm, fsbase);
         if let Some(r) = self.known.get(&(owner, tid)) {
             return *r;

@@ -113,8 +113,6 @@ pub struct Collector {
     dirty: RingBuf<MapData>,
     /// Tids of exited threads that had entries.
     exited: RingBuf<MapData>,
-    /// `counter::DIRTY_LOST` when last looked at.
-    dirty_lost: u64,
     changed: Vec<(StatsKey, ThreadStats)>,
 }
 
@@ -297,7 +295,6 @@ impl Collector {
             epoch: 1,
             dirty,
             exited,
-            dirty_lost: 0,
             changed: Vec::new(),
         })
     }
@@ -305,7 +302,8 @@ impl Collector {
     /// Hands `f` the kernel entries that changed since the previous reading (`all`: every
     /// entry), a batch at a time. Idle threads cost nothing: the eBPF side notes each entry's
     /// first change per epoch on DIRTY, and only those are looked up; the whole map is read
-    /// (batched) when asked, when many changed, or when a note was lost.
+    /// (batched) when asked (the caller asks too when `Counters::dirty_lost` grew) or when
+    /// many changed.
     pub fn read_stats(
         &mut self,
         all: bool,
@@ -323,10 +321,7 @@ impl Collector {
                 keys.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<StatsKey>()) });
             }
         }
-        let lost = self.counters()?.dirty_lost;
-        let notes_lost = lost != self.dirty_lost;
-        self.dirty_lost = lost;
-        if all || notes_lost || keys.len() > MAX_LOOKUPS {
+        if all || keys.len() > MAX_LOOKUPS {
             return self.read_all(f);
         }
         keys.sort_unstable();
@@ -384,20 +379,12 @@ impl Collector {
 
     /// The ring buffer of sampled write stacks; taken once.
     pub fn take_stacks(&mut self) -> Result<RingBuf<MapData>, CollectorError> {
-        let map = self
-            .ebpf
-            .take_map("STACKS")
-            .ok_or_else(|| CollectorError::Map("STACKS", "already taken".into()))?;
-        RingBuf::try_from(map).map_err(|e| CollectorError::Map("STACKS", error_chain(&e)))
+        take(&mut self.ebpf, "STACKS")
     }
 
     /// The ring buffer announcing threads seen for the first time; taken once.
     pub fn take_new_threads(&mut self) -> Result<RingBuf<MapData>, CollectorError> {
-        let map = self
-            .ebpf
-            .take_map("NEW_THREADS")
-            .ok_or_else(|| CollectorError::Map("NEW_THREADS", "already taken".into()))?;
-        RingBuf::try_from(map).map_err(|e| CollectorError::Map("NEW_THREADS", error_chain(&e)))
+        take(&mut self.ebpf, "NEW_THREADS")
     }
 
     /// Decodes one `NEW_THREADS` record.

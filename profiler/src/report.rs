@@ -303,7 +303,7 @@ impl ReportBuilder {
                     causes.entry(c).or_default().merge(s);
                 }
                 let tcomm = comm_str(&t.comm);
-                let r = self.roles.role(pid, tid, t.tgid, &tcomm, t.fsbase);
+                let r = self.roles.role(pid, tid, t.tgid, &t.comm, t.fsbase);
                 threads.push(ThreadReport {
                     tid,
                     role: r,

@@ -22,7 +22,6 @@ use profiler_common::StatsKey;
 
 use crate::{
     aggregation::{Totals, Window},
-    attribution::comm_str,
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
     report::{Kind, Lost, Overhead, Report, ReportBuilder, to_text},
@@ -248,21 +247,23 @@ impl Profile {
         // Exits first: whatever an exited thread changed was noted before it exited, so the
         // reading below has its final values.
         let exited = self.collector.exited_threads();
+        // Read once per poll: a lost DIRTY note means reading every entry.
+        let counters = self.collector.counters()?;
+        let all = all || counters.dirty_lost != self.counters.dirty_lost;
         let (totals, interval, builder) = (&mut self.totals, &mut self.interval, &mut self.builder);
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
                 // Learn a process's name and a thread's role while they are alive.
                 builder.names.prime(d.key.owner);
-                let comm = comm_str(&d.comm);
                 builder
                     .roles
-                    .observe(d.key.owner, d.key.tid, d.tgid, &comm, d.fsbase);
+                    .observe(d.key.owner, d.key.tid, d.tgid, &d.comm, d.fsbase);
                 if let Some(interval) = interval.as_mut() {
                     interval.add(&d);
                 }
             }
         })?;
-        self.counters = self.collector.counters()?;
+        self.counters = counters;
         self.programs = self
             .collector
             .bpf_stats_on()
@@ -326,10 +327,9 @@ impl Profile {
         while let Some(item) = ring.next() {
             if let Some(t) = Collector::parse_new_thread(&item) {
                 self.builder.names.prime(t.owner);
-                let comm = comm_str(&t.comm);
                 self.builder
                     .roles
-                    .observe(t.owner, t.tid, t.tgid, &comm, t.fsbase);
+                    .observe(t.owner, t.tid, t.tgid, &t.comm, t.fsbase);
             }
         }
     }

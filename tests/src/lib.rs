@@ -33,6 +33,18 @@ pub fn map_anon(size: usize) -> *mut libc::c_void {
     p
 }
 
+/// For the ground-truth helpers: print "ready PID", then block until a line arrives on stdin,
+/// so that a profiler attached in between sees exactly the work that follows.
+pub fn ready_then_wait_for_go() {
+    use std::io::{BufRead, Write};
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {}", std::process::id()).expect("stdout");
+    out.flush().expect("stdout");
+    drop(out);
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).expect("stdin");
+}
+
 /// Where cargo put this test's binaries: `target/<profile>`.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

@@ -429,7 +429,7 @@ fn bad_usage_exits_2_with_one_line() {
         2,
         "/nonexistent-dir/s.folded",
     );
-    one_line_error(&run_profiler(&["--stack-sample", "0"]), 2, "0");
+    one_line_error(&run_profiler(&["--stack-sample", "0"]), 2, "--stack-sample");
     one_line_error(
         &run_profiler(&["--comm", "a-name-longer-than-15", "-d", "1"]),
         2,

@@ -4,8 +4,6 @@
 //!
 //!   lock-ops MMAP MUNMAP MPROTECT MADVISE BRK      (MUNMAP <= MMAP, MMAP >= 1 if MPROTECT or MADVISE)
 
-use std::io::{BufRead, Write};
-
 fn main() {
     let n: Vec<usize> = std::env::args()
         .skip(1)
@@ -20,12 +18,7 @@ fn main() {
     // The current break, found before the measured part (this is a brk call too).
     // SAFETY: brk(0) only queries.
     let base = unsafe { libc::syscall(libc::SYS_brk, 0) } as usize;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready {}", std::process::id()).unwrap();
-    out.flush().unwrap();
-    drop(out);
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).unwrap();
+    integration_tests::ready_then_wait_for_go();
 
     // SAFETY: raw syscalls on mappings this function creates and owns; nothing is dereferenced.
     unsafe {

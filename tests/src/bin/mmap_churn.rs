@@ -13,7 +13,7 @@
 //! case); "done" is printed when all threads have finished their work.
 
 use std::{
-    io::{BufRead, Write},
+    io::Write,
     sync::{Arc, Barrier},
 };
 
@@ -67,12 +67,7 @@ fn main() {
         })
         .collect();
     ready.wait();
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready {}", std::process::id()).unwrap();
-    out.flush().unwrap();
-    drop(out);
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).unwrap();
+    integration_tests::ready_then_wait_for_go();
     go.wait();
     done.wait();
     // The reader may have stopped listening after "ready": that is fine.

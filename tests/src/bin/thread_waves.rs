@@ -4,9 +4,7 @@
 //!
 //!   thread-waves WAVES THREADS ITERATIONS PAUSE_MS
 //!
-//! Prints "ready", starts on a line on stdin.
-
-use std::io::{BufRead, Write};
+//! Prints "ready PID", starts on a line on stdin.
 
 fn main() {
     let a: Vec<u64> = std::env::args()
@@ -17,10 +15,7 @@ fn main() {
         eprintln!("usage: thread-waves WAVES THREADS ITERATIONS PAUSE_MS");
         std::process::exit(2);
     };
-    println!("ready");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).unwrap();
+    integration_tests::ready_then_wait_for_go();
     for _ in 0..waves {
         let hs: Vec<_> = (0..threads)
             .map(|_| {
