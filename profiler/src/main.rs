@@ -11,6 +11,7 @@ mod procmaps;
 mod report;
 mod session;
 mod stacks;
+mod threadstart;
 mod unwind;
 
 use std::{process::ExitCode, time::Duration};
