@@ -5,6 +5,10 @@
 //! runtimes (libc, ld.so, libstdc++, libgcc_s, libpthread): the code that called malloc or
 //! mmap. That is the node binary, a `*.node` addon, another library, or `[jit]` for V8's
 //! generated code (anonymous executable memory).
+//!
+//! Processes are named by pid and start time ([`ProcId`]): a process's unwinder (its maps and
+//! parsed unwind tables) is dropped when it exits, after its stacks are symbolized, and a
+//! reused pid gets an unwinder of its own.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -16,6 +20,7 @@ use profiler_common::{SampleDone, StackSample, stack_record};
 
 use crate::{
     aggregation::SideStats,
+    ids::{self, ProcId},
     unwind::{Frame, ProcessUnwinder, Shared},
 };
 
@@ -80,15 +85,33 @@ pub struct OwnerStacks {
     pub dsos: BTreeMap<String, SideStats>,
     /// Frames innermost first, symbolized (filled by [`StackAttribution::symbolize`]).
     pub stacks: HashMap<Vec<String>, StackAgg>,
-    /// Stacks as addresses of process `tgid`, not yet symbolized.
-    raw: HashMap<(u32, Vec<u64>), StackAgg>,
+    /// Stacks as addresses in the process that took the lock, not yet symbolized.
+    raw: HashMap<(ProcId, Vec<u64>), StackAgg>,
 }
 
+/// A sampled write whose outcome has not come yet.
 struct Pending {
-    owner: u32,
-    tgid: u32,
+    owner: ProcId,
+    /// The process of the thread that took the lock (see [`actor`]).
+    actor: ProcId,
     addrs: Vec<u64>,
     dso: String,
+}
+
+/// The process whose lock a sample took (its start time in ticks, as [`ProcId`]s have it).
+fn owner(s: &StackSample) -> ProcId {
+    ProcId::new(s.owner, ids::ticks_of_ns(s.owner_start))
+}
+
+/// The process of the thread that took the lock: the owner itself (the common case), or
+/// another process, whose start time the sample does not carry (0: a reused pid then shares
+/// its unwinder until either is forgotten).
+fn actor(s: &StackSample) -> ProcId {
+    if s.tgid == s.owner {
+        owner(s)
+    } else {
+        ProcId::new(s.tgid, 0)
+    }
 }
 
 /// Consumes the STACKS ring buffer and keeps what it says per process. The work per sample
@@ -97,9 +120,11 @@ struct Pending {
 #[derive(Default)]
 pub struct StackAttribution {
     shared: Shared,
-    unwinders: HashMap<u32, Option<ProcessUnwinder>>,
+    /// Per process taking the lock (None: it could not be read).
+    unwinders: HashMap<ProcId, Option<ProcessUnwinder>>,
+    /// By (tid, seq), as [`SampleDone`] names them.
     pending: HashMap<(u32, u32), Pending>,
-    owners: BTreeMap<u32, OwnerStacks>,
+    owners: BTreeMap<ProcId, OwnerStacks>,
     /// Samples whose outcome never came (the profiler stopped first, or a record was lost).
     pub unmatched: u64,
 }
@@ -111,6 +136,11 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     // SAFETY: T is a repr(C) plain-old-data record type and `bytes` is at least that long;
     // the ring buffer only guarantees 8-byte alignment, so read unaligned.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Is `p` (still) the process at its pid? Unknown start times (0) are taken as yes.
+fn still_there(p: ProcId) -> bool {
+    p.start == 0 || ids::is_alive(p)
 }
 
 impl StackAttribution {
@@ -137,18 +167,23 @@ impl StackAttribution {
 
     /// Reads a process's unwind information now (it takes a while for a big binary), rather
     /// than when its first sample arrives.
-    pub fn prepare(&mut self, pid: u32) {
-        let _ = self.unwinder(pid);
+    pub fn prepare(&mut self, p: ProcId) {
+        let _ = self.unwinder(p);
     }
 
-    fn unwinder(&mut self, tgid: u32) -> Option<&mut ProcessUnwinder> {
+    fn unwinder(&mut self, p: ProcId) -> Option<&mut ProcessUnwinder> {
         let shared = &self.shared;
         self.unwinders
-            .entry(tgid)
-            .or_insert_with(|| match ProcessUnwinder::new(tgid, shared.clone()) {
+            .entry(p)
+            .or_insert_with(|| match ProcessUnwinder::new(p.pid, shared.clone()) {
+                // The kernel saw `p` before the maps were read: alive now, they were its own.
+                Ok(_) if !still_there(p) => {
+                    log::debug!("no unwinder for {p:?}: gone, its pid is another's");
+                    None
+                }
                 Ok(u) => Some(u),
                 Err(e) => {
-                    log::debug!("no unwinder for {tgid}: {e}");
+                    log::debug!("no unwinder for {p:?}: {e}");
                     None
                 }
             })
@@ -158,10 +193,12 @@ impl StackAttribution {
     fn on_sample(&mut self, s: &StackSample) {
         let len = (s.stack_len as usize).min(s.stack.len());
         let stack = &s.stack[..len];
-        let (addrs, dso) = match self.unwinder(s.tgid) {
+        let actor = actor(s);
+        let (addrs, dso) = match self.unwinder(actor) {
             Some(u) => {
-                // A library mapped since we read the maps (an addon's dlopen): read again.
-                if u.mapping(s.ip).is_none() {
+                // A library mapped since we read the maps (an addon's dlopen): read again,
+                // unless the pid is no longer this process's.
+                if u.mapping(s.ip).is_none() && still_there(actor) {
                     let _ = u.refresh();
                 }
                 let addrs = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
@@ -180,8 +217,8 @@ impl StackAttribution {
         self.pending.insert(
             (s.tid, s.seq),
             Pending {
-                owner: s.owner,
-                tgid: s.tgid,
+                owner: owner(s),
+                actor,
                 addrs,
                 dso,
             },
@@ -202,16 +239,22 @@ impl StackAttribution {
         s.hold.sum += d.hold_ns;
         s.hold.max = s.hold.max.max(d.hold_ns);
         s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
-        let st = o.raw.entry((p.tgid, p.addrs)).or_default();
+        let st = o.raw.entry((p.actor, p.addrs)).or_default();
         st.count += 1;
         st.wait_ns_sum += d.wait_ns;
     }
 
     /// Names the stacks gathered so far (on the ELF files, so exited processes are fine).
     pub fn symbolize(&mut self) {
+        self.symbolize_where(|_| true);
+    }
+
+    /// Names the stacks taken by the processes that `which` selects.
+    fn symbolize_where(&mut self, which: impl Fn(ProcId) -> bool) {
         for o in self.owners.values_mut() {
-            for ((tgid, addrs), agg) in o.raw.drain() {
-                let frames = match self.unwinders.get_mut(&tgid).and_then(Option::as_mut) {
+            let raw: Vec<_> = o.raw.extract_if(|(actor, _), _| which(*actor)).collect();
+            for ((actor, addrs), agg) in raw {
+                let frames = match self.unwinders.get_mut(&actor).and_then(Option::as_mut) {
                     Some(u) => u.symbolize_stack(&addrs),
                     None => addrs
                         .iter()
@@ -230,19 +273,52 @@ impl StackAttribution {
         }
     }
 
-    pub fn owner(&self, pid: u32) -> Option<&OwnerStacks> {
-        self.owners.get(&pid)
+    /// A process that exited: its stacks are symbolized now, then its unwinder (the memory
+    /// of this module) is dropped, with its samples still waiting for an outcome (counted
+    /// as `unmatched`: drain the ring buffer first). The unwinder of a foreign taker with
+    /// the same pid, whose start time is not known, goes too. Its totals stay for the report.
+    pub fn forget_process(&mut self, p: ProcId) {
+        let gone = |a: ProcId| a == p || a == ProcId::new(p.pid, 0);
+        self.symbolize_where(gone);
+        self.unwinders.retain(|&a, _| !gone(a));
+        let before = self.pending.len();
+        self.pending.retain(|_, s| !gone(s.actor));
+        self.unmatched += (before - self.pending.len()) as u64;
     }
 
-    /// Folded stacks (`process;outermost;...;innermost count`), for flame graph tools. Call
-    /// [`symbolize`](Self::symbolize) first.
-    pub fn folded(&self, comm_of: impl Fn(u32) -> String) -> String {
+    /// A thread that exited: its samples still waiting for an outcome are dropped (counted
+    /// as `unmatched`), so that a reused tid cannot be given them.
+    pub fn forget_thread(&mut self, tid: u32) {
+        let before = self.pending.len();
+        self.pending.retain(|&(t, _), _| t != tid);
+        self.unmatched += (before - self.pending.len()) as u64;
+    }
+
+    /// Processes with an unwinder (or a failed attempt) in memory.
+    #[cfg(test)]
+    pub fn cached_processes(&self) -> usize {
+        self.unwinders.len()
+    }
+
+    /// Samples waiting for their outcome.
+    #[cfg(test)]
+    pub fn pending_samples(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn owner(&self, p: ProcId) -> Option<&OwnerStacks> {
+        self.owners.get(&p)
+    }
+
+    /// Folded stacks (`process-pid;outermost;...;innermost count`), for flame graph tools.
+    /// Call [`symbolize`](Self::symbolize) first.
+    pub fn folded(&self, comm_of: impl Fn(ProcId) -> String) -> String {
         let mut out = String::new();
-        for (pid, o) in &self.owners {
+        for (&p, o) in &self.owners {
             let mut stacks: Vec<_> = o.stacks.iter().collect();
             stacks.sort_by(|a, b| a.0.cmp(b.0));
             for (frames, agg) in stacks {
-                let _ = write!(out, "{}-{pid}", comm_of(*pid));
+                let _ = write!(out, "{}-{}", comm_of(p), p.pid);
                 for f in frames.iter().rev() {
                     out.push(';');
                     // `;` separates frames and a space the count: keep them out of names.
@@ -305,41 +381,118 @@ mod tests {
         );
     }
 
+    fn done(tid: u32, seq: u32, wait_ns: u64) -> SampleDone {
+        SampleDone {
+            tag: stack_record::DONE,
+            tid,
+            seq,
+            _pad: 0,
+            wait_ns,
+            hold_ns: 100,
+        }
+    }
+
+    fn pending(owner: ProcId, actor: ProcId, addr: u64) -> Pending {
+        Pending {
+            owner,
+            actor,
+            addrs: vec![addr],
+            dso: "[jit]".into(),
+        }
+    }
+
     #[test]
     fn outcomes_join_their_stacks_and_fold() {
         let mut a = StackAttribution::default();
+        let p = ProcId::new(5, 77);
         // A pending sample of a process that does not exist: no unwinder, the ip alone.
-        a.pending.insert(
-            (7, 1),
-            Pending {
-                owner: 5,
-                tgid: 5,
-                addrs: vec![0x1234],
-                dso: "[jit]".into(),
-            },
-        );
-        a.unwinders.insert(5, None);
-        a.on_done(&SampleDone {
-            tag: stack_record::DONE,
-            tid: 7,
-            seq: 1,
-            _pad: 0,
-            wait_ns: 900,
-            hold_ns: 100,
-        });
-        a.on_done(&SampleDone {
-            tag: stack_record::DONE,
-            tid: 7,
-            seq: 2,
-            _pad: 0,
-            wait_ns: 1,
-            hold_ns: 1,
-        });
+        a.pending.insert((7, 1), pending(p, p, 0x1234));
+        a.unwinders.insert(p, None);
+        a.on_done(&done(7, 1, 900));
+        a.on_done(&done(7, 2, 1));
         assert_eq!(a.unmatched, 1);
-        let o = a.owner(5).unwrap();
+        let o = a.owner(p).unwrap();
         assert_eq!(o.dsos["[jit]"].count, 1);
         assert_eq!(o.dsos["[jit]"].wait.sum, 900);
+        assert!(a.owner(ProcId::new(5, 78)).is_none());
         a.symbolize();
         assert_eq!(a.folded(|_| "node".into()), "node-5;[jit] 1\n");
+    }
+
+    #[test]
+    fn a_reused_pid_is_another_owner_and_actor() {
+        let mut a = StackAttribution::default();
+        let (old, new) = (ProcId::new(5, 77), ProcId::new(5, 99));
+        a.pending.insert((7, 1), pending(old, old, 0x1000));
+        a.pending.insert((8, 1), pending(new, new, 0x2000));
+        a.on_done(&done(7, 1, 10));
+        a.on_done(&done(8, 1, 20));
+        assert_eq!(a.owner(old).unwrap().dsos["[jit]"].wait.sum, 10);
+        assert_eq!(a.owner(new).unwrap().dsos["[jit]"].wait.sum, 20);
+        a.symbolize();
+        let comm = |p: ProcId| if p == old { "old" } else { "new" }.to_string();
+        // Without unwinders (no such processes) the frames are unknown code.
+        assert_eq!(a.folded(comm), "old-5;[jit] 1\nnew-5;[jit] 1\n");
+    }
+
+    #[test]
+    fn actor_is_the_owner_with_its_start_or_a_foreign_pid() {
+        // SAFETY: StackSample is plain old data; all zeroes is a valid value.
+        let mut s: Box<StackSample> = Box::new(unsafe { std::mem::zeroed() });
+        // Kernel start times are in ns, ProcIds' in clock ticks.
+        (s.owner, s.tgid, s.owner_start) = (5, 5, 77_000_000_000);
+        assert_eq!(actor(&s), ProcId::new(5, ids::ticks_of_ns(77_000_000_000)));
+        assert_eq!(owner(&s), actor(&s));
+        s.tgid = 6;
+        assert_eq!(actor(&s), ProcId::new(6, 0));
+    }
+
+    #[test]
+    fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
+        let mut a = StackAttribution::default();
+        let (p, q) = (ProcId::new(5, 77), ProcId::new(9, 3));
+        let foreign = ProcId::new(5, 0);
+        a.unwinders.insert(p, None);
+        a.unwinders.insert(q, None);
+        a.unwinders.insert(foreign, None);
+        // Done: a stack of p on its own lock, and one of p on q's.
+        a.pending.insert((7, 1), pending(p, p, 0x1000));
+        a.pending.insert((7, 2), pending(q, foreign, 0x1000));
+        a.on_done(&done(7, 1, 10));
+        a.on_done(&done(7, 2, 10));
+        // Waiting: one of p, one of q.
+        a.pending.insert((7, 3), pending(p, p, 0x1000));
+        a.pending.insert((9, 1), pending(q, q, 0x2000));
+        assert_eq!((a.cached_processes(), a.pending_samples()), (3, 2));
+
+        a.forget_process(p);
+        assert_eq!((a.cached_processes(), a.pending_samples()), (1, 1));
+        assert_eq!(a.unmatched, 1);
+        // Its stacks were named before the unwinder went, wherever they were charged.
+        for owner in [p, q] {
+            let o = a.owner(owner).unwrap();
+            assert!(o.raw.is_empty());
+            assert_eq!(o.stacks[&vec!["[jit]".to_string()]].count, 1);
+        }
+        // q's thread 9 exits with its sample still waiting.
+        a.forget_thread(9);
+        assert_eq!((a.pending_samples(), a.unmatched), (0, 2));
+        a.forget_process(q);
+        assert_eq!(a.cached_processes(), 0);
+    }
+
+    #[test]
+    fn unwinders_are_per_process_and_never_of_a_reused_pid() {
+        use crate::attribution::tests::{me, my_predecessor};
+        let mut a = StackAttribution::default();
+        a.prepare(me());
+        a.prepare(my_predecessor());
+        assert!(a.unwinders[&me()].is_some());
+        // The process that had our pid before us must not get our maps.
+        assert!(a.unwinders[&my_predecessor()].is_none());
+        a.forget_process(my_predecessor());
+        assert_eq!(a.cached_processes(), 1);
+        a.forget_process(me());
+        assert_eq!(a.cached_processes(), 0);
     }
 }
