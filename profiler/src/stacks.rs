@@ -138,9 +138,13 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-/// Is `p` (still) the process at its pid? Unknown start times (0) are taken as yes.
+/// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
 fn still_there(p: ProcId) -> bool {
-    p.start == 0 || ids::is_alive(p)
+    if p.start == 0 {
+        std::path::Path::new(&format!("/proc/{}", p.pid)).exists()
+    } else {
+        ids::is_alive(p)
+    }
 }
 
 impl StackAttribution {
@@ -171,23 +175,27 @@ impl StackAttribution {
         let _ = self.unwinder(p);
     }
 
+    /// The unwinder of a process, made when first needed. A process found gone is given
+    /// none and nothing is kept for it (a late sample would otherwise leave an entry behind
+    /// after [`forget_process`](Self::forget_process)); a live one that cannot be read is
+    /// remembered as such.
     fn unwinder(&mut self, p: ProcId) -> Option<&mut ProcessUnwinder> {
-        let shared = &self.shared;
-        self.unwinders
-            .entry(p)
-            .or_insert_with(|| match ProcessUnwinder::new(p.pid, shared.clone()) {
+        if !self.unwinders.contains_key(&p) {
+            let u = match ProcessUnwinder::new(p.pid, self.shared.clone()) {
                 // The kernel saw `p` before the maps were read: alive now, they were its own.
-                Ok(_) if !still_there(p) => {
-                    log::debug!("no unwinder for {p:?}: gone, its pid is another's");
-                    None
-                }
-                Ok(u) => Some(u),
-                Err(e) => {
+                Ok(u) if still_there(p) => Some(u),
+                Err(e) if still_there(p) => {
                     log::debug!("no unwinder for {p:?}: {e}");
                     None
                 }
-            })
-            .as_mut()
+                _ => {
+                    log::debug!("no unwinder for {p:?}: gone");
+                    return None;
+                }
+            };
+            self.unwinders.insert(p, u);
+        }
+        self.unwinders.get_mut(&p)?.as_mut()
     }
 
     fn on_sample(&mut self, s: &StackSample) {
@@ -486,10 +494,12 @@ mod tests {
         use crate::attribution::tests::{me, my_predecessor};
         let mut a = StackAttribution::default();
         a.prepare(me());
-        a.prepare(my_predecessor());
         assert!(a.unwinders[&me()].is_some());
-        // The process that had our pid before us must not get our maps.
-        assert!(a.unwinders[&my_predecessor()].is_none());
+        // The process that had our pid before us must not get our maps, and leaves nothing
+        // behind; nor does a process that does not exist.
+        a.prepare(my_predecessor());
+        a.prepare(ProcId::new(u32::MAX - 1, 0));
+        assert_eq!(a.cached_processes(), 1);
         a.forget_process(my_predecessor());
         assert_eq!(a.cached_processes(), 1);
         a.forget_process(me());
