@@ -40,7 +40,11 @@ pub mod cause {
     pub const FORK: u32 = 9;
     /// Anything else: mlock, prctl, execve, shmat, kernel threads (khugepaged)...
     pub const OTHER: u32 = 10;
-    pub const COUNT: u32 = 11;
+    /// Not an acquisition: a write lock downgraded to a read lock (`mmap_write_downgrade`, by
+    /// munmap, brk, mremap and stack growth). Its entry counts downgrades, and its hold is the
+    /// read hold that follows; it never counts as a read acquisition.
+    pub const DOWNGRADE: u32 = 11;
+    pub const COUNT: u32 = 12;
 
     /// Report name of a write cause.
     pub fn name(c: u32) -> &'static str {
@@ -55,17 +59,27 @@ pub mod cause {
             EXIT => "exit",
             FORK => "fork",
             READ => "read",
+            DOWNGRADE => "downgrade",
             _ => "other",
         }
     }
 
-    /// The write cause of x86_64 syscall `nr` (`pt_regs.orig_ax` at kernel entry). In an
-    /// exception, `orig_ax` holds the hardware error code instead: a user-mode page fault's
-    /// has the user bit (4) set and fits in 6 bits, and none of the syscalls with those
-    /// numbers (stat, poll, writev, pipe, getitimer, ...) takes mmap_lock for write.
+    /// `pt_regs.orig_ax` outside a syscall: x86 exception entry stores -1 there ("no syscall
+    /// to restart"; the hardware error code goes to the handler as an argument).
+    pub const NOT_A_SYSCALL: u64 = u64::MAX;
+    /// x32 syscalls carry this bit in their number.
+    const X32_SYSCALL_BIT: u64 = 0x4000_0000;
+
+    /// The write cause of a user thread taking the lock for write, from x86_64
+    /// `pt_regs.orig_ax` at its kernel entry: the syscall it is in, or, outside any syscall
+    /// (`NOT_A_SYSCALL`), a user page fault: the only exception that takes mmap_lock for write
+    /// (stack growth upgrading `lock_mm_and_find_vma`'s read lock).
     #[inline(always)]
-    pub fn of_syscall(nr: u64) -> u32 {
-        match nr {
+    pub fn of_orig_ax(orig_ax: u64) -> u32 {
+        if orig_ax == NOT_A_SYSCALL {
+            return PAGE_FAULT;
+        }
+        match orig_ax & !X32_SYSCALL_BIT {
             9 => MMAP,
             11 => MUNMAP,
             10 | 329 => MPROTECT, // mprotect, pkey_mprotect
@@ -74,30 +88,43 @@ pub mod cause {
             25 => MREMAP,
             60 | 231 => EXIT,           // exit, exit_group
             56 | 57 | 58 | 435 => FORK, // clone, fork, vfork, clone3
-            n if n < 64 && n & 4 != 0 => PAGE_FAULT,
             _ => OTHER,
         }
     }
 }
 
-/// Indices into the `COUNTERS` per-CPU array.
+/// Indices into the `COUNTERS` per-CPU array. Those marked "lost" are acquisitions (or, for
+/// `EXIT_FLUSH`, threads' last acquisitions) that the profile does not contain.
 pub mod counter {
-    /// A thread's stats entry could not be created because `STATS` was full.
+    /// Lost: a stats entry could not be created because `STATS` was full.
     pub const MAP_FULL: u32 = 0;
-    /// An acquisition whose state was overwritten before its release (a thread holding two
-    /// mmap_locks at once, e.g. its own and another process's): that acquisition is lost.
-    pub const UNPAIRED: u32 = 1;
-    /// Per-thread state could not be allocated (task storage full or out of memory).
+    /// Lost: a thread had a third mm_lock acquisition pending or held at once (the
+    /// per-thread state tracks two: dup_mmap's parent and child locks).
+    pub const NESTED: u32 = 1;
+    /// Lost: per-thread state could not be allocated (task storage full or out of memory).
     pub const NO_STATE: u32 = 2;
     /// A sampled stack did not fit in the STACKS ring buffer (userspace fell behind).
     pub const STACKS_LOST: u32 = 3;
     /// A changed key did not fit in the DIRTY ring buffer: userspace must read everything.
     pub const DIRTY_LOST: u32 = 4;
-    /// An exited thread did not fit in the EXITED ring buffer: userspace must look for
-    /// exited threads itself.
+    /// An exit notice did not fit in the EXITED ring buffer: userspace must look for exited
+    /// threads itself.
     pub const EXITS_LOST: u32 = 5;
+    /// Lost: a completed acquisition found its thread's pending ring full while another
+    /// context was flushing it (a race with the flush iterator; should stay 0).
+    pub const RING_FULL: u32 = 6;
+    /// Not lost: a thread's pending ring filled up (many trylocks and no start_locking in
+    /// between), so it was flushed at a release, while the lock was held.
+    pub const FLUSH_UNDER_LOCK: u32 = 7;
+    /// Lost: an exited thread's state could not be reached for its final flush; counts the
+    /// acquisitions it still had pending when known, else 1 per thread.
+    pub const EXIT_FLUSH: u32 = 8;
+    /// Not counted on purpose: a child's new mm locked inside fork's dup_mmap (the child has
+    /// no pid of its own yet; the lock is uncontended and its hold lies within the parent's
+    /// fork write hold).
+    pub const FORK_CHILD: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 10;
 }
 
 /// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].
@@ -145,7 +172,9 @@ impl LockStats {
 }
 
 /// Key of the `STATS` hash map: which mm's lock (by its owner process), which thread took
-/// it, and what for (one entry for its reads, one per write cause it used).
+/// it, and what for (one entry for its reads, one per write cause it used, one for its
+/// downgrades). Processes and threads are named by id *and* start time, so that a reused
+/// pid or tid never adds to, or inherits, the entries of the one before it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StatsKey {
@@ -154,9 +183,14 @@ pub struct StatsKey {
     pub owner: u32,
     /// Thread id of the thread that took the lock.
     pub tid: u32,
-    /// [`cause::READ`], or the write's [`cause`].
+    /// [`cause::READ`], a write [`cause`], or [`cause::DOWNGRADE`].
     pub kind: u32,
     pub _pad: u32,
+    /// The owner's start time (`task_struct.start_boottime` of its group leader, ns since
+    /// boot; `/proc/PID/stat` field 22 is this in clock ticks); 0 with owner 0.
+    pub owner_start: u64,
+    /// The thread's start time (`start_boottime`, ns since boot).
+    pub tid_start: u64,
 }
 
 /// Value of the `STATS` hash map. Only the thread named by the key ever writes its entry, so
@@ -187,8 +221,9 @@ impl ThreadStats {
     };
 }
 
-/// Sent on the `NEW_THREADS` ring buffer when a thread takes a profiled lock for the first
-/// time, so that userspace classifies it at once, while it (very likely) still runs.
+/// Sent on the `NEW_THREADS` ring buffer when a thread's first acquisitions of a profiled
+/// lock are flushed (outside the lock), so that userspace classifies it while it (very
+/// likely) still runs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NewThread {
@@ -196,8 +231,33 @@ pub struct NewThread {
     pub tid: u32,
     pub tgid: u32,
     pub _pad: u32,
+    pub owner_start: u64,
+    pub tid_start: u64,
     pub fsbase: u64,
     pub comm: [u8; COMM_LEN],
+}
+
+/// Records of the `EXITED` ring buffer: a thread that had profiler state is exiting, or is
+/// gone for good.
+pub mod exit_record {
+    /// `sched_process_exit`: the thread is exiting. It may still take locks (exit_mm,
+    /// exit_mmap run after this), so its entries are not final yet.
+    pub const EXITING: u32 = 1;
+    /// `sched_process_free`: the thread is gone and its last acquisitions are flushed into
+    /// `STATS`; its entries are final and may be read one last time and deleted.
+    pub const FREED: u32 = 2;
+}
+
+/// A record of the `EXITED` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitedThread {
+    /// [`exit_record::EXITING`] or [`exit_record::FREED`].
+    pub tag: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    pub _pad: u32,
+    pub tid_start: u64,
 }
 
 /// Bytes of user stack copied per sampled write (from the stack pointer up).
@@ -229,6 +289,8 @@ pub struct StackSample {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    /// Start time of the owner (see [`StatsKey::owner_start`]).
+    pub owner_start: u64,
     /// Valid bytes of `stack` (from `sp` up).
     pub stack_len: u32,
     pub _pad: u32,
@@ -280,6 +342,10 @@ pub struct KernelLayout {
     pub regs_ip: u32,
     pub regs_sp: u32,
     pub regs_bp: u32,
+    /// `task_struct.start_boottime` (ns since boot, what /proc reports as a start time).
+    pub task_start_boottime: u32,
+    /// `task_struct.pid`.
+    pub task_pid: u32,
 }
 
 /// Which processes to profile, decided in the kernel; passed as the `FILTER` global.
@@ -311,6 +377,7 @@ mod user {
     unsafe impl aya::Pod for StatsKey {}
     unsafe impl aya::Pod for ThreadStats {}
     unsafe impl aya::Pod for NewThread {}
+    unsafe impl aya::Pod for ExitedThread {}
     unsafe impl aya::Pod for Settings {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for Filter {}
@@ -324,38 +391,54 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
-        assert_eq!(size_of::<StatsKey>(), 16);
+        assert_eq!(size_of::<StatsKey>(), 32);
+        assert_eq!(size_of::<ExitedThread>(), 24);
         assert_eq!(
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 11 * 4);
-        assert_eq!(size_of::<StackSample>(), 56 + STACK_BYTES);
+        assert_eq!(size_of::<KernelLayout>(), 13 * 4);
+        assert_eq!(size_of::<StackSample>(), 64 + STACK_BYTES);
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);
-        assert_eq!(size_of::<NewThread>(), 16 + 8 + COMM_LEN);
+        assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN);
         assert_eq!(
             size_of::<Filter>(),
             8 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
         );
     }
 
+    /// How the kernel fills `pt_regs.orig_ax` on x86_64: the syscall entry stores the
+    /// syscall number (rax) there; every exception entry, the page fault included, stores -1
+    /// (arch/x86/entry: "no syscall to restart"), and passes the hardware error code as an
+    /// argument, never in orig_ax.
     #[test]
-    fn write_causes_from_syscall_numbers() {
+    fn write_causes_follow_how_the_kernel_sets_orig_ax() {
         use cause::*;
-        assert_eq!(of_syscall(9), MMAP);
-        assert_eq!(of_syscall(11), MUNMAP);
-        assert_eq!(of_syscall(10), MPROTECT);
-        assert_eq!(of_syscall(12), BRK);
-        assert_eq!(of_syscall(28), MADVISE);
-        assert_eq!(of_syscall(25), MREMAP);
-        assert_eq!(of_syscall(231), EXIT);
-        assert_eq!(of_syscall(56), FORK);
-        // A user write fault on a missing page: error code 6.
-        assert_eq!(of_syscall(6), PAGE_FAULT);
-        assert_eq!(of_syscall(149), OTHER); // mlock
-        assert_eq!(of_syscall(u64::MAX), OTHER); // not in a syscall
+        // Syscall entry: orig_ax = the syscall number.
+        assert_eq!(of_orig_ax(9), MMAP);
+        assert_eq!(of_orig_ax(11), MUNMAP);
+        assert_eq!(of_orig_ax(10), MPROTECT);
+        assert_eq!(of_orig_ax(329), MPROTECT);
+        assert_eq!(of_orig_ax(12), BRK);
+        assert_eq!(of_orig_ax(28), MADVISE);
+        assert_eq!(of_orig_ax(25), MREMAP);
+        assert_eq!(of_orig_ax(231), EXIT);
+        assert_eq!(of_orig_ax(56), FORK);
+        assert_eq!(of_orig_ax(435), FORK);
+        // x32 syscalls carry bit 30.
+        assert_eq!(of_orig_ax(0x4000_0000 | 9), MMAP);
+        // Small syscall numbers are syscalls, not fault error codes: shmat (30) with a
+        // mapping to create, stat (4), poll (7), writev (20) stay as they are.
+        assert_eq!(of_orig_ax(30), OTHER);
+        assert_eq!(of_orig_ax(4), OTHER);
+        assert_eq!(of_orig_ax(6), OTHER);
+        assert_eq!(of_orig_ax(149), OTHER); // mlock
+        // Exception entry (a user page fault growing the stack): orig_ax = -1.
+        assert_eq!(of_orig_ax(NOT_A_SYSCALL), PAGE_FAULT);
+        assert_eq!(of_orig_ax(-1i64 as u64), PAGE_FAULT);
         assert_eq!(name(MPROTECT), "mprotect");
+        assert_eq!(name(DOWNGRADE), "downgrade");
         assert_eq!(name(COUNT + 5), "other");
     }
 

@@ -9,6 +9,10 @@
 //! only hash lookup happens at release, into an entry that only the current thread writes.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// Atomics (the flush claim, and the barrier before an epoch check): the bpfel target has no
+// atomic types, but the intrinsics compile to BPF_ATOMIC instructions.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics, adt_const_params))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 #[cfg(target_arch = "bpf")]
 mod programs;

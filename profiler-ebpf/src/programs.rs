@@ -1,21 +1,31 @@
-use core::ptr;
+//! The programs. Two of them run while the lock is held (`acquire_returned` after the lock is
+//! taken, `released` before it is let go), so those only take timestamps: a completed
+//! acquisition goes into its thread's pending ring in task storage, and the statistics are
+//! updated later, outside any locked window, by [`flush`]: at the thread's next
+//! `start_locking` (when it holds no mm lock), from the flush iterator when userspace asks,
+//! and once more when the thread is freed (after its last acquisition, exit_mmap's included).
+
+use core::{
+    ffi::c_void,
+    intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd, atomic_xchg},
+    ptr,
+};
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST, bpf_map_type},
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
         generated::{bpf_task_pt_regs, bpf_task_storage_get},
     },
-    macros::{map, raw_tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::RawTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use profiler_common::{
-    COMM_LEN, Filter, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, STACK_BYTES,
-    STACK_CHUNK, SampleDone, Settings, StackSample, StatsKey, ThreadStats, bucket_index, cause,
-    counter, stack_record,
+    COMM_LEN, ExitedThread, Filter, HIST_BUCKETS, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS,
+    NewThread, STACK_BYTES, STACK_CHUNK, SampleDone, Settings, StackSample, StatsKey, ThreadStats,
+    bucket_index, cause, counter, exit_record, stack_record,
 };
 
 /// Set by userspace at load time from the running kernel's BTF.
@@ -32,20 +42,16 @@ static KERNEL: KernelLayout = KernelLayout {
     regs_ip: 0,
     regs_sp: 0,
     regs_bp: 0,
+    task_start_boottime: 0,
+    task_pid: 0,
 };
 
-/// Run-time settings (`--stack-sample`), set by userspace at load time.
+/// Run-time settings (`--stack-sample`, `--writes-only`), set by userspace at load time.
 #[unsafe(no_mangle)]
 static SETTINGS: Settings = Settings {
     stack_sample: 0,
     writes_only: 0,
 };
-
-/// `--writes-only` and this is a read acquisition: nothing to do.
-#[inline(always)]
-fn skip_read(write: bool) -> bool {
-    !write && unsafe { ptr::read_volatile(&SETTINGS.writes_only) } != 0
-}
 
 /// Which owners to profile; set by userspace at load time (`--pid`, `--comm`).
 #[unsafe(no_mangle)]
@@ -60,7 +66,9 @@ static STATS: HashMap<StatsKey, ThreadStats> = HashMap::with_max_entries(65536, 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-/// Userspace's reading epoch, bumped before each reading (see `ThreadStats::epoch`).
+/// Userspace's reading epoch (see `ThreadStats::epoch`). Userspace drains DIRTY *before*
+/// bumping it, and we load it only after a full barrier that follows the entry's update, so a
+/// change is either in the reading that follows or noted again for the next one.
 #[map]
 static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 
@@ -68,12 +76,11 @@ static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
-/// Threads that exited after taking a profiled lock (their tids), so that userspace frees
-/// their entries once it has read them last.
+/// Threads with profiler state that are exiting or freed (`ExitedThread`).
 #[map]
 static EXITED: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
-/// Threads seen for the first time (one event per thread), for userspace to classify.
+/// Threads whose first acquisitions were flushed (one event per thread), to classify.
 #[map]
 static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
@@ -85,31 +92,77 @@ static STACKS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 #[map]
 static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
 
-/// Where a thread is in its current acquisition, plus a cache of which owner the last mm it
-/// touched belongs to and whether that owner passes the filter.
+/// Slot states.
+const FREE: u32 = 0;
+const WAITING: u32 = 1;
+const HELD: u32 = 2;
+
+/// One mm lock a thread is waiting for or holding. Two per thread: fork's dup_mmap holds the
+/// parent's lock for write while it takes the child's.
+#[repr(C)]
+struct Slot {
+    mm: u64,
+    owner_start: u64,
+    /// start_locking timestamp (0: a trylock, which does not wait).
+    start_ts: u64,
+    acq_ts: u64,
+    owner: u32,
+    /// `cause::READ`, a write cause, or `cause::DOWNGRADE` (a downgraded write's read hold).
+    kind: u32,
+    state: u32,
+    /// Sequence number of this acquisition's sampled stack (0: not sampled).
+    sample_seq: u32,
+}
+
+/// A completed acquisition, waiting in its thread's ring to be added to `STATS`.
+#[repr(C)]
+struct Done {
+    owner_start: u64,
+    wait: u64,
+    hold: u64,
+    owner: u32,
+    kind: u32,
+    sample_seq: u32,
+    /// 1: the acquisition failed (trylock, killed waiter): counted in `failed`.
+    failed: u32,
+}
+
+/// Completed acquisitions a thread can keep pending (a power of two).
+const RING: u32 = 16;
+
+/// Owner resolution of the thread's own mm (cached: it is the mm taken nearly every time).
+const NOT_TRACKED: u32 = 1;
+const TRACKED: u32 = 2;
+
+/// Per-thread state in task storage, freed by the kernel with the thread.
 #[repr(C)]
 struct ThreadState {
-    /// The mm of the cached resolution below.
-    cached_mm: u64,
-    cached_owner: u32,
-    cached_tracked: u32,
-    /// start_locking timestamp of the pending blocking acquire (0: none, e.g. a trylock).
-    wait_start: u64,
-    /// Held acquisition: its wait, when it was acquired, which mm and owner.
-    wait_ns: u64,
-    acq_ts: u64,
-    held_mm: u64,
-    held_owner: u32,
-    /// 0: nothing held; otherwise 1 + the acquisition's kind (`cause::READ` or a write cause).
-    held: u32,
-    /// The write cause found at start_locking, for the pending acquisition.
-    pending_cause: u32,
+    /// Who the thread is; filled by the first flush or exit notice (`identify`).
+    tid_start: u64,
+    fsbase: u64,
+    tid: u32,
+    tgid: u32,
+    comm: [u8; COMM_LEN],
+    /// The thread's own mm and its resolution (0: not resolved yet).
+    own_mm: u64,
+    own_owner_start: u64,
+    own_owner: u32,
+    own_tracked: u32,
+    slots: [Slot; 2],
+    /// Completed acquisitions written (only the thread itself, at release, writes it).
+    head: u32,
+    /// Completed acquisitions flushed (only the holder of `flushing` writes it).
+    tail: u32,
     /// Whether this thread was announced on NEW_THREADS.
     announced: u32,
     /// Writes started by this thread, for sampling one in `stack_sample`.
     writes: u32,
-    /// Sequence number of the sampled acquisition pending or held (0: none).
-    sample_seq: u32,
+    identified: u32,
+    _pad: u32,
+    /// 1 while a context flushes the ring (claimed with a compare-and-swap; 64 bits, as the
+    /// BPF instruction set without alu32 has 64-bit compare-and-swap only).
+    flushing: u64,
+    ring: [Done; RING as usize],
 }
 
 /// A BTF-defined task local storage map: per-thread state that the kernel frees with the
@@ -143,15 +196,26 @@ fn kernel() -> KernelLayout {
 }
 
 #[inline(always)]
-fn bump(idx: u32) {
+fn bump_by(idx: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(idx) {
-        unsafe { *c += 1 };
+        unsafe { *c += n };
     }
 }
 
-/// The current thread's state; created on first use when `create`.
 #[inline(always)]
-fn thread_state(create: bool) -> Option<&'static mut ThreadState> {
+fn bump(idx: u32) {
+    bump_by(idx, 1)
+}
+
+/// `--writes-only` and this is a read acquisition: nothing to do.
+#[inline(always)]
+fn skip_read(write: bool) -> bool {
+    !write && unsafe { ptr::read_volatile(&SETTINGS.writes_only) } != 0
+}
+
+/// The state of `task` (a BTF task pointer), created on first use when `create`.
+#[inline(always)]
+fn state_of(task: *mut c_void, create: bool) -> Option<&'static mut ThreadState> {
     let flags = if create {
         BPF_LOCAL_STORAGE_GET_F_CREATE as u64
     } else {
@@ -160,7 +224,7 @@ fn thread_state(create: bool) -> Option<&'static mut ThreadState> {
     let p = unsafe {
         bpf_task_storage_get(
             ptr::from_ref(&THREAD_STATE).cast_mut().cast(),
-            bpf_get_current_task_btf(),
+            task.cast(),
             ptr::null_mut(),
             flags,
         )
@@ -175,9 +239,51 @@ fn thread_state(create: bool) -> Option<&'static mut ThreadState> {
     }
 }
 
+/// The current thread's state.
+#[inline(always)]
+fn thread_state(create: bool) -> Option<&'static mut ThreadState> {
+    state_of(unsafe { bpf_get_current_task_btf() }.cast(), create)
+}
+
 #[inline(always)]
 unsafe fn read_u64(addr: u64) -> u64 {
     unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
+}
+
+#[inline(always)]
+unsafe fn read_u32(addr: u64) -> u32 {
+    unsafe { bpf_probe_read_kernel(addr as *const u32) }.unwrap_or(0)
+}
+
+/// Start time of the process `task` belongs to: its group leader's `start_boottime`.
+#[inline(always)]
+fn process_start(k: &KernelLayout, task: u64) -> u64 {
+    let leader = unsafe { read_u64(task + k.task_group_leader as u64) };
+    if leader == 0 {
+        return 0;
+    }
+    unsafe { read_u64(leader + k.task_start_boottime as u64) }
+}
+
+/// Records who the thread is, from its task (a plain kernel address), once.
+#[inline(always)]
+fn identify(st: &mut ThreadState, task: u64) {
+    if st.identified != 0 {
+        return;
+    }
+    let k = kernel();
+    st.tid = unsafe { read_u32(task + k.task_pid as u64) };
+    st.tgid = unsafe { read_u32(task + k.task_tgid as u64) };
+    st.tid_start = unsafe { read_u64(task + k.task_start_boottime as u64) };
+    st.fsbase = if k.task_fsbase == 0 {
+        0
+    } else {
+        unsafe { read_u64(task + k.task_fsbase as u64) }
+    };
+    let _ = unsafe {
+        bpf_probe_read_kernel_buf((task + k.task_comm as u64) as *const u8, &mut st.comm)
+    };
+    st.identified = 1;
 }
 
 /// Does the process owning the lock pass `--pid`/`--comm`? `owner_task` is a task of that
@@ -224,108 +330,82 @@ fn passes_filter(k: &KernelLayout, owner: u32, owner_task: u64) -> bool {
     false
 }
 
-/// Resolves (and caches per thread) which process owns `mm` and whether it is profiled.
+/// Which process owns `mm`, for a lock the current thread takes.
+enum Owner {
+    /// Profiled: its pid and start time.
+    Tracked(u32, u64),
+    /// Filtered out.
+    Ignored,
+    /// A child's new mm inside fork's dup_mmap: counted apart, never charged.
+    ForkChild,
+}
+
+/// Resolves which process owns `mm`. The thread's own mm is cached (it is nearly every
+/// lock a thread takes); another process's mm is resolved each time (rare, and a cached mm
+/// address could be reused by another process's mm once freed).
 #[inline(always)]
-fn resolve(st: &mut ThreadState, mm: u64) -> bool {
-    if st.cached_mm == mm {
-        return st.cached_tracked != 0;
+fn resolve(st: &mut ThreadState, mm: u64) -> Owner {
+    if mm == st.own_mm && st.own_tracked != 0 {
+        return if st.own_tracked == TRACKED {
+            Owner::Tracked(st.own_owner, st.own_owner_start)
+        } else {
+            Owner::Ignored
+        };
     }
     let k = kernel();
     let task = unsafe { bpf_get_current_task() };
     let own_mm = unsafe { read_u64(task + k.task_mm as u64) };
-    let (owner, owner_task) = if own_mm == mm {
-        ((bpf_get_current_pid_tgid() >> 32) as u32, task)
-    } else if k.mm_owner != 0 {
-        // Another process's lock (e.g. reading /proc/PID/smaps): mm->owner names its process.
-        let owner_task = unsafe { read_u64(mm + k.mm_owner as u64) };
-        let tgid = if owner_task == 0 {
-            0
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if own_mm == mm {
+        let start = process_start(&k, task);
+        let tracked = passes_filter(&k, tgid, task);
+        st.own_mm = mm;
+        st.own_owner = tgid;
+        st.own_owner_start = start;
+        st.own_tracked = if tracked { TRACKED } else { NOT_TRACKED };
+        return if tracked {
+            Owner::Tracked(tgid, start)
         } else {
-            unsafe { bpf_probe_read_kernel((owner_task + k.task_tgid as u64) as *const u32) }
-                .unwrap_or(0)
+            Owner::Ignored
         };
-        (tgid, owner_task)
-    } else {
-        (0, 0)
-    };
-    let tracked = passes_filter(&k, owner, owner_task);
-    st.cached_mm = mm;
-    st.cached_owner = owner;
-    st.cached_tracked = tracked as u32;
-    tracked
-}
-
-/// The current thread's stats entry for (`owner`, `kind`), created on first use, and noted
-/// on DIRTY if this is its first change in the current epoch.
-#[inline(always)]
-fn stats_entry(owner: u32, kind: u32) -> Option<&'static mut ThreadStats> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let key = StatsKey {
-        owner,
-        tid: pid_tgid as u32,
-        kind,
-        _pad: 0,
-    };
-    let entry = match STATS.get_ptr_mut(&key) {
-        Some(p) => unsafe { &mut *p },
-        None => new_stats_entry(&key, pid_tgid)?,
-    };
-    let epoch = EPOCH.get(0).copied().unwrap_or(0);
-    if entry.epoch != epoch {
-        entry.epoch = epoch;
-        if DIRTY.output::<StatsKey>(&key, 0).is_err() {
-            bump(counter::DIRTY_LOST);
+    }
+    // dup_mmap write-locks the parent's mm (a FORK write held in a slot), then the child's.
+    for s in &st.slots {
+        if s.state == HELD && s.kind == cause::FORK && s.mm != mm {
+            return Owner::ForkChild;
         }
     }
-    Some(entry)
-}
-
-#[inline(always)]
-fn new_stats_entry(key: &StatsKey, pid_tgid: u64) -> Option<&'static mut ThreadStats> {
-    let owner = key.owner;
-    let init = SCRATCH.get_ptr_mut(0)?;
-    let init = unsafe { &mut *init };
-    init.tgid = (pid_tgid >> 32) as u32;
-    init.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
-    let k = kernel();
-    init.fsbase = if k.task_fsbase == 0 {
-        0
+    if k.mm_owner == 0 {
+        // No mm->owner in this kernel (no CONFIG_MEMCG): charged to owner 0.
+        return if passes_filter(&k, 0, 0) {
+            Owner::Tracked(0, 0)
+        } else {
+            Owner::Ignored
+        };
+    }
+    // Another process's lock (e.g. reading /proc/PID/smaps): mm->owner names its process.
+    let owner_task = unsafe { read_u64(mm + k.mm_owner as u64) };
+    if owner_task == 0 {
+        return if passes_filter(&k, 0, 0) {
+            Owner::Tracked(0, 0)
+        } else {
+            Owner::Ignored
+        };
+    }
+    let owner = unsafe { read_u32(owner_task + k.task_tgid as u64) };
+    if owner == tgid {
+        // A task of our own thread group whose mm is not ours: a child being forked (it has
+        // no pid of its own until after copy_mm). Counted when our own lock is profiled.
+        return if st.own_tracked == TRACKED {
+            Owner::ForkChild
+        } else {
+            Owner::Ignored
+        };
+    }
+    if passes_filter(&k, owner, owner_task) {
+        Owner::Tracked(owner, process_start(&k, owner_task))
     } else {
-        unsafe { read_u64(bpf_get_current_task() + k.task_fsbase as u64) }
-    };
-    // NOEXIST: another program of this thread cannot race us, but keep existing data if so.
-    // epoch 0 is never current (userspace starts at 1): a new entry is always noted.
-    init.epoch = 0;
-    let _ = STATS.insert(key, &*init, BPF_NOEXIST as u64);
-    if let Some(st) = thread_state(false)
-        && st.announced == 0
-    {
-        st.announced = 1;
-        let _ = NEW_THREADS.output::<NewThread>(
-            &NewThread {
-                owner,
-                tid: key.tid,
-                tgid: init.tgid,
-                _pad: 0,
-                fsbase: init.fsbase,
-                comm: init.comm,
-            },
-            0,
-        );
-    }
-    match STATS.get_ptr_mut(key) {
-        Some(p) => Some(unsafe { &mut *p }),
-        None => {
-            bump(counter::MAP_FULL);
-            None
-        }
-    }
-}
-
-#[inline(always)]
-fn add(hist: &mut [u32; profiler_common::HIST_BUCKETS], ns: u64) {
-    if let Some(b) = hist.get_mut(bucket_index(ns)) {
-        *b = b.wrapping_add(1);
+        Owner::Ignored
     }
 }
 
@@ -333,14 +413,13 @@ fn add(hist: &mut [u32; profiler_common::HIST_BUCKETS], ns: u64) {
 const PF_EXITING: u32 = 0x4;
 const PF_KTHREAD: u32 = 0x0020_0000;
 
-/// Why the current thread takes the lock for write: the syscall it is in (x86_64
-/// `pt_regs.orig_ax`, see `cause::of_syscall`), a page fault, or its exit.
+/// Why the current thread takes the lock for write: its exit, the syscall it is in, or a
+/// user page fault (x86_64 `pt_regs.orig_ax`, see `cause::of_orig_ax`).
 #[inline(always)]
 fn write_cause() -> u32 {
     let k = kernel();
     let task = unsafe { bpf_get_current_task() };
-    let flags: u32 =
-        unsafe { bpf_probe_read_kernel((task + k.task_flags as u64) as *const u32) }.unwrap_or(0);
+    let flags = unsafe { read_u32(task + k.task_flags as u64) };
     if flags & PF_EXITING != 0 {
         return cause::EXIT;
     }
@@ -351,13 +430,13 @@ fn write_cause() -> u32 {
     if regs == 0 {
         return cause::OTHER;
     }
-    cause::of_syscall(unsafe { read_u64(regs + k.regs_orig_ax as u64) })
+    cause::of_orig_ax(unsafe { read_u64(regs + k.regs_orig_ax as u64) })
 }
 
 /// Copies the current thread's user registers and the top of its user stack to STACKS.
 /// Runs at start_locking, before the lock is held.
 #[inline(always)]
-fn sample_stack(owner: u32, kind: u32, seq: u32) -> bool {
+fn sample_stack(owner: u32, owner_start: u64, kind: u32, seq: u32) -> bool {
     let k = kernel();
     if k.regs_sp == 0 {
         return false;
@@ -383,6 +462,7 @@ fn sample_stack(owner: u32, kind: u32, seq: u32) -> bool {
         (*e).ip = read_u64(regs + k.regs_ip as u64);
         (*e).sp = sp;
         (*e).bp = read_u64(regs + k.regs_bp as u64);
+        (*e).owner_start = owner_start;
         (*e)._pad = 0;
     }
     // Chunk by chunk, so that a stack whose mapping ends within STACK_BYTES still yields the
@@ -401,51 +481,215 @@ fn sample_stack(owner: u32, kind: u32, seq: u32) -> bool {
     true
 }
 
-/// The outcome of a sampled acquisition, matched with its stack by (tid, seq).
+// ---------------------------------------------------------------------------------------
+// Flushing: pending acquisitions into STATS, outside any locked window.
+// ---------------------------------------------------------------------------------------
+
+/// Takes the right to flush `st`'s ring (the thread itself, the iterator, the exit program
+/// may try at once).
 #[inline(always)]
-fn sample_done(seq: u32, wait: u64, hold: u64) {
-    let _ = STACKS.output::<SampleDone>(
-        &SampleDone {
-            tag: stack_record::DONE,
-            tid: bpf_get_current_pid_tgid() as u32,
-            seq,
+fn claim(st: &mut ThreadState) -> bool {
+    // The bpfel target has no atomic types; the intrinsic compiles to BPF_CMPXCHG.
+    let (_, won) = unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+            &mut st.flushing,
+            0,
+            1,
+        )
+    };
+    won
+}
+
+#[inline(always)]
+fn unclaim(st: &mut ThreadState) {
+    // An exchange: the BPF instruction set has no release store; this is a full barrier.
+    unsafe { atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(&mut st.flushing, 0) };
+}
+
+#[inline(always)]
+fn add(hist: &mut [u32; HIST_BUCKETS], ns: u64) {
+    if let Some(b) = hist.get_mut(bucket_index(ns)) {
+        *b = b.wrapping_add(1);
+    }
+}
+
+/// The entry of `key`, created on first use.
+#[inline(always)]
+fn stats_entry(key: &StatsKey, st: &ThreadState) -> Option<&'static mut ThreadStats> {
+    if let Some(p) = STATS.get_ptr_mut(key) {
+        return Some(unsafe { &mut *p });
+    }
+    let init = SCRATCH.get_ptr_mut(0)?;
+    let init = unsafe { &mut *init };
+    init.tgid = st.tgid;
+    init.comm = st.comm;
+    init.fsbase = st.fsbase;
+    // epoch 0 is never current (userspace starts at 1): a new entry is always noted.
+    init.epoch = 0;
+    // NOEXIST: only the holder of this thread's flush claim inserts its keys.
+    let _ = STATS.insert(key, &*init, BPF_NOEXIST as u64);
+    match STATS.get_ptr_mut(key) {
+        Some(p) => Some(unsafe { &mut *p }),
+        None => {
+            bump(counter::MAP_FULL);
+            None
+        }
+    }
+}
+
+/// Adds one completed acquisition to its entry and notes the entry as changed.
+#[inline(always)]
+fn record(st: &ThreadState, d: &Done) {
+    let key = StatsKey {
+        owner: d.owner,
+        tid: st.tid,
+        kind: d.kind,
+        _pad: 0,
+        owner_start: d.owner_start,
+        tid_start: st.tid_start,
+    };
+    let Some(entry) = stats_entry(&key, st) else {
+        return;
+    };
+    let s = &mut entry.stats;
+    if d.failed != 0 {
+        // Atomic: a full barrier between the update and the epoch load below.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut s.failed, 1) };
+    } else {
+        s.wait_sum = s.wait_sum.wrapping_add(d.wait);
+        if d.wait > s.wait_max {
+            s.wait_max = d.wait;
+        }
+        s.hold_sum = s.hold_sum.wrapping_add(d.hold);
+        if d.hold > s.hold_max {
+            s.hold_max = d.hold;
+        }
+        add(&mut s.wait_hist, d.wait);
+        add(&mut s.hold_hist, d.hold);
+        // Last, and atomic: userspace tells changes by the count, and the barrier orders
+        // the whole update before the epoch load.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut s.count, 1) };
+    }
+    let epoch = EPOCH.get(0).copied().unwrap_or(0);
+    if entry.epoch != epoch {
+        entry.epoch = epoch;
+        if DIRTY.output::<StatsKey>(&key, 0).is_err() {
+            bump(counter::DIRTY_LOST);
+        }
+    }
+    if d.sample_seq != 0 {
+        let _ = STACKS.output::<SampleDone>(
+            &SampleDone {
+                tag: stack_record::DONE,
+                tid: st.tid,
+                seq: d.sample_seq,
+                _pad: 0,
+                wait_ns: d.wait,
+                hold_ns: d.hold,
+            },
+            0,
+        );
+    }
+}
+
+/// Tells userspace about a thread the first time its acquisitions are flushed.
+#[inline(always)]
+fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
+    if st.announced != 0 {
+        return;
+    }
+    st.announced = 1;
+    let _ = NEW_THREADS.output::<NewThread>(
+        &NewThread {
+            owner,
+            tid: st.tid,
+            tgid: st.tgid,
             _pad: 0,
-            wait_ns: wait,
-            hold_ns: hold,
+            owner_start,
+            tid_start: st.tid_start,
+            fsbase: st.fsbase,
+            comm: st.comm,
         },
         0,
     );
 }
 
-#[inline(always)]
-fn record(owner: u32, kind: u32, wait: u64, hold: u64) {
-    let Some(stats) = stats_entry(owner, kind) else {
-        return;
-    };
-    let s = &mut stats.stats;
-    s.count = s.count.wrapping_add(1);
-    s.wait_sum = s.wait_sum.wrapping_add(wait);
-    if wait > s.wait_max {
-        s.wait_max = wait;
+/// Adds the thread's pending acquisitions to STATS. `task` is the thread's task (a kernel
+/// address), to identify it the first time. Returns false if another context is flushing.
+#[inline(never)]
+fn flush(st: &mut ThreadState, task: u64) -> bool {
+    if !claim(st) {
+        return false;
     }
-    s.hold_sum = s.hold_sum.wrapping_add(hold);
-    if hold > s.hold_max {
-        s.hold_max = hold;
+    identify(st, task);
+    let head = unsafe { ptr::read_volatile(&st.head) };
+    let tail = st.tail;
+    for i in 0..RING {
+        let n = tail.wrapping_add(i);
+        if n == head {
+            break;
+        }
+        let idx = (n & (RING - 1)) as usize;
+        if let Some(d) = st.ring.get(idx) {
+            let d: &Done = unsafe { &*ptr::from_ref(d) };
+            if st.announced == 0 {
+                announce(st, d.owner, d.owner_start);
+            }
+            record(st, d);
+        }
     }
-    add(&mut s.wait_hist, wait);
-    add(&mut s.hold_hist, hold);
+    unsafe { ptr::write_volatile(&mut st.tail, head) };
+    unclaim(st);
+    true
 }
 
+/// Puts a completed acquisition in the thread's ring. Runs with the lock held: stores only,
+/// unless the ring is full.
 #[inline(always)]
-fn record_failed(owner: u32, kind: u32) {
-    if let Some(stats) = stats_entry(owner, kind) {
-        stats.stats.failed = stats.stats.failed.wrapping_add(1);
+fn complete(st: &mut ThreadState, d: Done) {
+    let head = st.head;
+    let tail = unsafe { ptr::read_volatile(&st.tail) };
+    if head.wrapping_sub(tail) >= RING {
+        // Many trylocks and no start_locking in between: flush now, under the lock, rather
+        // than lose them; counted so the cost is visible.
+        if flush(st, unsafe { bpf_get_current_task() }) {
+            bump(counter::FLUSH_UNDER_LOCK);
+        } else {
+            bump(counter::RING_FULL);
+            return;
+        }
+    }
+    let idx = (head & (RING - 1)) as usize;
+    if let Some(slot) = st.ring.get_mut(idx) {
+        *slot = d;
+    }
+    // The record before the index that publishes it (x86-64 keeps stores in order).
+    unsafe { ptr::write_volatile(&mut st.head, head.wrapping_add(1)) };
+}
+
+/// The completed record of a held slot, released at `now`.
+#[inline(always)]
+fn done_of(s: &Slot, now: u64) -> Done {
+    Done {
+        owner_start: s.owner_start,
+        wait: if s.start_ts == 0 {
+            0
+        } else {
+            s.acq_ts.wrapping_sub(s.start_ts)
+        },
+        hold: now.wrapping_sub(s.acq_ts),
+        owner: s.owner,
+        kind: s.kind,
+        sample_seq: s.sample_seq,
+        failed: 0,
     }
 }
 
-// The verifier needs constant context offsets, and rejects reads past a tracepoint's last
-// argument at attach time, so each tracepoint prototype gets its own programs and userspace
-// loads the ones the kernel's BTF describes.
+// ---------------------------------------------------------------------------------------
+// The tracepoints. The verifier needs constant context offsets, and rejects reads past a
+// tracepoint's last argument at attach time, so each tracepoint prototype gets its own
+// programs and userspace loads the ones the kernel's BTF describes.
+// ---------------------------------------------------------------------------------------
 
 /// Linux 6.14+: `(mm, write)`.
 #[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
@@ -459,6 +703,8 @@ pub fn mmap_lock_start_locking_memcg(ctx: RawTracePointContext) -> i32 {
     start_locking::<2>(&ctx)
 }
 
+/// Before a blocking acquire, with no lock of this one held: the place to flush, to find a
+/// write's cause and to sample its stack, none of which then adds to a hold.
 #[inline(always)]
 fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
@@ -469,30 +715,53 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let Some(st) = thread_state(true) else {
         return 0;
     };
-    if resolve(st, mm) {
-        // A write's cause (and sampled stack) is found now, before the lock is held, so it
-        // adds nothing to holds.
-        st.sample_seq = 0;
-        st.pending_cause = if write {
-            let c = write_cause();
-            let every = unsafe { ptr::read_volatile(&SETTINGS.stack_sample) };
-            if every != 0 {
-                st.writes = st.writes.wrapping_add(1);
-                if st.writes % every == 0 {
-                    // Never 0, which means "not sampled".
-                    let seq = st.writes / every;
-                    let seq = if seq == 0 { 1 } else { seq };
-                    if sample_stack(st.cached_owner, c, seq) {
-                        st.sample_seq = seq;
-                    }
+    let free0 = st.slots[0].state == FREE;
+    let free1 = st.slots[1].state == FREE;
+    // Holding nothing: flush what is pending (inside dup_mmap, the parent's lock is held).
+    if free0 && free1 && st.head != unsafe { ptr::read_volatile(&st.tail) } {
+        flush(st, unsafe { bpf_get_current_task() });
+    }
+    let (owner, owner_start) = match resolve(st, mm) {
+        Owner::Tracked(o, s) => (o, s),
+        // A fork child's lock is counted once, when acquired.
+        Owner::Ignored | Owner::ForkChild => return 0,
+    };
+    let idx = if free0 {
+        0
+    } else if free1 {
+        1
+    } else {
+        bump(counter::NESTED);
+        return 0;
+    };
+    let mut sample_seq = 0;
+    let kind = if write {
+        let c = write_cause();
+        let every = unsafe { ptr::read_volatile(&SETTINGS.stack_sample) };
+        if every != 0 {
+            st.writes = st.writes.wrapping_add(1);
+            if st.writes % every == 0 {
+                // Never 0, which means "not sampled".
+                let seq = st.writes / every;
+                let seq = if seq == 0 { 1 } else { seq };
+                if sample_stack(owner, owner_start, c, seq) {
+                    sample_seq = seq;
                 }
             }
-            c
-        } else {
-            cause::READ
-        };
-        st.wait_start = unsafe { bpf_ktime_get_ns() };
-    }
+        }
+        c
+    } else {
+        cause::READ
+    };
+    let s = &mut st.slots[idx];
+    s.mm = mm;
+    s.owner = owner;
+    s.owner_start = owner_start;
+    s.kind = kind;
+    s.sample_seq = sample_seq;
+    s.acq_ts = 0;
+    s.state = WAITING;
+    s.start_ts = unsafe { bpf_ktime_get_ns() };
     0
 }
 
@@ -508,101 +777,229 @@ pub fn mmap_lock_acquire_returned_memcg(ctx: RawTracePointContext) -> i32 {
     acquire_returned::<2>(&ctx)
 }
 
+/// After any acquire, with the lock held when it succeeded: timestamps and flags only.
 #[inline(always)]
 fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
-    if skip_read((ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0) {
-        // Under --writes-only, a downgrade is not seen: its write hold ends at the release.
+    // `bool` arguments arrive as u64 slots; only the low byte is defined.
+    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
+    if skip_read(write) {
+        // Under --writes-only a downgrade is not seen: its write hold ends at the release.
         return 0;
     }
     // A trylock has no start_locking before it, so the state may not exist yet.
     let Some(st) = thread_state(true) else {
         return 0;
     };
-    if !resolve(st, mm) {
-        return 0;
-    }
-    // `bool` arguments arrive as u64 slots; only the low byte is defined.
-    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
     let success = (ctx.arg::<u64>(WRITE_ARG + 1) & 0xff) != 0;
     let now = unsafe { bpf_ktime_get_ns() };
-    let started = st.wait_start;
-    st.wait_start = 0;
-    let owner = st.cached_owner;
-    let kind = if !write {
-        cause::READ
-    } else if started != 0 && st.pending_cause != cause::READ {
-        st.pending_cause
-    } else {
-        // A write trylock: no start_locking came first.
-        write_cause()
-    };
-    if !success {
-        if st.sample_seq != 0 {
-            sample_done(st.sample_seq, now.wrapping_sub(started), 0);
-            st.sample_seq = 0;
-        }
-        record_failed(owner, kind);
-        return 0;
+    // One completed record at most, put in the ring at the end (one call site keeps the
+    // program small for the verifier).
+    if let Some(d) = on_acquire(st, mm, write, success, now) {
+        complete(st, d);
     }
-    if st.held != 0 {
-        if st.held != 1 + cause::READ && !write && started == 0 && st.held_mm == mm {
-            // mmap_write_downgrade: the write hold ends here, a read hold begins.
-            let hold = now.wrapping_sub(st.acq_ts);
-            record(st.held_owner, st.held - 1, st.wait_ns, hold);
-            if st.sample_seq != 0 {
-                sample_done(st.sample_seq, st.wait_ns, hold);
-                st.sample_seq = 0;
-            }
-        } else {
-            bump(counter::UNPAIRED);
-        }
-    }
-    st.wait_ns = if started == 0 {
-        0
-    } else {
-        now.wrapping_sub(started)
-    };
-    st.acq_ts = now;
-    st.held_mm = mm;
-    st.held_owner = owner;
-    st.held = 1 + kind;
     0
 }
 
+/// The state change of an acquire; returns what it completed, if anything.
+#[inline(always)]
+fn on_acquire(st: &mut ThreadState, mm: u64, write: bool, success: bool, now: u64) -> Option<Done> {
+    // The blocking acquire this ends (a thread waits for one lock at a time).
+    let waiting = if st.slots[1].state == WAITING && st.slots[1].mm == mm {
+        1
+    } else if st.slots[0].state == WAITING && st.slots[0].mm == mm {
+        0
+    } else {
+        2
+    };
+    if waiting < 2 {
+        let s = &mut st.slots[waiting];
+        if success {
+            s.acq_ts = now;
+            s.state = HELD;
+            return None;
+        }
+        s.state = FREE;
+        return Some(Done {
+            owner_start: s.owner_start,
+            wait: now.wrapping_sub(s.start_ts),
+            hold: 0,
+            owner: s.owner,
+            kind: s.kind,
+            sample_seq: s.sample_seq,
+            failed: 1,
+        });
+    }
+    // No start_locking: a downgrade of a write lock this thread holds, or a trylock.
+    if !write && success {
+        let i = if downgradable(&st.slots[1], mm) {
+            1
+        } else if downgradable(&st.slots[0], mm) {
+            0
+        } else {
+            2
+        };
+        if i < 2 {
+            // mmap_write_downgrade: the write hold ends, a read hold begins that is not a
+            // read acquisition.
+            let s = &mut st.slots[i];
+            let d = done_of(s, now);
+            s.kind = cause::DOWNGRADE;
+            s.start_ts = 0;
+            s.sample_seq = 0;
+            s.acq_ts = now;
+            return Some(d);
+        }
+    }
+    let (owner, owner_start) = match resolve(st, mm) {
+        Owner::Tracked(o, s) => (o, s),
+        Owner::Ignored => return None,
+        Owner::ForkChild => {
+            bump(counter::FORK_CHILD);
+            return None;
+        }
+    };
+    // A write trylock (rare) finds its cause now.
+    let kind = if write { write_cause() } else { cause::READ };
+    if !success {
+        return Some(Done {
+            owner_start,
+            wait: 0,
+            hold: 0,
+            owner,
+            kind,
+            sample_seq: 0,
+            failed: 1,
+        });
+    }
+    let idx = if st.slots[0].state == FREE {
+        0
+    } else if st.slots[1].state == FREE {
+        1
+    } else {
+        bump(counter::NESTED);
+        return None;
+    };
+    let s = &mut st.slots[idx];
+    s.mm = mm;
+    s.owner = owner;
+    s.owner_start = owner_start;
+    s.kind = kind;
+    s.sample_seq = 0;
+    s.start_ts = 0;
+    s.acq_ts = now;
+    s.state = HELD;
+    None
+}
+
+/// Is `s` a write lock of `mm` that a read acquire without start_locking downgrades?
+#[inline(always)]
+fn downgradable(s: &Slot, mm: u64) -> bool {
+    s.state == HELD && s.mm == mm && s.kind != cause::READ && s.kind != cause::DOWNGRADE
+}
+
+/// Before the lock is let go: a timestamp, and the completed acquisition into the ring.
 #[raw_tracepoint(tracepoint = "mmap_lock_released")]
 pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
     let Some(st) = thread_state(false) else {
         return 0;
     };
-    // Nothing held: acquired before we attached, or not profiled.
-    if st.held == 0 || st.held_mm != mm {
+    // The innermost lock first; nothing held: acquired before we attached, or not profiled.
+    let idx = if st.slots[1].state == HELD && st.slots[1].mm == mm {
+        1
+    } else if st.slots[0].state == HELD && st.slots[0].mm == mm {
+        0
+    } else {
         return 0;
-    }
+    };
     let now = unsafe { bpf_ktime_get_ns() };
-    let kind = st.held - 1;
-    st.held = 0;
-    let hold = now.wrapping_sub(st.acq_ts);
-    record(st.held_owner, kind, st.wait_ns, hold);
-    if st.sample_seq != 0 && kind != cause::READ {
-        sample_done(st.sample_seq, st.wait_ns, hold);
-        st.sample_seq = 0;
+    let s = &mut st.slots[idx];
+    s.state = FREE;
+    let d = done_of(s, now);
+    complete(st, d);
+    0
+}
+
+/// A thread with state is exiting. It may still take locks after this (exit_mm, and the
+/// last thread's exit_mmap), so its entries stay until it is freed.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    if let Some(st) = thread_state(false) {
+        identify(st, unsafe { bpf_get_current_task() });
+        notify_exit(st, exit_record::EXITING);
     }
     0
 }
 
-/// A thread exits: if it has stats entries, tell userspace. Fires once per thread exit, never
-/// on the lock's hot path.
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
-    if let Some(st) = thread_state(false)
-        && st.announced != 0
-    {
-        let tid = bpf_get_current_pid_tgid() as u32;
-        if EXITED.output::<u32>(&tid, 0).is_err() {
-            bump(counter::EXITS_LOST);
-        }
+#[inline(always)]
+fn notify_exit(st: &ThreadState, tag: u32) {
+    let rec = ExitedThread {
+        tag,
+        tid: st.tid,
+        tgid: st.tgid,
+        _pad: 0,
+        tid_start: st.tid_start,
+    };
+    if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
+        bump(counter::EXITS_LOST);
     }
+}
+
+/// A task is freed (after an RCU grace period): it will never take a lock again, so its last
+/// acquisitions are flushed and userspace may read its entries one last time.
+#[btf_tracepoint(function = "sched_process_free")]
+pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
+    let task: *mut c_void = ctx.arg(0);
+    if task.is_null() {
+        return 0;
+    }
+    let Some(st) = state_of(task, false) else {
+        return 0;
+    };
+    let pending = st.head.wrapping_sub(st.tail);
+    if !flush(st, task as u64) {
+        bump_by(counter::EXIT_FLUSH, pending as u64);
+    }
+    if st.identified != 0 {
+        notify_exit(st, exit_record::FREED);
+    }
+    0
+}
+
+/// Flushes every live thread's pending acquisitions, when userspace reads the iterator (each
+/// reading, and at the end of a run).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub extern "C" fn flush_threads(ctx: *mut c_void) -> i32 {
+    // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
+    let task = unsafe { *(ctx as *const *mut c_void).add(1) };
+    if task.is_null() {
+        return 0;
+    }
+    if let Some(st) = state_of(task, false)
+        && st.head != unsafe { ptr::read_volatile(&st.tail) }
+    {
+        flush(st, task as u64);
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------
+// The floor: empty programs on the same tracepoints (`--floor`, for the benchmark).
+// ---------------------------------------------------------------------------------------
+
+#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
+pub fn floor_start_locking(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn floor_acquire_returned(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn floor_released(_ctx: RawTracePointContext) -> i32 {
     0
 }

@@ -14,6 +14,11 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use profiler_common::{COMM_LEN, HIST_BUCKETS, LockStats, StatsKey, ThreadStats, cause};
+
+use crate::{
+    attribution::Role,
+    ids::{ProcId, ThreadId, ticks_of_ns},
+};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
@@ -223,8 +228,13 @@ pub struct ThreadAgg {
     pub tgid: u32,
     pub comm: [u8; COMM_LEN],
     pub fsbase: u64,
+    /// Real read acquisitions.
     pub read: SideStats,
     pub writes: Causes,
+    /// Write locks downgraded to read (not acquisitions; hold = the read hold after).
+    pub downgrade: SideStats,
+    /// Decided when the thread was retired (its caches are gone by the report).
+    pub role: Option<Role>,
 }
 
 impl ThreadAgg {
@@ -235,14 +245,16 @@ impl ThreadAgg {
             fsbase,
             read: SideStats::default(),
             writes: Causes::default(),
+            downgrade: SideStats::default(),
+            role: None,
         }
     }
 
     fn kind_mut(&mut self, kind: u32) -> &mut SideStats {
-        if kind == cause::READ {
-            &mut self.read
-        } else {
-            self.writes.entry(kind)
+        match kind {
+            cause::READ => &mut self.read,
+            cause::DOWNGRADE => &mut self.downgrade,
+            _ => self.writes.entry(kind),
         }
     }
 
@@ -257,31 +269,46 @@ impl ThreadAgg {
 
     pub fn merge(&mut self, o: &ThreadAgg) {
         self.read.merge(&o.read);
+        self.downgrade.merge(&o.downgrade);
         for (k, s) in o.writes.iter() {
             self.writes.entry(k).merge(s);
         }
+        if self.role.is_none() {
+            self.role = o.role;
+        }
     }
+}
+
+/// The process and thread of a kernel key.
+pub fn ids_of(key: &StatsKey) -> (ProcId, ThreadId) {
+    (
+        ProcId::new(key.owner, ticks_of_ns(key.owner_start)),
+        ThreadId::new(key.tid, ticks_of_ns(key.tid_start)),
+    )
 }
 
 /// Activity per process (owner of the lock), then per thread.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Window {
-    pub processes: BTreeMap<u32, BTreeMap<u32, ThreadAgg>>,
+    pub processes: BTreeMap<ProcId, BTreeMap<ThreadId, ThreadAgg>>,
+    /// Names of processes that are gone (live ones are looked up when reporting).
+    pub names: BTreeMap<ProcId, String>,
 }
 
 impl Window {
     pub fn add(&mut self, d: &ThreadDelta) {
+        let (owner, tid) = ids_of(&d.key);
         self.processes
-            .entry(d.key.owner)
+            .entry(owner)
             .or_default()
-            .entry(d.key.tid)
+            .entry(tid)
             .or_insert_with(|| ThreadAgg::new(d.tgid, d.comm, d.fsbase))
             .kind_mut(d.key.kind)
             .merge(&d.stats);
     }
 
     /// Adds a whole thread's activity.
-    pub fn add_thread(&mut self, owner: u32, tid: u32, t: &ThreadAgg) {
+    pub fn add_thread(&mut self, owner: ProcId, tid: ThreadId, t: &ThreadAgg) {
         self.processes
             .entry(owner)
             .or_default()
@@ -293,6 +320,9 @@ impl Window {
 
 /// Who a live thread is, and which kinds it has kernel entries for.
 struct ThreadInfo {
+    /// The kernel's start times (ns) of the owner and the thread, to rebuild its keys.
+    owner_start_ns: u64,
+    tid_start_ns: u64,
     tgid: u32,
     comm: [u8; COMM_LEN],
     fsbase: u64,
@@ -304,11 +334,13 @@ struct ThreadInfo {
 #[derive(Default)]
 pub struct Totals {
     entries: HashMap<StatsKey, SideStats>,
-    threads: HashMap<(u32, u32), ThreadInfo>,
-    /// The owners (processes whose locks) each live tid took.
-    owners: HashMap<u32, SmallVec<[u32; 1]>>,
+    threads: HashMap<(ProcId, ThreadId), ThreadInfo>,
+    /// The owners (processes whose locks) each live thread took.
+    owners: HashMap<ThreadId, SmallVec<[ProcId; 1]>>,
     /// Threads whose kernel entries were deleted after they exited.
-    retired: Vec<(u32, u32, ThreadAgg)>,
+    retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
+    /// Names of processes that are gone.
+    names: BTreeMap<ProcId, String>,
 }
 
 impl Totals {
@@ -330,9 +362,12 @@ impl Totals {
             };
             self.entries.entry(*key).or_default().merge(&d.stats);
             let owners = &mut self.owners;
-            let info = self.threads.entry((key.owner, key.tid)).or_insert_with(|| {
-                owners.entry(key.tid).or_default().push(key.owner);
+            let (owner, tid) = ids_of(key);
+            let info = self.threads.entry((owner, tid)).or_insert_with(|| {
+                owners.entry(tid).or_default().push(owner);
                 ThreadInfo {
+                    owner_start_ns: key.owner_start,
+                    tid_start_ns: key.tid_start,
                     tgid: cur.tgid,
                     comm: cur.comm,
                     fsbase: cur.fsbase,
@@ -347,16 +382,22 @@ impl Totals {
         out
     }
 
-    fn keys(owner: u32, tid: u32, info: &ThreadInfo) -> impl Iterator<Item = StatsKey> + '_ {
+    fn keys(
+        owner: ProcId,
+        tid: ThreadId,
+        info: &ThreadInfo,
+    ) -> impl Iterator<Item = StatsKey> + '_ {
         info.kinds.iter().map(move |&kind| StatsKey {
-            owner,
-            tid,
+            owner: owner.pid,
+            tid: tid.tid,
             kind,
             _pad: 0,
+            owner_start: info.owner_start_ns,
+            tid_start: info.tid_start_ns,
         })
     }
 
-    fn thread_agg(&self, owner: u32, tid: u32, info: &ThreadInfo) -> ThreadAgg {
+    fn thread_agg(&self, owner: ProcId, tid: ThreadId, info: &ThreadInfo) -> ThreadAgg {
         let mut t = ThreadAgg::new(info.tgid, info.comm, info.fsbase);
         for key in Self::keys(owner, tid, info) {
             if let Some(s) = self.entries.get(&key) {
@@ -366,9 +407,25 @@ impl Totals {
         t
     }
 
-    /// Thread `tid` exited and its kernel entries (every kind) were deleted: keep its totals
-    /// apart, so that a new thread reusing the tid starts from zero.
-    pub fn retire(&mut self, owner: u32, tid: u32) {
+    /// What the kernel said of a live thread: (tgid, comm, fsbase).
+    pub fn identity(&self, owner: ProcId, tid: ThreadId) -> Option<(u32, [u8; COMM_LEN], u64)> {
+        self.threads
+            .get(&(owner, tid))
+            .map(|i| (i.tgid, i.comm, i.fsbase))
+    }
+
+    /// The kernel keys of a live thread's entries on `owner`'s lock.
+    pub fn keys_of(&self, owner: ProcId, tid: ThreadId) -> Vec<StatsKey> {
+        self.threads
+            .get(&(owner, tid))
+            .map(|info| Self::keys(owner, tid, info).collect())
+            .unwrap_or_default()
+    }
+
+    /// Thread `tid` is gone and its kernel entries (every kind) were read one last time and
+    /// deleted: keep its totals apart, with its `role`, so that nothing about it needs to stay
+    /// cached.
+    pub fn retire(&mut self, owner: ProcId, tid: ThreadId, role: Option<Role>) {
         if let Some(o) = self.owners.get_mut(&tid) {
             o.retain(|x| *x != owner);
             if o.is_empty() {
@@ -376,7 +433,8 @@ impl Totals {
             }
         }
         if let Some(info) = self.threads.remove(&(owner, tid)) {
-            let t = self.thread_agg(owner, tid, &info);
+            let mut t = self.thread_agg(owner, tid, &info);
+            t.role = role;
             for key in Self::keys(owner, tid, &info) {
                 self.entries.remove(&key);
             }
@@ -385,26 +443,28 @@ impl Totals {
     }
 
     /// The processes whose locks live thread `tid` took.
-    pub fn owners_of(&self, tid: u32) -> Vec<u32> {
+    pub fn owners_of(&self, tid: ThreadId) -> Vec<ProcId> {
         self.owners
             .get(&tid)
             .map(|o| o.to_vec())
             .unwrap_or_default()
     }
 
-    /// The kinds (read, write causes) a live thread has kernel entries for.
-    pub fn kinds(&self, owner: u32, tid: u32) -> Vec<u32> {
-        self.threads
-            .get(&(owner, tid))
-            .map(|i| i.kinds.to_vec())
-            .unwrap_or_default()
-    }
-
-    /// Live (owner, tid, tgid) triples, to check which threads still exist.
-    pub fn live_threads(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+    /// Live (owner, thread, tgid) triples, to check which threads still exist.
+    pub fn live_threads(&self) -> impl Iterator<Item = (ProcId, ThreadId, u32)> + '_ {
         self.threads
             .iter()
             .map(|(&(owner, tid), i)| (owner, tid, i.tgid))
+    }
+
+    /// Keeps the name of a process that is gone, for the reports still to come.
+    pub fn name_process(&mut self, owner: ProcId, name: String) {
+        self.names.insert(owner, name);
+    }
+
+    /// Does any live thread still have entries on `owner`'s lock?
+    pub fn has_live_threads(&self, owner: ProcId) -> bool {
+        self.threads.keys().any(|(o, _)| *o == owner)
     }
 
     /// Everything since the start.
@@ -417,6 +477,7 @@ impl Totals {
         for (owner, tid, t) in &self.retired {
             w.add_thread(*owner, *tid, t);
         }
+        w.names = self.names.clone();
         w
     }
 }
@@ -449,6 +510,8 @@ mod tests {
             tid,
             kind,
             _pad: 0,
+            owner_start: 10_000_000_000,
+            tid_start: 20_000_000_000,
         }
     }
 
@@ -457,7 +520,13 @@ mod tests {
         tid: 11,
         kind: cause::MPROTECT,
         _pad: 0,
+        owner_start: 10_000_000_000,
+        tid_start: 20_000_000_000,
     };
+
+    /// The same start times in clock ticks (100 per second).
+    const P10: ProcId = ProcId::new(10, 1000);
+    const T11: ThreadId = ThreadId::new(11, 2000);
 
     #[test]
     fn bucket_bounds_cover_the_index_function() {
@@ -511,7 +580,7 @@ mod tests {
         assert_eq!(s.hold.max, bucket_upper_ns(bucket_index(10)) - 1);
         // Totals equal the kernel's cumulative values.
         let w = tot.window();
-        let t = &w.processes[&10][&11];
+        let t = &w.processes[&P10][&T11];
         assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 2);
         assert_eq!(t.writes.get(cause::MPROTECT).unwrap().wait.sum, 5100);
         assert_eq!(t.write().wait.max, 5000);
@@ -537,23 +606,60 @@ mod tests {
     }
 
     #[test]
-    fn a_retired_thread_is_kept_and_its_tid_starts_over() {
+    fn a_retired_thread_keeps_its_role_and_a_reused_tid_is_another_thread() {
         let mut tot = Totals::default();
         let s = kernel_entry(&[(1, 1), (2, 2)]);
         let r = key(10, 11, cause::READ);
-        tot.update(&[(W, s), (r, s)]);
-        assert_eq!(tot.owners_of(11), vec![10]);
-        tot.retire(10, 11);
+        let dg = key(10, 11, cause::DOWNGRADE);
+        tot.update(&[(W, s), (r, s), (dg, kernel_entry(&[(0, 5)]))]);
+        assert_eq!(tot.owners_of(T11), vec![P10]);
+        assert_eq!(tot.keys_of(P10, T11).len(), 3);
+        tot.retire(P10, T11, Some(Role::Worker));
         assert_eq!(tot.live_threads().count(), 0);
-        assert!(tot.owners_of(11).is_empty());
-        // A new thread with the same tid: its kernel entry starts from zero.
-        let again = kernel_entry(&[(3, 3)]);
-        assert_eq!(tot.update(&[(W, again)])[0].stats.count, 1);
-        // The summary has both incarnations merged under the tid.
+        assert!(tot.owners_of(T11).is_empty());
+        assert!(!tot.has_live_threads(P10));
+        // A new thread reusing tid 11 (another start time): its own entry, from zero.
+        let again = StatsKey {
+            tid_start: 90_000_000_000,
+            ..W
+        };
+        assert_eq!(
+            tot.update(&[(again, kernel_entry(&[(3, 3)]))])[0]
+                .stats
+                .count,
+            1
+        );
         let w = tot.window();
-        let t = &w.processes[&10][&11];
-        assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 3);
-        assert_eq!(t.read.count, 2);
+        let old = &w.processes[&P10][&T11];
+        assert_eq!(old.writes.get(cause::MPROTECT).unwrap().count, 2);
+        assert_eq!((old.read.count, old.downgrade.count), (2, 1));
+        assert_eq!(old.role, Some(Role::Worker));
+        let new = &w.processes[&P10][&ThreadId::new(11, 9000)];
+        assert_eq!(new.writes.get(cause::MPROTECT).unwrap().count, 1);
+        assert_eq!(new.role, None);
+    }
+
+    #[test]
+    fn downgrades_are_not_reads() {
+        let mut w = Window::default();
+        let d = |kind, n| ThreadDelta {
+            key: key(1, 1, kind),
+            tgid: 1,
+            comm: [0; COMM_LEN],
+            fsbase: 0,
+            stats: SideStats {
+                count: n,
+                ..Default::default()
+            },
+        };
+        w.add(&d(cause::READ, 5));
+        w.add(&d(cause::DOWNGRADE, 7));
+        w.add(&d(cause::MUNMAP, 7));
+        let t = &w.processes[&ProcId::new(1, 1000)][&ThreadId::new(1, 2000)];
+        assert_eq!(
+            (t.read.count, t.downgrade.count, t.write().count),
+            (5, 7, 7)
+        );
     }
 
     #[test]
@@ -597,11 +703,13 @@ mod tests {
         w.add(&mk(1, 2, 1, cause::READ, 9));
         w.add(&mk(1, 99, 99, cause::OTHER, 1)); // foreign thread on 1's lock
         w.add(&mk(5, 5, 5, cause::BRK, 7));
-        let t = &w.processes[&1][&2];
-        assert_eq!((t.write().count, t.read.count), (4, 9));
-        assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 3);
-        assert_eq!(w.processes[&1][&99].tgid, 99);
-        assert_eq!(w.processes[&5][&5].write().count, 7);
+        let p = |pid| ProcId::new(pid, 1000);
+        let t = |tid| ThreadId::new(tid, 2000);
+        let t2 = &w.processes[&p(1)][&t(2)];
+        assert_eq!((t2.write().count, t2.read.count), (4, 9));
+        assert_eq!(t2.writes.get(cause::MPROTECT).unwrap().count, 3);
+        assert_eq!(w.processes[&p(1)][&t(99)].tgid, 99);
+        assert_eq!(w.processes[&p(5)][&t(5)].write().count, 7);
     }
 
     #[test]

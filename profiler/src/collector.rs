@@ -7,13 +7,13 @@ use std::{
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{ProgramError, RawTracePoint},
+    programs::{BtfTracePoint, Iter, ProgramError, RawTracePoint},
 };
 use profiler_common::{
-    COMM_LEN, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, Settings, StatsKey,
-    ThreadStats, counter,
+    COMM_LEN, ExitedThread, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, Settings,
+    StatsKey, ThreadStats, counter,
 };
 
 use crate::kernel::{KernelError, KernelInfo};
@@ -68,17 +68,24 @@ pub struct CollectorConfig {
     pub stack_sample: u32,
     /// Profile write acquisitions only.
     pub writes_only: bool,
+    /// Attach the empty "floor" programs instead of the profiler's (benchmark only): the
+    /// physical cost of a BPF program on these tracepoints, measured on the same machine.
+    pub floor: bool,
 }
 
-/// Health counters summed over CPUs.
+/// Health counters summed over CPUs (see `profiler_common::counter`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     pub map_full: u64,
-    pub unpaired: u64,
+    pub nested: u64,
     pub no_state: u64,
     pub stacks_lost: u64,
     pub dirty_lost: u64,
     pub exits_lost: u64,
+    pub ring_full: u64,
+    pub flush_under_lock: u64,
+    pub exit_flush: u64,
+    pub fork_child: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
@@ -114,6 +121,8 @@ pub struct Collector {
     /// Tids of exited threads that had entries.
     exited: RingBuf<MapData>,
     changed: Vec<(StatsKey, ThreadStats)>,
+    /// Whether the floor programs were loaded instead of the profiler's.
+    floor: bool,
 }
 
 /// A map of the loaded object, typed.
@@ -131,13 +140,33 @@ where
 /// lookup per changed entry.
 const MAX_LOOKUPS: usize = 2048;
 
-/// The program for each of [`TRACEPOINTS`] on this kernel.
-fn programs_for(kernel: &KernelInfo) -> [&'static str; 3] {
+/// The program for each of [`TRACEPOINTS`] on this kernel (`floor`: the empty ones).
+fn programs_for(kernel: &KernelInfo, floor: bool) -> [&'static str; 3] {
+    if floor {
+        return [
+            "floor_start_locking",
+            "floor_acquire_returned",
+            "floor_released",
+        ];
+    }
     [
         kernel.tracepoints.start_program(),
         kernel.tracepoints.acquire_program(),
         "mmap_lock_released",
     ]
+}
+
+/// The program flushing every thread's pending acquisitions when its iterator is read.
+const FLUSH_ITER: &str = "flush_threads";
+/// The program flushing a freed thread's last acquisitions.
+const FREE_PROGRAM: &str = "sched_process_free";
+
+fn load_error(e: &(dyn std::error::Error + 'static)) -> CollectorError {
+    if is_permission(e) {
+        CollectorError::Permission
+    } else {
+        CollectorError::Load(error_chain(e))
+    }
 }
 
 fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
@@ -250,24 +279,42 @@ impl Collector {
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
         let dirty: RingBuf<MapData> = take(&mut ebpf, "DIRTY")?;
         let exited: RingBuf<MapData> = take(&mut ebpf, "EXITED")?;
-        // Thread exits too, so that exited threads' entries are freed (fires on exits only).
-        let attach = TRACEPOINTS
-            .into_iter()
-            .zip(programs_for(&kernel))
-            .chain([("sched_process_exit", "sched_process_exit")]);
+        if !cfg.floor {
+            // First the programs that flush what the lock programs leave pending: a freed
+            // thread's last acquisitions, and every thread's when userspace asks. They are
+            // typed by the kernel's BTF, which aya parses for them (and then drops).
+            let btf = Btf::from_sys_fs().map_err(|e| load_error(&e))?;
+            let free: &mut BtfTracePoint = ebpf
+                .program_mut(FREE_PROGRAM)
+                .ok_or_else(|| CollectorError::Load(format!("program {FREE_PROGRAM} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
+            free.load(FREE_PROGRAM, &btf).map_err(|e| load_error(&e))?;
+            free.attach().map_err(|e| load_error(&e))?;
+            let iter: &mut Iter = ebpf
+                .program_mut(FLUSH_ITER)
+                .ok_or_else(|| CollectorError::Load(format!("program {FLUSH_ITER} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
+            iter.load("task", &btf).map_err(|e| load_error(&e))?;
+            drop(btf);
+            log::debug!("flush programs attached at {:?}", t0.elapsed());
+        }
+        // Thread exits (announced so that userspace knows whom to wait for at the end), then
+        // the lock tracepoints.
+        let exit_prog = (!cfg.floor).then_some(("sched_process_exit", "sched_process_exit"));
+        let attach = exit_prog.into_iter().chain(
+            TRACEPOINTS
+                .into_iter()
+                .zip(programs_for(&kernel, cfg.floor)),
+        );
         for (tp, name) in attach {
             let prog: &mut RawTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| CollectorError::Load(format!("program {name} missing")))?
                 .try_into()
                 .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
-            prog.load().map_err(|e| {
-                if is_permission(&e) {
-                    CollectorError::Permission
-                } else {
-                    CollectorError::Load(error_chain(&e))
-                }
-            })?;
+            prog.load().map_err(|e| load_error(&e))?;
             log::debug!("{name} verified at {:?}", t0.elapsed());
             prog.attach(tp).map_err(|e| {
                 if is_permission(&e) {
@@ -296,6 +343,7 @@ impl Collector {
             dirty,
             exited,
             changed: Vec::new(),
+            floor: cfg.floor,
         })
     }
 
@@ -309,18 +357,22 @@ impl Collector {
         all: bool,
         mut f: impl FnMut(&[(StatsKey, ThreadStats)]),
     ) -> Result<(), CollectorError> {
-        // A new epoch first: whatever changes from now on is noted anew for the next reading.
+        // Drain first, then start a new epoch: a change noted after the drain stays on the
+        // ring for the next reading; a change noted before it is read below. The eBPF side
+        // loads the epoch after a full barrier that follows its update, and we read entries
+        // after a full barrier that follows the new epoch: a change is either seen below or
+        // noted anew under the new epoch.
+        let mut keys = Vec::new();
+        while let Some(item) = self.dirty.next() {
+            if let Some(key) = read_record::<StatsKey>(&item) {
+                keys.push(key);
+            }
+        }
         self.epoch = self.epoch.wrapping_add(1).max(1);
         self.epoch_map
             .set(0, self.epoch, 0)
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
-        let mut keys = Vec::new();
-        while let Some(item) = self.dirty.next() {
-            if item.len() >= std::mem::size_of::<StatsKey>() {
-                // SAFETY: a StatsKey record (plain old data), read unaligned.
-                keys.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<StatsKey>()) });
-            }
-        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         if all || keys.len() > MAX_LOOKUPS {
             return self.read_all(f);
         }
@@ -329,15 +381,49 @@ impl Collector {
         for chunk in keys.chunks(batch::CHUNK) {
             self.changed.clear();
             for key in chunk {
-                match self.stats.get(key, 0) {
-                    Ok(v) => self.changed.push((*key, v)),
-                    // Deleted since (an exited thread): nothing to read.
-                    Err(aya::maps::MapError::KeyNotFound) => {}
-                    Err(e) => return Err(CollectorError::Map("STATS", error_chain(&e))),
+                if let Some(v) = self.lookup(key)? {
+                    self.changed.push((*key, v));
                 }
             }
             f(&self.changed);
         }
+        Ok(())
+    }
+
+    /// One entry (None: deleted since, e.g. an exited thread's).
+    pub fn lookup(&self, key: &StatsKey) -> Result<Option<ThreadStats>, CollectorError> {
+        match self.stats.get(key, 0) {
+            Ok(v) => Ok(Some(v)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(CollectorError::Map("STATS", error_chain(&e))),
+        }
+    }
+
+    /// Flushes every live thread's pending acquisitions into the kernel map (the flush
+    /// iterator: one pass over the machine's tasks, in the kernel).
+    pub fn flush_pending(&mut self) -> Result<(), CollectorError> {
+        if self.floor {
+            return Ok(());
+        }
+        let iter: &mut Iter = self
+            .ebpf
+            .program_mut(FLUSH_ITER)
+            .ok_or_else(|| CollectorError::Load(format!("program {FLUSH_ITER} missing")))?
+            .try_into()
+            .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
+        let link = iter
+            .attach()
+            .map_err(|e| CollectorError::Map("flush iterator", error_chain(&e)))?;
+        let link = iter
+            .take_link(link)
+            .map_err(|e| CollectorError::Map("flush iterator", error_chain(&e)))?;
+        let mut file = link
+            .into_file()
+            .map_err(|e| CollectorError::Map("flush iterator", error_chain(&e)))?;
+        // The program writes nothing: reading to the end runs it over every task.
+        let mut sink = Vec::new();
+        io::Read::read_to_end(&mut file, &mut sink)
+            .map_err(|e| CollectorError::Map("flush iterator", e.to_string()))?;
         Ok(())
     }
 
@@ -389,23 +475,18 @@ impl Collector {
 
     /// Decodes one `NEW_THREADS` record.
     pub fn parse_new_thread(bytes: &[u8]) -> Option<NewThread> {
-        if bytes.len() < std::mem::size_of::<NewThread>() {
-            return None;
-        }
-        // SAFETY: NewThread is plain old data and the record is at least that long; the ring
-        // buffer gives no alignment guarantee beyond 8, so read unaligned.
-        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<NewThread>()) })
+        read_record(bytes)
     }
 
-    /// Threads that exited since the last call (tids).
-    pub fn exited_threads(&mut self) -> Vec<u32> {
-        let mut tids = Vec::new();
+    /// Exit notices since the last call.
+    pub fn exited_threads(&mut self) -> Vec<ExitedThread> {
+        let mut out = Vec::new();
         while let Some(item) = self.exited.next() {
-            if let Some(b) = item.get(..4) {
-                tids.push(u32::from_ne_bytes(b.try_into().expect("4 bytes")));
+            if let Some(e) = read_record::<ExitedThread>(&item) {
+                out.push(e);
             }
         }
-        tids
+        out
     }
 
     /// Deletes an entry whose thread has exited, after its final reading was taken.
@@ -424,11 +505,15 @@ impl Collector {
         };
         Ok(Counters {
             map_full: read(counter::MAP_FULL)?,
-            unpaired: read(counter::UNPAIRED)?,
+            nested: read(counter::NESTED)?,
             no_state: read(counter::NO_STATE)?,
             stacks_lost: read(counter::STACKS_LOST)?,
             dirty_lost: read(counter::DIRTY_LOST)?,
             exits_lost: read(counter::EXITS_LOST)?,
+            ring_full: read(counter::RING_FULL)?,
+            flush_under_lock: read(counter::FLUSH_UNDER_LOCK)?,
+            exit_flush: read(counter::EXIT_FLUSH)?,
+            fork_child: read(counter::FORK_CHILD)?,
         })
     }
 
@@ -440,7 +525,7 @@ impl Collector {
 
     /// Run counts and run time per program, from the kernel's BPF statistics.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        programs_for(&self.kernel)
+        programs_for(&self.kernel, self.floor)
             .into_iter()
             .filter_map(|name| {
                 let prog: &RawTracePoint = self.ebpf.program(name)?.try_into().ok()?;
@@ -453,6 +538,16 @@ impl Collector {
             })
             .collect()
     }
+}
+
+/// Decodes a plain-old-data ring buffer record; None if it is too short.
+fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: only used with repr(C) integer-only record types, and the record is at least
+    // that long; ring buffers align records to 8 bytes only, so read unaligned.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 /// `BPF_MAP_LOOKUP_BATCH`, which aya does not wrap: a thousand entries per syscall instead
@@ -573,6 +668,7 @@ mod tests {
             bpf_stats: false,
             stack_sample: 0,
             writes_only: false,
+            floor: false,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

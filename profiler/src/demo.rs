@@ -158,6 +158,7 @@ async fn run_mode(
         // The demo's writes are few: take every one's stack.
         stack_sample: 1,
         writes_only: false,
+        floor: false,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);
@@ -204,7 +205,8 @@ async fn run_mode(
     };
     // Every participant has exited, its exit_mmap included: the kernel maps are complete.
     rings.drain(&mut profile);
-    profile.poll(true)?;
+    profile.finish().await?;
+    rings.drain(&mut profile);
     let mut report = profile.summary();
     report.processes.retain(|p| pids.contains(&p.pid));
     let mut write = SideStats::default();
@@ -212,7 +214,7 @@ async fn run_mode(
         .total_window()
         .processes
         .iter()
-        .filter(|(pid, _)| pids.contains(pid))
+        .filter(|(p, _)| pids.contains(&p.pid))
         .flat_map(|(_, threads)| threads.values())
     {
         write.merge(&t.write());

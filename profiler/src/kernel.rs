@@ -123,6 +123,8 @@ impl KernelInfo {
             regs_ip: member_offset(btf, "pt_regs", "ip")?.unwrap_or(0),
             regs_sp: member_offset(btf, "pt_regs", "sp")?.unwrap_or(0),
             regs_bp: member_offset(btf, "pt_regs", "bp")?.unwrap_or(0),
+            task_start_boottime: off("task_struct", "start_boottime")?,
+            task_pid: off("task_struct", "pid")?,
         };
         Ok(KernelInfo {
             tracepoints,

@@ -15,6 +15,7 @@ use crate::{
     aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
     attribution::{ProcessNames, Role, Roles, comm_str},
     collector::ProgramStats,
+    ids::ProcId,
     stacks::StackAttribution,
 };
 
@@ -126,7 +127,10 @@ pub struct ThreadReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     pub write: Stats,
+    /// Real read acquisitions (downgrades are apart).
     pub read: Stats,
+    /// Write locks downgraded to read: `count` downgrades, `hold_ns` the read hold after.
+    pub downgrade: Stats,
     /// This thread's writes by cause.
     pub causes: Vec<CauseReport>,
 }
@@ -134,9 +138,14 @@ pub struct ThreadReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessReport {
     pub pid: u32,
+    /// The process's start time (ns since boot): with `pid`, names it even across pid reuse.
+    pub start_ns: u64,
     pub comm: String,
     pub write: Stats,
+    /// Real read acquisitions (downgrades are apart).
     pub read: Stats,
+    /// Write locks downgraded to read (munmap, brk, mremap, stack growth).
+    pub downgrade: Stats,
     /// Writes by cause: the syscall or kernel path that took the lock for write.
     pub causes: Vec<CauseReport>,
     /// Sampled writes by the code that asked for memory (summary, with stack sampling).
@@ -149,14 +158,46 @@ pub struct ProcessReport {
     pub threads: Vec<ThreadReport>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+/// What the profile does not contain, by reason (docs/report-format.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Lost {
-    /// Acquisitions that could not be paired with their release (nested holds) or tracked.
+    /// Acquisitions lost for any reason but `map_full`: the sum of the reasons below it.
     pub events: u64,
-    /// Threads whose stats could not be stored because the map was full (`--max-threads`).
+    /// Acquisitions whose statistics could not be stored because the map was full
+    /// (`--max-threads`).
     pub map_full: u64,
     /// Sampled stacks dropped because the ring buffer was full (raise --stack-sample).
     pub stacks: u64,
+    /// A third mm lock pending or held by one thread at once (two are tracked).
+    pub nested: u64,
+    /// Per-thread state could not be allocated.
+    pub no_state: u64,
+    /// A thread's pending ring was full while another context flushed it.
+    pub ring_full: u64,
+    /// Pending acquisitions of a freed thread whose state could not be reached.
+    pub exit_flush: u64,
+    /// Threads that had begun exiting when the run ended and were not yet freed, so their
+    /// last pending acquisitions (at most 32 each) could not be flushed.
+    pub exit_pending: u64,
+}
+
+impl Lost {
+    pub fn with_total(mut self) -> Self {
+        self.events =
+            self.nested + self.no_state + self.ring_full + self.exit_flush + self.exit_pending;
+        self
+    }
+}
+
+/// What the profiler did that is worth knowing but loses nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Uncounted {
+    /// A child's new mm locked inside fork's dup_mmap: not charged to the parent (the lock
+    /// is the child's, uncontended, and held within the parent's fork hold).
+    pub fork_child: u64,
+    /// Threads' pending rings that filled up (trylocks only, no blocking acquire between)
+    /// and were flushed at a release, with the lock held: kept exact at a cost.
+    pub flushed_under_lock: u64,
 }
 
 /// One eBPF program's share of [`Overhead`].
@@ -244,6 +285,7 @@ pub struct Report {
     pub duration_s: Option<f64>,
     pub processes: Vec<ProcessReport>,
     pub lost: Lost,
+    pub uncounted: Uncounted,
     /// Present when the kernel's BPF statistics are on (`--bpf-stats`, or
     /// `sysctl kernel.bpf_stats_enabled=1`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -281,36 +323,49 @@ impl ReportBuilder {
         window: &Window,
         start: SystemTime,
         end: SystemTime,
-        lost: Lost,
+        (lost, uncounted): (Lost, Uncounted),
         overhead: Option<Overhead>,
     ) -> Report {
         self.roles.resolve_pending();
         let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
         let secs = (secs * 1000.0).round() / 1000.0;
         let mut processes = Vec::new();
-        for (&pid, threads_agg) in &window.processes {
-            let main_comm = threads_agg.get(&pid).map(|t| comm_str(&t.comm));
-            let comm = self.names.get(pid, main_comm.as_deref());
+        for (&proc_id, threads_agg) in &window.processes {
+            let pid = proc_id.pid;
+            let main_comm = threads_agg
+                .iter()
+                .find(|(t, _)| t.tid == pid)
+                .map(|(_, t)| comm_str(&t.comm));
+            let comm = match window.names.get(&proc_id) {
+                Some(n) => n.clone(),
+                None => self.names.get(proc_id, main_comm.as_deref()),
+            };
             let mut read = SideStats::default();
             let mut write = SideStats::default();
+            let mut downgrade = SideStats::default();
             let mut causes: BTreeMap<u32, SideStats> = BTreeMap::new();
             let mut threads = Vec::new();
-            for (&tid, t) in threads_agg {
+            for (&thread, t) in threads_agg {
                 let tw = t.write();
                 read.merge(&t.read);
                 write.merge(&tw);
+                downgrade.merge(&t.downgrade);
                 for (c, s) in t.writes.iter() {
                     causes.entry(c).or_default().merge(s);
                 }
                 let tcomm = comm_str(&t.comm);
-                let r = self.roles.role(pid, tid, t.tgid, &t.comm, t.fsbase);
+                let r = match t.role {
+                    Some(r) => r,
+                    None => self.roles.role(proc_id, thread, t.tgid, &t.comm, t.fsbase),
+                };
                 threads.push(ThreadReport {
-                    tid,
+                    tid: thread.tid,
                     role: r,
                     comm: tcomm,
                     pid: (r == Role::Foreign).then_some(t.tgid),
                     write: Stats::new(&tw, &mut self.hdr),
                     read: Stats::new(&t.read, &mut self.hdr),
+                    downgrade: Stats::new(&t.downgrade, &mut self.hdr),
                     causes: cause_reports(t.writes.iter(), &mut self.hdr),
                 });
             }
@@ -323,9 +378,11 @@ impl ReportBuilder {
             });
             processes.push(ProcessReport {
                 pid,
+                start_ns: proc_id.start,
                 comm,
                 write: Stats::new(&write, &mut self.hdr),
                 read: Stats::new(&read, &mut self.hdr),
+                downgrade: Stats::new(&downgrade, &mut self.hdr),
                 causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), &mut self.hdr),
                 dsos: None,
                 stacks: None,
@@ -341,6 +398,7 @@ impl ReportBuilder {
             duration_s: (kind == Kind::Summary).then_some(secs),
             processes,
             lost,
+            uncounted,
             overhead,
             stack_sample: None,
         }
@@ -350,7 +408,7 @@ impl ReportBuilder {
     pub fn add_stacks(&mut self, r: &mut Report, stacks: &StackAttribution, sample: u32) {
         r.stack_sample = Some(sample);
         for p in &mut r.processes {
-            let o = stacks.owner(p.pid);
+            let o = stacks.owner(ProcId::new(p.pid, p.start_ns));
             let mut dsos: Vec<DsoReport> = o
                 .map(|o| {
                     o.dsos
@@ -553,16 +611,33 @@ pub fn to_text(r: &Report) -> String {
                     o.events, o.bpf_ns_per_event, o.bpf_cpu_pct
                 );
             }
-            if r.lost.events > 0 || r.lost.map_full > 0 {
-                let _ = writeln!(
-                    out,
-                    "lost: {} unpaired events, {} threads not stored (map full: raise --max-threads)",
-                    r.lost.events, r.lost.map_full
-                );
-            }
+            out.push_str(&lost_text(&r.lost));
         }
     }
     out
+}
+
+/// One line naming every non-zero reason, or nothing when nothing was lost.
+fn lost_text(l: &Lost) -> String {
+    let reasons = [
+        (l.map_full, "map full: raise --max-threads"),
+        (l.nested, "more than two mm locks at once"),
+        (l.no_state, "no per-thread state"),
+        (l.ring_full, "pending ring full"),
+        (l.exit_flush, "exited thread unreachable"),
+        (l.exit_pending, "threads still exiting at the end"),
+        (l.stacks, "stacks dropped: raise --stack-sample"),
+    ];
+    let parts: Vec<String> = reasons
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} ({why})"))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("lost: {}\n", parts.join(", "))
+    }
 }
 
 fn process_text(p: &ProcessReport) -> String {
@@ -584,6 +659,9 @@ fn process_text(p: &ProcessReport) -> String {
     );
     out.push_str(&stats_row("write", &p.write));
     out.push_str(&stats_row("read", &p.read));
+    if p.downgrade.count > 0 {
+        out.push_str(&stats_row("downgrade", &p.downgrade));
+    }
     if !p.causes.is_empty() {
         let _ = writeln!(out, "\n  writes by cause:");
         for c in &p.causes {
@@ -709,6 +787,8 @@ mod tests {
                         tid,
                         kind,
                         _pad: 0,
+                        owner_start: 0,
+                        tid_start: 0,
                     },
                     tgid,
                     comm,
@@ -725,7 +805,14 @@ mod tests {
         let mut b = ReportBuilder::default();
         let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
         let t1 = t0 + std::time::Duration::from_millis(2500);
-        let r = b.build(Kind::Summary, &window(), t0, t1, Lost::default(), None);
+        let r = b.build(
+            Kind::Summary,
+            &window(),
+            t0,
+            t1,
+            (Lost::default(), Uncounted::default()),
+            None,
+        );
         let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
         assert_eq!(v["type"], "summary");
         assert_eq!(v["schema_version"], 1);
@@ -772,7 +859,7 @@ mod tests {
             &Window::default(),
             t0,
             t0 + std::time::Duration::from_secs(1),
-            Lost::default(),
+            (Lost::default(), Uncounted::default()),
             None,
         );
         let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
@@ -791,7 +878,7 @@ mod tests {
             &window(),
             t0,
             t0 + std::time::Duration::from_secs(1),
-            Lost::default(),
+            (Lost::default(), Uncounted::default()),
             None,
         );
         let text = to_text(&r);

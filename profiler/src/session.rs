@@ -18,13 +18,15 @@ use tokio::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::StatsKey;
+use profiler_common::exit_record;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::{
-    aggregation::{Totals, Window},
+    aggregation::{Totals, Window, ids_of},
     cli::Format,
     collector::{Collector, CollectorConfig, CollectorError, Counters, ProgramStats},
-    report::{Kind, Lost, Overhead, Report, ReportBuilder, to_text},
+    ids::{self, ProcId, ThreadId},
+    report::{Kind, Lost, Overhead, Report, ReportBuilder, Uncounted, to_text},
     stacks::StackAttribution,
 };
 
@@ -197,6 +199,11 @@ pub struct Profile {
     counters: Counters,
     /// `exits_lost` when last looked at.
     exits_lost: u64,
+    /// Threads that began exiting and are not freed yet (their last acquisitions are still
+    /// to be flushed), with their process.
+    exiting: HashMap<ThreadId, u32>,
+    /// Threads still exiting when the run ended (see `Lost::exit_pending`).
+    exit_pending: u64,
     /// BPF statistics at the start of the interval and now; None when not collected.
     programs_at_interval: Option<Vec<ProgramStats>>,
     programs: Option<Vec<ProgramStats>>,
@@ -208,11 +215,28 @@ pub struct Profile {
 /// Every this many readings, all entries are read (see `Profile::poll`).
 const FULL_READ_EVERY: u64 = 30;
 
-fn lost(c: Counters, base: Counters) -> Lost {
+/// How long the end of a run waits for exiting threads to be freed (an RCU grace period or
+/// two, normally a few milliseconds).
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+fn lost(c: Counters, base: Counters, exit_pending: u64) -> Lost {
     Lost {
-        events: (c.unpaired + c.no_state).saturating_sub(base.unpaired + base.no_state),
+        events: 0,
         map_full: c.map_full.saturating_sub(base.map_full),
         stacks: c.stacks_lost.saturating_sub(base.stacks_lost),
+        nested: c.nested.saturating_sub(base.nested),
+        no_state: c.no_state.saturating_sub(base.no_state),
+        ring_full: c.ring_full.saturating_sub(base.ring_full),
+        exit_flush: c.exit_flush.saturating_sub(base.exit_flush),
+        exit_pending,
+    }
+    .with_total()
+}
+
+fn uncounted(c: Counters, base: Counters) -> Uncounted {
+    Uncounted {
+        fork_child: c.fork_child.saturating_sub(base.fork_child),
+        flushed_under_lock: c.flush_under_lock.saturating_sub(base.flush_under_lock),
     }
 }
 
@@ -230,6 +254,8 @@ impl Profile {
             counters_at_interval: Counters::default(),
             counters: Counters::default(),
             exits_lost: 0,
+            exiting: HashMap::default(),
+            exit_pending: 0,
             programs_at_interval: None,
             programs: None,
             stacks: None,
@@ -238,26 +264,29 @@ impl Profile {
     }
 
     /// Reads the kernel maps and folds what changed into the interval and total windows.
-    /// `all`: read every kernel entry, not only those noted as changed (see
-    /// `Collector::read_stats`); done every few readings and at the end, so that a change
-    /// racing with a reading is never left out for long.
+    /// First the kernel flushes every live thread's pending acquisitions (so that a thread
+    /// idle since its last acquisition is counted now, not whenever it next locks). `all`:
+    /// read every kernel entry, not only those noted as changed (see
+    /// `Collector::read_stats`); done every few readings and at the end.
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
-        // Exits first: whatever an exited thread changed was noted before it exited, so the
-        // reading below has its final values.
-        let exited = self.collector.exited_threads();
+        self.collector.flush_pending()?;
+        // Exit notices before the reading: a freed thread's last acquisitions were flushed
+        // and noted before its notice was sent, so the reading below has them.
+        let freed = self.take_exit_notices();
         // Read once per poll: a lost DIRTY note means reading every entry.
         let counters = self.collector.counters()?;
         let all = all || counters.dirty_lost != self.counters.dirty_lost;
         let (totals, interval, builder) = (&mut self.totals, &mut self.interval, &mut self.builder);
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
+                let (owner, thread) = ids_of(&d.key);
                 // Learn a process's name and a thread's role while they are alive.
-                builder.names.prime(d.key.owner);
+                builder.names.prime(owner);
                 builder
                     .roles
-                    .observe(d.key.owner, d.key.tid, d.tgid, &d.comm, d.fsbase);
+                    .observe(owner, thread, d.tgid, &d.comm, d.fsbase);
                 if let Some(interval) = interval.as_mut() {
                     interval.add(&d);
                 }
@@ -268,45 +297,121 @@ impl Profile {
             .collector
             .bpf_stats_on()
             .then(|| self.collector.program_stats());
-        for tid in exited {
-            for owner in self.totals.owners_of(tid) {
-                self.free_thread(owner, tid);
-            }
+        for t in freed {
+            self.retire_thread(t)?;
         }
         if self.counters.exits_lost != self.exits_lost {
             self.exits_lost = self.counters.exits_lost;
-            self.prune_by_proc();
+            self.prune_by_proc()?;
         }
         Ok(())
     }
 
-    /// Frees the kernel entries of a thread that exited (its final readings are in the
-    /// totals already).
-    fn free_thread(&mut self, owner: u32, tid: u32) {
-        for kind in self.totals.kinds(owner, tid) {
-            self.collector.remove(&StatsKey {
-                owner,
-                tid,
-                kind,
-                _pad: 0,
-            });
+    /// Drains the exit notices: remembers exiting threads, returns the freed ones.
+    fn take_exit_notices(&mut self) -> Vec<ThreadId> {
+        let mut freed = Vec::new();
+        for e in self.collector.exited_threads() {
+            let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
+            match e.tag {
+                exit_record::EXITING => {
+                    self.exiting.insert(t, e.tgid);
+                }
+                exit_record::FREED => {
+                    self.exiting.remove(&t);
+                    freed.push(t);
+                }
+                _ => {}
+            }
         }
-        self.totals.retire(owner, tid);
+        freed
+    }
+
+    /// A thread is gone: reads its entries one last time, deletes them, keeps its totals with
+    /// its role, and forgets what was cached about it (and about its processes once they are
+    /// gone too).
+    fn retire_thread(&mut self, thread: ThreadId) -> Result<(), SessionError> {
+        for owner in self.totals.owners_of(thread) {
+            let keys = self.totals.keys_of(owner, thread);
+            let mut last = Vec::with_capacity(keys.len());
+            for key in &keys {
+                if let Some(v) = self.collector.lookup(key)? {
+                    last.push((*key, v));
+                }
+            }
+            for d in self.totals.update(&last) {
+                if let Some(interval) = self.interval.as_mut() {
+                    interval.add(&d);
+                }
+            }
+            for key in &keys {
+                self.collector.remove(key);
+            }
+            let role = self
+                .totals
+                .identity(owner, thread)
+                .map(|(tgid, comm, fsbase)| {
+                    self.builder.roles.role(owner, thread, tgid, &comm, fsbase)
+                });
+            self.totals.retire(owner, thread, role);
+            self.builder.roles.forget_thread(owner, thread);
+            if let Some(stacks) = self.stacks.as_mut() {
+                stacks.forget_thread(thread.tid);
+            }
+            if !self.totals.has_live_threads(owner) && !ids::is_alive(owner) {
+                self.forget_process(owner);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops everything cached about a process that is gone (its name stays in the
+    /// report through its retired threads' totals).
+    fn forget_process(&mut self, owner: ProcId) {
+        // The name is part of the results: it moves to the totals.
+        if let Some(name) = self.builder.names.cached(owner) {
+            self.totals.name_process(owner, name.to_string());
+        }
+        self.builder.names.forget(owner);
+        self.builder.roles.forget_process(owner);
+        if let Some(stacks) = self.stacks.as_mut() {
+            stacks.forget_process(owner);
+        }
     }
 
     /// Looks for exited threads in /proc: only needed when exit notices were lost.
-    fn prune_by_proc(&mut self) {
-        let dead: Vec<(u32, u32)> = self
+    fn prune_by_proc(&mut self) -> Result<(), SessionError> {
+        let dead: Vec<ThreadId> = self
             .totals
             .live_threads()
-            .filter(|&(_, tid, tgid)| {
-                !std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
-            })
-            .map(|(owner, tid, _)| (owner, tid))
+            .filter(|&(_, tid, tgid)| !ids::thread_is_alive(tgid, tid))
+            .map(|(_, tid, _)| tid)
             .collect();
-        for (owner, tid) in dead {
-            self.free_thread(owner, tid);
+        for t in dead {
+            self.retire_thread(t)?;
         }
+        Ok(())
+    }
+
+    /// The end of a run: the kernel flushes every live thread's pending acquisitions, and
+    /// threads that began exiting are waited for (briefly) until they are freed, so that
+    /// their last acquisitions are in; then everything is read.
+    pub async fn finish(&mut self) -> Result<(), SessionError> {
+        self.collector.flush_pending()?;
+        let waited_since = tokio::time::Instant::now();
+        let mut freed = self.take_exit_notices();
+        // An exiting thread is freed within an RCU grace period of being reaped; only an
+        // unreaped zombie leader keeps us waiting the whole time.
+        while !self.exiting.is_empty() && waited_since.elapsed() < EXIT_WAIT {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            freed.extend(self.take_exit_notices());
+        }
+        self.exit_pending = self.exiting.len() as u64;
+        // The freed threads are retired by the poll (their notices were taken here).
+        self.poll(true)?;
+        for t in freed {
+            self.retire_thread(t)?;
+        }
+        Ok(())
     }
 
     /// Our cost since the reading `since` (None: since our programs were loaded, when their
@@ -326,10 +431,15 @@ impl Profile {
     pub fn classify_new_threads(&mut self, ring: &mut RingBuf<MapData>) {
         while let Some(item) = ring.next() {
             if let Some(t) = Collector::parse_new_thread(&item) {
-                self.builder.names.prime(t.owner);
-                self.builder
-                    .roles
-                    .observe(t.owner, t.tid, t.tgid, &t.comm, t.fsbase);
+                let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
+                self.builder.names.prime(owner);
+                self.builder.roles.observe(
+                    owner,
+                    ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),
+                    t.tgid,
+                    &t.comm,
+                    t.fsbase,
+                );
             }
         }
     }
@@ -345,8 +455,8 @@ impl Profile {
             return;
         }
         let mut stacks = StackAttribution::default();
-        for &pid in pids {
-            stacks.prepare(pid);
+        for p in pids.iter().filter_map(|&pid| ProcId::of_live(pid)) {
+            stacks.prepare(p);
         }
         self.stacks = Some(stacks);
     }
@@ -379,7 +489,10 @@ impl Profile {
             &window,
             self.interval_start,
             now,
-            lost(self.counters, self.counters_at_interval),
+            (
+                lost(self.counters, self.counters_at_interval, 0),
+                uncounted(self.counters, self.counters_at_interval),
+            ),
             overhead,
         );
         self.interval = Some(Window::default());
@@ -399,7 +512,10 @@ impl Profile {
             &total,
             self.start,
             now,
-            lost(self.counters, Counters::default()),
+            (
+                lost(self.counters, Counters::default(), self.exit_pending),
+                uncounted(self.counters, Counters::default()),
+            ),
             overhead,
         );
         if let Some(stacks) = &mut self.stacks {
@@ -491,8 +607,8 @@ pub struct SessionConfig {
     pub quiet: bool,
 }
 
-fn names_get(names: &crate::attribution::ProcessNames, pid: u32) -> String {
-    names.cached(pid).unwrap_or("?").to_string()
+fn names_get(names: &crate::attribution::ProcessNames, p: ProcId) -> String {
+    names.cached(p).unwrap_or("?").to_string()
 }
 
 fn describe_targets(c: &CollectorConfig) -> String {
@@ -551,8 +667,13 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, cfg.interval.is_some());
     profile.prepare_stacks(&cfg.collector.pids);
-    for &pid in &cfg.collector.pids {
-        profile.builder.names.prime(pid);
+    for p in cfg
+        .collector
+        .pids
+        .iter()
+        .filter_map(|&pid| ProcId::of_live(pid))
+    {
+        profile.builder.names.prime(p);
     }
 
     let deadline = async {
@@ -575,6 +696,8 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     loop {
         tokio::select! {
             _ = ticker.tick() => {
+                // Sampled stacks first: a process forgotten by the poll must have had them.
+                rings.drain(&mut profile);
                 let step = profile.poll(false).and_then(|()| match cfg.interval {
                     Some(_) => sink.write_report(profile.interval_report()),
                     None => Ok(()),
@@ -602,7 +725,8 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // The last (partial) interval and the summary; the signal handlers stay installed, so a
     // second Ctrl-C cannot cut the summary short.
     rings.drain(&mut profile);
-    let last = profile.poll(true);
+    let last = profile.finish().await;
+    rings.drain(&mut profile);
     if cfg.interval.is_some() && last.is_ok() {
         let r = profile.interval_report();
         sink.write_report(r)?;

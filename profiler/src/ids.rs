@@ -1,0 +1,108 @@
+//! Processes and threads named by id *and* start time: a pid or tid that the kernel reuses
+//! names a new process or thread, with its own name, role, maps and totals.
+//!
+//! Start times are in clock ticks since boot, as /proc shows them (`/proc/PID/stat` field
+//! 22), so that an id found in /proc (a `--pid` target) and one from the kernel side (which
+//! reports `start_boottime` in ns, see [`ticks_of_ns`]) compare equal. Two processes would
+//! have to reuse one pid within one tick (10 ms) to be confused.
+
+use serde::Serialize;
+
+/// A process: its pid and its start time (its group leader's, in clock ticks since boot; 0
+/// when unknown, e.g. the owner-0 bucket of kernels without `mm->owner`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ProcId {
+    pub pid: u32,
+    pub start: u64,
+}
+
+/// A thread: its tid and its start time (clock ticks since boot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ThreadId {
+    pub tid: u32,
+    pub start: u64,
+}
+
+impl ProcId {
+    pub const fn new(pid: u32, start: u64) -> Self {
+        ProcId { pid, start }
+    }
+
+    /// A live process as /proc shows it now (None: no such process).
+    pub fn of_live(pid: u32) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(ProcId::new(pid, stat_start_ticks(&stat)?))
+    }
+}
+
+/// A kernel start time (`start_boottime`, ns since boot) in clock ticks, as /proc shows it.
+pub fn ticks_of_ns(ns: u64) -> u64 {
+    ns / (1_000_000_000 / clock_ticks())
+}
+
+impl ThreadId {
+    pub const fn new(tid: u32, start: u64) -> Self {
+        ThreadId { tid, start }
+    }
+}
+
+/// Clock ticks per second of /proc's start times (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if t > 0 { t as u64 } else { 100 }
+    })
+}
+
+/// Field 22 of a `/proc/PID/stat` line: the start time in clock ticks since boot. The command
+/// name (field 2) may hold spaces and parentheses, so fields are counted after its last ')'.
+pub fn stat_start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After ')' come fields 3, 4, ...: field 22 is the 20th.
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Does /proc show this very process (same pid, same start time) alive?
+pub fn is_alive(p: ProcId) -> bool {
+    matches_proc(&format!("/proc/{}/stat", p.pid), p.start)
+}
+
+/// Does /proc show this very thread of process `pid` alive?
+pub fn thread_is_alive(pid: u32, t: ThreadId) -> bool {
+    matches_proc(&format!("/proc/{pid}/task/{}/stat", t.tid), t.start)
+}
+
+fn matches_proc(path: &str, start: u64) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|stat| stat_start_ticks(&stat))
+        == Some(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_ticks_after_a_command_name_with_spaces_and_parens() {
+        let line = "1234 (we (ird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 98765 1000000 200 18446744073709551615";
+        assert_eq!(stat_start_ticks(line), Some(98765));
+        assert_eq!(stat_start_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_under_its_own_start_time_only() {
+        let pid = std::process::id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let ticks = stat_start_ticks(&stat).unwrap();
+        assert!(is_alive(ProcId::new(pid, ticks)));
+        assert!(!is_alive(ProcId::new(pid, ticks + 1000)));
+        assert_eq!(ProcId::of_live(pid), Some(ProcId::new(pid, ticks)));
+        assert_eq!(
+            ticks_of_ns(ticks * (1_000_000_000 / clock_ticks()) + 5),
+            ticks
+        );
+    }
+}
