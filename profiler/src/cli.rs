@@ -67,7 +67,7 @@ pub struct OutputArgs {
     #[arg(short, long, value_enum)]
     pub format: Option<Format>,
     /// Write reports to FILE instead of standard output.
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = parse_path)]
     pub output: Option<PathBuf>,
     /// Also explain what was detected and loaded (on standard error).
     #[arg(short, long)]
@@ -81,13 +81,13 @@ pub struct ProfileArgs {
     #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<u32>,
     /// Processes whose command name is NAME; repeatable.
-    #[arg(long = "comm", value_name = "NAME")]
+    #[arg(long = "comm", value_name = "NAME", value_parser = parse_comm)]
     pub comms: Vec<String>,
     /// Stop after SECS (default: until Ctrl-C, SIGTERM, or the targets exit).
     #[arg(short, long, value_name = "SECS", value_parser = parse_positive_secs)]
     pub duration: Option<Duration>,
     /// An interval report every SECS; 0 = the summary only.
-    #[arg(short, long, value_name = "SECS", default_value_t = Config::INTERVAL_S, value_parser = parse_secs)]
+    #[arg(short, long, value_name = "SECS", default_value_t = Config::INTERVAL_S, value_parser = parse_interval)]
     pub interval: f64,
     /// Threads the kernel's statistics map has room for (4 entries each: reads and write
     /// causes); beyond it, acquisitions are counted in `lost.map_full`. Allocated as used.
@@ -100,7 +100,7 @@ pub struct ProfileArgs {
     pub stack_sample: Option<u32>,
     /// Write folded stacks of sampled writes to FILE at the end (for flame graph tools);
     /// samples every write unless --stack-sample says otherwise.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub stacks: Option<PathBuf>,
     /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
     /// a few instructions each, for hosts with extreme fault rates. Reports have no read
@@ -112,6 +112,10 @@ pub struct ProfileArgs {
     /// go back off when the run ends.
     #[arg(long)]
     pub bpf_stats: bool,
+    /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
+    /// instead of the profiler's, to measure the floor cost of any BPF program there.
+    #[arg(long, hide = true)]
+    pub floor: bool,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,
@@ -131,7 +135,7 @@ pub struct DemoArgs {
     #[arg(short = 'n', long, default_value_t = Config::DEMO_ITERATIONS, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
     /// The Node.js binary to run.
-    #[arg(long, value_name = "PATH", default_value = "node")]
+    #[arg(long, value_name = "PATH", default_value = "node", value_parser = parse_path)]
     pub node: PathBuf,
     #[command(flatten)]
     pub output: OutputArgs,
@@ -151,11 +155,39 @@ fn parse_secs(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The shortest `--duration` or non-zero `--interval`: anything shorter is a typo, and an
+/// interval of nanoseconds would only spin.
+pub const MIN_SECS: f64 = 0.001;
+
 fn parse_positive_secs(s: &str) -> Result<Duration, String> {
     match parse_secs(s)? {
-        v if v > 0.0 => Ok(Duration::from_secs_f64(v)),
-        _ => Err(format!("{s:?} must be more than 0 seconds")),
+        v if v >= MIN_SECS => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?} must be at least {MIN_SECS} seconds")),
     }
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match parse_secs(s)? {
+        v if v == 0.0 || v >= MIN_SECS => Ok(v),
+        _ => Err(format!(
+            "{s:?} must be 0 (summary only) or at least {MIN_SECS} seconds"
+        )),
+    }
+}
+
+/// A command name: matching nothing, an empty one would profile nothing until killed.
+fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a command name cannot be empty".into());
+    }
+    Ok(s.to_string())
+}
+
+fn parse_path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("a path cannot be empty".into());
+    }
+    Ok(PathBuf::from(s))
 }
 
 #[cfg(test)]
@@ -197,10 +229,44 @@ mod tests {
             &["-i", "-1"],
             &["-f", "xml"],
             &["--bogus"],
+            &["--comm", ""],
+            &["--comm", "node", "--comm", ""],
+            &["-o", ""],
+            &["--stacks", ""],
+            &["-i", "0.0000001"],
+            &["-d", "1e-12"],
+            &["-i", "nan"],
+            &["demo", "--node", ""],
         ] {
             let e = parse(args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}");
         }
+    }
+
+    #[test]
+    fn empty_values_name_the_option() {
+        for (args, needle) in [
+            (
+                &["--comm", ""][..],
+                "--comm <NAME>': a command name cannot be empty",
+            ),
+            (&["-o", ""], "--output <FILE>': a path cannot be empty"),
+            (&["--stacks", ""], "--stacks <FILE>'"),
+            (&["-i", "1e-9"], "at least 0.001 seconds"),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            let first = e.lines().next().unwrap();
+            assert!(first.contains(needle), "{args:?}: {first}");
+        }
+    }
+
+    #[test]
+    fn floor_is_hidden_but_accepted() {
+        assert!(parse(&["--floor", "-d", "1"]).unwrap().profile.floor);
+        assert!(!parse(&[]).unwrap().profile.floor);
+        use clap::CommandFactory as _;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("--floor"), "{help}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod cli;
 mod collector;
 mod demo;
 mod kernel;
+mod minkernel;
 mod procmaps;
 mod report;
 mod session;
@@ -31,6 +32,8 @@ enum Error {
     Demo(#[from] demo::DemoError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    KernelTooOld(#[from] minkernel::TooOld),
 }
 
 impl Error {
@@ -38,12 +41,14 @@ impl Error {
         match self {
             Error::Session(e) => e.exit_code(),
             Error::Demo(e) => e.exit_code(),
-            Error::Runtime(_) => 1,
+            Error::Runtime(_) | Error::KernelTooOld(_) => 1,
         }
     }
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
+    // Before anything is loaded (profiling and the demo both load the programs).
+    minkernel::check_running()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -67,6 +72,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     max_threads: p.max_threads,
                     bpf_stats: p.bpf_stats,
                     writes_only: p.writes_only,
+                    floor: p.floor,
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {
