@@ -118,13 +118,109 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     }
     // One test at a time: the integration tests measure lock waits, which concurrent tests
     // would distort, and every test filters events to its own processes.
+    let skip_file = workspace_root()
+        .join("target")
+        .join(format!("xtask-test-skips-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&skip_file);
     let mut cmd = cargo(linker_dir)?;
     cmd.args(["test", "--workspace", "--", "--test-threads=1"]);
     cmd.args(args);
-    let (passed, failed, ignored) = run_counting_tests(&mut cmd)?;
+    cmd.env(SKIP_FILE_ENV, &skip_file);
+    let (mut tally, status) = run_counting_tests(&mut cmd)?;
+    let skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
+    let _ = std::fs::remove_file(&skip_file);
+    tally.apply_skips(&skips);
+    for s in &skips {
+        println!("skipped: {} ({})", s.test, s.reason);
+    }
     // One closing line for the whole suite (cargo prints one per test binary).
-    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
-    Ok(())
+    println!("{}", tally.closing_line());
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    ci_verdict(under_ci(), &skips)
+}
+
+/// The environment variable naming the file where the integration tests record the tests they
+/// skip (`tests/src/lib.rs`: `SKIP_FILE_ENV`, `skip_because`), one line each: `name<TAB>reason`.
+const SKIP_FILE_ENV: &str = "MMAPLOCK_PROF_TEST_SKIP_FILE";
+
+/// `CI` set (CI services set `CI=true`), as the integration tests decide it too.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A test that could not run, as it recorded itself.
+#[derive(Debug, PartialEq)]
+struct Skip {
+    test: String,
+    reason: String,
+}
+
+fn parse_skips(text: &str) -> Vec<Skip> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (test, reason) = l.split_once('\t').unwrap_or((l, "no reason given"));
+            Skip {
+                test: test.to_string(),
+                reason: reason.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Test outcomes over every test binary.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+}
+
+impl Tally {
+    /// Adds a libtest `test result:` line; false for any other line.
+    fn add_result_line(&mut self, line: &str) -> bool {
+        let Some((p, f, i)) = parse_test_result(line) else {
+            return false;
+        };
+        self.passed += p;
+        self.failed += f;
+        self.skipped += i;
+        true
+    }
+
+    /// A skipped test returns early, which libtest counts as passed: count it as skipped.
+    fn apply_skips(&mut self, skips: &[Skip]) {
+        let n = skips.len() as u64;
+        let moved = n.min(self.passed);
+        self.passed -= moved;
+        self.skipped += moved;
+    }
+
+    fn closing_line(&self) -> String {
+        format!(
+            "tests: {} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// Under CI (root, BPF available) a test that could not run is a failure: whatever skipped it
+/// is something CI must have.
+fn ci_verdict(ci: bool, skips: &[Skip]) -> Result<()> {
+    if !ci || skips.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = skips
+        .iter()
+        .map(|s| format!("{} ({})", s.test, s.reason))
+        .collect();
+    bail!(
+        "{} BPF test(s) skipped under CI (CI is set), where every test must run: {}",
+        skips.len(),
+        names.join("; ")
+    )
 }
 
 /// `test result: ok. 27 passed; 0 failed; 1 ignored; ...` -> (27, 0, 1).
@@ -140,28 +236,19 @@ fn parse_test_result(line: &str) -> Option<(u64, u64, u64)> {
 }
 
 /// Runs `cargo test`, echoing its output, and adds up its `test result:` lines.
-fn run_counting_tests(cmd: &mut Command) -> Result<(u64, u64, u64)> {
+fn run_counting_tests(cmd: &mut Command) -> Result<(Tally, std::process::ExitStatus)> {
     use std::io::{BufRead, BufReader};
     let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot run {cmd:?}"))?;
-    let (mut passed, mut failed, mut ignored) = (0, 0, 0);
+    let mut tally = Tally::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line?;
         println!("{line}");
-        if let Some((p, f, i)) = parse_test_result(&line) {
-            passed += p;
-            failed += f;
-            ignored += i;
-        }
+        tally.add_result_line(&line);
     }
-    let status = child.wait()?;
-    if !status.success() {
-        println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
-        bail!("{cmd:?} failed: {status}");
-    }
-    Ok((passed, failed, ignored))
+    Ok((tally, child.wait()?))
 }
 
 fn demo(linker_dir: &Path, args: &[String]) -> Result<()> {
@@ -219,5 +306,62 @@ mod tests {
             Some((9, 1, 0))
         );
         assert_eq!(parse_test_result("running 3 tests"), None);
+    }
+
+    #[test]
+    fn skipped_tests_move_from_passed_to_skipped() {
+        let mut t = Tally::default();
+        for l in [
+            "running 12 tests",
+            "test result: ok. 10 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out",
+            "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured",
+            "test a ... ok",
+        ] {
+            t.add_result_line(l);
+        }
+        assert_eq!(
+            t,
+            Tally {
+                passed: 13,
+                failed: 1,
+                skipped: 2
+            }
+        );
+        let skips = parse_skips(
+            "duration_ends_the_run\tthis kernel has no mmap_lock tracepoints in its BTF\n\
+             fork_is_charged_to_the_parents_own_lock\tno tracepoints\n\n",
+        );
+        assert_eq!(skips.len(), 2);
+        assert_eq!(skips[0].test, "duration_ends_the_run");
+        assert_eq!(skips[1].reason, "no tracepoints");
+        t.apply_skips(&skips);
+        assert_eq!(t.closing_line(), "tests: 11 passed, 1 failed, 4 skipped");
+        // Never below zero, whatever the file says.
+        let mut few = Tally {
+            passed: 1,
+            ..Tally::default()
+        };
+        few.apply_skips(&skips);
+        assert_eq!(few.closing_line(), "tests: 0 passed, 0 failed, 1 skipped");
+    }
+
+    #[test]
+    fn no_skip_file_means_no_skips() {
+        assert!(parse_skips("").is_empty());
+        let skips = parse_skips("a test without a reason\n");
+        assert_eq!(skips[0].reason, "no reason given");
+    }
+
+    #[test]
+    fn a_skip_fails_the_run_under_ci_only() {
+        let skips = parse_skips("every_json_line_follows_the_contract\tno tracepoints\n");
+        assert!(ci_verdict(false, &skips).is_ok());
+        assert!(ci_verdict(true, &[]).is_ok());
+        let e = ci_verdict(true, &skips).unwrap_err().to_string();
+        assert!(e.contains("1 BPF test(s) skipped under CI"), "{e}");
+        assert!(
+            e.contains("every_json_line_follows_the_contract (no tracepoints)"),
+            "{e}"
+        );
     }
 }
