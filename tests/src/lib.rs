@@ -6,9 +6,10 @@
 //! binaries they run first.
 
 use std::{
+    collections::HashMap,
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
-    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
 };
@@ -31,6 +32,92 @@ pub fn map_anon(size: usize) -> *mut libc::c_void {
     };
     assert_ne!(p, libc::MAP_FAILED, "mmap failed");
     p
+}
+
+/// `n` x (mmap `size` bytes; touch one byte; munmap): exactly `n` mmap and `n` munmap write
+/// acquisitions (each munmap then downgrades its write lock to read once); the touch is a
+/// page fault that per-VMA locking serves without mmap_lock.
+pub fn map_touch_unmap(n: u64, size: usize) {
+    for _ in 0..n {
+        let p = map_anon(size);
+        // SAFETY: touching one byte of the fresh mapping, then unmapping it once.
+        unsafe {
+            std::ptr::write_volatile(p.cast::<u8>(), 1);
+            assert_eq!(libc::munmap(p, size), 0, "munmap failed");
+        }
+    }
+}
+
+/// For the ground-truth helpers: flush standard output and end the process at once with
+/// `_exit`, skipping the Rust runtime's clean-up, which would unmap the main thread's
+/// signal stack (one more munmap after the measured work).
+pub fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().flush();
+    // SAFETY: _exit ends the process; nothing runs after it.
+    unsafe { libc::_exit(code) }
+}
+
+struct RawStart<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    index: usize,
+}
+
+extern "C" fn raw_start(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `arg` points into the `starts` of the RawThreads that created this thread, which
+    // joins it before they are dropped.
+    let s = unsafe { &*arg.cast::<RawStart>() };
+    (s.f)(s.index);
+    std::ptr::null_mut()
+}
+
+/// Threads made with `pthread_create` itself, for ground truth: a `std::thread` maps a
+/// signal stack of its own as it starts (mmap + mprotect) and unmaps it as it ends (munmap),
+/// writes that the workload did not ask for. These threads run `f(index)` and nothing else:
+/// no allocation by the Rust runtime, no arena of their own unless `f` allocates, and stacks
+/// that glibc caches and reuses (no mmap for a thread of a later wave of the same size).
+/// Joined on `join` or drop.
+pub struct RawThreads<'a> {
+    ids: Vec<libc::pthread_t>,
+    // Boxed: each thread holds a pointer to its own element.
+    _starts: Box<[RawStart<'a>]>,
+}
+
+impl<'a> RawThreads<'a> {
+    pub fn spawn(n: usize, stack_size: usize, f: &'a (dyn Fn(usize) + Sync)) -> Self {
+        let starts: Box<[RawStart<'a>]> = (0..n).map(|index| RawStart { f, index }).collect();
+        let mut ids = Vec::with_capacity(n);
+        // SAFETY: plain pthread calls on a zeroed attribute object initialised first; each
+        // thread's argument outlives it (joined before `starts` is dropped).
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            assert_eq!(libc::pthread_attr_init(&mut attr), 0);
+            assert_eq!(libc::pthread_attr_setstacksize(&mut attr, stack_size), 0);
+            for s in starts.iter() {
+                let mut id: libc::pthread_t = 0;
+                let arg = (s as *const RawStart).cast_mut().cast::<libc::c_void>();
+                let rc = libc::pthread_create(&mut id, &attr, raw_start, arg);
+                assert_eq!(rc, 0, "pthread_create failed");
+                ids.push(id);
+            }
+            libc::pthread_attr_destroy(&mut attr);
+        }
+        RawThreads {
+            ids,
+            _starts: starts,
+        }
+    }
+
+    pub fn join(self) {}
+}
+
+impl Drop for RawThreads<'_> {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            // SAFETY: each id is a joinable thread created above, joined once.
+            unsafe { libc::pthread_join(id, std::ptr::null_mut()) };
+        }
+    }
 }
 
 /// For the ground-truth helpers: print "ready PID", then block until a line arrives on stdin,
@@ -65,8 +152,13 @@ fn built(name: &str) -> PathBuf {
     p
 }
 
+/// The profiler under test: this build's, or the one `MMAPLOCK_PROF_BIN` names (to run the
+/// tests against another build).
 pub fn profiler_bin() -> PathBuf {
-    built("mmaplock-prof")
+    match std::env::var_os("MMAPLOCK_PROF_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => built("mmaplock-prof"),
+    }
 }
 
 pub fn churn_bin() -> PathBuf {
@@ -174,10 +266,8 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
     }
 }
 
-fn read_until_ready(child: &mut Child) -> Vec<String> {
-    let stdout = child.stdout.take().expect("piped stdout");
+fn read_until_ready(reader: &mut BufReader<ChildStdout>) -> Vec<String> {
     let mut lines = Vec::new();
-    let mut reader = BufReader::new(stdout);
     loop {
         let mut l = String::new();
         if reader.read_line(&mut l).expect("read workload stdout") == 0 {
@@ -196,9 +286,13 @@ fn read_until_ready(child: &mut Child) -> Vec<String> {
 pub struct Workload {
     child: Child,
     stdin: Option<ChildStdin>,
+    // Kept open: a helper that reports what it did after its work must not meet a closed pipe.
+    stdout: Option<BufReader<ChildStdout>>,
     pub pid: u32,
     /// What it printed up to and including "ready".
     pub preamble: Vec<String>,
+    /// What it printed after "ready", once [`Workload::wait`] has returned.
+    pub output: Vec<String>,
 }
 
 impl Workload {
@@ -209,13 +303,23 @@ impl Workload {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
         let stdin = child.stdin.take();
-        let preamble = read_until_ready(&mut child);
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let preamble = read_until_ready(&mut stdout);
         Workload {
             pid: child.id(),
             child,
             stdin,
+            stdout: Some(stdout),
             preamble,
+            output: Vec::new(),
         }
+    }
+
+    /// One of this package's ground-truth helpers (`target/<profile>/NAME`) with arguments.
+    pub fn helper<A: ToString>(name: &str, args: impl IntoIterator<Item = A>) -> Self {
+        let mut cmd = Command::new(built(name));
+        cmd.args(args.into_iter().map(|a| a.to_string()));
+        Self::spawn(cmd)
     }
 
     /// `mmap-churn`: `threads` x `iterations` x (mmap 64 KiB; touch; munmap).
@@ -233,8 +337,29 @@ impl Workload {
         stdin.write_all(b"go\n").expect("write go");
     }
 
+    /// Waits for the workload to end, then collects what it printed after "ready" into
+    /// `output` (a helper prints one short line: it fits in the pipe while nobody reads).
     pub fn wait(&mut self) -> ExitStatus {
-        wait_timeout(&mut self.child, Duration::from_secs(120))
+        let status = wait_timeout(&mut self.child, Duration::from_secs(120));
+        if let Some(r) = self.stdout.take() {
+            self.output.extend(
+                r.lines()
+                    .map_while(Result::ok)
+                    .map(|l| l.trim_end().to_string()),
+            );
+        }
+        status
+    }
+
+    /// The JSON line a ground-truth helper printed last, saying what it did (after `wait`).
+    pub fn report(&self) -> Value {
+        let last = self.output.last().unwrap_or_else(|| {
+            panic!(
+                "the workload printed nothing after ready (call wait first): {:?}",
+                self.output
+            )
+        });
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last:?}"))
     }
 }
 
@@ -380,4 +505,139 @@ pub fn run_profiler(args: &[&str]) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .expect("run mmaplock-prof")
+}
+
+/// Starts the profiler on `w` (`--pid`, JSON, plus `args`), lets the workload run to its end,
+/// and returns what the profiler reported; the run must have ended by itself, successfully.
+pub fn profile_workload(w: &mut Workload, args: &[&str]) -> Finished {
+    let pid = w.pid.to_string();
+    let mut all = vec!["--pid", pid.as_str()];
+    all.extend_from_slice(args);
+    let prof = Profiler::start(&all);
+    w.go();
+    let status = w.wait();
+    assert!(status.success(), "workload {}: {status:?}", w.pid);
+    // The target exited: the profiler ends by itself.
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "exit status {:?}: {}",
+        out.status,
+        out.stderr
+    );
+    out
+}
+
+impl Finished {
+    /// The interval lines (all lines but the summary).
+    pub fn intervals(&self) -> &[Value] {
+        self.summary();
+        &self.lines[..self.lines.len() - 1]
+    }
+}
+
+/// `count` and `wait_ns.sum` of STATS `v[side]` (`write`, `read`, `downgrade`).
+pub fn stats(v: &Value, side: &str) -> (u64, u64) {
+    let missing = |what: &str| -> ! {
+        let keys: Vec<&String> = v
+            .as_object()
+            .map(|o| o.keys().collect())
+            .unwrap_or_default();
+        panic!(
+            "no {side}.{what} in the entry of pid {} tid {}: it has {keys:?}",
+            v["pid"], v["tid"]
+        )
+    };
+    (
+        v[side]["count"]
+            .as_u64()
+            .unwrap_or_else(|| missing("count")),
+        v[side]["wait_ns"]["sum"]
+            .as_u64()
+            .unwrap_or_else(|| missing("wait_ns.sum")),
+    )
+}
+
+/// Write acquisitions by cause of a process or thread entry.
+pub fn cause_counts(p: &Value) -> HashMap<String, u64> {
+    p["causes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("causes in {p}"))
+        .iter()
+        .map(|c| {
+            (
+                c["cause"].as_str().unwrap().to_string(),
+                c["write"]["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The write STATS of one cause of a process or thread entry.
+pub fn cause_stats<'a>(p: &'a Value, cause: &str) -> Option<&'a Value> {
+    p["causes"]
+        .as_array()?
+        .iter()
+        .find(|c| c["cause"] == cause)
+        .map(|c| &c["write"])
+}
+
+/// Checks one STATS object of the contract, field by field.
+pub fn check_stats(s: &Value, what: &str) {
+    assert!(s["count"].is_u64(), "{what}.count: {s}");
+    assert!(s["failed_trylocks"].is_u64(), "{what}.failed_trylocks");
+    for d in ["wait_ns", "hold_ns"] {
+        let h = &s[d];
+        for f in ["sum", "max", "p50", "p90", "p99", "p999"] {
+            assert!(h[f].is_u64(), "{what}.{d}.{f}: {h}");
+        }
+        assert!(h["mean"].is_number(), "{what}.{d}.mean");
+        let buckets = h["buckets"].as_array().expect("buckets");
+        let mut total = 0;
+        let mut prev = 0;
+        for b in buckets {
+            let (ub, n) = (b[0].as_u64().unwrap(), b[1].as_u64().unwrap());
+            assert!(
+                ub.is_power_of_two() && ub > prev && n > 0,
+                "{what}.{d}: {b}"
+            );
+            prev = ub;
+            total += n;
+        }
+        assert_eq!(
+            total,
+            s["count"].as_u64().unwrap(),
+            "{what}.{d} bucket total"
+        );
+        let (p50, p99, max) = (h["p50"].as_u64(), h["p99"].as_u64(), h["max"].as_u64());
+        assert!(p50 <= p99 && p99 <= max, "{what}.{d} percentiles ordered");
+    }
+}
+
+/// The reasons an acquisition can be lost, each counted in `lost` (docs/report-format.md);
+/// `lost.events` is their sum. `map_full` and `stacks` are counted apart.
+pub const LOST_EVENT_REASONS: [&str; 5] = [
+    "nested",
+    "no_state",
+    "ring_full",
+    "exit_flush",
+    "exit_pending",
+];
+
+/// Checks a report line's `lost` object and returns `lost.events`.
+pub fn check_lost(report: &Value) -> u64 {
+    let lost = &report["lost"];
+    for k in ["events", "map_full", "stacks"]
+        .iter()
+        .chain(LOST_EVENT_REASONS.iter())
+    {
+        assert!(lost[*k].is_u64(), "lost.{k}: {lost}");
+    }
+    let events = lost["events"].as_u64().unwrap();
+    let sum: u64 = LOST_EVENT_REASONS
+        .iter()
+        .map(|k| lost[*k].as_u64().unwrap())
+        .sum();
+    assert_eq!(events, sum, "lost.events is the sum of its reasons: {lost}");
+    events
 }

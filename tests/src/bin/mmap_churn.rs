@@ -17,17 +17,6 @@ use std::{
     sync::{Arc, Barrier},
 };
 
-fn churn(iterations: u64, size: usize) {
-    for _ in 0..iterations {
-        let p = integration_tests::map_anon(size);
-        // SAFETY: touching one byte of the fresh mapping, then unmapping it once.
-        unsafe {
-            std::ptr::write_volatile(p.cast::<u8>(), 1);
-            assert_eq!(libc::munmap(p, size), 0, "munmap failed");
-        }
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
@@ -57,7 +46,7 @@ fn main() {
                     std::hint::black_box(vec![0u8; 4096]);
                     ready.wait();
                     go.wait();
-                    churn(iterations, size);
+                    integration_tests::map_touch_unmap(iterations, size);
                     done.wait();
                     if linger > 0.0 {
                         std::thread::sleep(std::time::Duration::from_secs_f64(linger));
