@@ -138,8 +138,9 @@ pub struct ThreadReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessReport {
     pub pid: u32,
-    /// The process's start time (ns since boot): with `pid`, names it even across pid reuse.
-    pub start_ns: u64,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with
+    /// `pid`, it names the process even across pid reuse.
+    pub start_ticks: u64,
     pub comm: String,
     pub write: Stats,
     /// Real read acquisitions (downgrades are apart).
@@ -378,7 +379,7 @@ impl ReportBuilder {
             });
             processes.push(ProcessReport {
                 pid,
-                start_ns: proc_id.start,
+                start_ticks: proc_id.start,
                 comm,
                 write: Stats::new(&write, &mut self.hdr),
                 read: Stats::new(&read, &mut self.hdr),
@@ -408,7 +409,7 @@ impl ReportBuilder {
     pub fn add_stacks(&mut self, r: &mut Report, stacks: &StackAttribution, sample: u32) {
         r.stack_sample = Some(sample);
         for p in &mut r.processes {
-            let o = stacks.owner(ProcId::new(p.pid, p.start_ns));
+            let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
             let mut dsos: Vec<DsoReport> = o
                 .map(|o| {
                     o.dsos
