@@ -6,6 +6,7 @@ mod attribution;
 mod cli;
 mod collector;
 mod demo;
+mod ids;
 mod kernel;
 mod minkernel;
 mod procmaps;
