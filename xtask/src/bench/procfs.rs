@@ -1,0 +1,223 @@
+//! What the benchmark reads about a process from the kernel: its BPF programs with the
+//! kernel's run statistics, its CPU time and its memory.
+
+use std::{
+    fs,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    process::Child,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+
+/// Restores `kernel.bpf_stats_enabled` when dropped.
+pub struct BpfStats(String);
+
+impl BpfStats {
+    const PATH: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    pub fn enable() -> Result<Self> {
+        let before = fs::read_to_string(Self::PATH).context("kernel.bpf_stats_enabled")?;
+        fs::write(Self::PATH, "1").context("enable kernel.bpf_stats_enabled")?;
+        Ok(BpfStats(before.trim().to_string()))
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(Self::PATH, &self.0);
+    }
+}
+
+/// Kills a child when dropped (an interrupted benchmark leaves nothing running).
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One BPF program held by a process, with the kernel's statistics so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prog {
+    pub id: u32,
+    /// The kernel's name of the program (at most 15 characters), or `prog ID`.
+    pub name: String,
+    pub runs: u64,
+    pub ns: u64,
+}
+
+impl Prog {
+    pub fn ns_per_run(&self) -> f64 {
+        if self.runs == 0 {
+            f64::NAN
+        } else {
+            self.ns as f64 / self.runs as f64
+        }
+    }
+}
+
+/// The BPF programs a process holds, from its fdinfo (run count and time are there when
+/// `kernel.bpf_stats_enabled` is on), with their names, by program id.
+pub fn bpf_programs(pid: u32) -> Vec<Prog> {
+    let mut progs = fdinfo_programs(pid);
+    for p in &mut progs {
+        p.name = prog_name(p.id).unwrap_or_else(|| format!("prog {}", p.id));
+    }
+    progs
+}
+
+/// Runs of all the BPF programs a process holds (cheap: no names).
+pub fn bpf_runs(pid: u32) -> u64 {
+    fdinfo_programs(pid).iter().map(|p| p.runs).sum()
+}
+
+fn fdinfo_programs(pid: u32) -> Vec<Prog> {
+    let mut out: Vec<Prog> = Vec::new();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(info) = fs::read_to_string(e.path()) else {
+            continue;
+        };
+        if !info.contains("prog_type:") {
+            continue;
+        }
+        let field = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let id = field("prog_id:").unwrap_or(0) as u32;
+        // A program held through two fds is one program.
+        if out.iter().any(|p| p.id == id) {
+            continue;
+        }
+        out.push(Prog {
+            id,
+            name: String::new(),
+            runs: field("run_cnt:").unwrap_or(0),
+            ns: field("run_time_ns:").unwrap_or(0),
+        });
+    }
+    out.sort_by_key(|p| p.id);
+    out
+}
+
+/// A program's name, from `BPF_OBJ_GET_INFO_BY_FD` (fdinfo does not have it).
+fn prog_name(id: u32) -> Option<String> {
+    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    #[repr(C)]
+    struct GetFdById {
+        id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    #[repr(C)]
+    struct InfoByFd {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let attr = GetFdById {
+        id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    // SAFETY: the attribute is a valid, fully initialized bpf_attr prefix of the given size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_GET_FD_BY_ID,
+            &attr as *const GetFdById,
+            size_of::<GetFdById>() as u32,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just gave us this fd; we own it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // struct bpf_prog_info up to and including `char name[16]` at offset 64: the kernel fills
+    // only the length asked for.
+    let mut info = [0u8; 80];
+    let attr = InfoByFd {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: info.len() as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    // SAFETY: `info` outlives the call and is `info_len` bytes long.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &attr as *const InfoByFd,
+            size_of::<InfoByFd>() as u32,
+        )
+    };
+    if r < 0 {
+        return None;
+    }
+    let name = &info[64..80];
+    let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Some(String::from_utf8_lossy(&name[..len]).into_owned()).filter(|n| !n.is_empty())
+}
+
+fn status_kib(pid: u32, key: &str) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resident memory now (VmRSS), in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Peak resident memory (VmHWM), in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// CPU time (user and system) of the whole process so far, in clock ticks (10 ms here).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which may contain spaces: utime is the 12th of them.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cpu_and_memory_are_read_from_proc() {
+        let me = std::process::id();
+        assert!(rss_kib(me) > 0);
+        assert!(peak_rss_kib(me) >= rss_kib(me));
+        let t0 = cpu_time(me);
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(0u64);
+        }
+        assert!(cpu_time(me) >= t0);
+        // This test process holds no BPF programs.
+        assert!(bpf_programs(me).is_empty());
+    }
+}

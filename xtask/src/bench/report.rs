@@ -1,0 +1,361 @@
+//! From the runs to the figures (medians over rounds, with their range), the ratios to the
+//! floor measured in the same round, the targets, and their JSON and markdown forms.
+
+use serde_json::{Value, json};
+
+use super::{
+    BenchArgs,
+    scale::ScaleRound,
+    stats::{Spread, json_of, round, show},
+    tracer::{Mode, Tp, TracerCost},
+    workload::{Sample, Workload},
+};
+
+/// The programs whose cost is compared with the floor's, program by program.
+const PER_PROGRAM: [Tp; 4] = [Tp::Start, Tp::Acquire, Tp::Released, Tp::Exit];
+
+/// One tracepoint's program: ns per run, and per round its ratio to the floor's.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ProgramFigures {
+    pub(super) ns_per_run: Option<Spread>,
+    pub(super) vs_floor: Option<Spread>,
+}
+
+/// The figures of one mode on one workload, over the rounds.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Row {
+    pub(super) ops_per_s: Option<Spread>,
+    /// Per round, against the same round's run without tracing.
+    pub(super) slowdown_pct: Option<Spread>,
+    pub(super) ns_per_event: Option<Spread>,
+    pub(super) ns_per_event_vs_floor: Option<Spread>,
+    pub(super) programs: Vec<(Tp, ProgramFigures)>,
+    /// Programs not told apart by name (bpftrace's), by id order: ns per run.
+    pub(super) other_programs: Vec<Option<Spread>>,
+    pub(super) events_per_s: Option<Spread>,
+    pub(super) attach_ms: Option<Spread>,
+    pub(super) cpu_pct: Option<Spread>,
+    pub(super) peak_rss_mib: Option<Spread>,
+    pub(super) lost: Option<u64>,
+}
+
+/// Per round, a cost of mode `m` over the same cost of the floor in the same round.
+fn floor_ratios(
+    samples: &[Sample],
+    w: Workload,
+    m: Mode,
+    f: &dyn Fn(&TracerCost) -> f64,
+) -> Vec<f64> {
+    samples
+        .iter()
+        .filter(|s| s.workload == w && s.mode == m)
+        .filter_map(|s| {
+            let floor = samples
+                .iter()
+                .find(|f| f.workload == w && f.mode == Mode::Floor && f.round == s.round)?;
+            Some(f(s.cost.as_ref()?) / f(floor.cost.as_ref()?))
+        })
+        .filter(|r| r.is_finite())
+        .collect()
+}
+
+fn row(samples: &[Sample], w: Workload, m: Mode) -> Row {
+    let of = |mode: Mode, round: usize| {
+        samples
+            .iter()
+            .find(|s| s.workload == w && s.mode == mode && s.round == round)
+    };
+    let mine: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.workload == w && s.mode == m)
+        .collect();
+    // A figure per round, as a spread; `f` gets this mode's sample and the same round's floor.
+    let spread = |f: &dyn Fn(&Sample, Option<&Sample>) -> Option<f64>| {
+        Spread::of(mine.iter().filter_map(|s| f(s, of(Mode::Floor, s.round))))
+    };
+    let cost_ratio = |f: &dyn Fn(&TracerCost) -> f64| Spread::of(floor_ratios(samples, w, m, f));
+    let mut r = Row {
+        ops_per_s: spread(&|s, _| Some(s.ops_per_s)),
+        slowdown_pct: spread(&|s, _| {
+            let base = of(Mode::None, s.round)?.ops_per_s;
+            Some((1.0 - s.ops_per_s / base) * 100.0)
+        }),
+        ..Row::default()
+    };
+    if m == Mode::None {
+        return r;
+    }
+    r.ns_per_event = spread(&|s, _| Some(s.cost.as_ref()?.ns_per_event()));
+    r.ns_per_event_vs_floor = cost_ratio(&|c| c.ns_per_event());
+    for tp in PER_PROGRAM {
+        let figures = ProgramFigures {
+            ns_per_run: spread(&|s, _| Some(s.cost.as_ref()?.ns_per_run(tp))),
+            vs_floor: cost_ratio(&|c| c.ns_per_run(tp)),
+        };
+        if figures.ns_per_run.is_some() {
+            r.programs.push((tp, figures));
+        }
+    }
+    let n_other = mine
+        .iter()
+        .filter_map(|s| s.cost.as_ref())
+        .map(|c| {
+            c.programs
+                .iter()
+                .filter(|p| Tp::of(&p.name) == Tp::Other)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    r.other_programs = (0..n_other)
+        .map(|i| {
+            spread(&|s, _| {
+                let c = s.cost.as_ref()?;
+                let p = c
+                    .programs
+                    .iter()
+                    .filter(|p| Tp::of(&p.name) == Tp::Other)
+                    .nth(i)?;
+                Some(p.ns_per_run())
+            })
+        })
+        .collect();
+    r.events_per_s = spread(&|s, _| {
+        let c = s.cost.as_ref()?;
+        Some(c.lock_events() as f64 / c.wall.as_secs_f64())
+    });
+    r.attach_ms = spread(&|s, _| Some(s.cost.as_ref()?.attach.as_secs_f64() * 1e3));
+    r.cpu_pct = spread(&|s, _| {
+        let c = s.cost.as_ref()?;
+        Some(c.cpu.as_secs_f64() / c.wall.as_secs_f64() * 100.0)
+    });
+    r.peak_rss_mib = spread(&|s, _| Some(s.cost.as_ref()?.peak_rss_kib as f64 / 1024.0));
+    r.lost = mine.iter().filter_map(|s| s.cost.as_ref()?.lost).max();
+    r
+}
+
+/// A performance target and how this run did.
+pub(super) struct Target {
+    pub(super) what: String,
+    pub(super) measured: String,
+    /// On the medians; None when it could not be measured.
+    pub(super) met: Option<bool>,
+    /// Rounds that, each on its own, met it: (met, rounds).
+    pub(super) rounds: Option<(usize, usize)>,
+}
+
+/// A cost ratio to the floor at most `limit`, judged on the median of the rounds' ratios.
+fn ratio_target(what: String, per_round: &[f64], limit: f64) -> Target {
+    let s = Spread::of(per_round.iter().copied());
+    Target {
+        what,
+        measured: s.map_or("-".into(), |s| format!("{}x", s.show(2))),
+        met: s.map(|s| s.median <= limit),
+        rounds: Some((
+            per_round.iter().filter(|&&r| r <= limit).count(),
+            per_round.len(),
+        )),
+    }
+}
+
+pub struct Results {
+    pub json: Value,
+    pub markdown: String,
+}
+
+pub fn summarize(args: &BenchArgs, samples: &[Sample], scale: &[ScaleRound]) -> Results {
+    let rows: Vec<(Workload, Mode, Row)> = Workload::ALL
+        .iter()
+        .flat_map(|&w| Mode::ALL.iter().map(move |&m| (w, m)))
+        .map(|(w, m)| (w, m, row(samples, w, m)))
+        .collect();
+    let find = |w: Workload, m: Mode| {
+        rows.iter()
+            .find(|(rw, rm, _)| *rw == w && *rm == m)
+            .map(|(_, _, r)| r)
+            .expect("every workload and mode has a row")
+    };
+
+    let mut targets = Vec::new();
+    for w in Workload::ALL {
+        let prof = find(w, Mode::Prof);
+        for tp in [Tp::Acquire, Tp::Released] {
+            targets.push(ratio_target(
+                format!(
+                    "{}: {} ns per run at most 1.3x the floor's",
+                    w.name(),
+                    tp.name()
+                ),
+                &floor_ratios(samples, w, Mode::Prof, &|c| c.ns_per_run(tp)),
+                1.3,
+            ));
+        }
+        targets.push(ratio_target(
+            format!(
+                "{}: full profile, BPF ns per event at most 2x the floor's",
+                w.name()
+            ),
+            &floor_ratios(samples, w, Mode::Prof, &|c| c.ns_per_event()),
+            2.0,
+        ));
+        targets.push(ratio_target(
+            format!(
+                "{}: --writes-only, BPF ns per event at most 1.5x the floor's",
+                w.name()
+            ),
+            &floor_ratios(samples, w, Mode::ProfWritesOnly, &|c| c.ns_per_event()),
+            1.5,
+        ));
+        targets.push(slowdown_target(samples, w, prof, find(w, Mode::Bpftrace)));
+    }
+    let attach = Workload::ALL
+        .iter()
+        .filter_map(|&w| find(w, Mode::Prof).attach_ms)
+        .max_by(|a, b| a.median.total_cmp(&b.median));
+    targets.push(Target {
+        what: "attach (start to first event counted) under 100 ms".into(),
+        measured: show(attach, 1) + " ms",
+        met: attach.map(|a| a.median < 100.0),
+        rounds: None,
+    });
+    let n = scale.first().map_or(0, |r| r.threads_tracked);
+    let cpu = Spread::of(scale.iter().map(|r| r.cpu_pct));
+    let rss = Spread::of(scale.iter().map(|r| r.rss_max_mib));
+    let count = |ok: &dyn Fn(&ScaleRound) -> bool| {
+        Some((scale.iter().filter(|r| ok(r)).count(), scale.len()))
+    };
+    targets.push(Target {
+        what: format!("{n} threads at --interval 1: userspace at most 1% of one CPU, steady state"),
+        measured: show(cpu, 2) + "%",
+        met: cpu.map(|c| c.median <= 1.0),
+        rounds: count(&|r| r.cpu_pct <= 1.0),
+    });
+    const MB_PER_MIB: f64 = 1.048576;
+    targets.push(Target {
+        what: format!("{n} threads: RSS at most 30 MB, steady state (largest sample)"),
+        measured: format!(
+            "{} MiB = {:.1} MB",
+            show(rss, 1),
+            rss.map_or(f64::NAN, |r| r.median * MB_PER_MIB)
+        ),
+        met: rss.map(|r| r.median * MB_PER_MIB <= 30.0),
+        rounds: count(&|r| r.rss_max_mib * MB_PER_MIB <= 30.0),
+    });
+
+    let json = json!({
+        "rounds": args.rounds,
+        "threads": args.threads,
+        "node_iterations": args.node_iterations,
+        "churn_iterations": args.churn_iterations,
+        "machine": machine(),
+        "rows": rows.iter().map(|(w, m, r)| row_json(*w, *m, r)).collect::<Vec<_>>(),
+        "many_threads": {
+            "threads": args.scale_threads,
+            "window_s": args.scale_secs,
+            "userspace_cpu_pct": json_of(cpu, 3),
+            "rss_max_mib": json_of(rss, 1),
+            "peak_rss_mib": json_of(Spread::of(scale.iter().map(|r| r.peak_rss_mib)), 1),
+            "rounds": scale.iter().map(ScaleRound::json).collect::<Vec<_>>(),
+        },
+        "targets": targets.iter().map(|t| json!({
+            "target": t.what,
+            "measured": t.measured,
+            "met": t.met,
+            "rounds_met": t.rounds.map(|(k, n)| format!("{k}/{n}")),
+        })).collect::<Vec<_>>(),
+        "samples": samples.iter().map(sample_json).collect::<Vec<_>>(),
+    });
+    let markdown = super::markdown::render(args, &json, &rows, scale, &targets);
+    Results { json, markdown }
+}
+
+/// Full profile's slowdown against bpftrace's: on the medians, and round by round.
+fn slowdown_target(samples: &[Sample], w: Workload, prof: &Row, bpftrace: &Row) -> Target {
+    let (p, b) = (prof.slowdown_pct, bpftrace.slowdown_pct);
+    let ratio = match (p, b) {
+        (Some(p), Some(b)) if b.median > 0.0 => Some(p.median.max(0.0) / b.median),
+        _ => None,
+    };
+    let rounds: Vec<bool> = samples
+        .iter()
+        .filter(|s| s.workload == w && s.mode == Mode::None)
+        .filter_map(|base| {
+            let ops = |m: Mode| {
+                samples
+                    .iter()
+                    .find(|s| s.workload == w && s.mode == m && s.round == base.round)
+                    .map(|s| 1.0 - s.ops_per_s / base.ops_per_s)
+            };
+            Some(ops(Mode::Prof)?.max(0.0) <= 0.5 * ops(Mode::Bpftrace)?)
+        })
+        .collect();
+    Target {
+        what: format!(
+            "{}: full profile's slowdown at most 1/2 of bpftrace's",
+            w.name()
+        ),
+        measured: format!(
+            "{}% vs {}% = {}",
+            show(p, 1),
+            show(b, 1),
+            ratio.map_or("-".into(), |r| format!("{r:.2}x"))
+        ),
+        met: ratio.map(|r| r <= 0.5),
+        rounds: Some((rounds.iter().filter(|&&ok| ok).count(), rounds.len())),
+    }
+}
+
+fn row_json(w: Workload, m: Mode, r: &Row) -> Value {
+    json!({
+        "workload": w.name(),
+        "mode": m.name(),
+        "ops_per_s": json_of(r.ops_per_s, 0),
+        "slowdown_pct": json_of(r.slowdown_pct, 1),
+        "bpf_ns_per_event": json_of(r.ns_per_event, 1),
+        "bpf_ns_per_event_vs_floor": json_of(r.ns_per_event_vs_floor, 2),
+        "programs": r.programs.iter().map(|(tp, f)| json!({
+            "tracepoint": tp.name(),
+            "ns_per_run": json_of(f.ns_per_run, 1),
+            "vs_floor": json_of(f.vs_floor, 2),
+        })).collect::<Vec<_>>(),
+        "other_programs_ns_per_run": r.other_programs.iter().map(|s| json_of(*s, 1)).collect::<Vec<_>>(),
+        "events_per_s": json_of(r.events_per_s, 0),
+        "attach_ms": json_of(r.attach_ms, 1),
+        "tracer_cpu_pct": json_of(r.cpu_pct, 2),
+        "tracer_peak_rss_mib": json_of(r.peak_rss_mib, 1),
+        "lost": r.lost,
+    })
+}
+
+fn sample_json(s: &Sample) -> Value {
+    json!({
+        "round": s.round + 1,
+        "workload": s.workload.name(),
+        "mode": s.mode.name(),
+        "ops_per_s": s.ops_per_s.round(),
+        "tracer": s.cost.as_ref().map(|c| json!({
+            "attach_ms": round(c.attach.as_secs_f64() * 1e3, 2),
+            "wall_s": round(c.wall.as_secs_f64(), 3),
+            "cpu_s": c.cpu.as_secs_f64(),
+            "peak_rss_kib": c.peak_rss_kib,
+            "lost": c.lost,
+            "programs": c.programs.iter().map(|p| json!({
+                "name": p.name, "runs": p.runs, "ns": p.ns,
+            })).collect::<Vec<_>>(),
+        })),
+    })
+}
+
+fn machine() -> Value {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    json!({
+        "kernel": read("/proc/sys/kernel/osrelease"),
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "loadavg_at_end": read("/proc/loadavg"),
+    })
+}

@@ -1,0 +1,377 @@
+//! The tracers compared: mmaplock-prof's empty floor programs, mmaplock-prof (full and
+//! `--writes-only`), and the reference bpftrace script; how each is started, found attached,
+//! stopped and measured.
+
+use std::{
+    fs,
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use super::procfs::{self, Guard, Prog};
+
+/// The reference method, as in the published investigation: wait time per acquisition
+/// (start_locking -> acquire_returned), per process and lock side, which is what comparing
+/// Worker threads with processes needs.
+const BPFTRACE_SCRIPT: &str = r#"
+tracepoint:mmap_lock:mmap_lock_start_locking { @start[tid] = nsecs; }
+tracepoint:mmap_lock:mmap_lock_acquire_returned /@start[tid]/ {
+  $w = nsecs - @start[tid];
+  @wait[pid, args->write] = hist($w);
+  @wait_sum[pid, args->write] = sum($w);
+  @acquisitions[pid, args->write] = count();
+  delete(@start[tid]);
+}
+"#;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    None,
+    /// `mmaplock-prof --floor`: empty programs of our own on the same three tracepoints.
+    Floor,
+    Prof,
+    ProfWritesOnly,
+    Bpftrace,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 5] = [
+        Mode::None,
+        Mode::Floor,
+        Mode::Prof,
+        Mode::ProfWritesOnly,
+        Mode::Bpftrace,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "no tracing",
+            Mode::Floor => "floor (empty programs)",
+            Mode::Prof => "mmaplock-prof",
+            Mode::ProfWritesOnly => "mmaplock-prof --writes-only",
+            Mode::Bpftrace => "bpftrace",
+        }
+    }
+
+    /// mmaplock-prof's arguments for this mode (None: not mmaplock-prof).
+    fn prof_args(self) -> Option<&'static [&'static str]> {
+        match self {
+            Mode::Floor => Some(&["--floor"]),
+            Mode::Prof => Some(&[]),
+            Mode::ProfWritesOnly => Some(&["--writes-only"]),
+            Mode::None | Mode::Bpftrace => None,
+        }
+    }
+
+    fn output(self) -> &'static str {
+        match self {
+            Mode::Floor => "floor.jsonl",
+            Mode::ProfWritesOnly => "prof-writes-only.jsonl",
+            Mode::Bpftrace => "bpftrace.out",
+            Mode::None | Mode::Prof => "prof.jsonl",
+        }
+    }
+}
+
+/// Which tracepoint a program serves, from its kernel name (bpftrace's names, truncated to
+/// `tracepoint_mmap`, do not say: they are `Other`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tp {
+    Start,
+    Acquire,
+    Released,
+    Exit,
+    Other,
+}
+
+impl Tp {
+    pub fn of(prog_name: &str) -> Tp {
+        let n = prog_name.to_ascii_lowercase();
+        if n.contains("exit") || n.starts_with("sched") {
+            Tp::Exit
+        } else if n.contains("acq") {
+            Tp::Acquire
+        } else if n.contains("rel") {
+            Tp::Released
+        } else if n.contains("start") {
+            Tp::Start
+        } else {
+            Tp::Other
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tp::Start => "start_locking",
+            Tp::Acquire => "acquire_returned",
+            Tp::Released => "released",
+            Tp::Exit => "sched_process_exit",
+            Tp::Other => "other",
+        }
+    }
+}
+
+/// One tracer run's measurements.
+#[derive(Clone, Debug, Default)]
+pub struct TracerCost {
+    /// From starting the tracer to its programs' first counted run.
+    pub attach: Duration,
+    pub programs: Vec<Prog>,
+    /// Userspace and kernel CPU time of the tracer process over `wall`.
+    pub cpu: Duration,
+    pub peak_rss_kib: u64,
+    pub wall: Duration,
+    /// mmaplock-prof's summary: acquisitions it reports as lost (all reasons).
+    pub lost: Option<u64>,
+}
+
+impl TracerCost {
+    /// Mmap_lock tracepoint hits: runs of every program but the exit one.
+    pub fn lock_events(&self) -> u64 {
+        self.programs
+            .iter()
+            .filter(|p| Tp::of(&p.name) != Tp::Exit)
+            .map(|p| p.runs)
+            .sum()
+    }
+
+    /// BPF time of all the tracer's programs (exit program included) per mmap_lock
+    /// tracepoint hit.
+    pub fn ns_per_event(&self) -> f64 {
+        let ns: u64 = self.programs.iter().map(|p| p.ns).sum();
+        match self.lock_events() {
+            0 => f64::NAN,
+            e => ns as f64 / e as f64,
+        }
+    }
+
+    /// Mean run time of the program(s) on one tracepoint.
+    pub fn ns_per_run(&self, tp: Tp) -> f64 {
+        let (runs, ns) = self
+            .programs
+            .iter()
+            .filter(|p| Tp::of(&p.name) == tp)
+            .fold((0u64, 0u64), |(r, n), p| (r + p.runs, n + p.ns));
+        if runs == 0 {
+            f64::NAN
+        } else {
+            ns as f64 / runs as f64
+        }
+    }
+}
+
+pub fn ensure_bpftrace() -> Result<()> {
+    if Command::new("bpftrace")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Ok(());
+    }
+    eprintln!("xtask bench: installing bpftrace from the OS packages");
+    let apt = |args: &[&str]| {
+        let mut c = Command::new("apt-get");
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    // A fresh machine may have no package lists yet.
+    crate::run(&mut apt(&["update", "-qq"]))?;
+    crate::run(&mut apt(&["install", "-y", "-qq", "bpftrace"]))?;
+    let v = Command::new("bpftrace")
+        .arg("--version")
+        .output()
+        .context("bpftrace installed but cannot run")?;
+    eprintln!("xtask bench: {}", String::from_utf8_lossy(&v.stdout).trim());
+    Ok(())
+}
+
+/// bpftrace's tracepoint probes need tracefs.
+pub fn ensure_tracefs() -> Result<()> {
+    if Path::new("/sys/kernel/tracing/events/mmap_lock").exists() {
+        return Ok(());
+    }
+    crate::run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
+}
+
+/// A tracer that has attached.
+pub struct Running {
+    guard: Guard,
+    mode: Mode,
+    started: Instant,
+    attach: Duration,
+    output: std::path::PathBuf,
+}
+
+/// Starts a tracer and waits until its programs have run once (None: no tracing).
+pub fn start(mode: Mode, prof: &Path, out_dir: &Path) -> Result<Option<Running>> {
+    let output = out_dir.join(mode.output());
+    let t0 = Instant::now();
+    let child = if let Some(extra) = mode.prof_args() {
+        Command::new(prof)
+            .args(["-q", "-i", "1", "-f", "json", "--bpf-stats"])
+            .args(extra)
+            .arg("-o")
+            .arg(&output)
+            .stdin(Stdio::null())
+            .spawn()
+            .context("start mmaplock-prof")?
+    } else if mode == Mode::Bpftrace {
+        Command::new("bpftrace")
+            .args(["-e", BPFTRACE_SCRIPT, "-o"])
+            .arg(&output)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            // bpftrace 0.17 warns about RLIMIT_MEMLOCK on memcg-accounted kernels; harmless.
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start bpftrace")?
+    } else {
+        return Ok(None);
+    };
+    let mut guard = Guard(child);
+    let pid = guard.0.id();
+    // Attached = its programs have run at least once. Take the lock ourselves while we wait,
+    // so that an idle machine does not delay the first event.
+    loop {
+        touch_mmap_lock();
+        if procfs::bpf_runs(pid) > 0 {
+            return Ok(Some(Running {
+                guard,
+                mode,
+                started: t0,
+                attach: t0.elapsed(),
+                output,
+            }));
+        }
+        if let Some(s) = guard.0.try_wait()? {
+            bail!("{} exited before attaching: {s}", mode.name());
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            bail!("{} did not attach within 60 s", mode.name());
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// One mmap and munmap: write acquisitions of our own mmap_lock.
+pub fn touch_mmap_lock() {
+    // SAFETY: an anonymous mapping, unmapped right away, never dereferenced.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p != libc::MAP_FAILED {
+            libc::munmap(p, 4096);
+        }
+    }
+}
+
+/// Reads the tracer's cost, then stops it (SIGINT) and waits for it.
+pub fn stop(mut t: Running) -> Result<TracerCost> {
+    let pid = t.guard.0.id();
+    let programs = procfs::bpf_programs(pid);
+    let cpu = procfs::cpu_time(pid);
+    let peak_rss_kib = procfs::peak_rss_kib(pid);
+    let wall = t.started.elapsed();
+    // A tracer that failed mid-run measured nothing.
+    if let Some(status) = t.guard.0.try_wait()? {
+        bail!("{} ended during the run: {status}", t.mode.name());
+    }
+    interrupt_and_wait(&mut t.guard, Duration::from_secs(30))?;
+    let lost = t.mode.prof_args().and_then(|_| summary_lost(&t.output));
+    Ok(TracerCost {
+        attach: t.attach,
+        programs,
+        cpu,
+        peak_rss_kib,
+        wall,
+        lost,
+    })
+}
+
+/// SIGINT, then waits up to `timeout` for the process to end.
+pub fn interrupt_and_wait(guard: &mut Guard, timeout: Duration) -> Result<()> {
+    let pid = guard.0.id();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = guard.0.try_wait()? {
+            if !status.success() {
+                bail!("tracer {pid} failed: {status}");
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("tracer {pid} did not stop on SIGINT within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The last line of a mmaplock-prof JSON output, which is its summary.
+pub fn last_report(path: &Path) -> Option<Value> {
+    let text = fs::read_to_string(path).ok()?;
+    serde_json::from_str(text.lines().last()?).ok()
+}
+
+/// Acquisitions the summary reports as lost: `lost.events` (every reason but a full map, added
+/// up) and `lost.map_full`.
+fn summary_lost(path: &Path) -> Option<u64> {
+    let s = last_report(path)?;
+    let lost = &s["lost"];
+    Some(lost["events"].as_u64()? + lost["map_full"].as_u64().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_told_apart_by_their_kernel_names() {
+        // Kernel names are cut to 15 characters.
+        assert_eq!(Tp::of("mmap_lock_start"), Tp::Start);
+        assert_eq!(Tp::of("mmap_lock_acqui"), Tp::Acquire);
+        assert_eq!(Tp::of("mmap_lock_relea"), Tp::Released);
+        assert_eq!(Tp::of("sched_process_e"), Tp::Exit);
+        assert_eq!(Tp::of("floor_start"), Tp::Start);
+        assert_eq!(Tp::of("tracepoint_mmap"), Tp::Other);
+        let cost = TracerCost {
+            programs: vec![
+                Prog {
+                    id: 1,
+                    name: "mmap_lock_start".into(),
+                    runs: 10,
+                    ns: 500,
+                },
+                Prog {
+                    id: 2,
+                    name: "mmap_lock_acqui".into(),
+                    runs: 20,
+                    ns: 600,
+                },
+                Prog {
+                    id: 3,
+                    name: "sched_process_e".into(),
+                    runs: 1,
+                    ns: 100,
+                },
+            ],
+            ..TracerCost::default()
+        };
+        assert_eq!(cost.lock_events(), 30);
+        // The exit program's time counts, its runs are not mmap_lock events.
+        assert_eq!(cost.ns_per_event(), 40.0);
+        assert_eq!(cost.ns_per_run(Tp::Acquire), 30.0);
+        assert!(cost.ns_per_run(Tp::Released).is_nan());
+    }
+}
