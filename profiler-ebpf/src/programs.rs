@@ -129,6 +129,10 @@ struct Done {
 
 /// Completed acquisitions a thread can keep pending (a power of two).
 const RING: u32 = 16;
+/// Completed acquisitions one call of [`flush`] adds to STATS: the verifier walks the loop
+/// once per iteration, so the programs that flush stay small; the free and iterator programs
+/// call it until the ring is empty.
+const FLUSH_BATCH: u32 = 8;
 
 /// Owner resolution of the thread's own mm (cached: it is the mm taken nearly every time).
 const NOT_TRACKED: u32 = 1;
@@ -158,7 +162,9 @@ struct ThreadState {
     /// Writes started by this thread, for sampling one in `stack_sample`.
     writes: u32,
     identified: u32,
-    _pad: u32,
+    /// Whether the thread ever completed an acquisition of a profiled lock (only then are
+    /// its exits announced).
+    profiled: u32,
     /// 1 while a context flushes the ring (claimed with a compare-and-swap; 64 bits, as the
     /// BPF instruction set without alu32 has 64-bit compare-and-swap only).
     flushing: u64,
@@ -614,8 +620,9 @@ fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
     );
 }
 
-/// Adds the thread's pending acquisitions to STATS. `task` is the thread's task (a kernel
-/// address), to identify it the first time. Returns false if another context is flushing.
+/// Adds up to [`FLUSH_BATCH`] of the thread's pending acquisitions to STATS. `task` is the
+/// thread's task (a kernel address), to identify it the first time. Returns false if another
+/// context is flushing.
 #[inline(never)]
 fn flush(st: &mut ThreadState, task: u64) -> bool {
     if !claim(st) {
@@ -624,23 +631,31 @@ fn flush(st: &mut ThreadState, task: u64) -> bool {
     identify(st, task);
     let head = unsafe { ptr::read_volatile(&st.head) };
     let tail = st.tail;
-    for i in 0..RING {
-        let n = tail.wrapping_add(i);
-        if n == head {
+    if st.announced == 0 && head != tail {
+        let first = unsafe { st.ring.get_unchecked((tail & (RING - 1)) as usize) };
+        let (owner, owner_start) = (first.owner, first.owner_start);
+        announce(st, owner, owner_start);
+    }
+    let mut done = tail;
+    for _ in 0..FLUSH_BATCH {
+        if done == head {
             break;
         }
-        let idx = (n & (RING - 1)) as usize;
-        if let Some(d) = st.ring.get(idx) {
-            let d: &Done = unsafe { &*ptr::from_ref(d) };
-            if st.announced == 0 {
-                announce(st, d.owner, d.owner_start);
-            }
-            record(st, d);
-        }
+        // SAFETY: masked into the ring's bounds.
+        let d = unsafe { st.ring.get_unchecked((done & (RING - 1)) as usize) };
+        let d: &Done = unsafe { &*ptr::from_ref(d) };
+        record(st, d);
+        done = done.wrapping_add(1);
     }
-    unsafe { ptr::write_volatile(&mut st.tail, head) };
+    unsafe { ptr::write_volatile(&mut st.tail, done) };
     unclaim(st);
     true
+}
+
+/// Flushes the whole ring (its capacity is two batches).
+#[inline(always)]
+fn flush_all(st: &mut ThreadState, task: u64) -> bool {
+    flush(st, task) && flush(st, task)
 }
 
 /// Puts a completed acquisition in the thread's ring. Runs with the lock held: stores only,
@@ -663,6 +678,7 @@ fn complete(st: &mut ThreadState, d: Done) {
     if let Some(slot) = st.ring.get_mut(idx) {
         *slot = d;
     }
+    st.profiled = 1;
     // The record before the index that publishes it (x86-64 keeps stores in order).
     unsafe { ptr::write_volatile(&mut st.head, head.wrapping_add(1)) };
 }
@@ -925,7 +941,9 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
 /// last thread's exit_mmap), so its entries stay until it is freed.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
-    if let Some(st) = thread_state(false) {
+    if let Some(st) = thread_state(false)
+        && st.profiled != 0
+    {
         identify(st, unsafe { bpf_get_current_task() });
         notify_exit(st, exit_record::EXITING);
     }
@@ -957,11 +975,10 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let Some(st) = state_of(task, false) else {
         return 0;
     };
-    let pending = st.head.wrapping_sub(st.tail);
-    if !flush(st, task as u64) {
-        bump_by(counter::EXIT_FLUSH, pending as u64);
+    if !flush_all(st, task as u64) {
+        bump_by(counter::EXIT_FLUSH, st.head.wrapping_sub(st.tail) as u64);
     }
-    if st.identified != 0 {
+    if st.profiled != 0 {
         notify_exit(st, exit_record::FREED);
     }
     0
@@ -980,7 +997,7 @@ pub extern "C" fn flush_threads(ctx: *mut c_void) -> i32 {
     if let Some(st) = state_of(task, false)
         && st.head != unsafe { ptr::read_volatile(&st.tail) }
     {
-        flush(st, task as u64);
+        flush_all(st, task as u64);
     }
     0
 }

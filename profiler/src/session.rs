@@ -405,7 +405,17 @@ impl Profile {
             tokio::time::sleep(Duration::from_millis(5)).await;
             freed.extend(self.take_exit_notices());
         }
-        self.exit_pending = self.exiting.len() as u64;
+        // A thread still listed in /proc (an unreaped zombie) was flushed by the iterator;
+        // one that is gone from /proc but not freed yet may still hold acquisitions back.
+        self.collector.flush_pending()?;
+        freed.extend(self.take_exit_notices());
+        self.exit_pending = self
+            .exiting
+            .iter()
+            .filter(|(t, tgid)| {
+                !std::path::Path::new(&format!("/proc/{tgid}/task/{}", t.tid)).exists()
+            })
+            .count() as u64;
         // The freed threads are retired by the poll (their notices were taken here).
         self.poll(true)?;
         for t in freed {
