@@ -165,6 +165,10 @@ struct ThreadState {
     /// Whether the thread ever completed an acquisition of a profiled lock (only then are
     /// its exits announced).
     profiled: u32,
+    /// Set at sched_process_exit: the thread's next releases (exit_mm's, the last thread's
+    /// exit_mmap) are its last, and flush at once.
+    exiting: u32,
+    _pad2: u32,
     /// 1 while a context flushes the ring (claimed with a compare-and-swap; 64 bits, as the
     /// BPF instruction set without alu32 has 64-bit compare-and-swap only).
     flushing: u64,
@@ -934,6 +938,14 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
     s.state = FREE;
     let d = done_of(s, now);
     complete(st, d);
+    if st.exiting != 0 {
+        // The exit path only: nothing would flush this thread's ring before the task is
+        // freed, which lazy RCU may put off for seconds. Its entries are then final (unless
+        // it takes another lock, which flushes and announces again).
+        // If the iterator holds the ring now, sched_process_free flushes what is left.
+        flush_all(st, unsafe { bpf_get_current_task() });
+        notify_exit(st, exit_record::FREED);
+    }
     0
 }
 
@@ -945,6 +957,7 @@ pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
         && st.profiled != 0
     {
         identify(st, unsafe { bpf_get_current_task() });
+        st.exiting = 1;
         notify_exit(st, exit_record::EXITING);
     }
     0
@@ -964,8 +977,9 @@ fn notify_exit(st: &ThreadState, tag: u32) {
     }
 }
 
-/// A task is freed (after an RCU grace period): it will never take a lock again, so its last
-/// acquisitions are flushed and userspace may read its entries one last time.
+/// A task is freed (after an RCU grace period, which lazy RCU may stretch to seconds): the
+/// safety net for anything `exit_files` did not see (it could not be attached, or the thread
+/// took a lock after it); then userspace reads the entries once more.
 #[btf_tracepoint(function = "sched_process_free")]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let task: *mut c_void = ctx.arg(0);
@@ -975,10 +989,10 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let Some(st) = state_of(task, false) else {
         return 0;
     };
-    if !flush_all(st, task as u64) {
-        bump_by(counter::EXIT_FLUSH, st.head.wrapping_sub(st.tail) as u64);
-    }
-    if st.profiled != 0 {
+    if st.profiled != 0 && st.head != st.tail {
+        if !flush_all(st, task as u64) {
+            bump_by(counter::EXIT_FLUSH, st.head.wrapping_sub(st.tail) as u64);
+        }
         notify_exit(st, exit_record::FREED);
     }
     0

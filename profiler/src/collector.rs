@@ -158,7 +158,8 @@ fn programs_for(kernel: &KernelInfo, floor: bool) -> [&'static str; 3] {
 
 /// The program flushing every thread's pending acquisitions when its iterator is read.
 const FLUSH_ITER: &str = "flush_threads";
-/// The program flushing a freed thread's last acquisitions.
+/// The program flushing a freed thread's last acquisitions (a safety net: an exiting thread
+/// flushes at its last releases).
 const FREE_PROGRAM: &str = "sched_process_free";
 
 fn load_error(e: &(dyn std::error::Error + 'static)) -> CollectorError {
