@@ -27,8 +27,9 @@ use workload::Workload;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Interleaved rounds (each runs every workload under every mode).
-    #[arg(long, default_value_t = 10)]
+    /// Interleaved rounds (each runs every workload under every mode; about 12 s each on
+    /// 2 cores).
+    #[arg(long, default_value_t = 20)]
     rounds: usize,
     /// Worker threads of the Node.js workload, and threads of the mmap/munmap helper.
     #[arg(long, default_value_t = 4)]
@@ -68,8 +69,9 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     fs::create_dir_all(&out_dir)?;
     fs::write(out_dir.join("data.bin"), vec![0x5au8; 64 * 1024])?;
     let prof = workspace_root().join("target/release/mmaplock-prof");
-    let _stats = procfs::BpfStats::enable()?;
+    let stats = procfs::BpfStats::enable()?;
 
+    let began = std::time::Instant::now();
     let mut samples = Vec::new();
     for round in 0..args.rounds {
         for (wi, &w) in Workload::ALL.iter().enumerate() {
@@ -77,7 +79,8 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
                 let mode = Mode::ALL[(round + wi + k) % Mode::ALL.len()];
                 let s = workload::run(round, w, mode, &args, &out_dir, &prof)?;
                 eprintln!(
-                    "round {}/{}: {:<34} {:<28} {:>9.0} ops/s{}",
+                    "[{:>4.0} s] round {}/{}: {:<34} {:<28} {:>9.0} ops/s{}",
+                    began.elapsed().as_secs_f64(),
                     round + 1,
                     args.rounds,
                     w.name(),
@@ -92,11 +95,16 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
             }
         }
     }
+    // The many-threads case measures the profiler as it runs in production: without the
+    // kernel's BPF statistics (which add two clock reads to every program run, its flush
+    // iterator's included).
+    drop(stats);
     let mut scale_rounds = Vec::new();
     for i in 0..args.scale_rounds {
         let r = scale::run(&args, &prof, &out_dir, i + 1)?;
         eprintln!(
-            "many threads {}/{}: {} tracked, warm-up {:.1} s, steady {:.2}% CPU, RSS max {:.1} MiB",
+            "[{:>4.0} s] many threads {}/{}: {} tracked, warm-up {:.1} s, steady {:.2}% CPU, RSS max {:.1} MiB",
+            began.elapsed().as_secs_f64(),
             i + 1,
             args.scale_rounds,
             r.threads_tracked,

@@ -14,12 +14,12 @@ use super::{
     workload::Workload,
 };
 
-/// `52.3 (50.1 - 55.0), 1.21x (1.15 - 1.30)`: a figure and its ratio to the floor.
+/// `52.3 (50.1 - 55.0); 1.21x (1.15 - 1.30)`: a figure and its ratio to the floor.
 fn with_ratio(v: Option<Spread>, ratio: Option<Spread>) -> String {
     match (v, ratio) {
         (None, _) => "-".into(),
         (Some(v), None) => v.show(1),
-        (Some(v), Some(r)) => format!("{}, {}x", v.show(1), r.show(2)),
+        (Some(v), Some(r)) => format!("{}; {}", v.show(1), r.show_x()),
     }
 }
 
@@ -66,7 +66,7 @@ pub(super) fn render(
     );
     let _ = writeln!(
         s,
-        "| workload | mode | all programs, per mmap_lock event | start_locking | acquire_returned | released | sched_process_exit | other programs | events/s |"
+        "| workload | mode | all programs, per mmap_lock event | start_locking | acquire_returned | released | exit programs | other programs | events/s |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---:|");
     for (w, mode, r) in rows.iter().filter(|(_, m, _)| *m != Mode::None) {
@@ -76,7 +76,6 @@ pub(super) fn render(
                 .find(|(t, _)| *t == tp)
                 .map_or("-".into(), |(_, f)| with_ratio(f.ns_per_run, f.vs_floor))
         };
-        let other: Vec<String> = r.other_programs.iter().map(|o| show(*o, 1)).collect();
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -87,11 +86,7 @@ pub(super) fn render(
             prog(Tp::Acquire),
             prog(Tp::Released),
             prog(Tp::Exit),
-            if other.is_empty() {
-                "-".into()
-            } else {
-                other.join("; ")
-            },
+            prog(Tp::Other),
             show(r.events_per_s, 0),
         );
     }

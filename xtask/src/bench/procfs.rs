@@ -2,6 +2,7 @@
 //! kernel's run statistics, its CPU time and its memory.
 
 use std::{
+    collections::HashMap,
     fs,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     process::Child,
@@ -49,29 +50,39 @@ pub struct Prog {
     pub ns: u64,
 }
 
-impl Prog {
-    pub fn ns_per_run(&self) -> f64 {
-        if self.runs == 0 {
-            f64::NAN
-        } else {
-            self.ns as f64 / self.runs as f64
-        }
-    }
-}
-
 /// The BPF programs a process holds, from its fdinfo (run count and time are there when
 /// `kernel.bpf_stats_enabled` is on), with their names, by program id.
 pub fn bpf_programs(pid: u32) -> Vec<Prog> {
+    bpf_programs_named(pid, &mut HashMap::new())
+}
+
+/// [`bpf_programs`], asking the kernel only for the names not in `names` yet.
+pub fn bpf_programs_named(pid: u32, names: &mut HashMap<u32, String>) -> Vec<Prog> {
     let mut progs = fdinfo_programs(pid);
     for p in &mut progs {
-        p.name = prog_name(p.id).unwrap_or_else(|| format!("prog {}", p.id));
+        p.name = names
+            .entry(p.id)
+            .or_insert_with(|| prog_name(p.id).unwrap_or_else(|| format!("prog {}", p.id)))
+            .clone();
     }
     progs
 }
 
-/// Runs of all the BPF programs a process holds (cheap: no names).
-pub fn bpf_runs(pid: u32) -> u64 {
-    fdinfo_programs(pid).iter().map(|p| p.runs).sum()
+/// mmap_lock tracepoints the process has attached programs to (its raw tracepoint links):
+/// tells a tracer attached without the kernel's BPF statistics.
+pub fn mmap_lock_links(pid: u32) -> usize {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| fs::read_to_string(e.path()).ok())
+        .filter(|info| {
+            info.lines().any(|l| {
+                l.strip_prefix("tp_name:")
+                    .is_some_and(|t| t.trim().starts_with("mmap_lock_"))
+            })
+        })
+        .count()
 }
 
 fn fdinfo_programs(pid: u32) -> Vec<Prog> {
@@ -209,8 +220,10 @@ mod tests {
     #[test]
     fn own_cpu_and_memory_are_read_from_proc() {
         let me = std::process::id();
-        assert!(rss_kib(me) > 0);
-        assert!(peak_rss_kib(me) >= rss_kib(me));
+        let rss = rss_kib(me);
+        assert!(rss > 0);
+        // Read after: the peak so far is at least what was resident then.
+        assert!(peak_rss_kib(me) >= rss);
         let t0 = cpu_time(me);
         let spin = std::time::Instant::now();
         while spin.elapsed() < Duration::from_millis(50) {

@@ -12,7 +12,7 @@ use super::{
 };
 
 /// The programs whose cost is compared with the floor's, program by program.
-const PER_PROGRAM: [Tp; 4] = [Tp::Start, Tp::Acquire, Tp::Released, Tp::Exit];
+const PER_PROGRAM: [Tp; 5] = [Tp::Start, Tp::Acquire, Tp::Released, Tp::Exit, Tp::Other];
 
 /// One tracepoint's program: ns per run, and per round its ratio to the floor's.
 #[derive(Clone, Debug, Default)]
@@ -30,8 +30,6 @@ pub(super) struct Row {
     pub(super) ns_per_event: Option<Spread>,
     pub(super) ns_per_event_vs_floor: Option<Spread>,
     pub(super) programs: Vec<(Tp, ProgramFigures)>,
-    /// Programs not told apart by name (bpftrace's), by id order: ns per run.
-    pub(super) other_programs: Vec<Option<Spread>>,
     pub(super) events_per_s: Option<Spread>,
     pub(super) attach_ms: Option<Spread>,
     pub(super) cpu_pct: Option<Spread>,
@@ -96,30 +94,6 @@ fn row(samples: &[Sample], w: Workload, m: Mode) -> Row {
             r.programs.push((tp, figures));
         }
     }
-    let n_other = mine
-        .iter()
-        .filter_map(|s| s.cost.as_ref())
-        .map(|c| {
-            c.programs
-                .iter()
-                .filter(|p| Tp::of(&p.name) == Tp::Other)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
-    r.other_programs = (0..n_other)
-        .map(|i| {
-            spread(&|s, _| {
-                let c = s.cost.as_ref()?;
-                let p = c
-                    .programs
-                    .iter()
-                    .filter(|p| Tp::of(&p.name) == Tp::Other)
-                    .nth(i)?;
-                Some(p.ns_per_run())
-            })
-        })
-        .collect();
     r.events_per_s = spread(&|s, _| {
         let c = s.cost.as_ref()?;
         Some(c.lock_events() as f64 / c.wall.as_secs_f64())
@@ -149,7 +123,7 @@ fn ratio_target(what: String, per_round: &[f64], limit: f64) -> Target {
     let s = Spread::of(per_round.iter().copied());
     Target {
         what,
-        measured: s.map_or("-".into(), |s| format!("{}x", s.show(2))),
+        measured: s.map_or("-".into(), |s| s.show_x()),
         met: s.map(|s| s.median <= limit),
         rounds: Some((
             per_round.iter().filter(|&&r| r <= limit).count(),
@@ -318,7 +292,6 @@ fn row_json(w: Workload, m: Mode, r: &Row) -> Value {
             "ns_per_run": json_of(f.ns_per_run, 1),
             "vs_floor": json_of(f.vs_floor, 2),
         })).collect::<Vec<_>>(),
-        "other_programs_ns_per_run": r.other_programs.iter().map(|s| json_of(*s, 1)).collect::<Vec<_>>(),
         "events_per_s": json_of(r.events_per_s, 0),
         "attach_ms": json_of(r.attach_ms, 1),
         "tracer_cpu_pct": json_of(r.cpu_pct, 2),

@@ -55,6 +55,16 @@ impl Spread {
     }
 }
 
+impl Spread {
+    /// A ratio: `1.21x (1.15 - 1.30)`.
+    pub fn show_x(&self) -> String {
+        if self.n < 2 {
+            return format!("{:.2}x", self.median);
+        }
+        format!("{:.2}x ({:.2} - {:.2})", self.median, self.min, self.max)
+    }
+}
+
 pub fn round(v: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (v * f).round() / f
@@ -86,5 +96,9 @@ mod tests {
             "1.38 (1.25 - 1.50)"
         );
         assert_eq!(Spread::of([7.0]).unwrap().show(1), "7.0");
+        assert_eq!(
+            Spread::of([1.0, 1.5]).unwrap().show_x(),
+            "1.25x (1.00 - 1.50)"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! stopped and measured.
 
 use std::{
+    collections::HashMap,
     fs,
     path::Path,
     process::{Command, Stdio},
@@ -67,6 +68,14 @@ impl Mode {
         }
     }
 
+    /// The mmap_lock tracepoints the tracer has programs on.
+    fn lock_tracepoints(self) -> &'static [Tp] {
+        match self {
+            Mode::Bpftrace => &[Tp::Start, Tp::Acquire],
+            _ => &Tp::LOCK,
+        }
+    }
+
     fn output(self) -> &'static str {
         match self {
             Mode::Floor => "floor.jsonl",
@@ -77,21 +86,26 @@ impl Mode {
     }
 }
 
-/// Which tracepoint a program serves, from its kernel name (bpftrace's names, truncated to
-/// `tracepoint_mmap`, do not say: they are `Other`).
+/// Which tracepoint a program serves, from its kernel name (cut to 15 characters:
+/// `mmap_lock_acqui`, `floor_start_loc`; bpftrace 0.17 names its programs the same way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tp {
     Start,
     Acquire,
     Released,
+    /// `sched_process_exit`, `sched_process_free`: once per thread, not per lock event.
     Exit,
+    /// Anything else (mmaplock-prof's flush iterator): not per lock event either.
     Other,
 }
 
 impl Tp {
+    /// The mmap_lock tracepoints: their hits are the events.
+    pub const LOCK: [Tp; 3] = [Tp::Start, Tp::Acquire, Tp::Released];
+
     pub fn of(prog_name: &str) -> Tp {
         let n = prog_name.to_ascii_lowercase();
-        if n.contains("exit") || n.starts_with("sched") {
+        if n.starts_with("sched_process") || n.contains("exit") {
             Tp::Exit
         } else if n.contains("acq") {
             Tp::Acquire
@@ -109,8 +123,8 @@ impl Tp {
             Tp::Start => "start_locking",
             Tp::Acquire => "acquire_returned",
             Tp::Released => "released",
-            Tp::Exit => "sched_process_exit",
-            Tp::Other => "other",
+            Tp::Exit => "exit programs",
+            Tp::Other => "other programs",
         }
     }
 }
@@ -130,17 +144,17 @@ pub struct TracerCost {
 }
 
 impl TracerCost {
-    /// Mmap_lock tracepoint hits: runs of every program but the exit one.
+    /// Mmap_lock tracepoint hits: runs of the programs on those tracepoints.
     pub fn lock_events(&self) -> u64 {
         self.programs
             .iter()
-            .filter(|p| Tp::of(&p.name) != Tp::Exit)
+            .filter(|p| Tp::LOCK.contains(&Tp::of(&p.name)))
             .map(|p| p.runs)
             .sum()
     }
 
-    /// BPF time of all the tracer's programs (exit program included) per mmap_lock
-    /// tracepoint hit.
+    /// BPF time of all the tracer's programs (exit and iterator programs included) per
+    /// mmap_lock tracepoint hit.
     pub fn ns_per_event(&self) -> f64 {
         let ns: u64 = self.programs.iter().map(|p| p.ns).sum();
         match self.lock_events() {
@@ -234,11 +248,14 @@ pub fn start(mode: Mode, prof: &Path, out_dir: &Path) -> Result<Option<Running>>
     };
     let mut guard = Guard(child);
     let pid = guard.0.id();
-    // Attached = its programs have run at least once. Take the lock ourselves while we wait,
-    // so that an idle machine does not delay the first event.
+    // Attached = each of its programs on the mmap_lock tracepoints has run. Take the lock
+    // ourselves while we wait, so that an idle machine does not delay the first events.
+    let mut names = HashMap::new();
     loop {
         touch_mmap_lock();
-        if procfs::bpf_runs(pid) > 0 {
+        let progs = procfs::bpf_programs_named(pid, &mut names);
+        let ran = |tp: Tp| progs.iter().any(|p| Tp::of(&p.name) == tp && p.runs > 0);
+        if mode.lock_tracepoints().iter().all(|&tp| ran(tp)) {
             return Ok(Some(Running {
                 guard,
                 mode,
@@ -344,7 +361,8 @@ mod tests {
         assert_eq!(Tp::of("mmap_lock_relea"), Tp::Released);
         assert_eq!(Tp::of("sched_process_e"), Tp::Exit);
         assert_eq!(Tp::of("floor_start"), Tp::Start);
-        assert_eq!(Tp::of("tracepoint_mmap"), Tp::Other);
+        assert_eq!(Tp::of("sched_process_f"), Tp::Exit);
+        assert_eq!(Tp::of("flush_threads"), Tp::Other);
         let cost = TracerCost {
             programs: vec![
                 Prog {
