@@ -34,8 +34,9 @@ pub struct BenchArgs {
     /// Worker threads of the Node.js workload, and threads of the mmap/munmap helper.
     #[arg(long, default_value_t = 4)]
     threads: u32,
-    /// fs.readFileSync calls per Worker.
-    #[arg(long, default_value_t = 4000)]
+    /// fs.readFileSync calls per Worker (enough for half a second of work, past the JIT's
+    /// warm-up).
+    #[arg(long, default_value_t = 12000)]
     node_iterations: u32,
     /// (mmap; touch; munmap) per helper thread.
     #[arg(long, default_value_t = 20000)]
@@ -71,6 +72,7 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     let prof = workspace_root().join("target/release/mmaplock-prof");
     let stats = procfs::BpfStats::enable()?;
 
+    let load_at_start = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let began = std::time::Instant::now();
     let mut samples = Vec::new();
     for round in 0..args.rounds {
@@ -114,7 +116,7 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         );
         scale_rounds.push(r);
     }
-    let results = report::summarize(&args, &samples, &scale_rounds);
+    let results = report::summarize(&args, &samples, &scale_rounds, load_at_start.trim());
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,

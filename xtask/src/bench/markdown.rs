@@ -14,6 +14,17 @@ use super::{
     workload::Workload,
 };
 
+/// The three load averages of a `/proc/loadavg` line.
+fn first3(v: &Value) -> String {
+    let l: Vec<&str> = v
+        .as_str()
+        .unwrap_or("")
+        .split_whitespace()
+        .take(3)
+        .collect();
+    l.join(" ")
+}
+
 /// `52.3 (50.1 - 55.0); 1.21x (1.15 - 1.30)`: a figure and its ratio to the floor.
 fn with_ratio(v: Option<Spread>, ratio: Option<Spread>) -> String {
     match (v, ratio) {
@@ -38,6 +49,12 @@ pub(super) fn render(
         args.rounds,
         m["cpus"],
         m["kernel"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(
+        s,
+        "Load average (1, 5, 15 min) at the start: {}; at the end: {}.\n",
+        first3(&m["loadavg_at_start"]),
+        first3(&m["loadavg_at_end"])
     );
     let _ = writeln!(
         s,

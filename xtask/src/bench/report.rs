@@ -137,7 +137,12 @@ pub struct Results {
     pub markdown: String,
 }
 
-pub fn summarize(args: &BenchArgs, samples: &[Sample], scale: &[ScaleRound]) -> Results {
+pub fn summarize(
+    args: &BenchArgs,
+    samples: &[Sample],
+    scale: &[ScaleRound],
+    load_at_start: &str,
+) -> Results {
     let rows: Vec<(Workload, Mode, Row)> = Workload::ALL
         .iter()
         .flat_map(|&w| Mode::ALL.iter().map(move |&m| (w, m)))
@@ -187,7 +192,7 @@ pub fn summarize(args: &BenchArgs, samples: &[Sample], scale: &[ScaleRound]) -> 
         .filter_map(|&w| find(w, Mode::Prof).attach_ms)
         .max_by(|a, b| a.median.total_cmp(&b.median));
     targets.push(Target {
-        what: "attach (start to first event counted) under 100 ms".into(),
+        what: "attach (start until each mmap_lock program has run) under 100 ms".into(),
         measured: show(attach, 1) + " ms",
         met: attach.map(|a| a.median < 100.0),
         rounds: None,
@@ -221,7 +226,7 @@ pub fn summarize(args: &BenchArgs, samples: &[Sample], scale: &[ScaleRound]) -> 
         "threads": args.threads,
         "node_iterations": args.node_iterations,
         "churn_iterations": args.churn_iterations,
-        "machine": machine(),
+        "machine": machine(load_at_start),
         "rows": rows.iter().map(|(w, m, r)| row_json(*w, *m, r)).collect::<Vec<_>>(),
         "many_threads": {
             "threads": args.scale_threads,
@@ -319,7 +324,7 @@ fn sample_json(s: &Sample) -> Value {
     })
 }
 
-fn machine() -> Value {
+fn machine(load_at_start: &str) -> Value {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .unwrap_or_default()
@@ -329,6 +334,7 @@ fn machine() -> Value {
     json!({
         "kernel": read("/proc/sys/kernel/osrelease"),
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "loadavg_at_start": load_at_start,
         "loadavg_at_end": read("/proc/loadavg"),
     })
 }
