@@ -303,8 +303,18 @@ pub fn stop(mut t: Running) -> Result<TracerCost> {
     if let Some(status) = t.guard.0.try_wait()? {
         bail!("{} ended during the run: {status}", t.mode.name());
     }
-    interrupt_and_wait(&mut t.guard, Duration::from_secs(30))?;
-    let lost = t.mode.prof_args().and_then(|_| summary_lost(&t.output));
+    // Its cost is read: a tracer slow to write its last output (bpftrace prints every map on
+    // a busy machine) is waited for a while, then killed, and the run kept.
+    let stopped = match interrupt_and_wait(&mut t.guard, Duration::from_secs(60)) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("xtask bench: {}: {e:#}; killed", t.mode.name());
+            false
+        }
+    };
+    let lost = (stopped && t.mode.prof_args().is_some())
+        .then(|| summary_lost(&t.output))
+        .flatten();
     Ok(TracerCost {
         attach: t.attach,
         programs,
