@@ -404,10 +404,11 @@ fn resolve(st: &mut ThreadState, mm: u64) -> Owner {
     }
     let owner = unsafe { read_u32(owner_task + k.task_tgid as u64) };
     if owner == tgid {
-        // A task of our own thread group whose mm is not ours: a child being forked (it has
-        // no pid of its own until after copy_mm). Counted when our own lock is profiled.
-        return if st.own_tracked == TRACKED {
-            Owner::ForkChild
+        // A task of our own thread group whose mm is not ours yet: execve's new mm (a fork
+        // child's was caught above by the held fork slot). It is this process's lock.
+        let start = process_start(&k, task);
+        return if passes_filter(&k, tgid, task) {
+            Owner::Tracked(tgid, start)
         } else {
             Owner::Ignored
         };
@@ -735,6 +736,13 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let Some(st) = thread_state(true) else {
         return 0;
     };
+    // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
+    // never seen), and is reused.
+    for s in st.slots.iter_mut() {
+        if s.state == WAITING {
+            s.state = FREE;
+        }
+    }
     let free0 = st.slots[0].state == FREE;
     let free1 = st.slots[1].state == FREE;
     // Holding nothing: flush what is pending (inside dup_mmap, the parent's lock is held).

@@ -304,10 +304,16 @@ impl Collector {
         // Thread exits (announced so that userspace knows whom to wait for at the end), then
         // the lock tracepoints.
         let exit_prog = (!cfg.floor).then_some(("sched_process_exit", "sched_process_exit"));
+        // The lock tracepoints last to first: a release is attached before the acquisitions
+        // it ends, and an acquire before the waits it ends, so that no thread is left with a
+        // slot that never completes while the programs attach one by one (each takes the
+        // verifier a while); an acquire seen before start_locking is attached counts as a
+        // trylock (no wait).
         let attach = exit_prog.into_iter().chain(
             TRACEPOINTS
                 .into_iter()
-                .zip(programs_for(&kernel, cfg.floor)),
+                .zip(programs_for(&kernel, cfg.floor))
+                .rev(),
         );
         for (tp, name) in attach {
             let prog: &mut RawTracePoint = ebpf
