@@ -1042,3 +1042,21 @@ pub fn floor_acquire_returned(_ctx: RawTracePointContext) -> i32 {
 pub fn floor_released(_ctx: RawTracePointContext) -> i32 {
     0
 }
+
+// The clock floor (`--floor-clock`): one clock read per run, the least any program that times
+// acquisitions must do under the lock.
+
+#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
+pub fn clock_start_locking(_ctx: RawTracePointContext) -> i32 {
+    (unsafe { bpf_ktime_get_ns() } & 1) as i32
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn clock_acquire_returned(_ctx: RawTracePointContext) -> i32 {
+    (unsafe { bpf_ktime_get_ns() } & 1) as i32
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn clock_released(_ctx: RawTracePointContext) -> i32 {
+    (unsafe { bpf_ktime_get_ns() } & 1) as i32
+}

@@ -114,8 +114,12 @@ pub struct ProfileArgs {
     pub bpf_stats: bool,
     /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
     /// instead of the profiler's, to measure the floor cost of any BPF program there.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, conflicts_with = "floor_clock")]
     pub floor: bool,
+    /// Benchmark only: attach programs that read the clock once and do nothing else, the least
+    /// a program timing each acquisition does while the lock is held.
+    #[arg(long, hide = true)]
+    pub floor_clock: bool,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,
@@ -267,6 +271,13 @@ mod tests {
         use clap::CommandFactory as _;
         let help = Cli::command().render_long_help().to_string();
         assert!(!help.contains("--floor"), "{help}");
+        assert!(
+            parse(&["--floor-clock", "-d", "1"])
+                .unwrap()
+                .profile
+                .floor_clock
+        );
+        assert!(parse(&["--floor", "--floor-clock"]).is_err());
     }
 
     #[test]

@@ -68,9 +68,27 @@ pub struct CollectorConfig {
     pub stack_sample: u32,
     /// Profile write acquisitions only.
     pub writes_only: bool,
-    /// Attach the empty "floor" programs instead of the profiler's (benchmark only): the
-    /// physical cost of a BPF program on these tracepoints, measured on the same machine.
-    pub floor: bool,
+    /// Attach "floor" programs instead of the profiler's (benchmark only): the physical cost
+    /// of a BPF program on these tracepoints, measured on the same machine.
+    pub floor: Floor,
+}
+
+/// Which floor programs to attach instead of the profiler's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Floor {
+    /// The profiler itself.
+    #[default]
+    Off,
+    /// Empty programs: the cost of running any program there.
+    Empty,
+    /// One clock read each: the least a program timing each acquisition does under the lock.
+    Clock,
+}
+
+impl Floor {
+    fn is_on(self) -> bool {
+        self != Floor::Off
+    }
 }
 
 /// Health counters summed over CPUs (see `profiler_common::counter`).
@@ -121,8 +139,8 @@ pub struct Collector {
     /// Tids of exited threads that had entries.
     exited: RingBuf<MapData>,
     changed: Vec<(StatsKey, ThreadStats)>,
-    /// Whether the floor programs were loaded instead of the profiler's.
-    floor: bool,
+    /// Which floor programs were loaded instead of the profiler's, if any.
+    floor: Floor,
 }
 
 /// A map of the loaded object, typed.
@@ -140,14 +158,24 @@ where
 /// lookup per changed entry.
 const MAX_LOOKUPS: usize = 2048;
 
-/// The program for each of [`TRACEPOINTS`] on this kernel (`floor`: the empty ones).
-fn programs_for(kernel: &KernelInfo, floor: bool) -> [&'static str; 3] {
-    if floor {
-        return [
-            "floor_start_locking",
-            "floor_acquire_returned",
-            "floor_released",
-        ];
+/// The program for each of [`TRACEPOINTS`] on this kernel (or the floor's).
+fn programs_for(kernel: &KernelInfo, floor: Floor) -> [&'static str; 3] {
+    match floor {
+        Floor::Empty => {
+            return [
+                "floor_start_locking",
+                "floor_acquire_returned",
+                "floor_released",
+            ];
+        }
+        Floor::Clock => {
+            return [
+                "clock_start_locking",
+                "clock_acquire_returned",
+                "clock_released",
+            ];
+        }
+        Floor::Off => {}
     }
     [
         kernel.tracepoints.start_program(),
@@ -280,7 +308,7 @@ impl Collector {
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
         let dirty: RingBuf<MapData> = take(&mut ebpf, "DIRTY")?;
         let exited: RingBuf<MapData> = take(&mut ebpf, "EXITED")?;
-        if !cfg.floor {
+        if !cfg.floor.is_on() {
             // First the programs that flush what the lock programs leave pending: a freed
             // thread's last acquisitions, and every thread's when userspace asks. They are
             // typed by the kernel's BTF, which aya parses for them (and then drops).
@@ -303,7 +331,8 @@ impl Collector {
         }
         // Thread exits (announced so that userspace knows whom to wait for at the end), then
         // the lock tracepoints.
-        let exit_prog = (!cfg.floor).then_some(("sched_process_exit", "sched_process_exit"));
+        let exit_prog =
+            (!cfg.floor.is_on()).then_some(("sched_process_exit", "sched_process_exit"));
         // The lock tracepoints last to first: a release is attached before the acquisitions
         // it ends, and an acquire before the waits it ends, so that no thread is left with a
         // slot that never completes while the programs attach one by one (each takes the
@@ -409,7 +438,7 @@ impl Collector {
     /// Flushes every live thread's pending acquisitions into the kernel map (the flush
     /// iterator: one pass over the machine's tasks, in the kernel).
     pub fn flush_pending(&mut self) -> Result<(), CollectorError> {
-        if self.floor {
+        if self.floor.is_on() {
             return Ok(());
         }
         let iter: &mut Iter = self
@@ -675,7 +704,7 @@ mod tests {
             bpf_stats: false,
             stack_sample: 0,
             writes_only: false,
-            floor: false,
+            floor: Floor::Off,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

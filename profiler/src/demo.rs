@@ -158,7 +158,7 @@ async fn run_mode(
         // The demo's writes are few: take every one's stack.
         stack_sample: 1,
         writes_only: false,
-        floor: false,
+        floor: crate::collector::Floor::Off,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);

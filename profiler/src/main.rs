@@ -73,7 +73,13 @@ fn run(cli: Cli) -> Result<(), Error> {
                     max_threads: p.max_threads,
                     bpf_stats: p.bpf_stats,
                     writes_only: p.writes_only,
-                    floor: p.floor,
+                    floor: if p.floor {
+                        collector::Floor::Empty
+                    } else if p.floor_clock {
+                        collector::Floor::Clock
+                    } else {
+                        collector::Floor::Off
+                    },
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {
