@@ -123,8 +123,11 @@ pub mod counter {
     /// no pid of its own yet; the lock is uncontended and its hold lies within the parent's
     /// fork write hold).
     pub const FORK_CHILD: u32 = 9;
+    /// Not a loss: acquisitions put in a thread's pending ring; userspace runs the flush
+    /// iterator only when this moved since its last run (idle threads then cost nothing).
+    pub const COMPLETED: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].

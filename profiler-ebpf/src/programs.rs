@@ -684,6 +684,7 @@ fn complete(st: &mut ThreadState, d: Done) {
         *slot = d;
     }
     st.profiled = 1;
+    bump(counter::COMPLETED);
     // The record before the index that publishes it (x86-64 keeps stores in order).
     unsafe { ptr::write_volatile(&mut st.head, head.wrapping_add(1)) };
 }

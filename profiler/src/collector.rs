@@ -104,6 +104,7 @@ pub struct Counters {
     pub flush_under_lock: u64,
     pub exit_flush: u64,
     pub fork_child: u64,
+    pub completed: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
@@ -141,6 +142,8 @@ pub struct Collector {
     changed: Vec<(StatsKey, ThreadStats)>,
     /// Which floor programs were loaded instead of the profiler's, if any.
     floor: Floor,
+    /// `counter::COMPLETED` when the flush iterator last ran.
+    flushed_at: u64,
 }
 
 /// A map of the loaded object, typed.
@@ -380,6 +383,7 @@ impl Collector {
             exited,
             changed: Vec::new(),
             floor: cfg.floor,
+            flushed_at: 0,
         })
     }
 
@@ -436,11 +440,17 @@ impl Collector {
     }
 
     /// Flushes every live thread's pending acquisitions into the kernel map (the flush
-    /// iterator: one pass over the machine's tasks, in the kernel).
+    /// iterator: one pass over the machine's tasks, in the kernel), unless no acquisition
+    /// completed since the last pass.
     pub fn flush_pending(&mut self) -> Result<(), CollectorError> {
         if self.floor.is_on() {
             return Ok(());
         }
+        let completed = self.read_counter(counter::COMPLETED)?;
+        if completed == self.flushed_at {
+            return Ok(());
+        }
+        self.flushed_at = completed;
         let iter: &mut Iter = self
             .ebpf
             .program_mut(FLUSH_ITER)
@@ -531,14 +541,16 @@ impl Collector {
         let _ = self.stats.remove(key);
     }
 
+    fn read_counter(&self, idx: u32) -> Result<u64, CollectorError> {
+        let v = self
+            .counters
+            .get(&idx, 0)
+            .map_err(|e| CollectorError::Map("COUNTERS", error_chain(&e)))?;
+        Ok(v.iter().sum())
+    }
+
     pub fn counters(&self) -> Result<Counters, CollectorError> {
-        let read = |idx: u32| -> Result<u64, CollectorError> {
-            let v = self
-                .counters
-                .get(&idx, 0)
-                .map_err(|e| CollectorError::Map("COUNTERS", error_chain(&e)))?;
-            Ok(v.iter().sum())
-        };
+        let read = |idx: u32| self.read_counter(idx);
         Ok(Counters {
             map_full: read(counter::MAP_FULL)?,
             nested: read(counter::NESTED)?,
@@ -550,6 +562,7 @@ impl Collector {
             flush_under_lock: read(counter::FLUSH_UNDER_LOCK)?,
             exit_flush: read(counter::EXIT_FLUSH)?,
             fork_child: read(counter::FORK_CHILD)?,
+            completed: read(counter::COMPLETED)?,
         })
     }
 
