@@ -19,7 +19,7 @@ mod workload;
 
 use std::{fs, path::PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 
 use crate::{build, workspace_root};
 use tracer::Mode;
@@ -27,7 +27,7 @@ use workload::Workload;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Interleaved rounds (each runs every workload under every mode; about 12 s each on
+    /// Interleaved rounds (each runs every workload under every mode; about 15 s each on
     /// 2 cores).
     #[arg(long, default_value_t = 20)]
     rounds: usize,
@@ -69,7 +69,7 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     let out_dir = workspace_root().join(&args.out);
     fs::create_dir_all(&out_dir)?;
     fs::write(out_dir.join("data.bin"), vec![0x5au8; 64 * 1024])?;
-    let prof = workspace_root().join("target/release/mmaplock-prof");
+    let prof = pin_binaries(&out_dir)?;
     let stats = procfs::BpfStats::enable()?;
 
     let load_at_start = fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -125,4 +125,20 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     println!("{}", results.markdown);
     eprintln!("written: {}/results.{{json,md}}", out_dir.display());
     Ok(())
+}
+
+/// Copies the binaries just built next to the results and returns the profiler's copy (the
+/// helper `mmap-churn` is beside it): the target directory is shared, and a build during the
+/// run must not change what is measured half-way.
+fn pin_binaries(out_dir: &std::path::Path) -> Result<PathBuf> {
+    let bin = out_dir.join("bin");
+    fs::create_dir_all(&bin)?;
+    for name in ["mmaplock-prof", "mmap-churn"] {
+        let to = bin.join(name);
+        // Never write through a hard link into the target directory.
+        let _ = fs::remove_file(&to);
+        fs::copy(workspace_root().join("target/release").join(name), &to)
+            .with_context(|| format!("copy {name} to {}", bin.display()))?;
+    }
+    Ok(bin.join("mmaplock-prof"))
 }

@@ -29,7 +29,6 @@ use super::{
     tracer,
     workload::read_ready,
 };
-use crate::workspace_root;
 
 /// At least this long between the threads' last work and the steady window.
 const MIN_WARMUP: Duration = Duration::from_secs(2);
@@ -143,7 +142,7 @@ fn mib(kib: u64) -> f64 {
 
 /// One round: start the threads, profile them, measure the steady state, stop.
 pub fn run(args: &BenchArgs, prof: &Path, dir: &Path, round_no: usize) -> Result<ScaleRound> {
-    let churn = workspace_root().join("target/release/mmap-churn");
+    let churn = prof.with_file_name("mmap-churn");
     // The threads stay alive until the helper is killed at the end of the round.
     let mut helper = Guard(
         Command::new(&churn)

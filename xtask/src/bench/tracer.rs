@@ -34,15 +34,19 @@ pub enum Mode {
     None,
     /// `mmaplock-prof --floor`: empty programs of our own on the same three tracepoints.
     Floor,
+    /// `mmaplock-prof --floor-clock`: one clock read per run, the least a program that times
+    /// acquisitions does (for context: no target is set on it).
+    FloorClock,
     Prof,
     ProfWritesOnly,
     Bpftrace,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 6] = [
         Mode::None,
         Mode::Floor,
+        Mode::FloorClock,
         Mode::Prof,
         Mode::ProfWritesOnly,
         Mode::Bpftrace,
@@ -52,6 +56,7 @@ impl Mode {
         match self {
             Mode::None => "no tracing",
             Mode::Floor => "floor (empty programs)",
+            Mode::FloorClock => "clock floor (one clock read)",
             Mode::Prof => "mmaplock-prof",
             Mode::ProfWritesOnly => "mmaplock-prof --writes-only",
             Mode::Bpftrace => "bpftrace",
@@ -62,6 +67,7 @@ impl Mode {
     fn prof_args(self) -> Option<&'static [&'static str]> {
         match self {
             Mode::Floor => Some(&["--floor"]),
+            Mode::FloorClock => Some(&["--floor-clock"]),
             Mode::Prof => Some(&[]),
             Mode::ProfWritesOnly => Some(&["--writes-only"]),
             Mode::None | Mode::Bpftrace => None,
@@ -79,6 +85,7 @@ impl Mode {
     fn output(self) -> &'static str {
         match self {
             Mode::Floor => "floor.jsonl",
+            Mode::FloorClock => "floor-clock.jsonl",
             Mode::ProfWritesOnly => "prof-writes-only.jsonl",
             Mode::Bpftrace => "bpftrace.out",
             Mode::None | Mode::Prof => "prof.jsonl",
@@ -370,7 +377,9 @@ mod tests {
         assert_eq!(Tp::of("mmap_lock_acqui"), Tp::Acquire);
         assert_eq!(Tp::of("mmap_lock_relea"), Tp::Released);
         assert_eq!(Tp::of("sched_process_e"), Tp::Exit);
-        assert_eq!(Tp::of("floor_start"), Tp::Start);
+        assert_eq!(Tp::of("floor_start_loc"), Tp::Start);
+        assert_eq!(Tp::of("clock_released"), Tp::Released);
+        assert_eq!(Tp::of("clock_acquire_r"), Tp::Acquire);
         assert_eq!(Tp::of("sched_process_f"), Tp::Exit);
         assert_eq!(Tp::of("flush_threads"), Tp::Other);
         let cost = TracerCost {

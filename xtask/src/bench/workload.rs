@@ -81,7 +81,7 @@ pub fn run(
             c
         }
         Workload::Churn => {
-            let mut c = Command::new(root.join("target/release/mmap-churn"));
+            let mut c = Command::new(prof.with_file_name("mmap-churn"));
             c.arg(args.threads.to_string())
                 .arg(args.churn_iterations.to_string());
             c
