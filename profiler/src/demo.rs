@@ -21,9 +21,10 @@ use tokio::{
 use crate::{
     aggregation::SideStats,
     cli::Format,
-    collector::{Collector, CollectorConfig, CollectorError},
-    report::{Dist, Report, Stats, fmt_ns, histogram_lines, side_by_side},
-    session::{Profile, Rings, SessionError, Sink},
+    kernel::collector::{Collector, CollectorConfig, CollectorError},
+    output::report::{Dist, Report, Stats},
+    output::text::{fmt_ns, histogram_lines, side_by_side},
+    run::{Profile, Rings, SessionError, Sink},
 };
 
 const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
@@ -158,7 +159,7 @@ async fn run_mode(
         // The demo's writes are few: take every one's stack.
         stack_sample: 1,
         writes_only: false,
-        floor: crate::collector::Floor::Off,
+        floor: crate::kernel::collector::Floor::Off,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);
@@ -424,7 +425,7 @@ pub async fn run(cfg: DemoConfig) -> Result<(), DemoError> {
         Format::Json => {
             let r = DemoReport {
                 kind: "demo",
-                schema_version: crate::report::SCHEMA_VERSION,
+                schema_version: crate::output::report::SCHEMA_VERSION,
                 workers: cfg.workers,
                 file_kib: cfg.file_kib,
                 iterations: cfg.iterations,

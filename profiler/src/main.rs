@@ -2,19 +2,12 @@
 //! per-process mmap_lock. See README.md and docs/.
 
 mod aggregation;
-mod attribution;
 mod cli;
-mod collector;
 mod demo;
-mod ids;
 mod kernel;
-mod minkernel;
-mod procmaps;
-mod report;
-mod session;
-mod stacks;
-mod threadstart;
-mod unwind;
+mod output;
+mod registry;
+mod run;
 
 use std::{process::ExitCode, time::Duration};
 
@@ -22,19 +15,19 @@ use clap::Parser as _;
 
 use crate::{
     cli::{Cli, Command, Format},
-    collector::CollectorConfig,
+    kernel::collector::CollectorConfig,
 };
 
 #[derive(Debug, thiserror::Error)]
 enum Error {
     #[error(transparent)]
-    Session(#[from] session::SessionError),
+    Session(#[from] run::SessionError),
     #[error(transparent)]
     Demo(#[from] demo::DemoError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error(transparent)]
-    KernelTooOld(#[from] minkernel::TooOld),
+    KernelTooOld(#[from] kernel::minkernel::TooOld),
 }
 
 impl Error {
@@ -49,7 +42,7 @@ impl Error {
 
 fn run(cli: Cli) -> Result<(), Error> {
     // Before anything is loaded (profiling and the demo both load the programs).
-    minkernel::check_running()?;
+    kernel::minkernel::check_running()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -66,7 +59,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         }))?,
         None => {
             let p = cli.profile;
-            rt.block_on(session::run(session::SessionConfig {
+            rt.block_on(run::run(run::SessionConfig {
                 collector: CollectorConfig {
                     pids: p.pids,
                     comms: p.comms,
@@ -74,11 +67,11 @@ fn run(cli: Cli) -> Result<(), Error> {
                     bpf_stats: p.bpf_stats,
                     writes_only: p.writes_only,
                     floor: if p.floor {
-                        collector::Floor::Empty
+                        kernel::collector::Floor::Empty
                     } else if p.floor_clock {
-                        collector::Floor::Clock
+                        kernel::collector::Floor::Clock
                     } else {
-                        collector::Floor::Off
+                        kernel::collector::Floor::Off
                     },
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE

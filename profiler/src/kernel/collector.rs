@@ -16,7 +16,10 @@ use profiler_common::{
     StatsKey, ThreadStats, counter,
 };
 
-use crate::kernel::{KernelError, KernelInfo};
+use crate::kernel::{
+    batch,
+    btf::{KernelError, KernelInfo},
+};
 
 /// The compiled eBPF object, built by `build.rs` from `profiler-ebpf`.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mmaplock"));
@@ -597,111 +600,6 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     // SAFETY: only used with repr(C) integer-only record types, and the record is at least
     // that long; ring buffers align records to 8 bytes only, so read unaligned.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
-
-/// `BPF_MAP_LOOKUP_BATCH`, which aya does not wrap: a thousand entries per syscall instead
-/// of two syscalls per entry.
-mod batch {
-    use std::{
-        io,
-        os::fd::{AsFd, AsRawFd},
-    };
-
-    use aya::maps::{HashMap as BpfHashMap, IterableMap, MapData};
-    use profiler_common::{StatsKey, ThreadStats};
-
-    /// Entries per syscall.
-    pub const CHUNK: usize = 1024;
-    const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-
-    /// The `batch` member of `union bpf_attr`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct BatchAttr {
-        in_batch: u64,
-        out_batch: u64,
-        keys: u64,
-        values: u64,
-        count: u32,
-        map_fd: u32,
-        elem_flags: u64,
-        flags: u64,
-    }
-
-    /// Reused between readings.
-    #[derive(Default)]
-    pub struct Buffers {
-        keys: Vec<StatsKey>,
-        values: Vec<ThreadStats>,
-        pairs: Vec<(StatsKey, ThreadStats)>,
-    }
-
-    pub fn read_all(
-        map: &BpfHashMap<MapData, StatsKey, ThreadStats>,
-        buf: &mut Buffers,
-        f: &mut impl FnMut(&[(StatsKey, ThreadStats)]),
-    ) -> io::Result<()> {
-        let fd = map.map().fd().as_fd().as_raw_fd();
-        // For hash maps the batch cursor is a bucket index.
-        let (mut cursor, mut next) = (0u32, 0u32);
-        let mut first = true;
-        let mut chunk = CHUNK;
-        loop {
-            buf.keys.clear();
-            buf.values.clear();
-            buf.keys.reserve(chunk);
-            buf.values.reserve(chunk);
-            let mut attr = BatchAttr {
-                in_batch: if first {
-                    0
-                } else {
-                    &cursor as *const u32 as u64
-                },
-                out_batch: &mut next as *mut u32 as u64,
-                keys: buf.keys.as_mut_ptr() as u64,
-                values: buf.values.as_mut_ptr() as u64,
-                count: chunk as u32,
-                map_fd: fd as u32,
-                ..Default::default()
-            };
-            // SAFETY: the key and value buffers have room for `count` elements each, the
-            // cursors outlive the call, and the kernel writes at most `count` elements.
-            let ret = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_MAP_LOOKUP_BATCH,
-                    &mut attr as *mut BatchAttr,
-                    std::mem::size_of::<BatchAttr>(),
-                )
-            };
-            let err = (ret < 0).then(io::Error::last_os_error);
-            let n = (attr.count as usize).min(chunk);
-            // SAFETY: the kernel filled the first `n` elements of both buffers.
-            unsafe {
-                buf.keys.set_len(n);
-                buf.values.set_len(n);
-            }
-            match err {
-                // A bucket holds more entries than fit: retry it with more room.
-                Some(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                    chunk *= 2;
-                    continue;
-                }
-                Some(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
-                _ => {}
-            }
-            buf.pairs.clear();
-            buf.pairs
-                .extend(buf.keys.iter().copied().zip(buf.values.iter().copied()));
-            f(&buf.pairs);
-            // ENOENT: that was the last batch.
-            if err.is_some() {
-                return Ok(());
-            }
-            cursor = next;
-            first = false;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
-//! The report model (JSON contract, `schema_version` 1, see docs/report-format.md) and its two
-//! renderings: newline-delimited JSON for machines and tables with histograms for people.
+//! The report model (JSON contract, `schema_version` 1, see docs/report-format.md), built by
+//! a pure function of a window of activity and its attribution.
 
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     time::{Duration, SystemTime},
 };
 
@@ -13,10 +12,11 @@ use serde::Serialize;
 
 use crate::{
     aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
-    attribution::{ProcessNames, Role, Roles, comm_str},
-    collector::ProgramStats,
-    ids::ProcId,
-    stacks::StackAttribution,
+    kernel::collector::ProgramStats,
+    registry::Attribution,
+    registry::ids::ProcId,
+    registry::roles::{Role, comm_str},
+    registry::stacks::StackAttribution,
 };
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -300,149 +300,134 @@ pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// Builds reports from windows; owns the scratch histogram used for percentiles.
-pub struct ReportBuilder {
-    hdr: Histogram<u64>,
-    pub names: ProcessNames,
-    pub roles: Roles,
+/// What a report covers besides the activity: its kind and time span, what was lost or left
+/// uncounted, and the profiler's own cost.
+pub struct Meta {
+    pub kind: Kind,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub lost: Lost,
+    pub uncounted: Uncounted,
+    pub overhead: Option<Overhead>,
 }
 
-impl Default for ReportBuilder {
-    fn default() -> Self {
-        ReportBuilder {
-            hdr: crate::aggregation::new_hdr(),
-            names: ProcessNames::default(),
-            roles: Roles::default(),
-        }
-    }
-}
-
-impl ReportBuilder {
-    pub fn build(
-        &mut self,
-        kind: Kind,
-        window: &Window,
-        start: SystemTime,
-        end: SystemTime,
-        (lost, uncounted): (Lost, Uncounted),
-        overhead: Option<Overhead>,
-    ) -> Report {
-        self.roles.resolve_pending();
-        let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
-        let secs = (secs * 1000.0).round() / 1000.0;
-        let mut processes = Vec::new();
-        for (&proc_id, threads_agg) in &window.processes {
-            let pid = proc_id.pid;
-            let main_comm = threads_agg
-                .iter()
-                .find(|(t, _)| t.tid == pid)
-                .map(|(_, t)| comm_str(&t.comm));
-            let comm = match window.names.get(&proc_id) {
-                Some(n) => n.clone(),
-                None => self.names.get(proc_id, main_comm.as_deref()),
-            };
-            let mut read = SideStats::default();
-            let mut write = SideStats::default();
-            let mut downgrade = SideStats::default();
-            let mut causes: BTreeMap<u32, SideStats> = BTreeMap::new();
-            let mut threads = Vec::new();
-            for (&thread, t) in threads_agg {
-                let tw = t.write();
-                read.merge(&t.read);
-                write.merge(&tw);
-                downgrade.merge(&t.downgrade);
-                for (c, s) in t.writes.iter() {
-                    causes.entry(c).or_default().merge(s);
-                }
-                let tcomm = comm_str(&t.comm);
-                let r = match t.role {
-                    Some(r) => r,
-                    None => self.roles.role(proc_id, thread, t.tgid, &t.comm, t.fsbase),
-                };
-                threads.push(ThreadReport {
-                    tid: thread.tid,
-                    role: r,
-                    comm: tcomm,
-                    pid: (r == Role::Foreign).then_some(t.tgid),
-                    write: Stats::new(&tw, &mut self.hdr),
-                    read: Stats::new(&t.read, &mut self.hdr),
-                    downgrade: Stats::new(&t.downgrade, &mut self.hdr),
-                    causes: cause_reports(t.writes.iter(), &mut self.hdr),
-                });
+/// The report of a window: a pure function of the activity, its attribution (names and
+/// roles, resolved by the registry beforehand) and the report's metadata.
+pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
+    let mut hdr = crate::aggregation::new_hdr();
+    let hdr = &mut hdr;
+    let Meta {
+        kind,
+        start,
+        end,
+        lost,
+        uncounted,
+        overhead,
+    } = meta;
+    let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
+    let secs = (secs * 1000.0).round() / 1000.0;
+    let mut processes = Vec::new();
+    for (&proc_id, threads_agg) in &window.processes {
+        let pid = proc_id.pid;
+        let comm = attribution.name(proc_id, threads_agg);
+        let mut read = SideStats::default();
+        let mut write = SideStats::default();
+        let mut downgrade = SideStats::default();
+        let mut causes: BTreeMap<u32, SideStats> = BTreeMap::new();
+        let mut threads = Vec::new();
+        for (&thread, t) in threads_agg {
+            let tw = t.write();
+            read.merge(&t.read);
+            write.merge(&tw);
+            downgrade.merge(&t.downgrade);
+            for (c, s) in t.writes.iter() {
+                causes.entry(c).or_default().merge(s);
             }
-            threads.sort_by(|a, b| {
-                (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
-                    a.write.wait_ns.sum,
-                    a.write.count,
-                    b.tid,
-                ))
-            });
-            processes.push(ProcessReport {
-                pid,
-                start_ticks: proc_id.start,
-                comm,
-                write: Stats::new(&write, &mut self.hdr),
-                read: Stats::new(&read, &mut self.hdr),
-                downgrade: Stats::new(&downgrade, &mut self.hdr),
-                causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), &mut self.hdr),
-                dsos: None,
-                stacks: None,
-                threads,
+            let r = attribution.role(proc_id, thread, t);
+            threads.push(ThreadReport {
+                tid: thread.tid,
+                role: r,
+                comm: comm_str(&t.comm),
+                pid: (r == Role::Foreign).then_some(t.tgid),
+                write: Stats::new(&tw, hdr),
+                read: Stats::new(&t.read, hdr),
+                downgrade: Stats::new(&t.downgrade, hdr),
+                causes: cause_reports(t.writes.iter(), hdr),
             });
         }
-        Report {
-            kind,
-            schema_version: SCHEMA_VERSION,
-            start: rfc3339(start),
-            end: rfc3339(end),
-            interval_s: (kind == Kind::Interval).then_some(secs),
-            duration_s: (kind == Kind::Summary).then_some(secs),
-            processes,
-            lost,
-            uncounted,
-            overhead,
-            stack_sample: None,
-        }
+        threads.sort_by(|a, b| {
+            (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
+                a.write.wait_ns.sum,
+                a.write.count,
+                b.tid,
+            ))
+        });
+        processes.push(ProcessReport {
+            pid,
+            start_ticks: proc_id.start,
+            comm,
+            write: Stats::new(&write, hdr),
+            read: Stats::new(&read, hdr),
+            downgrade: Stats::new(&downgrade, hdr),
+            causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), hdr),
+            dsos: None,
+            stacks: None,
+            threads,
+        });
     }
+    Report {
+        kind,
+        schema_version: SCHEMA_VERSION,
+        start: rfc3339(start),
+        end: rfc3339(end),
+        interval_s: (kind == Kind::Interval).then_some(secs),
+        duration_s: (kind == Kind::Summary).then_some(secs),
+        processes,
+        lost,
+        uncounted,
+        overhead,
+        stack_sample: None,
+    }
+}
 
-    /// Adds the sampled stacks' attribution to a summary.
-    pub fn add_stacks(&mut self, r: &mut Report, stacks: &StackAttribution, sample: u32) {
-        r.stack_sample = Some(sample);
-        for p in &mut r.processes {
-            let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
-            let mut dsos: Vec<DsoReport> = o
-                .map(|o| {
-                    o.dsos
-                        .iter()
-                        .map(|(d, s)| DsoReport {
-                            dso: d.clone(),
-                            write: Stats::new(s, &mut self.hdr),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            dsos.sort_by(|a, b| {
-                (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum))
-            });
-            let mut top: Vec<StackReport> = o
-                .map(|o| {
-                    o.stacks
-                        .iter()
-                        .map(|(frames, agg)| StackReport {
-                            frames: frames.clone(),
-                            count: agg.count,
-                            wait_ns_sum: agg.wait_ns_sum,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            top.sort_by(|a, b| {
-                (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
-            });
-            top.truncate(TOP_STACKS);
-            p.dsos = Some(dsos);
-            p.stacks = Some(top);
-        }
+/// Adds the sampled stacks' attribution to a summary.
+pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
+    let mut hdr = crate::aggregation::new_hdr();
+    r.stack_sample = Some(sample);
+    for p in &mut r.processes {
+        let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
+        let mut dsos: Vec<DsoReport> = o
+            .map(|o| {
+                o.dsos
+                    .iter()
+                    .map(|(d, s)| DsoReport {
+                        dso: d.clone(),
+                        write: Stats::new(s, &mut hdr),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        dsos.sort_by(|a, b| {
+            (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum))
+        });
+        let mut top: Vec<StackReport> = o
+            .map(|o| {
+                o.stacks
+                    .iter()
+                    .map(|(frames, agg)| StackReport {
+                        frames: frames.clone(),
+                        count: agg.count,
+                        wait_ns_sum: agg.wait_ns_sum,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        top.sort_by(|a, b| {
+            (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
+        });
+        top.truncate(TOP_STACKS);
+        p.dsos = Some(dsos);
+        p.stacks = Some(top);
     }
 }
 
@@ -452,302 +437,11 @@ pub fn to_json_line(r: &Report) -> String {
     serde_json::to_string(r).expect("reports contain only serialisable values")
 }
 
-/// Human-readable duration: `850ns`, `12.3us`, `4.56ms`, `1.20s`.
-pub fn fmt_ns(ns: u64) -> String {
-    let n = ns as f64;
-    if ns < 1_000 {
-        format!("{ns}ns")
-    } else if ns < 1_000_000 {
-        format!("{:.1}us", n / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2}ms", n / 1e6)
-    } else {
-        format!("{:.2}s", n / 1e9)
-    }
-}
-
-fn fmt_f(ns: f64) -> String {
-    fmt_ns(ns.round() as u64)
-}
-
-const BAR_WIDTH: usize = 24;
-
-/// Log2 histogram lines `  <2.0us ████       1234`, over the same bucket range for every
-/// histogram passed so that they can stand side by side. Zero-length waits (trylocks) get a
-/// row of their own instead of stretching the range down to 1 ns.
-pub fn histogram_lines(dists: &[&Dist]) -> Vec<Vec<String>> {
-    let bounds: Vec<u64> = dists
-        .iter()
-        .flat_map(|d| d.buckets.iter().map(|b| b.0))
-        .collect();
-    let zero_row = bounds.contains(&1);
-    let nonzero = bounds.iter().filter(|&&b| b > 1);
-    let range = nonzero.clone().min().zip(nonzero.max());
-    if !zero_row && range.is_none() {
-        return dists.iter().map(|_| Vec::new()).collect();
-    }
-    let mut rows: Vec<(String, u64)> = Vec::new();
-    if zero_row {
-        rows.push(("0".into(), 1));
-    }
-    if let Some((&lo, &hi)) = range {
-        let mut ub = lo;
-        while ub <= hi && ub != 0 {
-            rows.push((format!("<{}", fmt_ns(ub)), ub));
-            ub = ub.saturating_mul(2);
-        }
-    }
-    dists
-        .iter()
-        .map(|d| {
-            let peak = d.buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1);
-            rows.iter()
-                .map(|(label, ub)| {
-                    let n = d.buckets.iter().find(|b| b.0 == *ub).map_or(0, |b| b.1);
-                    let filled = ((n as f64 / peak as f64) * BAR_WIDTH as f64).ceil() as usize;
-                    format!(
-                        "{label:>8} {}{} {n:>8}",
-                        "█".repeat(filled),
-                        " ".repeat(BAR_WIDTH - filled),
-                    )
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// Columns of text side by side, each padded to `width` characters.
-pub fn side_by_side(cols: &[Vec<String>], width: usize) -> String {
-    let rows = cols.iter().map(Vec::len).max().unwrap_or(0);
-    let mut out = String::new();
-    for r in 0..rows {
-        let mut line = String::new();
-        for c in cols {
-            let cell = c.get(r).map(String::as_str).unwrap_or("");
-            let pad = width.saturating_sub(cell.chars().count());
-            line.push_str("  ");
-            line.push_str(cell);
-            line.push_str(&" ".repeat(pad));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// The last path components that fit a table column.
-fn short_path(p: &str) -> String {
-    if p.chars().count() <= 10 {
-        return p.to_string();
-    }
-    std::path::Path::new(p)
-        .file_name()
-        .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
-}
-
-fn stats_row(label: &str, s: &Stats) -> String {
-    format!(
-        "  {label:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-        s.count,
-        s.failed_trylocks,
-        fmt_ns(s.wait_ns.sum),
-        fmt_f(s.wait_ns.mean),
-        fmt_ns(s.wait_ns.p50),
-        fmt_ns(s.wait_ns.p99),
-        fmt_ns(s.wait_ns.max),
-        fmt_ns(s.hold_ns.p50),
-        fmt_ns(s.hold_ns.p99),
-    )
-}
-
-const TOP_THREADS: usize = 8;
-
-/// The text rendering of a report.
-pub fn to_text(r: &Report) -> String {
-    let mut out = String::new();
-    match r.kind {
-        Kind::Interval => {
-            // One compact block per interval: totals per process.
-            let _ = writeln!(
-                out,
-                "── interval {} ({:.1}s) ──",
-                r.end,
-                r.interval_s.unwrap_or(0.0)
-            );
-            if r.processes.is_empty() {
-                out.push_str("  no mmap_lock activity\n");
-            }
-            for p in &r.processes {
-                let _ = writeln!(
-                    out,
-                    "  {:>7} {:<15} writes {:>7} wait {:>9} (p99 {:>8})   reads {:>8} wait {:>9}",
-                    p.pid,
-                    p.comm,
-                    p.write.count,
-                    fmt_ns(p.write.wait_ns.sum),
-                    fmt_ns(p.write.wait_ns.p99),
-                    p.read.count,
-                    fmt_ns(p.read.wait_ns.sum),
-                );
-            }
-        }
-        Kind::Summary => {
-            let _ = writeln!(
-                out,
-                "═══ mmaplock-prof summary: {} to {} ({:.1}s) ═══",
-                r.start,
-                r.end,
-                r.duration_s.unwrap_or(0.0)
-            );
-            if r.processes.is_empty() {
-                out.push_str("no mmap_lock activity by the selected processes\n");
-            }
-            for p in &r.processes {
-                out.push_str(&process_text(p));
-            }
-            if let Some(o) = &r.overhead {
-                let _ = writeln!(
-                    out,
-                    "\nprofiler cost: {} events, {:.1} ns of BPF per event, {:.3}% of one CPU",
-                    o.events, o.bpf_ns_per_event, o.bpf_cpu_pct
-                );
-            }
-            out.push_str(&lost_text(&r.lost));
-        }
-    }
-    out
-}
-
-/// One line naming every non-zero reason, or nothing when nothing was lost.
-fn lost_text(l: &Lost) -> String {
-    let reasons = [
-        (l.map_full, "map full: raise --max-threads"),
-        (l.nested, "more than two mm locks at once"),
-        (l.no_state, "no per-thread state"),
-        (l.ring_full, "pending ring full"),
-        (l.exit_flush, "exited thread unreachable"),
-        (l.exit_pending, "threads still exiting at the end"),
-        (l.stacks, "stacks dropped: raise --stack-sample"),
-    ];
-    let parts: Vec<String> = reasons
-        .iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, why)| format!("{n} ({why})"))
-        .collect();
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("lost: {}\n", parts.join(", "))
-    }
-}
-
-fn process_text(p: &ProcessReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
-    let _ = writeln!(
-        out,
-        "  {:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "lock",
-        "acquired",
-        "failed",
-        "wait sum",
-        "mean",
-        "p50",
-        "p99",
-        "max",
-        "hold p50",
-        "hold p99"
-    );
-    out.push_str(&stats_row("write", &p.write));
-    out.push_str(&stats_row("read", &p.read));
-    if p.downgrade.count > 0 {
-        out.push_str(&stats_row("downgrade", &p.downgrade));
-    }
-    if !p.causes.is_empty() {
-        let _ = writeln!(out, "\n  writes by cause:");
-        for c in &p.causes {
-            out.push_str(&stats_row(c.cause, &c.write));
-        }
-    }
-    if let Some(dsos) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
-        let _ = writeln!(out, "\n  sampled writes by code:");
-        for d in dsos.iter().take(TOP_THREADS) {
-            out.push_str(&stats_row(&short_path(&d.dso), &d.write));
-        }
-    }
-    if let Some(stacks) = p.stacks.as_ref().filter(|s| !s.is_empty()) {
-        let _ = writeln!(out, "\n  sampled write stacks that waited longest:");
-        for s in stacks.iter().take(3) {
-            let _ = writeln!(
-                out,
-                "    {} writes, {} waited:",
-                s.count,
-                fmt_ns(s.wait_ns_sum)
-            );
-            for f in s.frames.iter().take(8) {
-                let _ = writeln!(out, "      {f}");
-            }
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\n  top threads by write wait:\n  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
-        "tid", "role", "comm", "writes", "wait sum", "wait p99", "reads", "wait sum"
-    );
-    for t in p.threads.iter().take(TOP_THREADS) {
-        let _ = writeln!(
-            out,
-            "  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
-            t.tid,
-            t.role.as_str(),
-            t.comm,
-            t.write.count,
-            fmt_ns(t.write.wait_ns.sum),
-            fmt_ns(t.write.wait_ns.p99),
-            t.read.count,
-            fmt_ns(t.read.wait_ns.sum),
-        );
-    }
-    if p.threads.len() > TOP_THREADS {
-        let _ = writeln!(
-            out,
-            "  ... and {} more threads",
-            p.threads.len() - TOP_THREADS
-        );
-    }
-    let hists = histogram_lines(&[&p.write.wait_ns, &p.read.wait_ns]);
-    if hists.iter().any(|h| !h.is_empty()) {
-        let width = 8 + 1 + BAR_WIDTH + 1 + 8;
-        let mut cols = vec![
-            vec![format!("{:<width$}", "write wait (log2 buckets)")],
-            vec!["read wait (log2 buckets)".to_string()],
-        ];
-        for (c, h) in cols.iter_mut().zip(hists) {
-            c.extend(h);
-        }
-        out.push('\n');
-        out.push_str(&side_by_side(&cols, width));
-    }
-    let hists = histogram_lines(&[&p.write.hold_ns, &p.read.hold_ns]);
-    if hists.iter().any(|h| !h.is_empty()) {
-        let width = 8 + 1 + BAR_WIDTH + 1 + 8;
-        let mut cols = vec![
-            vec!["write hold (log2 buckets)".to_string()],
-            vec!["read hold (log2 buckets)".to_string()],
-        ];
-        for (c, h) in cols.iter_mut().zip(hists) {
-            c.extend(h);
-        }
-        out.push('\n');
-        out.push_str(&side_by_side(&cols, width));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::aggregation::{ThreadDelta, Window};
+    use crate::output::text::{fmt_ns, histogram_lines, to_text};
     use profiler_common::{COMM_LEN, StatsKey};
 
     fn window() -> Window {
@@ -801,19 +495,37 @@ mod tests {
         w
     }
 
+    /// Builds as a run would, with thread 10 the main thread, 11 an `other` and 77 foreign.
+    fn test_build(kind: Kind, w: &Window, start: SystemTime, end: SystemTime) -> Report {
+        let p = ProcId::new(10, 0);
+        let t = |tid| crate::registry::ids::ThreadId::new(tid, 0);
+        let a = Attribution::with(
+            &[(p, "node")],
+            &[
+                (p, t(10), Role::Main),
+                (p, t(11), Role::Other),
+                (p, t(77), Role::Foreign),
+            ],
+        );
+        build(
+            w,
+            &a,
+            Meta {
+                kind,
+                start,
+                end,
+                lost: Lost::default(),
+                uncounted: Uncounted::default(),
+                overhead: None,
+            },
+        )
+    }
+
     #[test]
     fn summary_json_has_the_contract_fields() {
-        let mut b = ReportBuilder::default();
         let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
         let t1 = t0 + std::time::Duration::from_millis(2500);
-        let r = b.build(
-            Kind::Summary,
-            &window(),
-            t0,
-            t1,
-            (Lost::default(), Uncounted::default()),
-            None,
-        );
+        let r = test_build(Kind::Summary, &window(), t0, t1);
         let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
         assert_eq!(v["type"], "summary");
         assert_eq!(v["schema_version"], 1);
@@ -853,15 +565,12 @@ mod tests {
 
     #[test]
     fn interval_json_carries_interval_s() {
-        let mut b = ReportBuilder::default();
         let t0 = SystemTime::now();
-        let r = b.build(
+        let r = test_build(
             Kind::Interval,
             &Window::default(),
             t0,
             t0 + std::time::Duration::from_secs(1),
-            (Lost::default(), Uncounted::default()),
-            None,
         );
         let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
         assert_eq!(v["type"], "interval");
@@ -872,15 +581,12 @@ mod tests {
 
     #[test]
     fn text_shows_tables_threads_and_histograms() {
-        let mut b = ReportBuilder::default();
         let t0 = SystemTime::now();
-        let r = b.build(
+        let r = test_build(
             Kind::Summary,
             &window(),
             t0,
             t0 + std::time::Duration::from_secs(1),
-            (Lost::default(), Uncounted::default()),
-            None,
         );
         let text = to_text(&r);
         assert!(text.contains("process 10"), "{text}");

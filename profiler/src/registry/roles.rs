@@ -23,9 +23,9 @@ use profiler_common::COMM_LEN;
 use serde::Serialize;
 
 use crate::{
-    ids::{self, ProcId, ThreadId},
-    procmaps::Maps,
-    threadstart::{libc_identity, read_memory, start_routine_offset},
+    registry::ids::{self, ProcId, ThreadId},
+    registry::procmaps::Maps,
+    registry::threadstart::{libc_identity, read_memory, start_routine_offset},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -398,5 +398,5 @@ fn read_comm(p: ProcId) -> Option<String> {
     ids::is_alive(p).then(|| name.trim_end().to_string())
 }
 #[cfg(test)]
-#[path = "attribution_tests.rs"]
+#[path = "roles_tests.rs"]
 pub(crate) mod tests;

@@ -20,8 +20,8 @@ use profiler_common::{SampleDone, StackSample, stack_record};
 
 use crate::{
     aggregation::SideStats,
-    ids::{self, ProcId},
-    unwind::{Frame, ProcessUnwinder, Shared},
+    registry::ids::{self, ProcId},
+    registry::unwind::{Frame, ProcessUnwinder, Shared},
 };
 
 /// Deepest stack kept.
@@ -491,7 +491,7 @@ mod tests {
 
     #[test]
     fn unwinders_are_per_process_and_never_of_a_reused_pid() {
-        use crate::attribution::tests::{me, my_predecessor};
+        use crate::registry::roles::tests::{me, my_predecessor};
         let mut a = StackAttribution::default();
         a.prepare(me());
         assert!(a.unwinders[&me()].is_some());

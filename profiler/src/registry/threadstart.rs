@@ -5,7 +5,7 @@
 
 use std::{fs, os::unix::fs::MetadataExt};
 
-use crate::procmaps::Maps;
+use crate::registry::procmaps::Maps;
 
 /// Reads `len` bytes of process `pid` at `addr`; short or None where unmapped.
 pub fn read_memory(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {

@@ -28,7 +28,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
-use crate::procmaps::{Mapping, Maps};
+use crate::registry::procmaps::{Mapping, Maps};
 
 /// Shared, immutable section bytes handed to framehop (cheap to clone into
 /// several modules when one file has several executable mappings).

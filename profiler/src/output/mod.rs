@@ -1,0 +1,35 @@
+//! Outputs: the report model (a pure function of a window and its attribution) and its
+//! renderings. Every rendering is an [`Output`]: JSON lines and text here, more to come.
+
+pub mod report;
+pub mod sink;
+pub mod text;
+
+use std::io::{self, Write};
+
+use report::Report;
+
+/// A way of writing reports out.
+pub trait Output {
+    fn emit(&mut self, report: &Report, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// Newline-delimited JSON (the contract of docs/report-format.md).
+pub struct JsonLines;
+
+impl Output for JsonLines {
+    fn emit(&mut self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        // Straight to the writer: a report of ten thousand threads is megabytes.
+        serde_json::to_writer(&mut *out, report).map_err(io::Error::from)?;
+        out.write_all(b"\n")
+    }
+}
+
+/// Tables and histograms for people.
+pub struct Text;
+
+impl Output for Text {
+    fn emit(&mut self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(text::to_text(report).as_bytes())
+    }
+}

@@ -1,0 +1,298 @@
+//! The text rendering of reports, for people: tables, top threads and log2 histograms side
+//! by side.
+
+use std::fmt::Write as _;
+
+use crate::output::report::{Dist, Kind, Lost, ProcessReport, Report, Stats};
+
+/// Human-readable duration: `850ns`, `12.3us`, `4.56ms`, `1.20s`.
+pub fn fmt_ns(ns: u64) -> String {
+    let n = ns as f64;
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1}us", n / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2}ms", n / 1e6)
+    } else {
+        format!("{:.2}s", n / 1e9)
+    }
+}
+
+fn fmt_f(ns: f64) -> String {
+    fmt_ns(ns.round() as u64)
+}
+
+const BAR_WIDTH: usize = 24;
+
+/// Log2 histogram lines `  <2.0us ████       1234`, over the same bucket range for every
+/// histogram passed so that they can stand side by side. Zero-length waits (trylocks) get a
+/// row of their own instead of stretching the range down to 1 ns.
+pub fn histogram_lines(dists: &[&Dist]) -> Vec<Vec<String>> {
+    let bounds: Vec<u64> = dists
+        .iter()
+        .flat_map(|d| d.buckets.iter().map(|b| b.0))
+        .collect();
+    let zero_row = bounds.contains(&1);
+    let nonzero = bounds.iter().filter(|&&b| b > 1);
+    let range = nonzero.clone().min().zip(nonzero.max());
+    if !zero_row && range.is_none() {
+        return dists.iter().map(|_| Vec::new()).collect();
+    }
+    let mut rows: Vec<(String, u64)> = Vec::new();
+    if zero_row {
+        rows.push(("0".into(), 1));
+    }
+    if let Some((&lo, &hi)) = range {
+        let mut ub = lo;
+        while ub <= hi && ub != 0 {
+            rows.push((format!("<{}", fmt_ns(ub)), ub));
+            ub = ub.saturating_mul(2);
+        }
+    }
+    dists
+        .iter()
+        .map(|d| {
+            let peak = d.buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1);
+            rows.iter()
+                .map(|(label, ub)| {
+                    let n = d.buckets.iter().find(|b| b.0 == *ub).map_or(0, |b| b.1);
+                    let filled = ((n as f64 / peak as f64) * BAR_WIDTH as f64).ceil() as usize;
+                    format!(
+                        "{label:>8} {}{} {n:>8}",
+                        "█".repeat(filled),
+                        " ".repeat(BAR_WIDTH - filled),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Columns of text side by side, each padded to `width` characters.
+pub fn side_by_side(cols: &[Vec<String>], width: usize) -> String {
+    let rows = cols.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out = String::new();
+    for r in 0..rows {
+        let mut line = String::new();
+        for c in cols {
+            let cell = c.get(r).map(String::as_str).unwrap_or("");
+            let pad = width.saturating_sub(cell.chars().count());
+            line.push_str("  ");
+            line.push_str(cell);
+            line.push_str(&" ".repeat(pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The last path components that fit a table column.
+fn short_path(p: &str) -> String {
+    if p.chars().count() <= 10 {
+        return p.to_string();
+    }
+    std::path::Path::new(p)
+        .file_name()
+        .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+fn stats_row(label: &str, s: &Stats) -> String {
+    format!(
+        "  {label:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        s.count,
+        s.failed_trylocks,
+        fmt_ns(s.wait_ns.sum),
+        fmt_f(s.wait_ns.mean),
+        fmt_ns(s.wait_ns.p50),
+        fmt_ns(s.wait_ns.p99),
+        fmt_ns(s.wait_ns.max),
+        fmt_ns(s.hold_ns.p50),
+        fmt_ns(s.hold_ns.p99),
+    )
+}
+
+const TOP_THREADS: usize = 8;
+
+/// The text rendering of a report.
+pub fn to_text(r: &Report) -> String {
+    let mut out = String::new();
+    match r.kind {
+        Kind::Interval => {
+            // One compact block per interval: totals per process.
+            let _ = writeln!(
+                out,
+                "── interval {} ({:.1}s) ──",
+                r.end,
+                r.interval_s.unwrap_or(0.0)
+            );
+            if r.processes.is_empty() {
+                out.push_str("  no mmap_lock activity\n");
+            }
+            for p in &r.processes {
+                let _ = writeln!(
+                    out,
+                    "  {:>7} {:<15} writes {:>7} wait {:>9} (p99 {:>8})   reads {:>8} wait {:>9}",
+                    p.pid,
+                    p.comm,
+                    p.write.count,
+                    fmt_ns(p.write.wait_ns.sum),
+                    fmt_ns(p.write.wait_ns.p99),
+                    p.read.count,
+                    fmt_ns(p.read.wait_ns.sum),
+                );
+            }
+        }
+        Kind::Summary => {
+            let _ = writeln!(
+                out,
+                "═══ mmaplock-prof summary: {} to {} ({:.1}s) ═══",
+                r.start,
+                r.end,
+                r.duration_s.unwrap_or(0.0)
+            );
+            if r.processes.is_empty() {
+                out.push_str("no mmap_lock activity by the selected processes\n");
+            }
+            for p in &r.processes {
+                out.push_str(&process_text(p));
+            }
+            if let Some(o) = &r.overhead {
+                let _ = writeln!(
+                    out,
+                    "\nprofiler cost: {} events, {:.1} ns of BPF per event, {:.3}% of one CPU",
+                    o.events, o.bpf_ns_per_event, o.bpf_cpu_pct
+                );
+            }
+            out.push_str(&lost_text(&r.lost));
+        }
+    }
+    out
+}
+
+/// One line naming every non-zero reason, or nothing when nothing was lost.
+fn lost_text(l: &Lost) -> String {
+    let reasons = [
+        (l.map_full, "map full: raise --max-threads"),
+        (l.nested, "more than two mm locks at once"),
+        (l.no_state, "no per-thread state"),
+        (l.ring_full, "pending ring full"),
+        (l.exit_flush, "exited thread unreachable"),
+        (l.exit_pending, "threads still exiting at the end"),
+        (l.stacks, "stacks dropped: raise --stack-sample"),
+    ];
+    let parts: Vec<String> = reasons
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} ({why})"))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("lost: {}\n", parts.join(", "))
+    }
+}
+
+fn process_text(p: &ProcessReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
+    let _ = writeln!(
+        out,
+        "  {:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "lock",
+        "acquired",
+        "failed",
+        "wait sum",
+        "mean",
+        "p50",
+        "p99",
+        "max",
+        "hold p50",
+        "hold p99"
+    );
+    out.push_str(&stats_row("write", &p.write));
+    out.push_str(&stats_row("read", &p.read));
+    if p.downgrade.count > 0 {
+        out.push_str(&stats_row("downgrade", &p.downgrade));
+    }
+    if !p.causes.is_empty() {
+        let _ = writeln!(out, "\n  writes by cause:");
+        for c in &p.causes {
+            out.push_str(&stats_row(c.cause, &c.write));
+        }
+    }
+    if let Some(dsos) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
+        let _ = writeln!(out, "\n  sampled writes by code:");
+        for d in dsos.iter().take(TOP_THREADS) {
+            out.push_str(&stats_row(&short_path(&d.dso), &d.write));
+        }
+    }
+    if let Some(stacks) = p.stacks.as_ref().filter(|s| !s.is_empty()) {
+        let _ = writeln!(out, "\n  sampled write stacks that waited longest:");
+        for s in stacks.iter().take(3) {
+            let _ = writeln!(
+                out,
+                "    {} writes, {} waited:",
+                s.count,
+                fmt_ns(s.wait_ns_sum)
+            );
+            for f in s.frames.iter().take(8) {
+                let _ = writeln!(out, "      {f}");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n  top threads by write wait:\n  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
+        "tid", "role", "comm", "writes", "wait sum", "wait p99", "reads", "wait sum"
+    );
+    for t in p.threads.iter().take(TOP_THREADS) {
+        let _ = writeln!(
+            out,
+            "  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
+            t.tid,
+            t.role.as_str(),
+            t.comm,
+            t.write.count,
+            fmt_ns(t.write.wait_ns.sum),
+            fmt_ns(t.write.wait_ns.p99),
+            t.read.count,
+            fmt_ns(t.read.wait_ns.sum),
+        );
+    }
+    if p.threads.len() > TOP_THREADS {
+        let _ = writeln!(
+            out,
+            "  ... and {} more threads",
+            p.threads.len() - TOP_THREADS
+        );
+    }
+    let hists = histogram_lines(&[&p.write.wait_ns, &p.read.wait_ns]);
+    if hists.iter().any(|h| !h.is_empty()) {
+        let width = 8 + 1 + BAR_WIDTH + 1 + 8;
+        let mut cols = vec![
+            vec![format!("{:<width$}", "write wait (log2 buckets)")],
+            vec!["read wait (log2 buckets)".to_string()],
+        ];
+        for (c, h) in cols.iter_mut().zip(hists) {
+            c.extend(h);
+        }
+        out.push('\n');
+        out.push_str(&side_by_side(&cols, width));
+    }
+    let hists = histogram_lines(&[&p.write.hold_ns, &p.read.hold_ns]);
+    if hists.iter().any(|h| !h.is_empty()) {
+        let width = 8 + 1 + BAR_WIDTH + 1 + 8;
+        let mut cols = vec![
+            vec!["write hold (log2 buckets)".to_string()],
+            vec!["read hold (log2 buckets)".to_string()],
+        ];
+        for (c, h) in cols.iter_mut().zip(hists) {
+            c.extend(h);
+        }
+        out.push('\n');
+        out.push_str(&side_by_side(&cols, width));
+    }
+    out
+}

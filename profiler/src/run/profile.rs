@@ -1,0 +1,375 @@
+//! What a run accumulates: the kernel's readings folded into totals and intervals, the
+//! registry kept current (threads classified while they live, forgotten when gone), and the
+//! reports built from them.
+
+use std::time::{Duration, SystemTime};
+
+use aya::maps::{MapData, RingBuf};
+use profiler_common::exit_record;
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::{
+    aggregation::{Totals, Window, ids_of},
+    kernel::collector::{Collector, Counters, ProgramStats},
+    output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
+    registry::Registry,
+    registry::ids::{self, ProcId, ThreadId},
+    registry::stacks::StackAttribution,
+};
+
+use crate::run::SessionError;
+
+/// Everything a run accumulates between two readings of the kernel maps.
+pub struct Profile {
+    pub collector: Collector,
+    totals: Totals,
+    /// Activity since the last interval report; None without interval reports.
+    interval: Option<Window>,
+    pub registry: Registry,
+    start: SystemTime,
+    interval_start: SystemTime,
+    counters_at_interval: Counters,
+    counters: Counters,
+    /// `exits_lost` when last looked at.
+    exits_lost: u64,
+    /// Threads that began exiting and are not freed yet (their last acquisitions are still
+    /// to be flushed), with their process.
+    exiting: HashMap<ThreadId, u32>,
+    /// Threads still exiting when the run ended (see `Lost::exit_pending`).
+    exit_pending: u64,
+    /// BPF statistics at the start of the interval and now; None when not collected.
+    programs_at_interval: Option<Vec<ProgramStats>>,
+    programs: Option<Vec<ProgramStats>>,
+    /// With stack sampling: writes by code.
+    pub stacks: Option<StackAttribution>,
+    polls: u64,
+}
+
+/// Every this many readings, all entries are read (see `Profile::poll`).
+const FULL_READ_EVERY: u64 = 30;
+
+/// How long the end of a run waits for exiting threads to be freed (an RCU grace period or
+/// two, normally a few milliseconds).
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+fn lost(c: Counters, base: Counters, exit_pending: u64) -> Lost {
+    Lost {
+        events: 0,
+        map_full: c.map_full.saturating_sub(base.map_full),
+        stacks: c.stacks_lost.saturating_sub(base.stacks_lost),
+        nested: c.nested.saturating_sub(base.nested),
+        no_state: c.no_state.saturating_sub(base.no_state),
+        ring_full: c.ring_full.saturating_sub(base.ring_full),
+        exit_flush: c.exit_flush.saturating_sub(base.exit_flush),
+        exit_pending,
+    }
+    .with_total()
+}
+
+fn uncounted(c: Counters, base: Counters) -> Uncounted {
+    Uncounted {
+        fork_child: c.fork_child.saturating_sub(base.fork_child),
+        flushed_under_lock: c.flush_under_lock.saturating_sub(base.flush_under_lock),
+    }
+}
+
+impl Profile {
+    /// `intervals`: whether interval reports are wanted (otherwise no interval window is kept).
+    pub fn new(collector: Collector, intervals: bool) -> Self {
+        let now = SystemTime::now();
+        Profile {
+            collector,
+            totals: Totals::default(),
+            interval: intervals.then(Window::default),
+            registry: Registry::default(),
+            start: now,
+            interval_start: now,
+            counters_at_interval: Counters::default(),
+            counters: Counters::default(),
+            exits_lost: 0,
+            exiting: HashMap::default(),
+            exit_pending: 0,
+            programs_at_interval: None,
+            programs: None,
+            stacks: None,
+            polls: 0,
+        }
+    }
+
+    /// Reads the kernel maps and folds what changed into the interval and total windows.
+    /// First the kernel flushes every live thread's pending acquisitions (so that a thread
+    /// idle since its last acquisition is counted now, not whenever it next locks). `all`:
+    /// read every kernel entry, not only those noted as changed (see
+    /// `Collector::read_stats`); done every few readings and at the end.
+    pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
+        self.polls += 1;
+        let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
+        self.collector.flush_pending()?;
+        // Exit notices before the reading: a freed thread's last acquisitions were flushed
+        // and noted before its notice was sent, so the reading below has them.
+        let freed = self.take_exit_notices();
+        // Read once per poll: a lost DIRTY note means reading every entry.
+        let counters = self.collector.counters()?;
+        let all = all || counters.dirty_lost != self.counters.dirty_lost;
+        let (totals, interval, registry) =
+            (&mut self.totals, &mut self.interval, &mut self.registry);
+        self.collector.read_stats(all, |chunk| {
+            for d in totals.update(chunk) {
+                let (owner, thread) = ids_of(&d.key);
+                // Learn a process's name and a thread's role while they are alive.
+                registry.names.prime(owner);
+                registry
+                    .roles
+                    .observe(owner, thread, d.tgid, &d.comm, d.fsbase);
+                if let Some(interval) = interval.as_mut() {
+                    interval.add(&d);
+                }
+            }
+        })?;
+        self.counters = counters;
+        self.programs = self
+            .collector
+            .bpf_stats_on()
+            .then(|| self.collector.program_stats());
+        for t in freed {
+            self.retire_thread(t)?;
+        }
+        if self.counters.exits_lost != self.exits_lost {
+            self.exits_lost = self.counters.exits_lost;
+            self.prune_by_proc()?;
+        }
+        Ok(())
+    }
+
+    /// Drains the exit notices: remembers exiting threads, returns the freed ones.
+    fn take_exit_notices(&mut self) -> Vec<ThreadId> {
+        let mut freed = Vec::new();
+        for e in self.collector.exited_threads() {
+            let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
+            match e.tag {
+                exit_record::EXITING => {
+                    self.exiting.insert(t, e.tgid);
+                }
+                exit_record::FREED => {
+                    self.exiting.remove(&t);
+                    freed.push(t);
+                }
+                _ => {}
+            }
+        }
+        freed
+    }
+
+    /// A thread is gone: reads its entries one last time, deletes them, keeps its totals with
+    /// its role, and forgets what was cached about it (and about its processes once they are
+    /// gone too).
+    fn retire_thread(&mut self, thread: ThreadId) -> Result<(), SessionError> {
+        for owner in self.totals.owners_of(thread) {
+            let keys = self.totals.keys_of(owner, thread);
+            let mut last = Vec::with_capacity(keys.len());
+            for key in &keys {
+                if let Some(v) = self.collector.lookup(key)? {
+                    last.push((*key, v));
+                }
+            }
+            for d in self.totals.update(&last) {
+                if let Some(interval) = self.interval.as_mut() {
+                    interval.add(&d);
+                }
+            }
+            for key in &keys {
+                self.collector.remove(key);
+            }
+            let role = self
+                .totals
+                .identity(owner, thread)
+                .map(|(tgid, comm, fsbase)| {
+                    self.registry.roles.role(owner, thread, tgid, &comm, fsbase)
+                });
+            self.totals.retire(owner, thread, role);
+            self.registry.roles.forget_thread(owner, thread);
+            if let Some(stacks) = self.stacks.as_mut() {
+                stacks.forget_thread(thread.tid);
+            }
+            if !self.totals.has_live_threads(owner) && !ids::is_alive(owner) {
+                self.forget_process(owner);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops everything cached about a process that is gone (its name stays in the
+    /// report through its retired threads' totals).
+    fn forget_process(&mut self, owner: ProcId) {
+        // The name is part of the results: it moves to the totals.
+        if let Some(name) = self.registry.names.cached(owner) {
+            self.totals.name_process(owner, name.to_string());
+        }
+        self.registry.names.forget(owner);
+        self.registry.roles.forget_process(owner);
+        if let Some(stacks) = self.stacks.as_mut() {
+            stacks.forget_process(owner);
+        }
+    }
+
+    /// Looks for exited threads in /proc: only needed when exit notices were lost.
+    fn prune_by_proc(&mut self) -> Result<(), SessionError> {
+        let dead: Vec<ThreadId> = self
+            .totals
+            .live_threads()
+            .filter(|&(_, tid, tgid)| !ids::thread_is_alive(tgid, tid))
+            .map(|(_, tid, _)| tid)
+            .collect();
+        for t in dead {
+            self.retire_thread(t)?;
+        }
+        Ok(())
+    }
+
+    /// The end of a run: the kernel flushes every live thread's pending acquisitions, and
+    /// threads that began exiting are waited for (briefly) until they are freed, so that
+    /// their last acquisitions are in; then everything is read.
+    pub async fn finish(&mut self) -> Result<(), SessionError> {
+        self.collector.flush_pending()?;
+        let waited_since = tokio::time::Instant::now();
+        let mut freed = self.take_exit_notices();
+        // An exiting thread is freed within an RCU grace period of being reaped; only an
+        // unreaped zombie leader keeps us waiting the whole time.
+        while !self.exiting.is_empty() && waited_since.elapsed() < EXIT_WAIT {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            freed.extend(self.take_exit_notices());
+        }
+        // A thread still listed in /proc (an unreaped zombie) was flushed by the iterator;
+        // one that is gone from /proc but not freed yet may still hold acquisitions back.
+        self.collector.flush_pending()?;
+        freed.extend(self.take_exit_notices());
+        self.exit_pending = self
+            .exiting
+            .iter()
+            .filter(|(t, tgid)| {
+                !std::path::Path::new(&format!("/proc/{tgid}/task/{}", t.tid)).exists()
+            })
+            .count() as u64;
+        // The freed threads are retired by the poll (their notices were taken here).
+        self.poll(true)?;
+        for t in freed {
+            self.retire_thread(t)?;
+        }
+        Ok(())
+    }
+
+    /// Our cost since the reading `since` (None: since our programs were loaded, when their
+    /// statistics started from zero); None when the kernel does not collect statistics.
+    fn overhead(
+        &self,
+        since: Option<&[ProgramStats]>,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Option<Overhead> {
+        let cur = self.programs.as_deref()?;
+        let wall = end.duration_since(start).unwrap_or_default();
+        Some(Overhead::between(cur, since.unwrap_or(&[]), wall))
+    }
+
+    /// Classifies the threads announced on the ring buffer, while they run.
+    pub fn classify_new_threads(&mut self, ring: &mut RingBuf<MapData>) {
+        while let Some(item) = ring.next() {
+            if let Some(t) = Collector::parse_new_thread(&item) {
+                let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
+                self.registry.names.prime(owner);
+                self.registry.roles.observe(
+                    owner,
+                    ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),
+                    t.tgid,
+                    &t.comm,
+                    t.fsbase,
+                );
+            }
+        }
+    }
+
+    /// Everything since the start, per process and thread.
+    pub fn total_window(&self) -> Window {
+        self.totals.window()
+    }
+
+    /// With stack sampling, reads the unwind information of the given processes now.
+    pub fn prepare_stacks(&mut self, pids: &[u32]) {
+        if self.collector.stack_sample() == 0 {
+            return;
+        }
+        let mut stacks = StackAttribution::default();
+        for p in pids.iter().filter_map(|&pid| ProcId::of_live(pid)) {
+            stacks.prepare(p);
+        }
+        self.stacks = Some(stacks);
+    }
+
+    /// Folds up to `max` sampled stack records into the stack attribution; returns how many.
+    pub fn take_stacks(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> usize {
+        let Some(stacks) = self.stacks.as_mut() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < max {
+            let Some(item) = ring.next() else { break };
+            stacks.on_record(&item);
+            n += 1;
+        }
+        n
+    }
+
+    /// The report for the interval since the previous one, which it then starts anew.
+    pub fn interval_report(&mut self) -> Report {
+        let now = SystemTime::now();
+        let overhead = self.overhead(
+            self.programs_at_interval.as_deref(),
+            self.interval_start,
+            now,
+        );
+        let window = self.interval.take().unwrap_or_default();
+        let attribution = self.registry.attribute(&window);
+        let r = report::build(
+            &window,
+            &attribution,
+            Meta {
+                kind: Kind::Interval,
+                start: self.interval_start,
+                end: now,
+                lost: lost(self.counters, self.counters_at_interval, 0),
+                uncounted: uncounted(self.counters, self.counters_at_interval),
+                overhead,
+            },
+        );
+        self.interval = Some(Window::default());
+        self.interval_start = now;
+        self.counters_at_interval = self.counters;
+        self.programs_at_interval = self.programs.clone();
+        r
+    }
+
+    pub fn summary(&mut self) -> Report {
+        let now = SystemTime::now();
+        // Our programs were loaded at the start: their statistics count from zero.
+        let overhead = self.overhead(None, self.start, now);
+        let total = self.totals.window();
+        let attribution = self.registry.attribute(&total);
+        let mut r = report::build(
+            &total,
+            &attribution,
+            Meta {
+                kind: Kind::Summary,
+                start: self.start,
+                end: now,
+                lost: lost(self.counters, Counters::default(), self.exit_pending),
+                uncounted: uncounted(self.counters, Counters::default()),
+                overhead,
+            },
+        );
+        if let Some(stacks) = &mut self.stacks {
+            stacks.symbolize();
+            report::add_stacks(&mut r, stacks, self.collector.stack_sample());
+        }
+        r
+    }
+}

@@ -1,0 +1,77 @@
+//! The ring buffers the kernel side writes to, drained as records arrive.
+
+use std::io::{self};
+
+use tokio::io::{Interest, unix::AsyncFd};
+
+use aya::maps::{MapData, RingBuf};
+
+use crate::kernel::collector::Collector;
+
+use crate::run::{SessionError, profile::Profile};
+
+/// Stack records handled between two looks at the new threads.
+const STACK_BATCH: usize = 32;
+
+/// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
+/// stacks. Records are drained as soon as they arrive, so that threads are classified while
+/// they run and the stacks buffer never fills.
+pub struct Rings {
+    new_threads: AsyncFd<RingBuf<MapData>>,
+    stacks: Option<AsyncFd<RingBuf<MapData>>>,
+}
+
+fn register(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, SessionError> {
+    // SAFETY: the ring buffer owns its fd, open and unchanged for the AsyncFd's lifetime.
+    unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| SessionError::Events(io::Error::other(e.to_string())))
+}
+
+impl Rings {
+    /// Takes the collector's ring buffers (stacks only when sampling them); must run inside
+    /// the async runtime.
+    pub fn open(collector: &mut Collector) -> Result<Self, SessionError> {
+        let new_threads = register(collector.take_new_threads()?)?;
+        let stacks = if collector.stack_sample() > 0 {
+            Some(register(collector.take_stacks()?)?)
+        } else {
+            None
+        };
+        Ok(Rings {
+            new_threads,
+            stacks,
+        })
+    }
+
+    /// Waits until a ring buffer has records. Readiness is cleared before returning, so that
+    /// records arriving after the following [`drain`](Self::drain) wake us again.
+    pub async fn ready(&self) -> io::Result<()> {
+        let stacks = async {
+            match &self.stacks {
+                Some(s) => s.readable().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            g = self.new_threads.readable() => g?.clear_ready(),
+            g = stacks => g?.clear_ready(),
+        }
+        Ok(())
+    }
+
+    /// Hands every record available to `profile`. New threads come first, and are looked at
+    /// again between small batches of stacks: a thread must be classified while it lives,
+    /// a stack can wait.
+    pub fn drain(&mut self, profile: &mut Profile) {
+        loop {
+            profile.classify_new_threads(self.new_threads.get_mut());
+            let Some(s) = self.stacks.as_mut() else {
+                return;
+            };
+            if profile.take_stacks(s.get_mut(), STACK_BATCH) < STACK_BATCH {
+                profile.classify_new_threads(self.new_threads.get_mut());
+                return;
+            }
+        }
+    }
+}
