@@ -1,0 +1,426 @@
+//! ROOT-ONLY: least privilege (issue 8, docs/privileges.md). The profiler, run as an
+//! unprivileged user (`nobody`) holding exactly the four capabilities the systemd unit grants
+//! (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH; nothing else, not even in its
+//! bounding set, and no new privileges), still profiles another user's (root's) processes:
+//! exact write counts, stacks symbolized from a binary in a directory only root may enter,
+//! thread roles read from the target's memory. One capability fewer is one clear line and
+//! exit status 1.
+//!
+//! The capabilities are set with `setpriv` (util-linux, on every Debian); without it the tests
+//! are skipped, which under CI is a failure (`skip_because`).
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use integration_tests::{
+    Finished, Workload, churn_bin, fixture, process, profiler_bin, require_root_and_tracepoints,
+    skip_because, stats,
+};
+use serde_json::Value;
+
+/// The capabilities of the systemd unit (deploy/systemd/mmaplock-prof.service), as setpriv
+/// names them.
+const CAPS: [&str; 4] = ["bpf", "perfmon", "sys_ptrace", "dac_read_search"];
+
+/// Their bits (capability.h: DAC_READ_SEARCH 2, SYS_PTRACE 19, PERFMON 38, BPF 39), as
+/// /proc/PID/status shows them.
+const CAPS_MASK: u64 = 1 << 2 | 1 << 19 | 1 << 38 | 1 << 39;
+
+/// `nobody`, by number: setpriv needs no passwd entry.
+const NOBODY: u32 = 65534;
+
+/// `setpriv`, if installed.
+fn setpriv() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/bin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join("setpriv"))
+        .find(|p| p.is_file())
+}
+
+/// A directory of the test's own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str, mode: u32) -> Self {
+        let d = std::env::temp_dir().join(format!("mlp-priv-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        TempDir(d)
+    }
+
+    /// Copies `file` in, executable by everyone.
+    fn copy(&self, file: &Path) -> PathBuf {
+        let to = self.0.join(file.file_name().unwrap());
+        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("copy {}: {e}", file.display()));
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        to
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the tests need to run the profiler as `nobody`: setpriv, and a copy of the profiler
+/// that `nobody` can reach (the workspace may be under /root, which it cannot enter).
+struct Unprivileged {
+    setpriv: PathBuf,
+    profiler: PathBuf,
+    _dir: TempDir,
+}
+
+impl Unprivileged {
+    /// None (the test skipped) without setpriv.
+    fn new() -> Option<Self> {
+        let Some(setpriv) = setpriv() else {
+            skip_because("setpriv (util-linux) is not installed");
+            return None;
+        };
+        let dir = TempDir::new("bin", 0o755);
+        let profiler = dir.copy(&profiler_bin());
+        Some(Unprivileged {
+            setpriv,
+            profiler,
+            _dir: dir,
+        })
+    }
+
+    /// `mmaplock-prof --format json ARGS` as `nobody` with exactly `caps`: permitted,
+    /// effective, inheritable, ambient and bounding sets alike, no supplementary groups, no
+    /// new privileges (as the unit's NoNewPrivileges=yes).
+    fn command(&self, caps: &[&str], args: &[&str]) -> Command {
+        let set: String = caps.iter().map(|c| format!(",+{c}")).collect();
+        let mut cmd = Command::new(&self.setpriv);
+        cmd.arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .arg("--clear-groups")
+            .arg(format!("--inh-caps=-all{set}"))
+            .arg(format!("--ambient-caps=-all{set}"))
+            .arg(format!("--bounding-set=-all{set}"))
+            .arg("--no-new-privs")
+            .arg("--")
+            .arg(&self.profiler)
+            .args(["--format", "json"])
+            .args(args)
+            // As under the unit (DynamicUser=yes): HOME=/, our log level.
+            .env("HOME", "/")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Starts the profiler with the four capabilities and waits until it is attached.
+    fn start(&self, args: &[&str]) -> Capped {
+        Capped::start(self.command(&CAPS, args))
+    }
+}
+
+/// A running profiler started through setpriv; killed when dropped.
+struct Capped {
+    child: Child,
+    stderr_rx: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+    stdout_thread: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Capped {
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let stdout_thread = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+            s
+        });
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, stderr_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Capped {
+            child,
+            stderr_rx,
+            stderr: Vec::new(),
+            stdout_thread: Some(stdout_thread),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match p
+                .stderr_rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) => {
+                    let attached = l.contains("attached in");
+                    p.stderr.push(l);
+                    if attached {
+                        return p;
+                    }
+                }
+                Err(_) => panic!(
+                    "mmaplock-prof (as nobody) did not attach; exit {:?}, stderr: {:?}",
+                    p.child.try_wait(),
+                    p.stderr
+                ),
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn finish(mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mmaplock-prof (as nobody) did not end within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let raw_stdout = self
+            .stdout_thread
+            .take()
+            .expect("once")
+            .join()
+            .expect("stdout reader");
+        self.stderr.extend(self.stderr_rx.try_iter());
+        let lines = raw_stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect();
+        Finished {
+            status,
+            lines,
+            raw_stdout,
+            stderr: self.stderr.join("\n"),
+        }
+    }
+}
+
+impl Drop for Capped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A field of /proc/PID/status (`Uid`, `CapEff`, ...).
+fn status_field(pid: u32, name: &str) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        .trim()
+        .to_string()
+}
+
+/// The running profiler is `nobody` with the four capabilities and nothing else.
+fn assert_runs_with_exactly_the_four(pid: u32) {
+    assert_eq!(
+        status_field(pid, "Uid"),
+        format!("{NOBODY}\t{NOBODY}\t{NOBODY}\t{NOBODY}")
+    );
+    assert_eq!(
+        status_field(pid, "Gid"),
+        format!("{NOBODY}\t{NOBODY}\t{NOBODY}\t{NOBODY}")
+    );
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let v = u64::from_str_radix(&status_field(pid, set), 16).unwrap();
+        assert_eq!(v, CAPS_MASK, "{set} {v:#x}, expected {CAPS_MASK:#x}");
+    }
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+}
+
+/// As in profiler.rs: the writes a mmap-churn process adds to its 2*T*N (its exit, glibc's
+/// arena trims and stack frees as its threads end).
+fn churn_slack(threads: u64) -> u64 {
+    4 + 2 * threads
+}
+
+/// Root's mmap-churn, started from a directory that only root may enter, profiled by `nobody`
+/// with the four capabilities: the exact write count (CAP_BPF, CAP_PERFMON), the roles, and
+/// every sample charged to the helper's binary (its /proc/PID/maps: CAP_SYS_PTRACE) and
+/// symbolized from it (a 0700 directory: CAP_DAC_READ_SEARCH).
+#[test]
+fn four_capabilities_profile_another_users_process_exactly() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(unpriv) = Unprivileged::new() else {
+        return;
+    };
+    let private = TempDir::new("private", 0o700);
+    let helper = private.copy(&churn_bin());
+    let (t, n) = (4u64, 2000u64);
+    let mut cmd = Command::new(&helper);
+    cmd.args([t.to_string(), n.to_string(), "65536".into()]);
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid.to_string();
+    let prof = unpriv.start(&["--pid", &pid, "--interval", "0", "--stack-sample", "1"]);
+    assert_runs_with_exactly_the_four(prof.pid());
+    // The target is root's.
+    assert!(status_field(w.pid, "Uid").starts_with("0\t"));
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "exit status {:?}: {}",
+        out.status,
+        out.stderr
+    );
+    let p = process(out.summary(), w.pid).expect("the target is in the summary");
+    let (writes, _) = stats(p, "write");
+    let expected = 2 * t * n;
+    eprintln!(
+        "writes as nobody: {writes}, expected {expected} + at most {}",
+        churn_slack(t)
+    );
+    assert!(
+        (expected..=expected + churn_slack(t)).contains(&writes),
+        "writes {writes} not in {expected}..={}",
+        expected + churn_slack(t)
+    );
+    let threads = p["threads"].as_array().unwrap();
+    let busy: Vec<&Value> = threads
+        .iter()
+        .filter(|th| th["write"]["count"].as_u64().unwrap() >= 2 * n)
+        .collect();
+    assert_eq!(busy.len(), t as usize, "{threads:?}");
+    for th in &busy {
+        assert!(th["write"]["count"].as_u64().unwrap() <= 2 * n + 2, "{th}");
+        // Started by Rust's std::thread: its start routine (read from the target's memory)
+        // is none of Node's.
+        assert_eq!(th["role"], "other", "{th}");
+    }
+    let main = threads.iter().find(|th| th["tid"] == w.pid).expect("main");
+    assert_eq!(main["role"], "main");
+    // Code attribution needs the target's maps and binary.
+    let dsos = p["dsos"].as_array().expect("dsos with --stack-sample");
+    let top = dsos
+        .iter()
+        .max_by_key(|d| d["write"]["count"].as_u64().unwrap())
+        .expect("a sampled write");
+    assert_eq!(top["dso"], helper.to_str().unwrap(), "{dsos:?}");
+    let frames: Vec<&str> = p["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .flat_map(|s| s["frames"].as_array().unwrap())
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        frames.iter().any(|f| f.contains("map_touch_unmap")),
+        "the helper's functions are named: {frames:?}"
+    );
+}
+
+/// Root's Node.js process, profiled by `nobody` with the four capabilities: Node names none
+/// of its threads, so Worker, libuv and V8 roles come only from each thread's start routine,
+/// read from the target's memory (process_vm_readv: CAP_SYS_PTRACE) and symbolized from node.
+#[test]
+fn four_capabilities_read_another_users_node_thread_roles() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(unpriv) = Unprivileged::new() else {
+        return;
+    };
+    if Command::new("node").arg("--version").output().is_err() {
+        skip_because("node is not installed");
+        return;
+    }
+    let dir = TempDir::new("node", 0o755);
+    let file = dir.0.join("data.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    let mut cmd = Command::new("node");
+    cmd.env("UV_THREADPOOL_SIZE", "2")
+        .arg("--v8-pool-size=2")
+        .arg(fixture("roles.js"))
+        .args(["3", "300"])
+        .arg(&file);
+    let mut w = Workload::spawn(cmd);
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let workers: Vec<u64> = ids["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    let pid = w.pid.to_string();
+    let prof = unpriv.start(&["-p", &pid, "-i", "0"]);
+    assert_runs_with_exactly_the_four(prof.pid());
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let p = process(out.summary(), w.pid).expect("node is in the summary");
+    let threads = p["threads"].as_array().unwrap();
+    let role_of = |tid: u64| {
+        threads
+            .iter()
+            .find(|t| t["tid"] == tid)
+            .map(|t| t["role"].as_str().unwrap().to_string())
+    };
+    assert_eq!(role_of(w.pid as u64).as_deref(), Some("main"));
+    for tid in &workers {
+        assert_eq!(
+            role_of(*tid).as_deref(),
+            Some("worker"),
+            "Worker {tid}: {threads:?}"
+        );
+    }
+    let count = |role: &str| threads.iter().filter(|t| t["role"] == role).count();
+    assert_eq!(count("libuv"), 2, "UV_THREADPOOL_SIZE=2: {threads:?}");
+    assert!(count("v8") >= 1, "{threads:?}");
+}
+
+/// Without CAP_BPF or CAP_PERFMON nothing can be loaded: exit status 1 and one line naming
+/// the capability, before any output.
+#[test]
+fn one_capability_fewer_is_one_clear_line_and_exit_1() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(unpriv) = Unprivileged::new() else {
+        return;
+    };
+    let me = std::process::id().to_string();
+    for missing in ["bpf", "perfmon"] {
+        let caps: Vec<&str> = CAPS.into_iter().filter(|c| *c != missing).collect();
+        let out = unpriv
+            .command(&caps, &["--pid", &me, "-d", "1"])
+            .output()
+            .expect("run setpriv");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let what = format!("CAP_{}", missing.to_uppercase());
+        assert_eq!(out.status.code(), Some(1), "without {what}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+        assert!(err.starts_with("mmaplock-prof: "), "{err:?}");
+        assert!(err.contains(&what), "{err:?} should name {what}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(out.stdout.is_empty(), "without {what}: no report");
+    }
+}
