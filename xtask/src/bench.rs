@@ -101,6 +101,8 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     // kernel's BPF statistics (which add two clock reads to every program run, its flush
     // iterator's included).
     drop(stats);
+    // Before the many-threads case, whose 10,000 threads raise the load average by themselves.
+    let load_after = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut scale_rounds = Vec::new();
     for i in 0..args.scale_rounds {
         let r = scale::run(&args, &prof, &out_dir, i + 1)?;
@@ -116,7 +118,12 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         );
         scale_rounds.push(r);
     }
-    let results = report::summarize(&args, &samples, &scale_rounds, load_at_start.trim());
+    let results = report::summarize(
+        &args,
+        &samples,
+        &scale_rounds,
+        [load_at_start.trim(), load_after.trim()],
+    );
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,

@@ -52,9 +52,9 @@ pub(super) fn render(
     );
     let _ = writeln!(
         s,
-        "Load average (1, 5, 15 min) at the start: {}; at the end: {}.\n",
-        first3(&m["loadavg_at_start"]),
-        first3(&m["loadavg_at_end"])
+        "Load average (1, 5, 15 min) before the workload rounds: {}; after them: {}.\n",
+        first3(&m["loadavg_before_workloads"]),
+        first3(&m["loadavg_after_workloads"])
     );
     let _ = writeln!(
         s,

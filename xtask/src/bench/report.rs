@@ -141,7 +141,8 @@ pub fn summarize(
     args: &BenchArgs,
     samples: &[Sample],
     scale: &[ScaleRound],
-    load_at_start: &str,
+    // `/proc/loadavg` before and after the workload rounds.
+    load: [&str; 2],
 ) -> Results {
     let rows: Vec<(Workload, Mode, Row)> = Workload::ALL
         .iter()
@@ -226,7 +227,7 @@ pub fn summarize(
         "threads": args.threads,
         "node_iterations": args.node_iterations,
         "churn_iterations": args.churn_iterations,
-        "machine": machine(load_at_start),
+        "machine": machine(load),
         "rows": rows.iter().map(|(w, m, r)| row_json(*w, *m, r)).collect::<Vec<_>>(),
         "many_threads": {
             "threads": args.scale_threads,
@@ -324,7 +325,7 @@ fn sample_json(s: &Sample) -> Value {
     })
 }
 
-fn machine(load_at_start: &str) -> Value {
+fn machine(load: [&str; 2]) -> Value {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .unwrap_or_default()
@@ -334,7 +335,7 @@ fn machine(load_at_start: &str) -> Value {
     json!({
         "kernel": read("/proc/sys/kernel/osrelease"),
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "loadavg_at_start": load_at_start,
-        "loadavg_at_end": read("/proc/loadavg"),
+        "loadavg_before_workloads": load[0],
+        "loadavg_after_workloads": load[1],
     })
 }
