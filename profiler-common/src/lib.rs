@@ -359,6 +359,12 @@ pub struct Filter {
     pub n_comms: u32,
     pub pids: [u32; MAX_FILTER_PIDS],
     pub comms: [[u8; COMM_LEN]; MAX_FILTER_COMMS],
+    /// Non-zero: the `SELECTED` map decides instead (the agent, whose selection changes at
+    /// run time): an owner is profiled when its pid is there with its start time.
+    pub use_selection: u32,
+    /// Nanoseconds per clock tick of /proc start times, to compare the kernel's start times
+    /// with the ticks userspace put in `SELECTED`.
+    pub ns_per_tick: u32,
 }
 
 impl Filter {
@@ -368,6 +374,8 @@ impl Filter {
         n_comms: 0,
         pids: [0; MAX_FILTER_PIDS],
         comms: [[0; COMM_LEN]; MAX_FILTER_COMMS],
+        use_selection: 0,
+        ns_per_tick: 10_000_000,
     };
 }
 
@@ -407,7 +415,7 @@ mod tests {
         assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN);
         assert_eq!(
             size_of::<Filter>(),
-            8 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
+            16 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
         );
     }
 

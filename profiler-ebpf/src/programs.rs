@@ -62,6 +62,16 @@ static FILTER: Filter = Filter::ALL;
 #[map]
 static STATS: HashMap<StatsKey, ThreadStats> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
+/// The agent's selection (`Filter::use_selection`): pid -> start time in clock ticks, kept
+/// by userspace from its scans of /proc.
+#[map]
+static SELECTED: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+
+/// Bumped by userspace whenever `SELECTED` changes: threads then resolve their own process's
+/// verdict again instead of trusting their cached one.
+#[map]
+static SELECTION_GEN: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Health counters, see `profiler_common::counter`.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -152,6 +162,9 @@ struct ThreadState {
     own_owner_start: u64,
     own_owner: u32,
     own_tracked: u32,
+    /// `SELECTION_GEN` when the own verdict was cached.
+    own_gen: u32,
+    _pad3: u32,
     slots: [Slot; 2],
     /// Completed acquisitions written (only the thread itself, at release, writes it).
     head: u32,
@@ -301,6 +314,16 @@ fn identify(st: &mut ThreadState, task: u64) {
 #[inline(always)]
 fn passes_filter(k: &KernelLayout, owner: u32, owner_task: u64) -> bool {
     let f: &Filter = unsafe { &*ptr::from_ref(&FILTER) };
+    if unsafe { ptr::read_volatile(&f.use_selection) } != 0 {
+        // The pid with the same start: a reused pid is not the selected process.
+        let Some(&ticks) = (unsafe { SELECTED.get(&owner) }) else {
+            return false;
+        };
+        let per_tick = unsafe { ptr::read_volatile(&f.ns_per_tick) } as u64;
+        return owner_task != 0
+            && per_tick != 0
+            && process_start(k, owner_task) / per_tick == ticks;
+    }
     let n_pids = unsafe { ptr::read_volatile(&f.n_pids) } as usize;
     let n_comms = unsafe { ptr::read_volatile(&f.n_comms) } as usize;
     if n_pids == 0 && n_comms == 0 {
@@ -355,7 +378,8 @@ enum Owner {
 /// address could be reused by another process's mm once freed).
 #[inline(always)]
 fn resolve(st: &mut ThreadState, mm: u64) -> Owner {
-    if mm == st.own_mm && st.own_tracked != 0 {
+    let generation = SELECTION_GEN.get(0).copied().unwrap_or(0);
+    if mm == st.own_mm && st.own_tracked != 0 && st.own_gen == generation {
         return if st.own_tracked == TRACKED {
             Owner::Tracked(st.own_owner, st.own_owner_start)
         } else {
@@ -373,6 +397,7 @@ fn resolve(st: &mut ThreadState, mm: u64) -> Owner {
         st.own_owner = tgid;
         st.own_owner_start = start;
         st.own_tracked = if tracked { TRACKED } else { NOT_TRACKED };
+        st.own_gen = generation;
         return if tracked {
             Owner::Tracked(tgid, start)
         } else {

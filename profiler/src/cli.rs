@@ -59,6 +59,57 @@ pub enum Command {
     /// Profile a bundled Node.js workload (Worker threads against processes) and show the
     /// difference: the first thing to run.
     Demo(DemoArgs),
+    /// Profile continuously and serve Prometheus metrics (docs/agent.md).
+    Agent(AgentArgs),
+}
+
+/// `mmaplock-prof agent`: the contract is shared/design/agent-and-metrics.md.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Where /metrics is served (never all interfaces unless asked, e.g. 0.0.0.0:9464).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: std::net::SocketAddr,
+    /// Select processes by command name; repeatable.
+    #[arg(long = "comm", value_name = "NAME", value_parser = parse_comm)]
+    pub comms: Vec<String>,
+    /// Select processes by executable path or basename, a glob (e.g. node, */bin/node).
+    #[arg(long = "exe", value_name = "GLOB", value_parser = parse_glob)]
+    pub exes: Vec<String>,
+    /// Select processes in a cgroup v2 subtree (a systemd unit, a container); repeatable.
+    #[arg(long = "cgroup", value_name = "PATH", value_parser = parse_cgroup)]
+    pub cgroups: Vec<String>,
+    /// Select these processes; repeatable. (No selector: every process whose executable is
+    /// node.)
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = parse_pid)]
+    pub pids: Vec<u32>,
+    /// A file of selectors, one per line (`comm NAME`, `exe GLOB`, `cgroup PATH`, `pid PID`;
+    /// `#` comments), re-read on SIGHUP; adds to the command line's.
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub config: Option<PathBuf>,
+    /// Add a `pid` label (off by default: it is unbounded over time).
+    #[arg(long)]
+    pub pid_label: bool,
+    /// Also write the NDJSON interval reports to FILE (rotated by size).
+    #[arg(short, long, value_name = "FILE", value_parser = parse_path)]
+    pub output: Option<PathBuf>,
+    /// Rotate --output when it reaches this many MiB (keeping FILE.1 .. FILE.N).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub rotate_mib: u64,
+    /// How many rotated files to keep.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub rotate_keep: u32,
+    /// How often the kernel's maps are read, and the selection refreshed.
+    #[arg(short, long, value_name = "SECS", default_value = "1", value_parser = parse_positive_secs)]
+    pub interval: Duration,
+    /// Capacity of the kernel's statistics map, in threads.
+    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS)]
+    pub max_threads: u32,
+    /// Turn on the kernel's BPF run-time statistics, for mmaplock_bpf_run_seconds_total.
+    #[arg(long)]
+    pub bpf_stats: bool,
+    /// No status messages on standard error.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]
@@ -185,6 +236,22 @@ fn parse_comm(s: &str) -> Result<String, String> {
         return Err("a command name cannot be empty".into());
     }
     Ok(s.to_string())
+}
+
+fn parse_glob(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    glob::Pattern::new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("not a glob: {e}"))
+}
+
+fn parse_cgroup(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') {
+        return Err("a cgroup v2 path starts with / (e.g. /system.slice/api.service)".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
 }
 
 fn parse_path(s: &str) -> Result<PathBuf, String> {

@@ -160,6 +160,7 @@ async fn run_mode(
         stack_sample: 1,
         writes_only: false,
         floor: crate::kernel::collector::Floor::Off,
+        selection: false,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);

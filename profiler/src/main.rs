@@ -1,6 +1,7 @@
 //! mmaplock-prof: where processes, Node.js in particular, lose time on the Linux kernel's
 //! per-process mmap_lock. See README.md and docs/.
 
+mod agent;
 mod aggregation;
 mod cli;
 mod demo;
@@ -24,6 +25,8 @@ enum Error {
     Session(#[from] run::SessionError),
     #[error(transparent)]
     Demo(#[from] demo::DemoError),
+    #[error(transparent)]
+    Agent(#[from] agent::AgentError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error(transparent)]
@@ -35,6 +38,7 @@ impl Error {
         match self {
             Error::Session(e) => e.exit_code(),
             Error::Demo(e) => e.exit_code(),
+            Error::Agent(e) => e.exit_code(),
             Error::Runtime(_) | Error::KernelTooOld(_) => 1,
         }
     }
@@ -57,6 +61,24 @@ fn run(cli: Cli) -> Result<(), Error> {
             output: d.output.output,
             verbose: d.output.verbose,
         }))?,
+        Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
+            listen: a.listen,
+            selectors: agent::selection::Selectors {
+                comms: a.comms,
+                exes: a.exes,
+                cgroups: a.cgroups,
+                pids: a.pids,
+            },
+            config_file: a.config,
+            pid_label: a.pid_label,
+            output: a.output,
+            rotate_bytes: a.rotate_mib.max(1) * 1024 * 1024,
+            rotate_keep: a.rotate_keep,
+            interval: a.interval,
+            max_threads: a.max_threads,
+            bpf_stats: a.bpf_stats,
+            quiet: a.quiet,
+        }))?,
         None => {
             let p = cli.profile;
             rt.block_on(run::run(run::SessionConfig {
@@ -73,6 +95,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     } else {
                         kernel::collector::Floor::Off
                     },
+                    selection: false,
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {

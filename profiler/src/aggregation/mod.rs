@@ -174,7 +174,6 @@ struct ThreadInfo {
 
 /// The run's totals: live kernel entries mirrored one for one (flat, so that a reading of
 /// tens of thousands of entries costs one hash lookup each), and exited threads.
-#[derive(Default)]
 pub struct Totals {
     entries: HashMap<StatsKey, SideStats>,
     threads: HashMap<(ProcId, ThreadId), ThreadInfo>,
@@ -184,6 +183,22 @@ pub struct Totals {
     retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
     /// Names of processes that are gone.
     names: BTreeMap<ProcId, String>,
+    /// Keep exited threads' totals (and gone processes' names) for the summary; a
+    /// long-running agent does not.
+    pub keep_retired: bool,
+}
+
+impl Default for Totals {
+    fn default() -> Self {
+        Totals {
+            entries: HashMap::default(),
+            threads: HashMap::default(),
+            owners: HashMap::default(),
+            retired: Vec::new(),
+            names: BTreeMap::new(),
+            keep_retired: true,
+        }
+    }
 }
 
 impl Totals {
@@ -281,7 +296,9 @@ impl Totals {
             for key in Self::keys(owner, tid, &info) {
                 self.entries.remove(&key);
             }
-            self.retired.push((owner, tid, t));
+            if self.keep_retired {
+                self.retired.push((owner, tid, t));
+            }
         }
     }
 
@@ -302,7 +319,14 @@ impl Totals {
 
     /// Keeps the name of a process that is gone, for the reports still to come.
     pub fn name_process(&mut self, owner: ProcId, name: String) {
-        self.names.insert(owner, name);
+        if self.keep_retired {
+            self.names.insert(owner, name);
+        }
+    }
+
+    /// Kernel entries of live threads.
+    pub fn live_entries(&self) -> usize {
+        self.entries.len()
     }
 
     /// Does any live thread still have entries on `owner`'s lock?

@@ -74,6 +74,9 @@ pub struct CollectorConfig {
     /// Attach "floor" programs instead of the profiler's (benchmark only): the physical cost
     /// of a BPF program on these tracepoints, measured on the same machine.
     pub floor: Floor,
+    /// Select profiled processes at run time through the `SELECTED` map (the agent) instead
+    /// of `pids`/`comms`.
+    pub selection: bool,
 }
 
 /// Which floor programs to attach instead of the profiler's.
@@ -147,6 +150,10 @@ pub struct Collector {
     floor: Floor,
     /// `counter::COMPLETED` when the flush iterator last ran.
     flushed_at: u64,
+    /// The agent's selection (pid -> start in clock ticks) and its generation.
+    selected: BpfHashMap<MapData, u32, u64>,
+    selection_gen: Array<MapData, u32>,
+    generation: u32,
 }
 
 /// A map of the loaded object, typed.
@@ -224,6 +231,8 @@ fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
     }
     f.n_pids = cfg.pids.len() as u32;
     f.n_comms = cfg.comms.len() as u32;
+    f.use_selection = cfg.selection as u32;
+    f.ns_per_tick = (1_000_000_000 / crate::registry::ids::clock_ticks()) as u32;
     Ok(f)
 }
 
@@ -368,6 +377,8 @@ impl Collector {
                 }
             })?;
         }
+        let selected = take(&mut ebpf, "SELECTED")?;
+        let selection_gen = take(&mut ebpf, "SELECTION_GEN")?;
         let stats = take(&mut ebpf, "STATS")?;
         let counters = take(&mut ebpf, "COUNTERS")?;
         Ok(Collector {
@@ -387,6 +398,9 @@ impl Collector {
             changed: Vec::new(),
             floor: cfg.floor,
             flushed_at: 0,
+            selected,
+            selection_gen,
+            generation: 0,
         })
     }
 
@@ -507,6 +521,30 @@ impl Collector {
         Ok(())
     }
 
+    /// Sets the selected processes (the agent): those in `add` are profiled from now on,
+    /// those in `remove` no more. Threads drop their cached verdicts.
+    pub fn update_selection(
+        &mut self,
+        add: &[(u32, u64)],
+        remove: &[u32],
+    ) -> Result<(), CollectorError> {
+        if add.is_empty() && remove.is_empty() {
+            return Ok(());
+        }
+        for pid in remove {
+            let _ = self.selected.remove(pid);
+        }
+        for (pid, ticks) in add {
+            self.selected
+                .insert(pid, ticks, 0)
+                .map_err(|e| CollectorError::Map("SELECTED", error_chain(&e)))?;
+        }
+        self.generation = self.generation.wrapping_add(1);
+        self.selection_gen
+            .set(0, self.generation, 0)
+            .map_err(|e| CollectorError::Map("SELECTION_GEN", error_chain(&e)))
+    }
+
     /// One in how many writes has its stack sampled (0: none).
     pub fn stack_sample(&self) -> u32 {
         self.stack_sample
@@ -616,9 +654,11 @@ mod tests {
             stack_sample: 0,
             writes_only: false,
             floor: Floor::Off,
+            selection: false,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));
+        assert_eq!(f.use_selection, 0);
         assert_eq!(&f.pids[..3], &[7, 9, 0]);
         assert_eq!(&f.comms[0][..5], b"node\0");
     }

@@ -47,7 +47,7 @@ impl ThreadId {
 }
 
 /// Clock ticks per second of /proc's start times (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
-fn clock_ticks() -> u64 {
+pub fn clock_ticks() -> u64 {
     static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
         // SAFETY: sysconf has no preconditions.

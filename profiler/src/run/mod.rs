@@ -23,6 +23,91 @@ pub use profile::Profile;
 pub use rings::Rings;
 pub use targets::Targets;
 
+/// What a run does at its few decision points; the loop itself is [`run_loop`], shared by the
+/// one-shot profile, the demo and the agent.
+pub trait Driver {
+    /// Each tick, before the kernel's maps are read (the agent refreshes its selection).
+    fn before_poll(&mut self, _profile: &mut Profile) -> Result<(), SessionError> {
+        Ok(())
+    }
+    /// Each tick, after the kernel's maps were read.
+    fn after_poll(&mut self, profile: &mut Profile) -> Result<(), SessionError>;
+    /// SIGHUP: whether the run ends (the agent reloads its selection instead).
+    fn hangup(&mut self, _profile: &mut Profile) -> Result<bool, SessionError> {
+        Ok(true)
+    }
+}
+
+/// When the loop reads the kernel and when it ends.
+pub struct LoopConfig<'a> {
+    pub period: Duration,
+    pub duration: Option<Duration>,
+    /// The run also ends when these have all exited.
+    pub targets: Option<&'a Targets>,
+}
+
+/// Reads the kernel every period and drains the rings as records arrive, until the duration,
+/// the targets' exit, SIGINT or SIGTERM (or SIGHUP, if the driver says so). A failure while
+/// running ends the loop and is returned inside `Ok(Err(..))`, so that the caller still writes
+/// what was gathered; `Err` is for failing to set the loop up.
+pub async fn run_loop(
+    profile: &mut Profile,
+    rings: &mut Rings,
+    cfg: LoopConfig<'_>,
+    driver: &mut dyn Driver,
+) -> Result<Result<(), SessionError>, SessionError> {
+    let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(SessionError::Signals)?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(SessionError::Signals)?;
+    let deadline = async {
+        match cfg.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let period = cfg.period;
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let exited = async {
+        match cfg.targets {
+            Some(t) => t.all_exited().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(exited);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                // Sampled stacks first: a process forgotten by the poll must have had them.
+                rings.drain(profile);
+                let step = driver
+                    .before_poll(profile)
+                    .and_then(|()| profile.poll(false))
+                    .and_then(|()| driver.after_poll(profile));
+                if let Err(e) = step {
+                    return Ok(Err(e));
+                }
+            }
+            ready = rings.ready() => {
+                if let Err(e) = ready {
+                    return Ok(Err(SessionError::Events(e)));
+                }
+                rings.drain(profile);
+            }
+            _ = &mut deadline => return Ok(Ok(())),
+            _ = &mut exited => return Ok(Ok(())),
+            _ = sigint.recv() => return Ok(Ok(())),
+            _ = sigterm.recv() => return Ok(Ok(())),
+            _ = sighup.recv() => match driver.hangup(profile) {
+                Ok(true) => return Ok(Ok(())),
+                Ok(false) => {}
+                Err(e) => return Ok(Err(e)),
+            },
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("no process with pid {0}")]
@@ -98,10 +183,6 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     if let Some(path) = &cfg.stacks_file {
         File::create(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
     }
-    let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(SessionError::Signals)?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(SessionError::Signals)?;
-
     let collector = Collector::start(&cfg.collector)?;
     if cfg.verbose {
         let l = collector.kernel.layout;
@@ -139,54 +220,41 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         profile.registry.names.prime(p);
     }
 
-    let deadline = async {
-        match cfg.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
+    /// The one-shot profile: an interval report after each reading, if asked.
+    struct OneShot<'a> {
+        sink: &'a mut Sink,
+        intervals: bool,
+    }
+    impl Driver for OneShot<'_> {
+        fn after_poll(&mut self, profile: &mut Profile) -> Result<(), SessionError> {
+            if self.intervals {
+                self.sink.write_report(profile.interval_report())?;
+            }
+            Ok(())
         }
+    }
+    let mut driver = OneShot {
+        sink: &mut sink,
+        intervals: cfg.interval.is_some(),
     };
-    tokio::pin!(deadline);
     // Without interval reports, still read the maps every second so that exited threads'
     // entries are freed (and their names learnt) while the run goes on.
     let period = cfg.interval.unwrap_or(Duration::from_secs(1));
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let exited = targets.all_exited();
-    tokio::pin!(exited);
+    let failure = run_loop(
+        &mut profile,
+        &mut rings,
+        LoopConfig {
+            period,
+            duration: cfg.duration,
+            targets: Some(&targets),
+        },
+        &mut driver,
+    )
+    .await?
+    .err();
 
-    // A failure mid-run ends the run, but after the summary of what was gathered.
-    let mut failure = None;
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                // Sampled stacks first: a process forgotten by the poll must have had them.
-                rings.drain(&mut profile);
-                let step = profile.poll(false).and_then(|()| match cfg.interval {
-                    Some(_) => sink.write_report(profile.interval_report()),
-                    None => Ok(()),
-                });
-                if let Err(e) = step {
-                    failure = Some(e);
-                    break;
-                }
-            }
-            ready = rings.ready() => {
-                if let Err(e) = ready {
-                    failure = Some(SessionError::Events(e));
-                    break;
-                }
-                rings.drain(&mut profile);
-            }
-            _ = &mut deadline => break,
-            _ = &mut exited => break,
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = sighup.recv() => break,
-        }
-    }
-
-    // The last (partial) interval and the summary; the signal handlers stay installed, so a
-    // second Ctrl-C cannot cut the summary short.
+    // The last (partial) interval and the summary. Tokio's signal handlers, once installed,
+    // stay for the life of the process, so a second Ctrl-C cannot cut the summary short.
     rings.drain(&mut profile);
     let last = profile.finish().await;
     rings.drain(&mut profile);

@@ -12,9 +12,9 @@ use crate::{
     aggregation::{Totals, Window, ids_of},
     kernel::collector::{Collector, Counters, ProgramStats},
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
-    registry::Registry,
     registry::ids::{self, ProcId, ThreadId},
     registry::stacks::StackAttribution,
+    registry::{Attribution, Registry},
 };
 
 use crate::run::SessionError;
@@ -319,33 +319,59 @@ impl Profile {
         n
     }
 
-    /// The report for the interval since the previous one, which it then starts anew.
-    pub fn interval_report(&mut self) -> Report {
+    /// The interval since the previous one, which then starts anew: its activity, its
+    /// attribution (resolved now, while its processes likely live) and the report's metadata.
+    pub fn take_interval(&mut self) -> (Window, Attribution, Meta) {
         let now = SystemTime::now();
         let overhead = self.overhead(
             self.programs_at_interval.as_deref(),
             self.interval_start,
             now,
         );
-        let window = self.interval.take().unwrap_or_default();
+        let window = self.interval.replace(Window::default()).unwrap_or_default();
         let attribution = self.registry.attribute(&window);
-        let r = report::build(
-            &window,
-            &attribution,
-            Meta {
-                kind: Kind::Interval,
-                start: self.interval_start,
-                end: now,
-                lost: lost(self.counters, self.counters_at_interval, 0),
-                uncounted: uncounted(self.counters, self.counters_at_interval),
-                overhead,
-            },
-        );
-        self.interval = Some(Window::default());
+        let meta = Meta {
+            kind: Kind::Interval,
+            start: self.interval_start,
+            end: now,
+            lost: lost(self.counters, self.counters_at_interval, 0),
+            uncounted: uncounted(self.counters, self.counters_at_interval),
+            overhead,
+        };
         self.interval_start = now;
         self.counters_at_interval = self.counters;
         self.programs_at_interval = self.programs.clone();
-        r
+        (window, attribution, meta)
+    }
+
+    /// The report for the interval since the previous one, which it then starts anew.
+    pub fn interval_report(&mut self) -> Report {
+        let (window, attribution, meta) = self.take_interval();
+        report::build(&window, &attribution, meta)
+    }
+
+    /// Everything lost since the start (cumulative).
+    pub fn lost_so_far(&self) -> Lost {
+        lost(self.counters, Counters::default(), self.exit_pending)
+    }
+
+    /// The programs' cumulative statistics (empty unless the kernel collects them).
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        self.programs.clone().unwrap_or_default()
+    }
+
+    /// Threads with live entries in the kernel's map, and those entries.
+    pub fn live(&self) -> (usize, usize) {
+        (
+            self.totals.live_threads().count(),
+            self.totals.live_entries(),
+        )
+    }
+
+    /// A long-running agent keeps no history of exited threads (its metrics hold their
+    /// counts): memory stays bounded whatever the churn.
+    pub fn forget_history(&mut self) {
+        self.totals.keep_retired = false;
     }
 
     pub fn summary(&mut self) -> Report {

@@ -1,0 +1,532 @@
+//! Prometheus metrics (shared/design/agent-and-metrics.md): cumulative series built from each
+//! interval's window and attribution, exposed through `prometheus-client` as OpenMetrics text
+//! or, when the scraper asks, Prometheus's protobuf with native histograms.
+//!
+//! Classic buckets are the kernel's log2 buckets exactly: bucket `i` holds `2^(i-1) <= d <
+//! 2^i` ns, exposed as `le = 2^i` ns in seconds (the last, which also takes anything longer,
+//! only under `+Inf`). Native histograms use schema 0 (bucket `k` holds `(2^(k-1), 2^k]`
+//! seconds); since 1 ns is 2^-29.9 s, a kernel bucket straddles two native ones, and its whole
+//! count goes to the native bucket `i - 30`, which holds the lower 90% of its range: a count
+//! moves by one bucket at most, never more. Sums and counts are exact in both.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
+
+use profiler_common::{HIST_BUCKETS, cause};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, NativeHistogram, NativeHistogramBuckets, NoLabelSet},
+    metrics::MetricType,
+    registry::Registry,
+};
+
+use crate::{
+    aggregation::{DurationHist, SideStats, Window},
+    kernel::collector::ProgramStats,
+    output::report::Lost,
+    registry::{Attribution, ids::ProcId},
+};
+
+/// The labels of a wait or hold histogram.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct SeriesKey {
+    process: String,
+    cgroup: String,
+    role: &'static str,
+    op: &'static str,
+    /// Only with `--pid-label`.
+    pid: Option<u32>,
+}
+
+impl SeriesKey {
+    fn labels(&self) -> Vec<(&'static str, String)> {
+        let mut l = vec![
+            ("process", self.process.clone()),
+            ("cgroup", self.cgroup.clone()),
+            ("role", self.role.to_string()),
+            ("op", self.op.to_string()),
+        ];
+        if let Some(pid) = self.pid {
+            l.push(("pid", pid.to_string()));
+        }
+        l
+    }
+}
+
+/// A cumulative log2 histogram of durations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hist {
+    buckets: [u64; HIST_BUCKETS],
+    sum_ns: u128,
+    count: u64,
+}
+
+impl Default for Hist {
+    fn default() -> Self {
+        Hist {
+            buckets: [0; HIST_BUCKETS],
+            sum_ns: 0,
+            count: 0,
+        }
+    }
+}
+
+impl Hist {
+    fn add(&mut self, h: &DurationHist) {
+        for (i, n) in h.buckets() {
+            self.buckets[i.min(HIST_BUCKETS - 1)] += n;
+            self.count += n;
+        }
+        self.sum_ns += u128::from(h.sum);
+    }
+
+    /// Classic buckets, `(le in seconds, count)`, not cumulative (the encoder adds up).
+    fn classic(&self) -> Vec<(f64, u64)> {
+        let mut out: Vec<(f64, u64)> = (0..HIST_BUCKETS - 1)
+            .map(|i| (bucket_le_seconds(i), self.buckets[i]))
+            .collect();
+        out.push((f64::INFINITY, self.buckets[HIST_BUCKETS - 1]));
+        out
+    }
+
+    /// Native schema-0 buckets as (spans, deltas): kernel bucket `i >= 1` -> index `i - 30`;
+    /// bucket 0 (exactly 0 ns) is the zero bucket.
+    fn native(&self) -> (Vec<(i32, u32)>, Vec<i64>) {
+        let mut spans: Vec<(i32, u32)> = Vec::new();
+        let mut deltas = Vec::new();
+        let (mut prev_count, mut next_index) = (0i64, None::<i32>);
+        for i in 1..HIST_BUCKETS {
+            let n = self.buckets[i];
+            if n == 0 {
+                continue;
+            }
+            let k = native_index(i);
+            match next_index {
+                Some(next) if next == k => spans.last_mut().expect("a span").1 += 1,
+                Some(next) => spans.push((k - next, 1)),
+                None => spans.push((k, 1)),
+            }
+            next_index = Some(k + 1);
+            deltas.push(n as i64 - prev_count);
+            prev_count = n as i64;
+        }
+        (spans, deltas)
+    }
+}
+
+/// `le` of kernel bucket `i`: its exclusive upper bound, `2^i` ns, in seconds.
+pub fn bucket_le_seconds(i: usize) -> f64 {
+    (1u64 << i) as f64 * 1e-9
+}
+
+/// The native schema-0 bucket given the counts of kernel bucket `i` (see the module doc).
+pub fn native_index(i: usize) -> i32 {
+    i as i32 - 30
+}
+
+/// Everything the agent exports, cumulative over its life: series never go backwards when a
+/// process exits, and their labels are bounded (no pid unless asked).
+#[derive(Default)]
+pub struct Metrics {
+    pid_label: bool,
+    wait: BTreeMap<SeriesKey, Hist>,
+    hold: BTreeMap<SeriesKey, Hist>,
+    acquisitions: BTreeMap<(SeriesKey, &'static str), u64>,
+    failed: BTreeMap<(String, String, &'static str, Option<u32>), u64>,
+    downgrades: BTreeMap<SeriesKey, u64>,
+    lost: Lost,
+    programs: Vec<ProgramStats>,
+    pub tracked_processes: u64,
+    pub tracked_threads: u64,
+    /// Entries in the kernel's statistics map (as last read).
+    pub map_entries: u64,
+    build: (String, String, String),
+}
+
+impl Metrics {
+    pub fn new(pid_label: bool, kernel: String, tracepoint_abi: String) -> Self {
+        Metrics {
+            pid_label,
+            build: (
+                env!("CARGO_PKG_VERSION").to_string(),
+                kernel,
+                tracepoint_abi,
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// Adds one interval's activity. `labels` names a process: its command name and cgroup.
+    pub fn add(
+        &mut self,
+        window: &Window,
+        attribution: &Attribution,
+        labels: impl Fn(ProcId) -> (String, String),
+    ) {
+        for (&p, threads) in &window.processes {
+            let (process, cgroup) = labels(p);
+            let pid = self.pid_label.then_some(p.pid);
+            for (&t, agg) in threads {
+                let role = attribution.role(p, t, agg).as_str();
+                let key = |op| SeriesKey {
+                    process: process.clone(),
+                    cgroup: cgroup.clone(),
+                    role,
+                    op,
+                    pid,
+                };
+                self.add_side(key("read"), &agg.read, "read");
+                for (c, s) in agg.writes.iter() {
+                    self.add_side(key("write"), s, cause::name(c));
+                }
+                if agg.downgrade.count > 0 {
+                    *self.downgrades.entry(key("write")).or_default() += agg.downgrade.count;
+                }
+            }
+        }
+    }
+
+    fn add_side(&mut self, key: SeriesKey, s: &SideStats, cause: &'static str) {
+        if s.is_empty() {
+            return;
+        }
+        if s.failed > 0 {
+            *self
+                .failed
+                .entry((key.process.clone(), key.cgroup.clone(), key.op, key.pid))
+                .or_default() += s.failed;
+        }
+        if s.count == 0 {
+            return;
+        }
+        self.wait.entry(key.clone()).or_default().add(&s.wait);
+        self.hold.entry(key.clone()).or_default().add(&s.hold);
+        *self.acquisitions.entry((key, cause)).or_default() += s.count;
+    }
+
+    /// The run's losses so far (cumulative) and the programs' statistics (cumulative).
+    pub fn set_health(&mut self, lost: Lost, programs: Vec<ProgramStats>) {
+        self.lost = lost;
+        self.programs = programs;
+    }
+
+    /// Series held (to show memory stays bounded).
+    pub fn series(&self) -> usize {
+        self.wait.len() + self.hold.len() + self.acquisitions.len() + self.failed.len()
+    }
+}
+
+/// `Metrics` behind a lock, as a prometheus-client collector.
+#[derive(Clone, Debug)]
+pub struct Shared(pub Arc<Mutex<Metrics>>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Metrics({} series)", self.series())
+    }
+}
+
+fn encode_hists(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    hists: &BTreeMap<SeriesKey, Hist>,
+) -> Result<(), std::fmt::Error> {
+    if hists.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (key, h) in hists {
+        let labels = key.labels();
+        let (spans, deltas) = h.native();
+        let native = NativeHistogram {
+            schema: 0,
+            zero_threshold: 0.0,
+            zero_count: h.buckets[0],
+            negative: NativeHistogramBuckets {
+                spans: &[],
+                deltas: &[],
+            },
+            positive: NativeHistogramBuckets {
+                spans: &spans,
+                deltas: &deltas,
+            },
+            created: None,
+        };
+        family
+            .encode_family(&labels)?
+            .encode_histogram_with_native::<NoLabelSet>(
+                h.sum_ns as f64 * 1e-9,
+                h.count,
+                &h.classic(),
+                None,
+                native,
+            )?;
+    }
+    Ok(())
+}
+
+impl Collector for Shared {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let m = self.0.lock().map_err(|_| std::fmt::Error)?;
+        encode_hists(
+            &mut encoder,
+            "mmaplock_wait_seconds",
+            "Time waited for the mmap_lock per acquisition (start_locking to acquire_returned).",
+            &m.wait,
+        )?;
+        encode_hists(
+            &mut encoder,
+            "mmaplock_hold_seconds",
+            "Time the mmap_lock was held per acquisition (acquire_returned to released).",
+            &m.hold,
+        )?;
+        {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_acquisitions",
+                "Successful mmap_lock acquisitions, by the cause of a write (read for reads).",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((key, cause), n) in &m.acquisitions {
+                let mut labels = key.labels();
+                labels.push(("cause", cause.to_string()));
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_failed_trylocks",
+                "Acquisitions that returned without the lock (failed trylocks, killed waiters).",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((process, cgroup, op, pid), n) in &m.failed {
+                let mut labels = vec![
+                    ("process", process.clone()),
+                    ("cgroup", cgroup.clone()),
+                    ("op", op.to_string()),
+                ];
+                if let Some(pid) = pid {
+                    labels.push(("pid", pid.to_string()));
+                }
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_downgrades",
+                "Write locks downgraded to read (munmap, brk, mremap, stack growth).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (key, n) in &m.downgrades {
+                let mut labels = key.labels();
+                labels.retain(|(k, _)| *k != "op");
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_lost",
+                "Acquisitions (or, for stacks, samples) the profile does not contain, by reason.",
+                None,
+                MetricType::Counter,
+            )?;
+            let l = &m.lost;
+            for (reason, n) in [
+                ("events", l.events),
+                ("map_full", l.map_full),
+                ("stacks", l.stacks),
+                ("nested", l.nested),
+                ("no_state", l.no_state),
+                ("ring_full", l.ring_full),
+                ("exit_flush", l.exit_flush),
+            ] {
+                f.encode_family(&[("reason", reason)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+        if !m.programs.is_empty() {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_bpf_run_seconds",
+                "Run time of the profiler's eBPF programs (kernel BPF statistics).",
+                None,
+                MetricType::Counter,
+            )?;
+            for p in &m.programs {
+                f.encode_family(&[("program", p.name)])?
+                    .encode_counter::<NoLabelSet, _, f64>(&p.run_time.as_secs_f64(), None)?;
+            }
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_bpf_runs",
+                "Runs of the profiler's eBPF programs (kernel BPF statistics).",
+                None,
+                MetricType::Counter,
+            )?;
+            for p in &m.programs {
+                f.encode_family(&[("program", p.name)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&p.run_count, None)?;
+            }
+        }
+        for (name, help, v) in [
+            (
+                "mmaplock_tracked_processes",
+                "Processes selected and profiled now.",
+                m.tracked_processes,
+            ),
+            (
+                "mmaplock_tracked_threads",
+                "Threads with statistics in the kernel's map now.",
+                m.tracked_threads,
+            ),
+            (
+                "mmaplock_map_entries",
+                "Entries in the kernel's statistics map (one per thread, lock and kind).",
+                m.map_entries,
+            ),
+        ] {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&(v as i64))?;
+        }
+        let (version, kernel, abi) = &m.build;
+        encoder
+            .encode_descriptor(
+                "mmaplock_build_info",
+                "The agent's version, the kernel and the mmap_lock tracepoints' layout.",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_family(&[
+                ("version", version.as_str()),
+                ("kernel", kernel.as_str()),
+                ("tracepoint_abi", abi.as_str()),
+            ])?
+            .encode_gauge(&1i64)?;
+        Ok(())
+    }
+}
+
+/// A registry exposing `metrics`.
+pub fn registry(metrics: Shared) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(metrics));
+    r
+}
+
+/// OpenMetrics text.
+pub fn encode_text(r: &Registry) -> Result<String, std::fmt::Error> {
+    let mut s = String::new();
+    prometheus_client::encoding::text::encode(&mut s, r)?;
+    Ok(s)
+}
+
+/// Prometheus's length-delimited protobuf (with native histograms).
+pub fn encode_protobuf(r: &Registry) -> Option<Vec<u8>> {
+    prometheus_client::encoding::prometheus_protobuf::encode_to_vec(r).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::bucket_index;
+
+    fn hist(values: &[u64]) -> Hist {
+        let mut d = DurationHist::default();
+        for &v in values {
+            d.add(bucket_index(v), 1);
+            d.sum += v;
+        }
+        let mut h = Hist::default();
+        h.add(&d);
+        h
+    }
+
+    #[test]
+    fn classic_buckets_are_the_kernel_buckets() {
+        let h = hist(&[0, 100, 100, 5000]);
+        let c = h.classic();
+        assert_eq!(c.len(), HIST_BUCKETS);
+        assert_eq!(c[0], (1e-9, 1));
+        // 100 ns is in [64, 128): le = 128 ns.
+        assert_eq!(c[bucket_index(100)], (128e-9, 2));
+        assert!(c.last().unwrap().0.is_infinite());
+        assert_eq!(c.iter().map(|b| b.1).sum::<u64>(), 4);
+        assert_eq!((h.count, h.sum_ns), (4, 5200));
+    }
+
+    #[test]
+    fn native_buckets_move_a_count_one_bucket_at_most() {
+        for i in 1..HIST_BUCKETS {
+            let (lo, hi) = ((1u64 << (i - 1)) as f64 * 1e-9, (1u64 << i) as f64 * 1e-9);
+            let k = native_index(i);
+            // Native bucket k holds (2^(k-1), 2^k] s: it holds the kernel bucket's lower
+            // bound, and its upper bound lies in k + 1.
+            let (nlo, nhi) = (2f64.powi(k - 1), 2f64.powi(k));
+            assert!(nlo < lo && lo <= nhi, "{i}: {lo} in ({nlo}, {nhi}]");
+            assert!(hi > nhi && hi <= 2.0 * nhi, "{i}: {hi} in the next bucket");
+        }
+    }
+
+    #[test]
+    fn native_spans_and_deltas() {
+        let h = hist(&[0, 3, 3, 5, 1000, 1000, 1000]);
+        let (spans, deltas) = h.native();
+        // Kernel buckets 2 (3 ns: 2), 3 (5 ns: 1), 10 (1000 ns: 3).
+        assert_eq!(spans, vec![(native_index(2), 2), (10 - 4, 1)]);
+        assert_eq!(deltas, vec![2, -1, 2]);
+        assert_eq!(h.buckets[0], 1, "the zero bucket");
+    }
+
+    #[test]
+    fn text_exposition_has_the_contract_names() {
+        let shared = Shared(Arc::new(Mutex::new(Metrics::new(
+            false,
+            "6.18".into(),
+            "6.14+".into(),
+        ))));
+        {
+            let mut m = shared.0.lock().unwrap();
+            let key = SeriesKey {
+                process: "node".into(),
+                cgroup: "/system.slice/api.service".into(),
+                role: "worker",
+                op: "write",
+                pid: None,
+            };
+            let mut s = SideStats {
+                count: 2,
+                failed: 1,
+                ..Default::default()
+            };
+            s.wait.add(bucket_index(1000), 2);
+            s.wait.sum = 2000;
+            s.hold.add(bucket_index(50), 2);
+            s.hold.sum = 100;
+            m.add_side(key, &s, "mprotect");
+        }
+        let text = encode_text(&registry(shared)).unwrap();
+        for needle in [
+            "mmaplock_wait_seconds_bucket{le=\"0.000001024\",process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\"} 2",
+            "mmaplock_wait_seconds_bucket{le=\"1e-9\",",
+            "mmaplock_wait_seconds_bucket{le=\"+Inf\",",
+            "mmaplock_wait_seconds_sum{",
+            "mmaplock_wait_seconds_count{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\"} 2",
+            "mmaplock_hold_seconds_bucket{",
+            "mmaplock_acquisitions_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\",cause=\"mprotect\"} 2",
+            "mmaplock_failed_trylocks_total{process=\"node\",cgroup=\"/system.slice/api.service\",op=\"write\"} 1",
+            "mmaplock_lost_total{reason=\"events\"} 0",
+            "mmaplock_tracked_processes 0",
+            "mmaplock_build_info{version=",
+        ] {
+            assert!(text.contains(needle), "{needle}\n{text}");
+        }
+        assert!(!text.contains("pid="), "no pid label unless asked");
+    }
+}
