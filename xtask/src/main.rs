@@ -3,6 +3,7 @@
 //! against nightly's own LLVM, cached), then builds, tests, runs the demo or benchmarks.
 
 mod bench;
+mod dist;
 mod toolchain;
 
 use std::{
@@ -49,6 +50,9 @@ enum Cmd {
     /// Measure the profiler's cost side by side with no tracing and with a bpftrace script
     /// (root; installs bpftrace if missing). Writes target/bench/results.{json,md}.
     Bench(bench::BenchArgs),
+    /// Build the release binary and pack it with the systemd unit, dashboards, rules, docs and
+    /// an install.sh: target/dist/mmaplock-prof-VERSION-ARCH-linux.tar.gz.
+    Dist,
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -286,6 +290,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => test(&linker_dir, &args),
         Cmd::Demo { args } => demo(&linker_dir, &args),
         Cmd::Bench(args) => bench::run(&linker_dir, args),
+        Cmd::Dist => dist::dist(&linker_dir),
     }
 }
 
