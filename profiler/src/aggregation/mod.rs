@@ -329,9 +329,20 @@ impl Totals {
         self.entries.len()
     }
 
-    /// Does any live thread still have entries on `owner`'s lock?
-    pub fn has_live_threads(&self, owner: ProcId) -> bool {
-        self.threads.keys().any(|(o, _)| *o == owner)
+    /// Does any live thread of `owner` itself (not a foreign taker) have entries on its lock?
+    pub fn has_own_live_threads(&self, owner: ProcId) -> bool {
+        self.threads
+            .iter()
+            .any(|((o, _), info)| *o == owner && info.tgid == owner.pid)
+    }
+
+    /// The live threads with entries on `owner`'s lock.
+    pub fn threads_on(&self, owner: ProcId) -> Vec<ThreadId> {
+        self.threads
+            .keys()
+            .filter(|(o, _)| *o == owner)
+            .map(|(_, t)| *t)
+            .collect()
     }
 
     /// Everything since the start.
@@ -484,7 +495,8 @@ mod tests {
         tot.retire(P10, T11, Some(Role::Worker));
         assert_eq!(tot.live_threads().count(), 0);
         assert!(tot.owners_of(T11).is_empty());
-        assert!(!tot.has_live_threads(P10));
+        assert!(!tot.has_own_live_threads(P10));
+        assert!(tot.threads_on(P10).is_empty());
         // A new thread reusing tid 11 (another start time): its own entry, from zero.
         let again = StatsKey {
             tid_start: 90_000_000_000,

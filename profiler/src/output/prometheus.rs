@@ -192,12 +192,11 @@ impl Metrics {
         if s.is_empty() {
             return;
         }
-        if s.failed > 0 {
-            *self
-                .failed
-                .entry((key.process.clone(), key.cgroup.clone(), key.op, key.pid))
-                .or_default() += s.failed;
-        }
+        // Present (at zero) from the first acquisition on: rate() then has a series.
+        *self
+            .failed
+            .entry((key.process.clone(), key.cgroup.clone(), key.op, key.pid))
+            .or_default() += s.failed;
         if s.count == 0 {
             return;
         }

@@ -165,35 +165,47 @@ impl Profile {
     /// gone too).
     fn retire_thread(&mut self, thread: ThreadId) -> Result<(), SessionError> {
         for owner in self.totals.owners_of(thread) {
-            let keys = self.totals.keys_of(owner, thread);
-            let mut last = Vec::with_capacity(keys.len());
-            for key in &keys {
-                if let Some(v) = self.collector.lookup(key)? {
-                    last.push((*key, v));
+            self.retire_on(owner, thread)?;
+            // (Owner 0, "unknown" on kernels without mm->owner, is no process.)
+            if owner.pid != 0 && !self.totals.has_own_live_threads(owner) && !ids::is_alive(owner) {
+                // Its lock is gone: so are the entries of other processes' threads that took
+                // it (a monitoring agent reading its /proc files).
+                for other in self.totals.threads_on(owner) {
+                    self.retire_on(owner, other)?;
                 }
-            }
-            for d in self.totals.update(&last) {
-                if let Some(interval) = self.interval.as_mut() {
-                    interval.add(&d);
-                }
-            }
-            for key in &keys {
-                self.collector.remove(key);
-            }
-            let role = self
-                .totals
-                .identity(owner, thread)
-                .map(|(tgid, comm, fsbase)| {
-                    self.registry.roles.role(owner, thread, tgid, &comm, fsbase)
-                });
-            self.totals.retire(owner, thread, role);
-            self.registry.roles.forget_thread(owner, thread);
-            if let Some(stacks) = self.stacks.as_mut() {
-                stacks.forget_thread(thread.tid);
-            }
-            if !self.totals.has_live_threads(owner) && !ids::is_alive(owner) {
                 self.forget_process(owner);
             }
+        }
+        Ok(())
+    }
+
+    /// Retires `thread`'s entries on `owner`'s lock.
+    fn retire_on(&mut self, owner: ProcId, thread: ThreadId) -> Result<(), SessionError> {
+        let keys = self.totals.keys_of(owner, thread);
+        let mut last = Vec::with_capacity(keys.len());
+        for key in &keys {
+            if let Some(v) = self.collector.lookup(key)? {
+                last.push((*key, v));
+            }
+        }
+        for d in self.totals.update(&last) {
+            if let Some(interval) = self.interval.as_mut() {
+                interval.add(&d);
+            }
+        }
+        for key in &keys {
+            self.collector.remove(key);
+        }
+        let role = self
+            .totals
+            .identity(owner, thread)
+            .map(|(tgid, comm, fsbase)| {
+                self.registry.roles.role(owner, thread, tgid, &comm, fsbase)
+            });
+        self.totals.retire(owner, thread, role);
+        self.registry.roles.forget_thread(owner, thread);
+        if let Some(stacks) = self.stacks.as_mut() {
+            stacks.forget_thread(thread.tid);
         }
         Ok(())
     }
