@@ -4,6 +4,7 @@
 
 mod bench;
 mod dist;
+mod packages;
 mod toolchain;
 
 use std::{
@@ -113,8 +114,10 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    // The integration tests run the built binaries (profiler and helpers).
+    // The integration tests run the built binaries (profiler and helpers), and the agent's
+    // tests a real Prometheus.
     build(linker_dir, false)?;
+    packages::ensure_prometheus()?;
     if !is_root() {
         eprintln!(
             "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"

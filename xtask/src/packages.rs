@@ -1,0 +1,40 @@
+//! Debian packages the tests need on a fresh machine (root only): installed when missing,
+//! without starting the services they ship (a policy-rc.d forbids it during the install).
+
+use std::{path::Path, process::Command};
+
+use anyhow::Result;
+
+/// The `prometheus` package (server and promtool), for the agent's tests.
+pub fn ensure_prometheus() -> Result<()> {
+    ensure("prometheus", &["/usr/bin/prometheus", "/usr/bin/promtool"])
+}
+
+fn ensure(package: &str, files: &[&str]) -> Result<()> {
+    if files.iter().all(|f| Path::new(f).exists()) || !crate::is_root() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing the Debian package {package} (needed by the tests)");
+    let apt = |args: &[&str]| {
+        let mut c = Command::new("apt-get");
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    // Packages must not start their daemons here: exit code 101 tells invoke-rc.d "no".
+    let policy = Path::new("/usr/sbin/policy-rc.d");
+    let ours = !policy.exists();
+    if ours {
+        std::fs::write(policy, "#!/bin/sh\nexit 101\n")?;
+        std::process::Command::new("chmod")
+            .args(["755"])
+            .arg(policy)
+            .status()?;
+    }
+    // A fresh machine may have no package lists yet.
+    let result = crate::run(&mut apt(&["update", "-qq"]))
+        .and_then(|()| crate::run(&mut apt(&["install", "-y", "-qq", package])));
+    if ours {
+        let _ = std::fs::remove_file(policy);
+    }
+    result
+}
