@@ -227,16 +227,16 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
     // Selected at once (the agent scans before its first reading).
     w.go();
     assert!(w.wait().success());
-    let mmap = format!("sum(mmaplock_acquisitions_total{{op=\"write\",cause=\"mmap\"}})");
+    let mmap = "sum(mmaplock_acquisitions_total{op=\"write\",cause=\"mmap\"})";
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if prom.value(&mmap) == Some((t * n) as f64) {
+        if prom.value(mmap) == Some((t * n) as f64) {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "PromQL {mmap} = {:?}, expected {}\n{}",
-            prom.value(&mmap),
+            prom.value(mmap),
             t * n,
             agent.metrics()
         );

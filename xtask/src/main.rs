@@ -5,6 +5,7 @@
 mod bench;
 mod dist;
 mod packages;
+mod soak;
 mod toolchain;
 
 use std::{
@@ -51,6 +52,10 @@ enum Cmd {
     /// Measure the profiler's cost side by side with no tracing and with a bpftrace script
     /// (root; installs bpftrace if missing). Writes target/bench/results.{json,md}.
     Bench(bench::BenchArgs),
+    /// Run the agent on every node process for a long time under a churning Node workload
+    /// (root): its CPU, RSS drift and losses, and the workload's slowdown. Writes
+    /// target/bench/soak.{json,md}.
+    Soak(soak::SoakArgs),
     /// Build the release binary and pack it with the systemd unit, dashboards, rules, docs and
     /// an install.sh: target/dist/mmaplock-prof-VERSION-ARCH-linux.tar.gz.
     Dist,
@@ -293,6 +298,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => test(&linker_dir, &args),
         Cmd::Demo { args } => demo(&linker_dir, &args),
         Cmd::Bench(args) => bench::run(&linker_dir, args),
+        Cmd::Soak(args) => soak::run(&linker_dir, args),
         Cmd::Dist => dist::dist(&linker_dir),
     }
 }
