@@ -243,11 +243,13 @@ pub struct NewThread {
 /// Records of the `EXITED` ring buffer: a thread that had profiler state is exiting, or is
 /// gone for good.
 pub mod exit_record {
-    /// `sched_process_exit`: the thread is exiting. It may still take locks (exit_mm,
-    /// exit_mmap run after this), so its entries are not final yet.
+    /// The thread is exiting but its pending acquisitions could not be flushed yet (another
+    /// context held its ring): wait for its `FREED`.
     pub const EXITING: u32 = 1;
-    /// `sched_process_free`: the thread is gone and its last acquisitions are flushed into
-    /// `STATS`; its entries are final and may be read one last time and deleted.
+    /// The exiting thread's acquisitions are flushed into `STATS` (at `sched_process_exit`,
+    /// at any release after it, or when the task is freed): its entries may be read one last
+    /// time and deleted. Sent again if it takes a lock after that (the last thread's
+    /// exit_mmap).
     pub const FREED: u32 = 2;
 }
 

@@ -983,16 +983,24 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// A thread with state is exiting. It may still take locks after this (exit_mm, and the
-/// last thread's exit_mmap), so its entries stay until it is freed.
+/// A thread that took a profiled lock is exiting: its pending acquisitions are flushed now (no
+/// lock is held here). It may still take locks after this (exit_mm on some kernels, the last
+/// thread's exit_mmap): those releases flush and announce it again.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
     if let Some(st) = thread_state(false)
         && st.profiled != 0
     {
-        identify(st, unsafe { bpf_get_current_task() });
+        let task = unsafe { bpf_get_current_task() };
+        identify(st, task);
         st.exiting = 1;
-        notify_exit(st, exit_record::EXITING);
+        // No lock is held here: flush now, for a thread that takes none after this.
+        if flush_all(st, task) {
+            notify_exit(st, exit_record::FREED);
+        } else {
+            // The iterator holds the ring: userspace waits for a later flush.
+            notify_exit(st, exit_record::EXITING);
+        }
     }
     0
 }

@@ -55,6 +55,21 @@ impl Mapping {
 #[derive(Clone, Debug, Default)]
 pub struct Maps(Vec<Mapping>);
 
+/// Where this process can read a file that process `pid` maps at `path` (a path in its
+/// mount namespace): through `/proc/PID/root` when its root is not ours (a container) and the
+/// process lives; else the path itself.
+pub fn readable_path(pid: u32, path: &std::path::Path) -> std::path::PathBuf {
+    let root = format!("/proc/{pid}/root");
+    let ours = std::fs::read_link(&root).is_ok_and(|r| r == std::path::Path::new("/"));
+    if !ours && let Ok(rel) = path.strip_prefix("/") {
+        let inside = std::path::Path::new(&root).join(rel);
+        if inside.exists() {
+            return inside;
+        }
+    }
+    path.to_path_buf()
+}
+
 impl Maps {
     pub fn read(pid: u32) -> std::io::Result<Self> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
@@ -81,6 +96,15 @@ impl Maps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_own_files_are_read_at_their_paths() {
+        let me = std::process::id();
+        let p = std::path::Path::new("/proc/self/exe");
+        assert_eq!(readable_path(me, p), p);
+        // A process that does not exist: the path as it is.
+        assert_eq!(readable_path(u32::MAX, p), p);
+    }
 
     const SAMPLE: &str = "\
 00400000-00401000 r--p 00000000 fe:01 1234                               /usr/bin/node

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::{
     registry::ids::{self, ProcId, ThreadId},
-    registry::procmaps::Maps,
+    registry::procmaps::{Maps, readable_path},
     registry::threadstart::{libc_identity, read_memory, start_routine_offset},
 };
 
@@ -292,9 +292,12 @@ impl Roles {
             // A library loaded since we read the map (an addon's dlopen).
             *maps = Maps::read(pid).ok()?;
         }
-        let site = maps
-            .find(addr)
-            .map(|m| m.path.clone().map(|p| (p, m.file_offset(addr))));
+        // A container's files through its root: it lives now, perhaps not when symbolized.
+        let site = maps.find(addr).map(|m| {
+            m.path
+                .as_deref()
+                .map(|p| (readable_path(pid, p), m.file_offset(addr)))
+        });
         // The kernel saw `owner` before the reads above; alive now, it is the process they
         // read, not a newer one under the same pid.
         if !ids::is_alive(owner) {

@@ -28,7 +28,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
-use crate::registry::procmaps::{Mapping, Maps};
+use crate::registry::procmaps::{Mapping, Maps, readable_path};
 
 /// Shared, immutable section bytes handed to framehop (cheap to clone into
 /// several modules when one file has several executable mappings).
@@ -382,7 +382,8 @@ impl ProcessUnwinder {
             })
             .collect();
         for (path, items) in by_file {
-            let src = Source::Elf(Elf::new(&path));
+            // A container's files, through its root while it lives.
+            let src = Source::Elf(Elf::new(readable_path(self.pid, &path)));
             let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
             let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
             // One unreadable section fails a whole batch in blazesym: retry one by one then.
