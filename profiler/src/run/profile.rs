@@ -37,6 +37,8 @@ pub struct Profile {
     exiting: HashMap<ThreadId, u32>,
     /// Threads still exiting when the run ended (see `Lost::exit_pending`).
     exit_pending: u64,
+    /// Processes whose own threads are all gone but which were not reaped yet.
+    dying: std::collections::BTreeSet<ProcId>,
     /// BPF statistics at the start of the interval and now; None when not collected.
     programs_at_interval: Option<Vec<ProgramStats>>,
     programs: Option<Vec<ProgramStats>>,
@@ -89,6 +91,7 @@ impl Profile {
             exits_lost: 0,
             exiting: HashMap::default(),
             exit_pending: 0,
+            dying: Default::default(),
             programs_at_interval: None,
             programs: None,
             stacks: None,
@@ -134,6 +137,7 @@ impl Profile {
         for t in freed {
             self.retire_thread(t)?;
         }
+        self.reap_dying()?;
         if self.counters.exits_lost != self.exits_lost {
             self.exits_lost = self.counters.exits_lost;
             self.prune_by_proc()?;
@@ -167,14 +171,39 @@ impl Profile {
         for owner in self.totals.owners_of(thread) {
             self.retire_on(owner, thread)?;
             // (Owner 0, "unknown" on kernels without mm->owner, is no process.)
-            if owner.pid != 0 && !self.totals.has_own_live_threads(owner) && !ids::is_alive(owner) {
-                // Its lock is gone: so are the entries of other processes' threads that took
-                // it (a monitoring agent reading its /proc files).
-                for other in self.totals.threads_on(owner) {
-                    self.retire_on(owner, other)?;
+            if owner.pid != 0 && !self.totals.has_own_live_threads(owner) {
+                if ids::is_alive(owner) {
+                    // A zombie not reaped yet: looked at again at each reading.
+                    self.dying.insert(owner);
+                } else {
+                    self.process_gone(owner)?;
                 }
-                self.forget_process(owner);
             }
+        }
+        Ok(())
+    }
+
+    /// A process is gone: so is its lock, and with it the entries of other processes' threads
+    /// that took it (a monitoring agent reading its /proc files).
+    fn process_gone(&mut self, owner: ProcId) -> Result<(), SessionError> {
+        self.dying.remove(&owner);
+        for other in self.totals.threads_on(owner) {
+            self.retire_on(owner, other)?;
+        }
+        self.forget_process(owner);
+        Ok(())
+    }
+
+    /// Processes whose own threads are all gone, once they are reaped.
+    fn reap_dying(&mut self) -> Result<(), SessionError> {
+        let gone: Vec<ProcId> = self
+            .dying
+            .iter()
+            .filter(|p| !ids::is_alive(**p))
+            .copied()
+            .collect();
+        for p in gone {
+            self.process_gone(p)?;
         }
         Ok(())
     }
