@@ -28,8 +28,8 @@ use workload::Workload;
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// Interleaved rounds (each runs every workload under every mode; about 15 s each on
-    /// 2 cores).
-    #[arg(long, default_value_t = 20)]
+    /// 2 cores, 20 s on a busy machine).
+    #[arg(long, default_value_t = 15)]
     rounds: usize,
     /// Worker threads of the Node.js workload, and threads of the mmap/munmap helper.
     #[arg(long, default_value_t = 4)]
