@@ -24,7 +24,7 @@ use crate::{
     kernel::collector::{Collector, CollectorConfig, CollectorError},
     output::report::{Dist, Report, Stats},
     output::text::{fmt_ns, histogram_lines, side_by_side},
-    run::{Profile, Rings, SessionError, Sink},
+    run::{Driver, LoopConfig, Profile, Rings, SessionError, Sink, Targets, run_loop},
 };
 
 const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
@@ -174,37 +174,44 @@ async fn run_mode(
                 .map_err(|e| DemoError::Workload(e.to_string()))?;
         }
     }
-    // Collect the results while classifying threads and taking stacks as they come.
-    let results = async {
-        let mut reads = 0u64;
-        let mut elapsed_ms = 0f64;
-        for p in &mut procs {
-            let line = next_line(p).await?;
-            let v: serde_json::Value = serde_json::from_str(&line)
-                .map_err(|e| DemoError::Workload(format!("bad result {line:?}: {e}")))?;
-            reads += v["ops"].as_u64().unwrap_or(0);
-            elapsed_ms = elapsed_ms.max(v["elapsed_ms"].as_f64().unwrap_or(0.0));
-            let status = p
-                .child
-                .wait()
-                .await
-                .map_err(|e| DemoError::Workload(e.to_string()))?;
-            if !status.success() {
-                return Err(DemoError::Workload(format!("node exited with {status}")));
-            }
+    // The shared run loop, until every participant has exited (each has printed its one
+    // result line, which waits in its pipe), classifying threads and taking stacks as they
+    // come.
+    struct Quiet;
+    impl Driver for Quiet {
+        fn after_poll(&mut self, _: &mut Profile) -> Result<(), SessionError> {
+            Ok(())
         }
-        Ok((reads, elapsed_ms))
-    };
-    tokio::pin!(results);
-    let (reads, elapsed_ms) = loop {
-        tokio::select! {
-            r = &mut results => break r?,
-            ready = rings.ready() => {
-                ready.map_err(SessionError::Events)?;
-                rings.drain(&mut profile);
-            }
+    }
+    let targets = Targets::open(&pids)?;
+    run_loop(
+        &mut profile,
+        &mut rings,
+        LoopConfig {
+            period: std::time::Duration::from_secs(1),
+            duration: None,
+            targets: Some(&targets),
+        },
+        &mut Quiet,
+    )
+    .await??;
+    let mut reads = 0u64;
+    let mut elapsed_ms = 0f64;
+    for p in &mut procs {
+        let line = next_line(p).await?;
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| DemoError::Workload(format!("bad result {line:?}: {e}")))?;
+        reads += v["ops"].as_u64().unwrap_or(0);
+        elapsed_ms = elapsed_ms.max(v["elapsed_ms"].as_f64().unwrap_or(0.0));
+        let status = p
+            .child
+            .wait()
+            .await
+            .map_err(|e| DemoError::Workload(e.to_string()))?;
+        if !status.success() {
+            return Err(DemoError::Workload(format!("node exited with {status}")));
         }
-    };
+    }
     // Every participant has exited, its exit_mmap included: the kernel maps are complete.
     rings.drain(&mut profile);
     profile.finish().await?;

@@ -89,6 +89,10 @@ fn prometheus_bin() -> Option<PathBuf> {
 
 impl Prometheus {
     fn start(bin: &Path, target_port: u16) -> Self {
+        Self::start_with(bin, target_port, &[])
+    }
+
+    fn start_with(bin: &Path, target_port: u16, flags: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("mmaplock-prom-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -108,6 +112,7 @@ impl Prometheus {
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -274,6 +279,56 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
             assert!(!r.is_empty(), "dashboard query returned no data: {q}");
         }
     }
+}
+
+#[test]
+fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(prom_bin) = prometheus_bin() else {
+        assert!(
+            !integration_tests::under_ci(),
+            "prometheus is not installed"
+        );
+        integration_tests::skip_because("prometheus is not installed");
+        return;
+    };
+    let (t, n) = (2u64, 5_000u64);
+    let mut w = Workload::churn(t as u32, n as u32, None);
+    let pid = w.pid.to_string();
+    let agent = Agent::start(&["--pid", &pid, "-i", "0.5"]);
+    // With the feature, Prometheus asks for protobuf and keeps native histograms.
+    let prom = Prometheus::start_with(
+        &prom_bin,
+        agent.port,
+        &["--enable-feature=native-histograms"],
+    );
+    w.go();
+    assert!(w.wait().success());
+    let count_q = "histogram_count(sum(mmaplock_wait_seconds{op=\"write\"}))";
+    let writes_q = "sum(mmaplock_acquisitions_total{op=\"write\"})";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (count, writes) = (prom.value(count_q), prom.value(writes_q));
+        // The native histogram counts every write the counters do, exactly.
+        if writes.is_some_and(|w| w >= (2 * t * n) as f64) && count == writes {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "native count {count:?}, writes {writes:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let p99 = prom
+        .value("histogram_quantile(0.99, sum(mmaplock_wait_seconds{op=\"write\"}))")
+        .expect("a native write-wait percentile");
+    assert!(p99.is_finite() && p99 > 0.0, "p99 {p99}");
+    let sum = prom
+        .value("histogram_sum(sum(mmaplock_wait_seconds{op=\"write\"}))")
+        .expect("sum");
+    assert!(sum > 0.0);
 }
 
 #[test]

@@ -76,6 +76,16 @@ impl Maps {
         Ok(Self::parse(&text))
     }
 
+    /// Only the executable file-backed mappings (where code, a start routine included, can
+    /// be): a process with ten thousand threads has twenty thousand mappings, nearly all
+    /// stacks and guard pages, and a cache of them all would be megabytes.
+    pub fn read_code(pid: u32) -> std::io::Result<Self> {
+        let mut m = Self::read(pid)?;
+        m.0.retain(|m| m.exec && m.path.is_some());
+        m.0.shrink_to_fit();
+        Ok(m)
+    }
+
     pub fn parse(text: &str) -> Self {
         let mut v: Vec<Mapping> = text.lines().filter_map(Mapping::parse).collect();
         v.sort_by_key(|m| m.start);

@@ -279,7 +279,7 @@ impl Roles {
         let (maps, same) = match &mut entry.maps {
             Some(m) => m,
             None => {
-                let maps = Maps::read(pid).ok()?;
+                let maps = Maps::read_code(pid).ok()?;
                 let same = our_libc.is_some() && libc_identity(pid, &maps) == our_libc;
                 entry.maps.insert((maps, same))
             }
@@ -290,7 +290,7 @@ impl Roles {
         }
         if maps.find(addr).is_none() {
             // A library loaded since we read the map (an addon's dlopen).
-            *maps = Maps::read(pid).ok()?;
+            *maps = Maps::read_code(pid).ok()?;
         }
         // A container's files through its root: it lives now, perhaps not when symbolized.
         let site = maps.find(addr).map(|m| {
