@@ -3,14 +3,15 @@
 //! (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH; nothing else, not even in its
 //! bounding set, and no new privileges), still profiles another user's (root's) processes:
 //! exact write counts, stacks symbolized from a binary in a directory only root may enter,
-//! thread roles read from the target's memory. One capability fewer is one clear line and
-//! exit status 1.
+//! thread roles read from the target's memory; the agent selects it by executable and serves
+//! its exact count. One capability fewer is one clear line and exit status 1.
 //!
 //! The capabilities are set with `setpriv` (util-linux, on every Debian); without it the tests
 //! are skipped, which under CI is a failure (`skip_because`).
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -95,7 +96,7 @@ impl Unprivileged {
         })
     }
 
-    /// `mmaplock-prof --format json ARGS` as `nobody` with exactly `caps`: permitted,
+    /// `mmaplock-prof ARGS` as `nobody` with exactly `caps`: permitted,
     /// effective, inheritable, ambient and bounding sets alike, no supplementary groups, no
     /// new privileges (as the unit's NoNewPrivileges=yes).
     fn command(&self, caps: &[&str], args: &[&str]) -> Command {
@@ -110,7 +111,6 @@ impl Unprivileged {
             .arg("--no-new-privs")
             .arg("--")
             .arg(&self.profiler)
-            .args(["--format", "json"])
             .args(args)
             // As under the unit (DynamicUser=yes): HOME=/, our log level.
             .env("HOME", "/")
@@ -119,9 +119,12 @@ impl Unprivileged {
         cmd
     }
 
-    /// Starts the profiler with the four capabilities and waits until it is attached.
+    /// Starts the profiler (JSON output) with the four capabilities and waits until it is
+    /// attached.
     fn start(&self, args: &[&str]) -> Capped {
-        Capped::start(self.command(&CAPS, args))
+        let mut all = vec!["--format", "json"];
+        all.extend_from_slice(args);
+        Capped::start(self.command(&CAPS, &all))
     }
 }
 
@@ -411,7 +414,7 @@ fn one_capability_fewer_is_one_clear_line_and_exit_1() {
     for missing in ["bpf", "perfmon"] {
         let caps: Vec<&str> = CAPS.into_iter().filter(|c| *c != missing).collect();
         let out = unpriv
-            .command(&caps, &["--pid", &me, "-d", "1"])
+            .command(&caps, &["--format", "json", "--pid", &me, "-d", "1"])
             .output()
             .expect("run setpriv");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -423,4 +426,134 @@ fn one_capability_fewer_is_one_clear_line_and_exit_1() {
         assert!(!err.contains("panicked"), "{err}");
         assert!(out.stdout.is_empty(), "without {what}: no report");
     }
+}
+
+/// A port free now on loopback.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `GET /metrics` (OpenMetrics text), with nothing but the standard library.
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the agent");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read /metrics");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The sum of a counter's samples whose labels contain all of `with`.
+fn counter_sum(text: &str, metric: &str, with: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| with.iter().all(|w| l.contains(w)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn gauge(text: &str, metric: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {metric} in {text}"))
+}
+
+/// The agent (issue 8's test list: "runs as a non-root user with exactly the documented
+/// capabilities and still profiles another user's process"): as `nobody` with the four, it
+/// selects root's helper by its executable (/proc/PID/exe: CAP_SYS_PTRACE) in a directory only
+/// root may enter, and serves the helper's exact write count, by role.
+#[test]
+fn the_agent_with_the_four_selects_and_counts_another_users_process() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(unpriv) = Unprivileged::new() else {
+        return;
+    };
+    let private = TempDir::new("agent", 0o700);
+    let helper = private.copy(&churn_bin());
+    let (t, n) = (2u64, 5000u64);
+    let mut cmd = Command::new(&helper);
+    cmd.args([t.to_string(), n.to_string(), "65536".into()]);
+    let mut w = Workload::spawn(cmd);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let agent = Capped::start(unpriv.command(
+        &CAPS,
+        &[
+            "agent",
+            "--listen",
+            &listen,
+            "--exe",
+            helper.to_str().unwrap(),
+            "-i",
+            "0.2",
+        ],
+    ));
+    assert_runs_with_exactly_the_four(agent.pid());
+    // Selected within an interval of the agent's start (its executable read from /proc/PID/exe).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gauge(&scrape(port), "mmaplock_tracked_processes") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the helper was not selected: {}",
+            scrape(port)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.go();
+    assert!(w.wait().success());
+    let expected = 2 * t * n;
+    let writes = |text: &str, role: &str| {
+        counter_sum(
+            text,
+            "mmaplock_acquisitions_total",
+            &["process=\"mmap-churn\"", "op=\"write\"", role],
+        )
+    };
+    // The helper's threads' writes are in once its exit has been read (a few intervals).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut text = scrape(port);
+    while writes(&text, "role=") < expected + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} writes of {expected} served:\n{text}",
+            writes(&text, "role=")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        text = scrape(port);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let text = scrape(port);
+    let total = writes(&text, "role=");
+    eprintln!(
+        "agent as nobody: {total} writes, expected {expected} + at most {}",
+        churn_slack(t)
+    );
+    assert!(
+        (expected..=expected + churn_slack(t)).contains(&total),
+        "{total} writes, expected {expected}..={}:\n{text}",
+        expected + churn_slack(t)
+    );
+    // The helper's threads (role read from its memory) made the 2*T*N; its main thread exited.
+    let other = writes(&text, "role=\"other\"");
+    assert!(
+        (expected..=expected + 2 * t).contains(&other),
+        "{other} writes by role other:\n{text}"
+    );
+    assert!(writes(&text, "role=\"main\"") >= 1, "{text}");
+    // SIGTERM ends it cleanly.
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(agent.pid() as i32, libc::SIGTERM) }, 0);
+    let out = agent.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
 }
