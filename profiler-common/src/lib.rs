@@ -367,6 +367,10 @@ pub struct Filter {
     /// Nanoseconds per clock tick of /proc start times, to compare the kernel's start times
     /// with the ticks userspace put in `SELECTED`.
     pub ns_per_tick: u32,
+    /// Non-zero (`--children`): a process forked by a selected one is selected at once, in
+    /// the kernel, from its first acquisition on.
+    pub follow_children: u32,
+    pub _pad: u32,
 }
 
 impl Filter {
@@ -378,6 +382,8 @@ impl Filter {
         comms: [[0; COMM_LEN]; MAX_FILTER_COMMS],
         use_selection: 0,
         ns_per_tick: 10_000_000,
+        follow_children: 0,
+        _pad: 0,
     };
 }
 
@@ -417,7 +423,7 @@ mod tests {
         assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN);
         assert_eq!(
             size_of::<Filter>(),
-            16 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
+            24 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
         );
     }
 

@@ -983,6 +983,38 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+/// `--children`: a process forked by a selected process is selected too, before it runs
+/// (fires in the parent once the child exists; its acquisitions inside fork are the parent's
+/// or uncounted). Threads are not processes: only a new thread group counts.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    let f: &Filter = unsafe { &*ptr::from_ref(&FILTER) };
+    if unsafe { ptr::read_volatile(&f.follow_children) } == 0 {
+        return 0;
+    }
+    let k = kernel();
+    let parent: u64 = ctx.arg(0);
+    let child: u64 = ctx.arg(1);
+    let parent_tgid = unsafe { read_u32(parent + k.task_tgid as u64) };
+    if unsafe { SELECTED.get(&parent_tgid) }.is_none() {
+        return 0;
+    }
+    let pid = unsafe { read_u32(child + k.task_pid as u64) };
+    let tgid = unsafe { read_u32(child + k.task_tgid as u64) };
+    if pid == 0 || pid != tgid {
+        return 0;
+    }
+    let per_tick = unsafe { ptr::read_volatile(&f.ns_per_tick) } as u64;
+    if per_tick == 0 {
+        return 0;
+    }
+    let ticks = unsafe { read_u64(child + k.task_start_boottime as u64) } / per_tick;
+    if SELECTED.insert(&pid, &ticks, 0).is_err() {
+        bump(counter::MAP_FULL);
+    }
+    0
+}
+
 /// A thread that took a profiled lock is exiting: its pending acquisitions are flushed now (no
 /// lock is held here). It may still take locks after this (exit_mm on some kernels, the last
 /// thread's exit_mmap): those releases flush and announce it again.

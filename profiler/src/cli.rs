@@ -165,6 +165,10 @@ pub struct ProfileArgs {
     pub bpf_stats: bool,
     /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
     /// instead of the profiler's, to measure the floor cost of any BPF program there.
+    /// Also profile every descendant of the --pid targets (followed in the kernel at fork,
+    /// from its first acquisition); the run ends when they have all exited too.
+    #[arg(long, requires = "pids")]
+    pub children: bool,
     #[arg(long, hide = true, conflicts_with = "floor_clock")]
     pub floor: bool,
     /// Benchmark only: attach programs that read the clock once and do nothing else, the least

@@ -161,6 +161,7 @@ async fn run_mode(
         writes_only: false,
         floor: crate::kernel::collector::Floor::Off,
         selection: false,
+        children: false,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);

@@ -47,6 +47,11 @@ impl Error {
 fn run(cli: Cli) -> Result<(), Error> {
     // Before anything is loaded (profiling and the demo both load the programs).
     kernel::minkernel::check_running()?;
+    if kernel::minkernel::lacks_ptrace() {
+        eprintln!(
+            "mmaplock-prof: without CAP_SYS_PTRACE, other users' processes are counted but their thread roles, code and executables cannot be read (docs/privileges.md)"
+        );
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -96,6 +101,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                         kernel::collector::Floor::Off
                     },
                     selection: false,
+                    children: p.children,
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {

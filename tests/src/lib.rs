@@ -644,3 +644,20 @@ pub fn check_lost(report: &Value) -> u64 {
     assert_eq!(events, sum, "lost.events is the sum of its reasons: {lost}");
     events
 }
+
+/// The sum of a metric's samples in a Prometheus text exposition whose labels contain all of
+/// `with` (e.g. `process="node"`).
+pub fn metric_sum(text: &str, metric: &str, with: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| with.iter().all(|w| l.contains(w)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The value of an unlabelled gauge in a Prometheus text exposition.
+pub fn metric_gauge(text: &str, metric: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {metric} in {text}"))
+}

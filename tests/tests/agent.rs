@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Workload, churn_bin, profiler_bin, require_root_and_tracepoints};
+use integration_tests::{
+    Workload, churn_bin, metric_gauge, metric_sum, profiler_bin, require_root_and_tracepoints,
+};
 use serde_json::Value;
 
 /// A port free now on loopback.
@@ -196,21 +198,6 @@ fn dashboard_queries() -> Vec<(String, bool)> {
     out
 }
 
-/// The sum of a counter's samples in an exposition whose labels contain all of `with`.
-fn sum_of(text: &str, metric: &str, with: &[&str]) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| with.iter().all(|w| l.contains(w)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-fn gauge(text: &str, metric: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
-        .unwrap_or_else(|| panic!("{metric} missing"))
-}
-
 #[test]
 fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data() {
     if !require_root_and_tracepoints() {
@@ -340,8 +327,8 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
     let agent = Agent::start(&["--comm", "churnling", "-i", "0.2"]);
     std::thread::sleep(Duration::from_millis(500));
     let before = agent.metrics();
-    let base_threads = gauge(&before, "mmaplock_tracked_threads");
-    let base_entries = gauge(&before, "mmaplock_map_entries");
+    let base_threads = metric_gauge(&before, "mmaplock_tracked_threads");
+    let base_entries = metric_gauge(&before, "mmaplock_map_entries");
     for _ in 0..batches {
         let mut ws: Vec<Workload> = (0..per_batch)
             .map(|_| {
@@ -363,14 +350,14 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let text = loop {
         let text = agent.metrics();
-        let mmap = sum_of(
+        let mmap = metric_sum(
             &text,
             "mmaplock_acquisitions_total",
             &["process=\"churnling\"", "cause=\"mmap\""],
         );
         if mmap == total * n
-            && gauge(&text, "mmaplock_tracked_processes") == 0
-            && gauge(&text, "mmaplock_tracked_threads") <= base_threads
+            && metric_gauge(&text, "mmaplock_tracked_processes") == 0
+            && metric_gauge(&text, "mmaplock_tracked_threads") <= base_threads
         {
             break text;
         }
@@ -378,17 +365,17 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
             Instant::now() < deadline,
             "mmap writes {mmap} of {}, tracked {} processes {} threads\n{text}",
             total * n,
-            gauge(&text, "mmaplock_tracked_processes"),
-            gauge(&text, "mmaplock_tracked_threads"),
+            metric_gauge(&text, "mmaplock_tracked_processes"),
+            metric_gauge(&text, "mmaplock_tracked_threads"),
         );
         std::thread::sleep(Duration::from_millis(300));
     };
     assert!(
-        gauge(&text, "mmaplock_map_entries") <= base_entries,
+        metric_gauge(&text, "mmaplock_map_entries") <= base_entries,
         "kernel entries back to baseline\n{text}"
     );
     assert_eq!(
-        sum_of(&text, "mmaplock_lost_total", &["reason=\"events\""]),
+        metric_sum(&text, "mmaplock_lost_total", &["reason=\"events\""]),
         0
     );
 }
@@ -446,7 +433,7 @@ fn a_recycled_pid_is_a_new_process_with_its_own_name() {
     loop {
         let text = agent.metrics();
         let of = |name: &str| {
-            sum_of(
+            metric_sum(
                 &text,
                 "mmaplock_acquisitions_total",
                 &[&format!("process=\"{name}\""), &pid_l, "cause=\"mmap\""],

@@ -20,8 +20,8 @@ use std::{
 };
 
 use integration_tests::{
-    Finished, Workload, churn_bin, fixture, process, profiler_bin, require_root_and_tracepoints,
-    skip_because, stats,
+    Finished, Workload, churn_bin, fixture, metric_gauge, metric_sum, process, profiler_bin,
+    require_root_and_tracepoints, skip_because, stats,
 };
 use serde_json::Value;
 
@@ -452,21 +452,6 @@ fn scrape(port: u16) -> String {
     body.to_string()
 }
 
-/// The sum of a counter's samples whose labels contain all of `with`.
-fn counter_sum(text: &str, metric: &str, with: &[&str]) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| with.iter().all(|w| l.contains(w)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-fn gauge(text: &str, metric: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
-        .unwrap_or_else(|| panic!("no {metric} in {text}"))
-}
-
 /// The agent (issue 8's test list: "runs as a non-root user with exactly the documented
 /// capabilities and still profiles another user's process"): as `nobody` with the four, it
 /// selects root's helper by its executable (/proc/PID/exe: CAP_SYS_PTRACE) in a directory only
@@ -502,7 +487,7 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     assert_runs_with_exactly_the_four(agent.pid());
     // Selected within an interval of the agent's start (its executable read from /proc/PID/exe).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while gauge(&scrape(port), "mmaplock_tracked_processes") < 1 {
+    while metric_gauge(&scrape(port), "mmaplock_tracked_processes") < 1 {
         assert!(
             Instant::now() < deadline,
             "the helper was not selected: {}",
@@ -514,7 +499,7 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     assert!(w.wait().success());
     let expected = 2 * t * n;
     let writes = |text: &str, role: &str| {
-        counter_sum(
+        metric_sum(
             text,
             "mmaplock_acquisitions_total",
             &["process=\"mmap-churn\"", "op=\"write\"", role],

@@ -173,6 +173,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         writes_only: false,
         floor: Floor::Off,
         selection: true,
+        children: false,
     })?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -182,13 +183,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         kernel,
         collector.kernel.tracepoints.to_string(),
     ))));
-    if !cfg.quiet {
-        eprintln!(
-            "mmaplock-prof agent: attached in {:.1} ms, serving http://{}/metrics",
-            collector.attach_time.as_secs_f64() * 1e3,
-            cfg.listen
-        );
-    }
+    let attach_ms = collector.attach_time.as_secs_f64() * 1e3;
     let mut rings = Rings::open(&mut collector).map_err(AgentError::Session)?;
     let mut profile = Profile::new(collector, true);
     profile.forget_history();
@@ -199,8 +194,15 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         metrics,
         ndjson,
     };
-    // Select at once, not one interval late.
+    // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut profile)?;
+    if !cfg.quiet {
+        eprintln!(
+            "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving http://{}/metrics",
+            agent.selection.len(),
+            cfg.listen
+        );
+    }
     let local = tokio::task::LocalSet::new();
     let failure = local
         .run_until(async {

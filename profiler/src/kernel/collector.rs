@@ -43,6 +43,10 @@ pub enum CollectorError {
         "permission denied loading eBPF programs: run as root (sudo) or grant CAP_BPF and CAP_PERFMON"
     )]
     Permission,
+    #[error(
+        "--bpf-stats needs CAP_SYS_ADMIN (or root); without it, set `sysctl kernel.bpf_stats_enabled=1` and leave --bpf-stats out"
+    )]
+    StatsPermission,
     #[error("too many --pid values: at most {MAX_FILTER_PIDS}")]
     TooManyPids,
     #[error("too many --comm values: at most {MAX_FILTER_COMMS}")]
@@ -77,6 +81,8 @@ pub struct CollectorConfig {
     /// Select profiled processes at run time through the `SELECTED` map (the agent) instead
     /// of `pids`/`comms`.
     pub selection: bool,
+    /// Follow the `pids`' descendants, selected in the kernel at fork (`--children`).
+    pub children: bool,
 }
 
 /// Which floor programs to attach instead of the profiler's.
@@ -231,7 +237,8 @@ fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
     }
     f.n_pids = cfg.pids.len() as u32;
     f.n_comms = cfg.comms.len() as u32;
-    f.use_selection = cfg.selection as u32;
+    f.use_selection = (cfg.selection || cfg.children) as u32;
+    f.follow_children = cfg.children as u32;
     f.ns_per_tick = (1_000_000_000 / crate::registry::ids::clock_ticks()) as u32;
     Ok(f)
 }
@@ -274,7 +281,7 @@ impl Collector {
             Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
                     if is_permission(&e) {
-                        CollectorError::Permission
+                        CollectorError::StatsPermission
                     } else {
                         CollectorError::Load(format!("cannot enable BPF statistics: {e}"))
                     }
@@ -348,12 +355,16 @@ impl Collector {
         // the lock tracepoints.
         let exit_prog =
             (!cfg.floor.is_on()).then_some(("sched_process_exit", "sched_process_exit"));
+        // Forks, to follow a target's descendants (`--children`).
+        let fork_prog = cfg
+            .children
+            .then_some(("sched_process_fork", "sched_process_fork"));
         // The lock tracepoints last to first: a release is attached before the acquisitions
         // it ends, and an acquire before the waits it ends, so that no thread is left with a
         // slot that never completes while the programs attach one by one (each takes the
         // verifier a while); an acquire seen before start_locking is attached counts as a
         // trylock (no wait).
-        let attach = exit_prog.into_iter().chain(
+        let attach = exit_prog.into_iter().chain(fork_prog).chain(
             TRACEPOINTS
                 .into_iter()
                 .zip(programs_for(&kernel, cfg.floor))
@@ -459,12 +470,14 @@ impl Collector {
     /// Flushes every live thread's pending acquisitions into the kernel map (the flush
     /// iterator: one pass over the machine's tasks, in the kernel), unless no acquisition
     /// completed since the last pass.
-    pub fn flush_pending(&mut self) -> Result<(), CollectorError> {
+    /// `always`: run it even so (the end of a run: the counter is per-CPU and not atomic, a
+    /// hint that could miss an increment, never a reason to leave anything pending).
+    pub fn flush_pending(&mut self, always: bool) -> Result<(), CollectorError> {
         if self.floor.is_on() {
             return Ok(());
         }
         let completed = self.read_counter(counter::COMPLETED)?;
-        if completed == self.flushed_at {
+        if completed == self.flushed_at && !always {
             return Ok(());
         }
         self.flushed_at = completed;
@@ -543,6 +556,12 @@ impl Collector {
         self.selection_gen
             .set(0, self.generation, 0)
             .map_err(|e| CollectorError::Map("SELECTION_GEN", error_chain(&e)))
+    }
+
+    /// The processes in the kernel's selection now (pid, start ticks): with `--children`, the
+    /// targets and the descendants the kernel added at fork.
+    pub fn selected(&self) -> Vec<(u32, u64)> {
+        self.selected.iter().filter_map(Result::ok).collect()
     }
 
     /// One in how many writes has its stack sampled (0: none).
@@ -655,6 +674,7 @@ mod tests {
             writes_only: false,
             floor: Floor::Off,
             selection: false,
+            children: false,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

@@ -68,6 +68,28 @@ pub fn check_running() -> Result<(), TooOld> {
     running_release().map_or(Ok(()), |r| check(&r))
 }
 
+/// Effective capabilities lack CAP_SYS_PTRACE (bit 19) and we are not root: other users'
+/// processes' memory, maps and executables are then out of reach, and roles, code attribution
+/// and `--exe` selection quietly degrade. Worth one line at start.
+pub fn lacks_ptrace() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return false;
+    }
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,19 +55,30 @@ impl Mapping {
 #[derive(Clone, Debug, Default)]
 pub struct Maps(Vec<Mapping>);
 
-/// Where this process can read a file that process `pid` maps at `path` (a path in its
-/// mount namespace): through `/proc/PID/root` when its root is not ours (a container) and the
-/// process lives; else the path itself.
-pub fn readable_path(pid: u32, path: &std::path::Path) -> std::path::PathBuf {
-    let root = format!("/proc/{pid}/root");
-    let ours = std::fs::read_link(&root).is_ok_and(|r| r == std::path::Path::new("/"));
-    if !ours && let Ok(rel) = path.strip_prefix("/") {
-        let inside = std::path::Path::new(&root).join(rel);
-        if inside.exists() {
-            return inside;
+/// Where this process can read the file that process `pid` maps in `m`, checked by identity
+/// (the mapping's inode): the path itself if it names that very file here (it then works
+/// after the process is gone); else through `/proc/PID/root` (a container, or a path hidden
+/// from us by our own sandbox); else `/proc/PID/map_files` (a replaced or deleted file; needs
+/// root or CAP_CHECKPOINT_RESTORE); else, as a last resort, the path.
+pub fn readable_path(pid: u32, m: &Mapping) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let path = m.path.as_deref()?;
+    let same = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|md| md.ino() == m.inode);
+    if same(path) {
+        return Some(path.to_path_buf());
+    }
+    if let Ok(rel) = path.strip_prefix("/") {
+        let inside = std::path::Path::new(&format!("/proc/{pid}/root")).join(rel);
+        if same(&inside) {
+            return Some(inside);
         }
     }
-    path.to_path_buf()
+    let mapped =
+        std::path::PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+    if same(&mapped) {
+        return Some(mapped);
+    }
+    Some(path.to_path_buf())
 }
 
 impl Maps {
@@ -108,12 +119,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn our_own_files_are_read_at_their_paths() {
+    fn mapped_files_are_found_by_identity() {
         let me = std::process::id();
-        let p = std::path::Path::new("/proc/self/exe");
-        assert_eq!(readable_path(me, p), p);
-        // A process that does not exist: the path as it is.
-        assert_eq!(readable_path(u32::MAX, p), p);
+        let maps = Maps::read(me).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let m = maps
+            .iter()
+            .find(|m| m.path.as_deref() == Some(exe.as_path()))
+            .expect("our executable is mapped");
+        // Our own files: at their paths.
+        assert_eq!(readable_path(me, m).as_deref(), Some(exe.as_path()));
+        // A path that names another file now (replaced on disk): not that path.
+        let mut replaced = m.clone();
+        replaced.path = Some("/etc/hostname".into());
+        let p = readable_path(me, &replaced).unwrap();
+        assert_ne!(p, std::path::Path::new("/etc/hostname"), "{p:?}");
+        // Anonymous memory: nothing to read.
+        let mut anon = m.clone();
+        anon.path = None;
+        assert_eq!(readable_path(me, &anon), None);
     }
 
     const SAMPLE: &str = "\

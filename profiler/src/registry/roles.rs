@@ -292,12 +292,10 @@ impl Roles {
             // A library loaded since we read the map (an addon's dlopen).
             *maps = Maps::read_code(pid).ok()?;
         }
-        // A container's files through its root: it lives now, perhaps not when symbolized.
-        let site = maps.find(addr).map(|m| {
-            m.path
-                .as_deref()
-                .map(|p| (readable_path(pid, p), m.file_offset(addr)))
-        });
+        // The file as mapped (a container's, a replaced one), found now while it lives.
+        let site = maps
+            .find(addr)
+            .map(|m| readable_path(pid, m).map(|p| (p, m.file_offset(addr))));
         // The kernel saw `owner` before the reads above; alive now, it is the process they
         // read, not a newer one under the same pid.
         if !ids::is_alive(owner) {

@@ -368,9 +368,12 @@ impl ProcessUnwinder {
             .map(|(i, (&addr, &at))| {
                 let m = self.maps.find(at);
                 let dso = m.and_then(|m| m.path.clone());
-                if let (Some(m), Some(path)) = (m, &dso) {
+                // The file as mapped (a container's, a replaced one), found while it lives.
+                if let Some(m) = m
+                    && let Some(file) = readable_path(self.pid, m)
+                {
                     by_file
-                        .entry(path.clone())
+                        .entry(file)
                         .or_default()
                         .push((i, m.file_offset(at)));
                 }
@@ -382,8 +385,7 @@ impl ProcessUnwinder {
             })
             .collect();
         for (path, items) in by_file {
-            // A container's files, through its root while it lives.
-            let src = Source::Elf(Elf::new(readable_path(self.pid, &path)));
+            let src = Source::Elf(Elf::new(&path));
             let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
             let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
             // One unreadable section fails a whole batch in blazesym: retry one by one then.

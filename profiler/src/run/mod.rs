@@ -11,7 +11,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     cli::Format,
     kernel::collector::{Collector, CollectorConfig, CollectorError},
-    registry::ids::ProcId,
+    registry::ids::{self, ProcId},
 };
 
 mod profile;
@@ -35,6 +35,11 @@ pub trait Driver {
     /// SIGHUP: whether the run ends (the agent reloads its selection instead).
     fn hangup(&mut self, _profile: &mut Profile) -> Result<bool, SessionError> {
         Ok(true)
+    }
+    /// The targets have exited: whether the run may end now (asked again at each tick until
+    /// it says yes; `--children` waits for the descendants).
+    fn may_end(&mut self, _profile: &mut Profile) -> bool {
+        true
     }
 }
 
@@ -76,6 +81,7 @@ pub async fn run_loop(
         }
     };
     tokio::pin!(exited);
+    let mut targets_gone = false;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
@@ -88,6 +94,9 @@ pub async fn run_loop(
                 if let Err(e) = step {
                     return Ok(Err(e));
                 }
+                if targets_gone && driver.may_end(profile) {
+                    return Ok(Ok(()));
+                }
             }
             ready = rings.ready() => {
                 if let Err(e) = ready {
@@ -96,7 +105,12 @@ pub async fn run_loop(
                 rings.drain(profile);
             }
             _ = &mut deadline => return Ok(Ok(())),
-            _ = &mut exited => return Ok(Ok(())),
+            _ = &mut exited, if !targets_gone => {
+                targets_gone = true;
+                if driver.may_end(profile) {
+                    return Ok(Ok(()));
+                }
+            }
             _ = sigint.recv() => return Ok(Ok(())),
             _ = sigterm.recv() => return Ok(Ok(())),
             _ = sighup.recv() => match driver.hangup(profile) {
@@ -208,6 +222,17 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         );
     }
     let mut collector = collector;
+    if cfg.collector.children {
+        // The targets head the selection; the kernel adds their descendants as they fork.
+        let targets: Vec<(u32, u64)> = cfg
+            .collector
+            .pids
+            .iter()
+            .filter_map(|&pid| ProcId::of_live(pid))
+            .map(|p| (p.pid, p.start))
+            .collect();
+        collector.update_selection(&targets, &[])?;
+    }
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, cfg.interval.is_some());
     profile.prepare_stacks(&cfg.collector.pids);
@@ -224,6 +249,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     struct OneShot<'a> {
         sink: &'a mut Sink,
         intervals: bool,
+        children: bool,
     }
     impl Driver for OneShot<'_> {
         fn after_poll(&mut self, profile: &mut Profile) -> Result<(), SessionError> {
@@ -232,10 +258,20 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             }
             Ok(())
         }
+        fn may_end(&mut self, profile: &mut Profile) -> bool {
+            // With --children, not while a followed descendant lives.
+            !self.children
+                || !profile
+                    .collector
+                    .selected()
+                    .into_iter()
+                    .any(|(pid, start)| ids::is_alive(ProcId::new(pid, start)))
+        }
     }
     let mut driver = OneShot {
         sink: &mut sink,
         intervals: cfg.interval.is_some(),
+        children: cfg.collector.children,
     };
     // Without interval reports, still read the maps every second so that exited threads'
     // entries are freed (and their names learnt) while the run goes on.

@@ -1,0 +1,94 @@
+//! The shipped deployment files: Prometheus rules checked and unit-tested with promtool (from
+//! the Debian `prometheus` package, which `cargo xtask test` installs when missing), and the
+//! Grafana dashboard well-formed, every panel with a query.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use integration_tests::{skip_because, under_ci};
+use serde_json::Value;
+
+fn deploy(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(rel)
+}
+
+fn promtool() -> Option<PathBuf> {
+    ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn run(tool: &Path, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn the_rules_pass_promtool_check_and_their_unit_tests() {
+    let Some(tool) = promtool() else {
+        assert!(
+            !under_ci(),
+            "promtool is not installed (cargo xtask test installs it)"
+        );
+        skip_because("promtool is not installed");
+        return;
+    };
+    let rules = deploy("prometheus/mmaplock-rules.yml");
+    let text = run(&tool, &["check", "rules", rules.to_str().unwrap()]);
+    assert!(text.contains("SUCCESS"), "{text}");
+    let tests = deploy("prometheus/mmaplock-rules.test.yml");
+    let text = run(&tool, &["test", "rules", tests.to_str().unwrap()]);
+    assert!(text.contains("SUCCESS"), "{text}");
+    let config = deploy("prometheus/prometheus-example.yml");
+    run(
+        &tool,
+        &["check", "config", "--syntax-only", config.to_str().unwrap()],
+    );
+}
+
+#[test]
+fn the_dashboard_is_importable_and_every_panel_has_a_query() {
+    let text = std::fs::read_to_string(deploy("grafana/mmaplock-dashboard.json")).unwrap();
+    let d: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    assert!(d["schemaVersion"].as_u64().unwrap() >= 36);
+    assert!(d["title"].as_str().is_some_and(|t| !t.is_empty()));
+    let mut panels = 0;
+    fn walk(v: &Value, panels: &mut usize) {
+        for p in v.as_array().into_iter().flatten() {
+            walk(&p["panels"], panels);
+            if p["type"] == "row" {
+                continue;
+            }
+            *panels += 1;
+            let exprs: Vec<&str> = p["targets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["expr"].as_str())
+                .collect();
+            assert!(
+                !exprs.is_empty() || p["type"] == "text",
+                "panel {:?} has no query",
+                p["title"]
+            );
+        }
+    }
+    walk(&d["panels"], &mut panels);
+    assert!(panels >= 15, "{panels} panels");
+    // The heatmap of write waits over the kernel's buckets is there.
+    assert!(text.contains("mmaplock_wait_seconds_bucket"));
+}
