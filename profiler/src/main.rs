@@ -47,11 +47,6 @@ impl Error {
 fn run(cli: Cli) -> Result<(), Error> {
     // Before anything is loaded (profiling and the demo both load the programs).
     kernel::minkernel::check_running()?;
-    if kernel::minkernel::lacks_ptrace() {
-        eprintln!(
-            "mmaplock-prof: without CAP_SYS_PTRACE, other users' processes are counted but their thread roles, code and executables cannot be read (docs/privileges.md)"
-        );
-    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -203,6 +203,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             cfg.listen
         );
     }
+    if !cfg.quiet {
+        crate::kernel::minkernel::warn_if_lacking_ptrace();
+    }
     let local = tokio::task::LocalSet::new();
     let failure = local
         .run_until(async {

@@ -68,10 +68,20 @@ pub fn check_running() -> Result<(), TooOld> {
     running_release().map_or(Ok(()), |r| check(&r))
 }
 
+/// Says so on standard error, once attached (an error before that is one line alone), when the
+/// run lacks CAP_SYS_PTRACE.
+pub fn warn_if_lacking_ptrace() {
+    if lacks_ptrace() {
+        eprintln!(
+            "mmaplock-prof: without CAP_SYS_PTRACE, other users' processes are counted but their thread roles, code and executables cannot be read (docs/privileges.md)"
+        );
+    }
+}
+
 /// Effective capabilities lack CAP_SYS_PTRACE (bit 19) and we are not root: other users'
 /// processes' memory, maps and executables are then out of reach, and roles, code attribution
 /// and `--exe` selection quietly degrade. Worth one line at start.
-pub fn lacks_ptrace() -> bool {
+fn lacks_ptrace() -> bool {
     const CAP_SYS_PTRACE: u32 = 19;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {

@@ -221,6 +221,9 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             describe_targets(&cfg.collector)
         );
     }
+    if !cfg.quiet {
+        crate::kernel::minkernel::warn_if_lacking_ptrace();
+    }
     let mut collector = collector;
     if cfg.collector.children {
         // The targets head the selection; the kernel adds their descendants as they fork.
