@@ -337,13 +337,30 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
                 Workload::spawn(cmd)
             })
             .collect();
-        // Picked up within one interval.
-        std::thread::sleep(Duration::from_millis(600));
+        // Picked up within an interval or so (a scan of /proc): wait until the agent says
+        // it has selected them all before they start.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric_gauge(&agent.metrics(), "mmaplock_tracked_processes") < per_batch as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "the batch was not selected in 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         for w in &mut ws {
             w.go();
         }
         for w in &mut ws {
             assert!(w.wait().success());
+        }
+        // Dropped within an interval or so, before the next batch is counted on.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric_gauge(&agent.metrics(), "mmaplock_tracked_processes") > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the batch was not dropped in 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
     let total = (batches * per_batch) as u64;

@@ -60,7 +60,8 @@ impl Attribution {
 
 impl Registry {
     /// Resolves the names and roles a report of `window` needs (reading /proc for processes
-    /// still alive, symbolizing start routines).
+    /// still alive, symbolizing start routines). It adds nothing to the caches: a process or
+    /// thread that is gone stays forgotten.
     pub fn attribute(&mut self, window: &Window) -> Attribution {
         self.roles.resolve_pending();
         let mut a = Attribution::default();
@@ -77,12 +78,60 @@ impl Registry {
             };
             a.names.insert(p, name);
             for (&t, agg) in threads {
-                if agg.role.is_none() {
-                    let r = self.roles.role(p, t, agg.tgid, &agg.comm, agg.fsbase);
+                // Live threads were observed as they came; retired ones carry their role.
+                // Never `role()` here: it would note a forgotten thread again, for good.
+                if agg.role.is_none()
+                    && let Some(r) = self.roles.cached_role(p, t)
+                {
                     a.roles.insert((p, t), r);
                 }
             }
         }
         a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregation::ThreadDelta;
+    use profiler_common::{COMM_LEN, StatsKey, cause};
+
+    #[test]
+    fn attributing_a_window_brings_back_no_forgotten_thread_or_process() {
+        let mut r = Registry::default();
+        // Process 4242 at start tick 7 never existed here: nothing about it can be read.
+        let (p, t) = (ProcId::new(4242, 7), ThreadId::new(4243, 7));
+        let mut w = Window::default();
+        w.add(&ThreadDelta {
+            key: StatsKey {
+                owner: p.pid,
+                tid: t.tid,
+                kind: cause::MMAP,
+                _pad: 0,
+                owner_start: 70_000_000,
+                tid_start: 70_000_000,
+            },
+            tgid: p.pid,
+            comm: [0; COMM_LEN],
+            fsbase: 0,
+            stats: Default::default(),
+        });
+        r.roles.observe(p, t, p.pid, &[0; COMM_LEN], 0);
+        r.roles.forget_thread(p, t);
+        r.roles.forget_process(p);
+        assert_eq!(
+            (r.roles.cached_processes(), r.roles.cached_threads()),
+            (0, 0)
+        );
+        let a = r.attribute(&w);
+        assert_eq!(
+            (r.roles.cached_processes(), r.roles.cached_threads()),
+            (0, 0),
+            "the report put them back"
+        );
+        // The forgotten thread is `other` in the report.
+        let agg = &w.processes[&p][&t];
+        assert_eq!(a.role(p, t, agg), Role::Other);
     }
 }

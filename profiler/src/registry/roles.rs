@@ -218,6 +218,18 @@ impl Roles {
         resolve(symbolizer, thread, known)
     }
 
+    /// The role of a thread already observed, without noting anything new: a report asks
+    /// this, so that it can never bring back a thread or process that was forgotten.
+    pub fn cached_role(&mut self, owner: ProcId, thread: ThreadId) -> Option<Role> {
+        let Roles {
+            processes,
+            symbolizer,
+            ..
+        } = self;
+        let known = processes.get_mut(&owner)?.threads.get_mut(&thread)?;
+        Some(resolve(symbolizer, thread, known))
+    }
+
     /// Symbolizes every pending start routine. Done before a report is built, so that the
     /// symbolizer's long-lived caches are not allocated among the report's short-lived data
     /// (which then returns to the system whole).

@@ -231,6 +231,13 @@ impl Profile {
             .map(|(tgid, comm, fsbase)| {
                 self.registry.roles.role(owner, thread, tgid, &comm, fsbase)
             });
+        // The interval's copy too: its last counts keep the role decided while it lived, and
+        // nothing asks the registry (which forgets it below) about it again.
+        if let (Some(w), Some(r)) = (self.interval.as_mut(), role)
+            && let Some(t) = w.processes.get_mut(&owner).and_then(|m| m.get_mut(&thread))
+        {
+            t.role = Some(r);
+        }
         self.totals.retire(owner, thread, role);
         self.registry.roles.forget_thread(owner, thread);
         if let Some(stacks) = self.stacks.as_mut() {
