@@ -19,6 +19,7 @@ use std::{
     process::Command,
 };
 
+use crate::toolchain::output;
 use anyhow::{Context as _, Result, bail};
 
 use crate::{cargo, run, workspace_root};
@@ -245,20 +246,6 @@ fn source_date(root: &Path) -> u64 {
         })
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The libraries `ldd` lists, by file name (`libc.so.6`, `ld-linux-x86-64.so.2`, ...).

@@ -16,7 +16,8 @@ use anyhow::{Context as _, Result, bail};
 /// The bpf-linker release known to work with aya-ebpf 0.2 and LLVM 21 to 23.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-fn output(cmd: &mut Command) -> Result<String> {
+/// Runs `cmd`; its standard output, or an error naming it with its standard error.
+pub fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("cannot run {cmd:?}"))?;
