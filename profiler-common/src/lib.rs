@@ -126,8 +126,16 @@ pub mod counter {
     /// Not a loss: acquisitions put in a thread's pending ring; userspace runs the flush
     /// iterator only when this moved since its last run (idle threads then cost nothing).
     pub const COMPLETED: u32 = 10;
+    /// Blockers, not acquisitions: contended waits not charged because their lock's slot
+    /// in `LOCKS` was taken over by another lock (two profiled locks hashing alike).
+    pub const BLOCKERS_OVERRUN: u32 = 11;
+    /// Blockers: a contended wait completed while the thread's previous one was still to be
+    /// charged (it held a lock ever since); its wait is not attributed.
+    pub const BLOCKERS_BUSY: u32 = 12;
+    /// Blockers: a (waiter, holder) entry could not be created because `BLOCKED` was full.
+    pub const BLOCKERS_MAP_FULL: u32 = 13;
     /// Number of counters.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 14;
 }
 
 /// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].
@@ -323,6 +331,9 @@ pub struct Settings {
     /// Non-zero: profile write acquisitions only (`--writes-only`). Read acquisitions then
     /// cost a few instructions; a downgraded write's hold runs to its final release.
     pub writes_only: u32,
+    /// Non-zero: charge each wait to the holds that made it wait (`BLOCKED`): every write
+    /// hold, and read holds released while someone sleeps on the lock, are logged at release.
+    pub blockers: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and
@@ -351,6 +362,88 @@ pub struct KernelLayout {
     pub task_start_boottime: u32,
     /// `task_struct.pid`.
     pub task_pid: u32,
+    /// `mm_struct.mmap_lock.count` (the rwsem's count word; bit 1 is RWSEM_FLAG_WAITERS):
+    /// a read hold is logged for blockers only when somebody sleeps waiting for the lock.
+    pub mm_lock_count: u32,
+}
+
+/// Holder slots per lock: a holder (thread and kind of hold) adds its hold times to slot
+/// `holder_slot(tid, kind)`; two holders sharing a slot are charged as its latest one.
+pub const HOLDER_SLOTS: usize = 64;
+/// Locks whose holds are accumulated at once: a slot each, by a hash of the mm address.
+pub const LOCK_SLOTS: u32 = 1024;
+
+/// The slot of a holder (a thread, and what it held the lock for) in [`LockAcc::held`].
+#[inline(always)]
+pub fn holder_slot(tid: u32, kind: u32) -> usize {
+    let h = (tid as u64 ^ ((kind as u64) << 24)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 58) as usize & (HOLDER_SLOTS - 1)
+}
+
+/// Who last added to a holder slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HolderId {
+    pub tid_start: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// [`cause::READ`], a write cause, or [`cause::DOWNGRADE`].
+    pub kind: u32,
+    pub _pad: u32,
+}
+
+/// One lock's hold times, cumulative per holder slot (an element of the `LOCKS` array). A
+/// waiter copies `held` when it starts waiting and when it gets the lock: the difference is
+/// what each holder held the lock for while it waited, however many holds that was.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockAcc {
+    /// The lock (`mm_struct` address) this slot accumulates now.
+    pub mm: u64,
+    /// Holds added so far (a waiter that saw none released during its wait has nothing to
+    /// charge).
+    pub releases: u64,
+    /// The write hold in progress: its start (0: none) and its holder slot.
+    pub cur_acq: u64,
+    pub cur_slot: u64,
+    /// The last hold added: when it ended and its slot (a waiter that got the lock later
+    /// waited that long for it to be handed over).
+    pub last_rel: u64,
+    pub last_slot: u64,
+    /// Profiled writers waiting for the lock now: while there are any, read holds are added
+    /// too (only then can a read hold make anyone wait).
+    pub waiting: u64,
+    pub _pad: u64,
+    pub held: [u64; HOLDER_SLOTS],
+    pub ids: [HolderId; HOLDER_SLOTS],
+}
+
+/// Key of the `BLOCKED` map: who waited for which lock (the waiter's side), and whose hold
+/// made it wait (the holder's side).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockedKey {
+    pub owner: u32,
+    pub waiter_tid: u32,
+    pub holder_tid: u32,
+    pub holder_tgid: u32,
+    /// The holder's hold: [`cause::READ`], a write cause, or [`cause::DOWNGRADE`].
+    pub holder_kind: u32,
+    /// [`READ`] or [`WRITE`]: what the waiter waited for.
+    pub waiter_op: u32,
+    pub owner_start: u64,
+    pub waiter_start: u64,
+    pub holder_start: u64,
+}
+
+/// Value of the `BLOCKED` map, cumulative (updated with atomic adds by any waiter).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockedVal {
+    /// Waits that this holder's hold overlapped.
+    pub waits: u64,
+    /// The part of those waits charged to it, ns.
+    pub wait_ns: u64,
 }
 
 /// Which processes to profile, decided in the kernel; passed as the `FILTER` global.
@@ -400,6 +493,10 @@ mod user {
     unsafe impl aya::Pod for Settings {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for Filter {}
+    unsafe impl aya::Pod for HolderId {}
+    unsafe impl aya::Pod for LockAcc {}
+    unsafe impl aya::Pod for BlockedKey {}
+    unsafe impl aya::Pod for BlockedVal {}
 }
 
 #[cfg(test)]
@@ -416,7 +513,19 @@ mod tests {
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 13 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 14 * 4);
+        assert_eq!(size_of::<HolderId>(), 24);
+        assert_eq!(size_of::<LockAcc>(), 64 + HOLDER_SLOTS * (8 + 24));
+        assert_eq!(size_of::<BlockedKey>(), 6 * 4 + 3 * 8);
+        assert_eq!(size_of::<BlockedVal>(), 16);
+        assert!(HOLDER_SLOTS.is_power_of_two() && LOCK_SLOTS.is_power_of_two());
+        // Holder slots spread: the threads of a process, and the kinds of one thread.
+        let mut used = [0u32; HOLDER_SLOTS];
+        for tid in 1000..1016 {
+            used[holder_slot(tid, cause::MPROTECT)] += 1;
+        }
+        assert!(used.iter().filter(|&&n| n > 0).count() >= 10, "{used:?}");
+        assert_ne!(holder_slot(7, cause::READ), holder_slot(7, cause::MUNMAP));
         assert_eq!(size_of::<StackSample>(), 64 + STACK_BYTES);
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);

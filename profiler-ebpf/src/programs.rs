@@ -16,16 +16,17 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
-        generated::{bpf_task_pt_regs, bpf_task_storage_get},
+        generated::{bpf_loop, bpf_task_pt_regs, bpf_task_storage_get},
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use profiler_common::{
-    COMM_LEN, ExitedThread, Filter, HIST_BUCKETS, KernelLayout, MAX_FILTER_COMMS, MAX_FILTER_PIDS,
-    NewThread, STACK_BYTES, STACK_CHUNK, SampleDone, Settings, StackSample, StatsKey, ThreadStats,
-    bucket_index, cause, counter, exit_record, stack_record,
+    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, Filter, HIST_BUCKETS, HOLDER_SLOTS,
+    KernelLayout, LOCK_SLOTS, LockAcc, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, STACK_BYTES,
+    STACK_CHUNK, SampleDone, Settings, StackSample, StatsKey, ThreadStats, bucket_index, cause,
+    counter, exit_record, holder_slot, stack_record,
 };
 
 /// Set by userspace at load time from the running kernel's BTF.
@@ -44,6 +45,7 @@ static KERNEL: KernelLayout = KernelLayout {
     regs_bp: 0,
     task_start_boottime: 0,
     task_pid: 0,
+    mm_lock_count: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`), set by userspace at load time.
@@ -51,6 +53,7 @@ static KERNEL: KernelLayout = KernelLayout {
 static SETTINGS: Settings = Settings {
     stack_sample: 0,
     writes_only: 0,
+    blockers: 0,
 };
 
 /// Which owners to profile; set by userspace at load time (`--pid`, `--comm`).
@@ -98,6 +101,17 @@ static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 #[map]
 static STACKS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 
+/// Each profiled lock's hold times per holder (a slot per lock, by a hash of its mm address),
+/// added at release: waits are charged to what the holders held meanwhile. An array, so that
+/// the lookup under the lock is an address computation, not a hash-table walk.
+#[map]
+static LOCKS: Array<LockAcc> = Array::with_max_entries(LOCK_SLOTS, 0);
+
+/// Waits charged to the holds that made them wait (`--blockers`), cumulative.
+#[map]
+static BLOCKED: HashMap<BlockedKey, BlockedVal> =
+    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+
 /// A zeroed `ThreadStats` to insert from: the value is larger than the 512-byte BPF stack.
 #[map]
 static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
@@ -122,6 +136,35 @@ struct Slot {
     state: u32,
     /// Sequence number of this acquisition's sampled stack (0: not sampled).
     sample_seq: u32,
+    /// Blockers: the lock's `releases` when the wait began (`snap` holds its `held`), and
+    /// the part of the write hold in progress then that lay before the wait, with its slot.
+    releases0: u64,
+    pre: u64,
+    pre_slot: u32,
+    /// 1: `snap` was taken for this wait.
+    snapped: u32,
+}
+
+/// A contended wait to charge to what the holders held during it, outside the lock.
+#[repr(C)]
+struct Charge {
+    mm: u64,
+    wait: u64,
+    owner_start: u64,
+    /// Hold time before the wait began of the write hold in progress then, in `pre_slot`.
+    pre: u64,
+    pre_slot: u32,
+    owner: u32,
+    /// `READ` or `WRITE`.
+    op: u32,
+    /// 1 while this charge waits to be made.
+    pending: u32,
+    /// From the last hold's release to the acquisition (the lock handed over), and its slot.
+    handover: u64,
+    handover_slot: u32,
+    _pad: u32,
+    /// The lock's `held` at the acquisition (`snap`: when the wait began).
+    held: [u64; HOLDER_SLOTS],
 }
 
 /// A completed acquisition, waiting in its thread's ring to be added to `STATS`.
@@ -186,6 +229,10 @@ struct ThreadState {
     /// BPF instruction set without alu32 has 64-bit compare-and-swap only).
     flushing: u64,
     ring: [Done; RING as usize],
+    /// The last contended wait, charged with the next flush (`--blockers`).
+    charge: Charge,
+    /// `held` of the lock being waited for, when the wait began (kept until the charge).
+    snap: [u64; HOLDER_SLOTS],
 }
 
 /// A BTF-defined task local storage map: per-thread state that the kernel frees with the
@@ -228,6 +275,154 @@ fn bump_by(idx: u32, n: u64) {
 #[inline(always)]
 fn bump(idx: u32) {
     bump_by(idx, 1)
+}
+
+/// `--blockers`: waits are charged to the holds that made them wait.
+#[inline(always)]
+fn blockers_on() -> bool {
+    (unsafe { ptr::read_volatile(&SETTINGS.blockers) }) != 0
+}
+
+/// The accumulator slot of the lock of `mm` (a multiplicative hash of its address).
+#[inline(always)]
+fn lock_acc(mm: u64) -> Option<&'static mut LockAcc> {
+    let idx = (mm.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as u32 & (LOCK_SLOTS - 1);
+    LOCKS.get_ptr_mut(idx).map(|p| unsafe { &mut *p })
+}
+
+/// The accumulator of `mm`'s lock, if its slot accumulates that lock now.
+#[inline(always)]
+fn lock_acc_of(mm: u64) -> Option<&'static mut LockAcc> {
+    lock_acc(mm).filter(|a| unsafe { ptr::read_volatile(&a.mm) } == mm)
+}
+
+/// A write hold of `mm`'s lock begins (with the lock held: a few stores). While writers
+/// wait, the time the lock stayed free since the last hold ended (the waiters not running
+/// yet, or this thread taking the lock before them) is the hand-over after that hold: it
+/// goes to that hold's slot, so that every moment of a wait is someone's hold or hand-over.
+#[inline(always)]
+fn note_write_hold(mm: u64, kind: u32, now: u64) {
+    if let Some(a) = lock_acc_of(mm) {
+        let last = a.last_rel;
+        if last != 0 && now > last && unsafe { ptr::read_volatile(&a.waiting) } != 0 {
+            let slot = a.last_slot as usize & (HOLDER_SLOTS - 1);
+            if let Some(h) = a.held.get_mut(slot) {
+                // Exclusive: no reader holds, none adds.
+                *h = h.wrapping_add(now - last);
+            }
+        }
+        a.last_rel = 0;
+        let tid = bpf_get_current_pid_tgid() as u32;
+        a.cur_slot = holder_slot(tid, kind) as u64;
+        a.cur_acq = now;
+    }
+}
+
+/// A read hold of `mm`'s lock begins while writers wait: like a write hold's beginning, the
+/// lock's time free since the last hold ended goes to that hold (readers begin at once:
+/// whoever takes the last release's time first charges it).
+#[inline(always)]
+fn note_read_hold(mm: u64, now: u64) {
+    let Some(a) = lock_acc_of(mm) else {
+        return;
+    };
+    if unsafe { ptr::read_volatile(&a.waiting) } == 0 {
+        return;
+    }
+    let last = unsafe { ptr::read_volatile(&a.last_rel) };
+    if last == 0 || now <= last {
+        return;
+    }
+    let slot = a.last_slot as usize & (HOLDER_SLOTS - 1);
+    let (_, won) = unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+            &mut a.last_rel,
+            last,
+            0,
+        )
+    };
+    if won && let Some(h) = a.held.get_mut(slot) {
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(h, now - last) };
+    }
+}
+
+/// A hold of `mm`'s lock ends (with the lock held: a few stores): its time goes to its
+/// holder's slot. A read hold counts only while a profiled writer waits for the lock: only
+/// then can it make anyone wait (readers wait for readers only behind a waiting writer).
+#[inline(always)]
+fn add_hold(st: &ThreadState, mm: u64, kind: u32, acq_ts: u64, now: u64) {
+    let write = kind != cause::READ && kind != cause::DOWNGRADE;
+    let Some(a) = lock_acc(mm) else {
+        return;
+    };
+    if !write && (unsafe { ptr::read_volatile(&a.waiting) } == 0 || a.mm != mm) {
+        return;
+    }
+    if unsafe { ptr::read_volatile(&a.mm) } != mm {
+        // The slot changes hands (two profiled locks hashing alike: rare); waiters of the
+        // other lock notice and charge nothing.
+        unsafe { ptr::write_volatile(&mut a.mm, mm) };
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let slot = holder_slot(tid, kind);
+    if let Some(h) = a.held.get_mut(slot) {
+        if write {
+            // Write holds are exclusive: nobody else adds now.
+            *h = h.wrapping_add(now.wrapping_sub(acq_ts));
+        } else {
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(h, now.wrapping_sub(acq_ts))
+            };
+        }
+    }
+    if let Some(id) = a.ids.get_mut(slot)
+        && (id.tid != tid || id.kind != kind)
+    {
+        id.tid = tid;
+        id.tgid = (pid_tgid >> 32) as u32;
+        id.kind = kind;
+        id.tid_start = st.tid_start;
+    }
+    if write {
+        a.cur_acq = 0;
+    }
+    a.last_rel = now;
+    a.last_slot = slot as u64;
+    // Only a hint that something was added (waiters compare it): readers releasing at once
+    // may lose an increment, never all of them.
+    a.releases = a.releases.wrapping_add(1);
+}
+
+/// Can the lock of `mm` be taken at once (no writer, no waiter; for a write, no reader
+/// either)? Then a wait is not worth a snapshot for blockers.
+#[inline(always)]
+fn lock_free(mm: u64, write: bool) -> bool {
+    let off = kernel().mm_lock_count;
+    if off == 0 {
+        return false;
+    }
+    let count = unsafe { read_u64(mm + off as u64) };
+    if write { count == 0 } else { count & 7 == 0 }
+}
+
+/// Is `kind` a write hold's?
+#[inline(always)]
+fn write_kind(kind: u32) -> bool {
+    kind != cause::READ && kind != cause::DOWNGRADE
+}
+
+/// A wait that was snapshotted for blockers ends (acquired, failed or stale): a writer no
+/// longer waits.
+#[inline(always)]
+fn end_wait(s: &mut Slot, write: bool) {
+    if s.snapped != 0 && write {
+        if let Some(a) = lock_acc_of(s.mm) {
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut a.waiting, u64::MAX)
+            };
+        }
+    }
 }
 
 /// `--writes-only` and this is a read acquisition: nothing to do.
@@ -654,11 +849,14 @@ fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
 /// thread's task (a kernel address), to identify it the first time. Returns false if another
 /// context is flushing.
 #[inline(never)]
-fn flush(st: &mut ThreadState, task: u64) -> bool {
+fn flush(st: &mut ThreadState, task: u64, with_charge: bool) -> bool {
     if !claim(st) {
         return false;
     }
     identify(st, task);
+    if with_charge && blockers_on() && st.charge.pending != 0 {
+        charge_wait(st);
+    }
     let head = unsafe { ptr::read_volatile(&st.head) };
     let tail = st.tail;
     if st.announced == 0 && head != tail {
@@ -682,10 +880,145 @@ fn flush(st: &mut ThreadState, task: u64) -> bool {
     true
 }
 
-/// Flushes the whole ring (its capacity is two batches).
+/// Flushes the whole ring (its capacity is two batches), and the pending charge when no
+/// lock is held (`with_charge`).
 #[inline(always)]
-fn flush_all(st: &mut ThreadState, task: u64) -> bool {
-    flush(st, task) && flush(st, task)
+fn flush_all(st: &mut ThreadState, task: u64, with_charge: bool) -> bool {
+    flush(st, task, with_charge) && flush(st, task, false)
+}
+
+/// Charges the thread's last contended wait to the holders: each is charged what it held the
+/// lock for during the wait (a hold in progress when the wait began, from then on). Read
+/// holds overlap one another, so when the parts add up to more than the wait, each is scaled
+/// down in proportion. Runs outside any lock, under the thread's flush claim. The slots are
+/// walked with `bpf_loop`, so the verifier checks one slot, not 32 times two passes.
+#[inline(never)]
+fn charge_wait(st: &mut ThreadState) {
+    st.charge.pending = 0;
+    let (mm, wait) = (st.charge.mm, st.charge.wait);
+    if wait == 0 || wait >= 1 << 40 {
+        return;
+    }
+    let Some(acc) = lock_acc_of(mm) else {
+        bump(counter::BLOCKERS_OVERRUN);
+        return;
+    };
+    // The part of the hold in progress when the wait began that lay before it.
+    let pre_slot = st.charge.pre_slot as usize & (HOLDER_SLOTS - 1);
+    if let Some(s) = st.snap.get_mut(pre_slot) {
+        *s = s.wrapping_add(st.charge.pre);
+    }
+    let mut ctx = ChargeCtx {
+        st: ptr::from_mut(st),
+        acc: ptr::from_mut(acc),
+        wait,
+        total: 0,
+        scale: 0,
+        pass: 0,
+    };
+    // Only through this pointer from here on: the callback reads and writes the context.
+    let ctx = ptr::from_mut(&mut ctx);
+    let cb = charge_slot as *mut c_void;
+    unsafe { bpf_loop(HOLDER_SLOTS as u32, cb, ctx.cast(), 0) };
+    let total = unsafe { ptr::read_volatile(&(*ctx).total) };
+    if total == 0 {
+        return;
+    }
+    // 16-bit fixed point: wait < 2^40 and each part is capped at the wait.
+    let scale = if total > wait {
+        (wait << 16) / total
+    } else {
+        1 << 16
+    };
+    unsafe {
+        ptr::write_volatile(&mut (*ctx).scale, scale);
+        ptr::write_volatile(&mut (*ctx).pass, 1);
+        bpf_loop(HOLDER_SLOTS as u32, cb, ctx.cast(), 0)
+    };
+}
+
+/// The state `charge_slot` works on, on `charge_wait`'s stack.
+#[repr(C)]
+struct ChargeCtx {
+    st: *mut ThreadState,
+    acc: *mut LockAcc,
+    wait: u64,
+    /// Pass 0 sums the slots' parts; pass 1 charges them, scaled by `scale / 2^16`.
+    total: u64,
+    scale: u64,
+    pass: u64,
+}
+
+/// One holder slot of a charge (a `bpf_loop` callback; returns 0 to go on).
+extern "C" fn charge_slot(i: u64, ctx: *mut c_void) -> i64 {
+    let ctx = unsafe { &mut *ctx.cast::<ChargeCtx>() };
+    let (st, acc) = unsafe { (&mut *ctx.st, &*ctx.acc) };
+    let i = i as usize & (HOLDER_SLOTS - 1);
+    let (Some(&end), Some(&begin)) = (st.charge.held.get(i), st.snap.get(i)) else {
+        return 1;
+    };
+    // A hold begun before the wait can leave the slot below its start: nothing to charge.
+    let d = end.wrapping_sub(begin);
+    let c = &st.charge;
+    let d = if i == c.handover_slot as usize & (HOLDER_SLOTS - 1) {
+        d.wrapping_add(c.handover)
+    } else {
+        d
+    };
+    let d = if (d as i64) < 0 {
+        0
+    } else if d > ctx.wait {
+        ctx.wait
+    } else {
+        d
+    };
+    if ctx.pass == 0 {
+        ctx.total += d;
+        return 0;
+    }
+    let part = (d * ctx.scale) >> 16;
+    if part == 0 {
+        return 0;
+    }
+    let Some(id) = acc.ids.get(i) else {
+        return 1;
+    };
+    if id.tid == st.tid {
+        // The slot is shared with one of the waiter's own holds, released since: whose
+        // time it was cannot be told, so it stays unattributed.
+        return 0;
+    }
+    let key = BlockedKey {
+        owner: c.owner,
+        waiter_tid: st.tid,
+        holder_tid: id.tid,
+        holder_tgid: id.tgid,
+        holder_kind: id.kind,
+        waiter_op: c.op,
+        owner_start: c.owner_start,
+        waiter_start: st.tid_start,
+        holder_start: id.tid_start,
+    };
+    add_blocked(&key, part);
+    0
+}
+
+#[inline(never)]
+fn add_blocked(key: &BlockedKey, ns: u64) {
+    let mut p = BLOCKED.get_ptr_mut(key);
+    if p.is_none() {
+        let _ = BLOCKED.insert(key, &BlockedVal::default(), BPF_NOEXIST as u64);
+        p = BLOCKED.get_ptr_mut(key);
+    }
+    let Some(v) = p else {
+        bump(counter::BLOCKERS_MAP_FULL);
+        return;
+    };
+    // Atomic: waiters of one holder charge it from several CPUs at once.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut (*v).waits, 1);
+        atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut (*v).wait_ns, ns);
+    }
 }
 
 /// Puts a completed acquisition in the thread's ring. Runs with the lock held: stores only,
@@ -697,7 +1030,7 @@ fn complete(st: &mut ThreadState, d: Done) {
     if head.wrapping_sub(tail) >= RING {
         // Many trylocks and no start_locking in between: flush now, under the lock, rather
         // than lose them; counted so the cost is visible.
-        if flush(st, unsafe { bpf_get_current_task() }) {
+        if flush(st, unsafe { bpf_get_current_task() }, false) {
             bump(counter::FLUSH_UNDER_LOCK);
         } else {
             bump(counter::RING_FULL);
@@ -762,18 +1095,24 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let Some(st) = thread_state(true) else {
         return 0;
     };
+    // Who it is, before its first hold is logged for blockers (no lock is held here).
+    identify(st, unsafe { bpf_get_current_task() });
     // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
     // never seen), and is reused.
     for s in st.slots.iter_mut() {
         if s.state == WAITING {
             s.state = FREE;
+            end_wait(s, write_kind(s.kind));
         }
     }
     let free0 = st.slots[0].state == FREE;
     let free1 = st.slots[1].state == FREE;
     // Holding nothing: flush what is pending (inside dup_mmap, the parent's lock is held).
-    if free0 && free1 && st.head != unsafe { ptr::read_volatile(&st.tail) } {
-        flush(st, unsafe { bpf_get_current_task() });
+    if free0
+        && free1
+        && (st.head != unsafe { ptr::read_volatile(&st.tail) } || st.charge.pending != 0)
+    {
+        flush(st, unsafe { bpf_get_current_task() }, true);
     }
     let (owner, owner_start) = match resolve(st, mm) {
         Owner::Tracked(o, s) => (o, s),
@@ -807,12 +1146,44 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     } else {
         cause::READ
     };
+    // Blockers: what the holders had held when the wait began (one wait at a time: not
+    // while the thread holds another lock).
+    let mut snapped = 0;
+    let (mut releases0, mut pre, mut pre_slot) = (0, 0, 0);
+    if blockers_on()
+        && idx == 0
+        && st.charge.pending == 0
+        && !lock_free(mm, write)
+        && let Some(a) = lock_acc_of(mm)
+    {
+        releases0 = unsafe { ptr::read_volatile(&a.releases) };
+        if write {
+            // Read holds count while we wait (undone when the wait ends).
+            unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut a.waiting, 1) };
+        }
+        let cur = unsafe { ptr::read_volatile(&a.cur_acq) };
+        pre_slot = a.cur_slot as u32;
+        // Marked even if the copy fails: `waiting` must be undone.
+        snapped = 1;
+        if unsafe {
+            bpf_probe_read_kernel_buf(ptr::from_ref(&a.held).cast(), as_bytes(&mut st.snap))
+        }
+        .is_ok()
+        {
+            let now = unsafe { bpf_ktime_get_ns() };
+            pre = if cur != 0 && now > cur { now - cur } else { 0 };
+        }
+    }
     let s = &mut st.slots[idx];
     s.mm = mm;
     s.owner = owner;
     s.owner_start = owner_start;
     s.kind = kind;
     s.sample_seq = sample_seq;
+    s.releases0 = releases0;
+    s.pre = pre;
+    s.pre_slot = pre_slot;
+    s.snapped = snapped;
     s.acq_ts = 0;
     s.state = WAITING;
     s.start_ts = unsafe { bpf_ktime_get_ns() };
@@ -868,9 +1239,33 @@ fn on_acquire(st: &mut ThreadState, mm: u64, write: bool, success: bool, now: u6
     };
     if waiting < 2 {
         let s = &mut st.slots[waiting];
+        if blockers_on() {
+            end_wait(s, write);
+        }
         if success {
             s.acq_ts = now;
             s.state = HELD;
+            if blockers_on() {
+                let (kind, snapped, releases0) = (s.kind, s.snapped, s.releases0);
+                let (wait, pre, pre_slot) = (now.wrapping_sub(s.start_ts), s.pre, s.pre_slot);
+                let (owner, owner_start) = (s.owner, s.owner_start);
+                if write {
+                    note_write_hold(mm, kind, now);
+                } else {
+                    note_read_hold(mm, now);
+                }
+                if snapped != 0 {
+                    take_charge(
+                        st,
+                        mm,
+                        releases0,
+                        (now, wait),
+                        (pre, pre_slot),
+                        (owner, owner_start),
+                        write,
+                    );
+                }
+            }
             return None;
         }
         s.state = FREE;
@@ -896,6 +1291,10 @@ fn on_acquire(st: &mut ThreadState, mm: u64, write: bool, success: bool, now: u6
         if i < 2 {
             // mmap_write_downgrade: the write hold ends, a read hold begins that is not a
             // read acquisition.
+            if blockers_on() {
+                let (kind, acq_ts) = (st.slots[i].kind, st.slots[i].acq_ts);
+                add_hold(st, mm, kind, acq_ts, now);
+            }
             let s = &mut st.slots[i];
             let d = done_of(s, now);
             s.kind = cause::DOWNGRADE;
@@ -934,16 +1333,80 @@ fn on_acquire(st: &mut ThreadState, mm: u64, write: bool, success: bool, now: u6
         bump(counter::NESTED);
         return None;
     };
+    if blockers_on() {
+        if write {
+            note_write_hold(mm, kind, now);
+        } else {
+            note_read_hold(mm, now);
+        }
+    }
     let s = &mut st.slots[idx];
     s.mm = mm;
     s.owner = owner;
     s.owner_start = owner_start;
     s.kind = kind;
     s.sample_seq = 0;
+    s.snapped = 0;
     s.start_ts = 0;
     s.acq_ts = now;
     s.state = HELD;
     None
+}
+
+/// At a contended acquisition (with the lock held): if holds were added during the wait,
+/// what each holder slot held meanwhile is kept for the charge, made later outside the lock.
+#[inline(always)]
+fn take_charge(
+    st: &mut ThreadState,
+    mm: u64,
+    releases0: u64,
+    (now, wait): (u64, u64),
+    (pre, pre_slot): (u64, u32),
+    (owner, owner_start): (u32, u64),
+    write: bool,
+) {
+    let Some(a) = lock_acc_of(mm) else {
+        bump(counter::BLOCKERS_OVERRUN);
+        return;
+    };
+    if unsafe { ptr::read_volatile(&a.releases) } == releases0 {
+        return;
+    }
+    if st.charge.pending != 0 {
+        bump(counter::BLOCKERS_BUSY);
+        return;
+    }
+    // Waiting for the lock to be handed over after the last hold: charged to that hold.
+    let last = unsafe { ptr::read_volatile(&a.last_rel) };
+    let since = now.wrapping_sub(wait);
+    // (A write acquisition added it to `held` already, and cleared `last_rel`.)
+    let (handover, handover_slot) = if last > since && last < now {
+        (now - last, a.last_slot as u32)
+    } else {
+        (0, 0)
+    };
+    let c = &mut st.charge;
+    if unsafe { bpf_probe_read_kernel_buf(ptr::from_ref(&a.held).cast(), as_bytes(&mut c.held)) }
+        .is_err()
+    {
+        return;
+    }
+    c.handover = handover;
+    c.handover_slot = handover_slot;
+    c.mm = mm;
+    c.wait = wait;
+    c.pre = pre;
+    c.pre_slot = pre_slot;
+    c.owner = owner;
+    c.owner_start = owner_start;
+    c.op = write as u32;
+    c.pending = 1;
+}
+
+/// The bytes of an array of u64, to copy into.
+#[inline(always)]
+fn as_bytes(a: &mut [u64; HOLDER_SLOTS]) -> &mut [u8; HOLDER_SLOTS * 8] {
+    unsafe { &mut *ptr::from_mut(a).cast() }
 }
 
 /// Is `s` a write lock of `mm` that a read acquire without start_locking downgrades?
@@ -968,6 +1431,10 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     let now = unsafe { bpf_ktime_get_ns() };
+    if blockers_on() {
+        let (kind, acq_ts) = (st.slots[idx].kind, st.slots[idx].acq_ts);
+        add_hold(st, mm, kind, acq_ts, now);
+    }
     let s = &mut st.slots[idx];
     s.state = FREE;
     let d = done_of(s, now);
@@ -977,7 +1444,7 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
         // freed, which lazy RCU may put off for seconds. Its entries are then final (unless
         // it takes another lock, which flushes and announces again).
         // If the iterator holds the ring now, sched_process_free flushes what is left.
-        flush_all(st, unsafe { bpf_get_current_task() });
+        flush_all(st, unsafe { bpf_get_current_task() }, false);
         notify_exit(st, exit_record::FREED);
     }
     0
@@ -1027,7 +1494,7 @@ pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
         identify(st, task);
         st.exiting = 1;
         // No lock is held here: flush now, for a thread that takes none after this.
-        if flush_all(st, task) {
+        if flush_all(st, task, true) {
             notify_exit(st, exit_record::FREED);
         } else {
             // The iterator holds the ring: userspace waits for a later flush.
@@ -1063,8 +1530,8 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let Some(st) = state_of(task, false) else {
         return 0;
     };
-    if st.profiled != 0 && st.head != st.tail {
-        if !flush_all(st, task as u64) {
+    if st.profiled != 0 && (st.head != st.tail || st.charge.pending != 0) {
+        if !flush_all(st, task as u64, true) {
             bump_by(counter::EXIT_FLUSH, st.head.wrapping_sub(st.tail) as u64);
         }
         notify_exit(st, exit_record::FREED);
@@ -1083,9 +1550,9 @@ pub extern "C" fn flush_threads(ctx: *mut c_void) -> i32 {
         return 0;
     }
     if let Some(st) = state_of(task, false)
-        && st.head != unsafe { ptr::read_volatile(&st.tail) }
+        && (st.head != unsafe { ptr::read_volatile(&st.tail) } || st.charge.pending != 0)
     {
-        flush_all(st, task as u64);
+        flush_all(st, task as u64, true);
     }
     0
 }

@@ -107,6 +107,10 @@ pub struct AgentArgs {
     /// Turn on the kernel's BPF run-time statistics, for mmaplock_bpf_run_seconds_total.
     #[arg(long)]
     pub bpf_stats: bool,
+    /// Charge each wait to the threads whose holds made it wait, for
+    /// mmaplock_blocked_seconds_total (costs a few stores per hold, with the lock held).
+    #[arg(long)]
+    pub blockers: bool,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,
@@ -163,6 +167,11 @@ pub struct ProfileArgs {
     /// go back off when the run ends.
     #[arg(long)]
     pub bpf_stats: bool,
+    /// Charge each wait to the threads whose holds made it wait (`blockers` per process,
+    /// `blocked_by` per thread): every write hold, and read holds released while a thread
+    /// sleeps on the lock, are logged at release (a few stores with the lock held).
+    #[arg(long)]
+    pub blockers: bool,
     /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
     /// instead of the profiler's, to measure the floor cost of any BPF program there.
     /// Also profile every descendant of the --pid targets (followed in the kernel at fork,

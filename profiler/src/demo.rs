@@ -162,6 +162,8 @@ async fn run_mode(
         floor: crate::kernel::collector::Floor::Off,
         selection: false,
         children: false,
+        // Who made the Workers wait: the demo's point.
+        blockers: true,
     })?;
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, false);
@@ -384,6 +386,11 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
     }
     out.push('\n');
     out.push_str(&side_by_side(&cols, width));
+    // Who made the Workers wait (the processes' locks are each their own).
+    for proc in &w.report.processes {
+        let _ = write!(out, "\nworkers (pid {}):", proc.pid);
+        out.push_str(&crate::output::text::blockers_text(proc));
+    }
     let _ = writeln!(
         out,
         "\nWorker threads share one mm_struct, so every mmap/munmap/mprotect/brk of any of them\n\

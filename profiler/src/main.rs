@@ -77,6 +77,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             interval: a.interval,
             max_threads: a.max_threads,
             bpf_stats: a.bpf_stats,
+            blockers: a.blockers,
             quiet: a.quiet,
         }))?,
         None => {
@@ -97,6 +98,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     },
                     selection: false,
                     children: p.children,
+                    blockers: p.blockers,
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {

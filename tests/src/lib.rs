@@ -34,6 +34,24 @@ pub fn map_anon(size: usize) -> *mut libc::c_void {
     p
 }
 
+/// One anonymous private read-write mapping of `size` bytes with every page populated (one
+/// mmap(2); the pages are faulted in by the kernel, not by touches).
+pub fn map_anon_populated(size: usize) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping; the caller owns it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap failed");
+    p
+}
+
 /// `n` x (mmap `size` bytes; touch one byte; munmap): exactly `n` mmap and `n` munmap write
 /// acquisitions (each munmap then downgrades its write lock to read once); the touch is a
 /// page fault that per-VMA locking serves without mmap_lock.

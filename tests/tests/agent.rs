@@ -214,7 +214,8 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
     let (t, n) = (2u64, 20_000u64);
     let mut w = Workload::churn(t as u32, n as u32, None);
     let pid = w.pid.to_string();
-    let agent = Agent::start(&["--pid", &pid, "-i", "0.5", "--bpf-stats"]);
+    // With blockers: the dashboard's "who made whom wait" panel needs them.
+    let agent = Agent::start(&["--pid", &pid, "-i", "0.5", "--bpf-stats", "--blockers"]);
     let prom = Prometheus::start(&prom_bin, agent.port);
     // Selected at once (the agent scans before its first reading).
     w.go();

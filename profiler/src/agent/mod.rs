@@ -66,6 +66,8 @@ pub struct AgentConfig {
     pub interval: Duration,
     pub max_threads: u32,
     pub bpf_stats: bool,
+    /// Charge waits to the holds that made them wait (`mmaplock_blocked_seconds_total`).
+    pub blockers: bool,
     pub quiet: bool,
 }
 
@@ -174,6 +176,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         floor: Floor::Off,
         selection: true,
         children: false,
+        blockers: cfg.blockers,
     })?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())

@@ -21,6 +21,7 @@ use crate::{
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
+pub mod blocked;
 mod hist;
 
 #[cfg(test)]
@@ -136,6 +137,8 @@ pub struct Window {
     pub processes: BTreeMap<ProcId, BTreeMap<ThreadId, ThreadAgg>>,
     /// Names of processes that are gone (live ones are looked up when reporting).
     pub names: BTreeMap<ProcId, String>,
+    /// Waits charged to the holds that made them wait; None when blockers are off.
+    pub blocked: Option<blocked::Blocked>,
 }
 
 impl Window {

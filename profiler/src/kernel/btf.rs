@@ -125,6 +125,15 @@ impl KernelInfo {
             regs_bp: member_offset(btf, "pt_regs", "bp")?.unwrap_or(0),
             task_start_boottime: off("task_struct", "start_boottime")?,
             task_pid: off("task_struct", "pid")?,
+            // The rwsem's count word; 0 (never a real offset: mmap_lock is not mm_struct's
+            // first member) makes every read hold logged for blockers.
+            mm_lock_count: match (
+                member_offset(btf, "mm_struct", "mmap_lock")?,
+                member_offset(btf, "rw_semaphore", "count")?,
+            ) {
+                (Some(l), Some(c)) => l + c,
+                _ => 0,
+            },
         };
         Ok(KernelInfo {
             tracepoints,
@@ -242,5 +251,10 @@ mod tests {
         }
         assert_eq!(l.task_mm % 8, 0);
         assert_eq!(l.task_group_leader % 8, 0);
+        // mm_struct starts with its maple tree; the rwsem and its count word come later.
+        assert!(
+            l.mm_lock_count > 0 && l.mm_lock_count.is_multiple_of(8),
+            "{l:?}"
+        );
     }
 }

@@ -12,8 +12,8 @@ use aya::{
     programs::{BtfTracePoint, Iter, ProgramError, RawTracePoint},
 };
 use profiler_common::{
-    COMM_LEN, ExitedThread, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread, Settings,
-    StatsKey, ThreadStats, counter,
+    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS,
+    NewThread, Settings, StatsKey, ThreadStats, counter,
 };
 
 use crate::kernel::{
@@ -83,6 +83,8 @@ pub struct CollectorConfig {
     pub selection: bool,
     /// Follow the `pids`' descendants, selected in the kernel at fork (`--children`).
     pub children: bool,
+    /// Charge each wait to the holds that made it wait (`BLOCKED`).
+    pub blockers: bool,
 }
 
 /// Which floor programs to attach instead of the profiler's.
@@ -117,6 +119,9 @@ pub struct Counters {
     pub exit_flush: u64,
     pub fork_child: u64,
     pub completed: u64,
+    pub blockers_overrun: u64,
+    pub blockers_busy: u64,
+    pub blockers_map_full: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).
@@ -135,6 +140,8 @@ pub fn bpf_stats_enabled() -> bool {
 pub struct Collector {
     ebpf: Ebpf,
     stats: BpfHashMap<MapData, StatsKey, ThreadStats>,
+    blocked: BpfHashMap<MapData, BlockedKey, BlockedVal>,
+    blockers: bool,
     counters: PerCpuArray<MapData, u64>,
     pub kernel: KernelInfo,
     /// From the start of loading to all programs attached.
@@ -304,6 +311,7 @@ impl Collector {
                 &Settings {
                     stack_sample: cfg.stack_sample,
                     writes_only: cfg.writes_only as u32,
+                    blockers: cfg.blockers as u32,
                 },
                 true,
             )
@@ -391,10 +399,13 @@ impl Collector {
         let selected = take(&mut ebpf, "SELECTED")?;
         let selection_gen = take(&mut ebpf, "SELECTION_GEN")?;
         let stats = take(&mut ebpf, "STATS")?;
+        let blocked = take(&mut ebpf, "BLOCKED")?;
         let counters = take(&mut ebpf, "COUNTERS")?;
         Ok(Collector {
             ebpf,
             stats,
+            blocked,
+            blockers: cfg.blockers && !cfg.floor.is_on(),
             counters,
             kernel,
             attach_time: t0.elapsed(),
@@ -595,6 +606,34 @@ impl Collector {
         out
     }
 
+    /// Are waits charged to their blockers?
+    pub fn blockers(&self) -> bool {
+        self.blockers
+    }
+
+    /// Every (waiter, holder) entry of the blockers map (small: one per pair of threads
+    /// that made one another wait, deleted with the waiter or the lock).
+    pub fn read_blocked(&self) -> Result<Vec<(BlockedKey, BlockedVal)>, CollectorError> {
+        if !self.blockers {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for item in self.blocked.iter() {
+            match item {
+                Ok(kv) => out.push(kv),
+                // Deleted while we walked the map: fine.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(CollectorError::Map("BLOCKED", error_chain(&e))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes a blockers entry whose waiter or lock is gone, after its final reading.
+    pub fn remove_blocked(&mut self, key: &BlockedKey) {
+        let _ = self.blocked.remove(key);
+    }
+
     /// Deletes an entry whose thread has exited, after its final reading was taken.
     pub fn remove(&mut self, key: &StatsKey) {
         // Already gone is fine.
@@ -623,6 +662,9 @@ impl Collector {
             exit_flush: read(counter::EXIT_FLUSH)?,
             fork_child: read(counter::FORK_CHILD)?,
             completed: read(counter::COMPLETED)?,
+            blockers_overrun: read(counter::BLOCKERS_OVERRUN)?,
+            blockers_busy: read(counter::BLOCKERS_BUSY)?,
+            blockers_map_full: read(counter::BLOCKERS_MAP_FULL)?,
         })
     }
 
@@ -675,6 +717,7 @@ mod tests {
             floor: Floor::Off,
             selection: false,
             children: false,
+            blockers: false,
         })
         .unwrap();
         assert_eq!((f.n_pids, f.n_comms), (2, 1));

@@ -1,6 +1,7 @@
 //! Outputs: the report model (a pure function of a window and its attribution) and its
 //! renderings. Every rendering is an [`Output`]: JSON lines and text here, more to come.
 
+pub mod blockers;
 pub mod prometheus;
 pub mod report;
 pub mod rotate;

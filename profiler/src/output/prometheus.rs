@@ -25,7 +25,7 @@ use prometheus_client::{
 use crate::{
     aggregation::{DurationHist, SideStats, Window},
     kernel::collector::ProgramStats,
-    output::report::Lost,
+    output::{blockers::by_role, report::Lost},
     registry::{Attribution, ids::ProcId},
 };
 
@@ -54,6 +54,16 @@ impl SeriesKey {
         l
     }
 }
+
+/// The labels of `mmaplock_blocked_seconds_total`.
+type BlockedKey = (
+    String,
+    String,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<u32>,
+);
 
 /// A cumulative log2 histogram of durations.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +146,9 @@ pub struct Metrics {
     acquisitions: BTreeMap<(SeriesKey, &'static str), u64>,
     failed: BTreeMap<(String, String, &'static str, Option<u32>), u64>,
     downgrades: BTreeMap<SeriesKey, u64>,
+    /// Wait charged to blockers, ns: (process, cgroup, waiter role, holder role, holder
+    /// cause, pid).
+    blocked: BTreeMap<BlockedKey, u64>,
     lost: Lost,
     programs: Vec<ProgramStats>,
     pub tracked_processes: u64,
@@ -186,6 +199,21 @@ impl Metrics {
                 }
             }
         }
+        for (&p, pairs) in window.blocked.iter().flat_map(|b| &b.owners) {
+            let (process, cgroup) = labels(p);
+            let pid = self.pid_label.then_some(p.pid);
+            for r in by_role(p, pairs, window.processes.get(&p), attribution) {
+                let key = (
+                    process.clone(),
+                    cgroup.clone(),
+                    r.waiter_role.as_str(),
+                    r.holder_role.as_str(),
+                    r.cause,
+                    pid,
+                );
+                *self.blocked.entry(key).or_default() += r.wait_ns;
+            }
+        }
     }
 
     fn add_side(&mut self, key: SeriesKey, s: &SideStats, cause: &'static str) {
@@ -213,7 +241,11 @@ impl Metrics {
 
     /// Series held (to show memory stays bounded).
     pub fn series(&self) -> usize {
-        self.wait.len() + self.hold.len() + self.acquisitions.len() + self.failed.len()
+        self.wait.len()
+            + self.hold.len()
+            + self.acquisitions.len()
+            + self.failed.len()
+            + self.blocked.len()
     }
 }
 
@@ -349,6 +381,29 @@ impl Collector for Shared {
             ] {
                 f.encode_family(&[("reason", reason)])?
                     .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+        if !m.blocked.is_empty() {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_blocked_seconds",
+                "Wait charged to the holds that made it wait (--blockers): by the waiting \
+                 thread's role, the holding thread's role and what it held the lock for.",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((process, cgroup, waiter, holder, cause, pid), ns) in &m.blocked {
+                let mut labels = vec![
+                    ("process", process.clone()),
+                    ("cgroup", cgroup.clone()),
+                    ("waiter_role", waiter.to_string()),
+                    ("holder_role", holder.to_string()),
+                    ("holder_cause", cause.to_string()),
+                ];
+                if let Some(pid) = pid {
+                    labels.push(("pid", pid.to_string()));
+                }
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, f64>(&(*ns as f64 * 1e-9), None)?;
             }
         }
         if !m.programs.is_empty() {

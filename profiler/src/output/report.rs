@@ -19,6 +19,9 @@ use crate::{
     registry::stacks::StackAttribution,
 };
 
+pub use super::blockers::{BlockerReport, RoleBlock};
+use super::blockers::{by_role, lock_blockers};
+
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, Serialize)]
@@ -133,6 +136,9 @@ pub struct ThreadReport {
     pub downgrade: Stats,
     /// This thread's writes by cause.
     pub causes: Vec<CauseReport>,
+    /// With blockers: the threads whose holds this thread waited behind, largest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<Vec<BlockerReport>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -155,6 +161,17 @@ pub struct ProcessReport {
     /// The sampled write stacks that waited longest (summary, with stack sampling).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<Vec<StackReport>>,
+    /// With blockers: the threads whose holds made this process's threads wait, with the
+    /// wait charged to them, largest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blockers: Option<Vec<BlockerReport>>,
+    /// With blockers: the total wait (write and read) charged to blockers, ns; the rest of
+    /// `write.wait_ns.sum + read.wait_ns.sum` overlapped no logged hold (docs/report-format.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_wait_ns: Option<u64>,
+    /// With blockers: "who made whom wait" by role (waiter role, holder role, holder cause).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by_role: Option<Vec<RoleBlock>>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
 }
@@ -199,6 +216,12 @@ pub struct Uncounted {
     /// Threads' pending rings that filled up (trylocks only, no blocking acquire between)
     /// and were flushed at a release, with the lock held: kept exact at a cost.
     pub flushed_under_lock: u64,
+    /// Blockers only (not acquisitions): holds that had left their lock's log of the last
+    /// 16 when the wait they made was charged; that part of the wait is not attributed.
+    pub blockers_overrun: u64,
+    /// Blockers only: contended waits not charged because the thread's previous one was
+    /// still pending (it held a lock in between), or the blockers map was full.
+    pub blockers_dropped: u64,
 }
 
 /// One eBPF program's share of [`Overhead`].
@@ -335,6 +358,22 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         let mut downgrade = SideStats::default();
         let mut causes: BTreeMap<u32, SideStats> = BTreeMap::new();
         let mut threads = Vec::new();
+        let empty = BTreeMap::new();
+        let pairs = window
+            .blocked
+            .as_ref()
+            .map(|b| (b, b.owners.get(&proc_id).unwrap_or(&empty)));
+        let mut blockers = pairs.map(|(b, pairs)| {
+            lock_blockers(
+                proc_id,
+                pairs,
+                Some(threads_agg),
+                &b.holder_comms,
+                attribution,
+            )
+        });
+        let blocked_by_role =
+            pairs.map(|(_, pairs)| by_role(proc_id, pairs, Some(threads_agg), attribution));
         for (&thread, t) in threads_agg {
             let tw = t.write();
             read.merge(&t.read);
@@ -353,6 +392,9 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 read: Stats::new(&t.read, hdr),
                 downgrade: Stats::new(&t.downgrade, hdr),
                 causes: cause_reports(t.writes.iter(), hdr),
+                blocked_by: blockers
+                    .as_mut()
+                    .map(|b| b.threads.remove(&thread).unwrap_or_default()),
             });
         }
         threads.sort_by(|a, b| {
@@ -372,6 +414,9 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), hdr),
             dsos: None,
             stacks: None,
+            blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
+            blocked_by_role,
+            blockers: blockers.map(|b| b.process),
             threads,
         });
     }

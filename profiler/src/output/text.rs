@@ -242,6 +242,7 @@ fn process_text(p: &ProcessReport) -> String {
             }
         }
     }
+    out.push_str(&blockers_text(p));
     let _ = writeln!(
         out,
         "\n  top threads by write wait:\n  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
@@ -293,6 +294,79 @@ fn process_text(p: &ProcessReport) -> String {
         }
         out.push('\n');
         out.push_str(&side_by_side(&cols, width));
+    }
+    out
+}
+
+/// "Who made whom wait": write waits by waiter role, charged to holder role and cause, as a
+/// share of that role's write wait; then the threads that held the lock the longest while
+/// others waited.
+pub fn blockers_text(p: &ProcessReport) -> String {
+    let mut out = String::new();
+    let (Some(roles), Some(blockers)) = (&p.blocked_by_role, &p.blockers) else {
+        return out;
+    };
+    let total_wait = p.write.wait_ns.sum + p.read.wait_ns.sum;
+    let charged = p.blocked_wait_ns.unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "\n  who made whom wait ({} of {} wait charged to the holds it overlapped):",
+        fmt_ns(charged),
+        fmt_ns(total_wait),
+    );
+    if roles.iter().all(|r| r.write_wait_ns == 0) {
+        out.push_str("    no write waited behind another thread's hold\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "    {:<9} {:<9} {:<11} {:>10} {:>8}",
+            "waiter", "holder", "its hold", "write wait", "share"
+        );
+        let mut role_wait: std::collections::BTreeMap<&str, u64> = Default::default();
+        for t in &p.threads {
+            *role_wait.entry(t.role.as_str()).or_default() += t.write.wait_ns.sum;
+        }
+        for r in roles
+            .iter()
+            .filter(|r| r.write_wait_ns > 0)
+            .take(TOP_THREADS)
+        {
+            let of = role_wait.get(r.waiter_role.as_str()).copied().unwrap_or(0);
+            let share = if of == 0 {
+                0.0
+            } else {
+                100.0 * r.write_wait_ns as f64 / of as f64
+            };
+            let _ = writeln!(
+                out,
+                "    {:<9} {:<9} {:<11} {:>10} {:>7.0}%",
+                r.waiter_role.as_str(),
+                r.holder_role.as_str(),
+                r.cause,
+                fmt_ns(r.write_wait_ns),
+                share
+            );
+        }
+    }
+    if !blockers.is_empty() {
+        let _ = writeln!(
+            out,
+            "    blockers: {}",
+            blockers
+                .iter()
+                .take(3)
+                .map(|b| format!(
+                    "{} {} {} {} ({} waits, {})",
+                    b.tid,
+                    b.role.as_str(),
+                    b.comm,
+                    b.cause,
+                    b.waits,
+                    fmt_ns(b.wait_ns)
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
     }
     out
 }

@@ -49,6 +49,11 @@ impl Attribution {
             .unwrap_or(Role::Other)
     }
 
+    /// A thread's resolved role, if the registry knew it.
+    pub fn role_of(&self, p: ProcId, t: ThreadId) -> Option<Role> {
+        self.roles.get(&(p, t)).copied()
+    }
+
     #[cfg(test)]
     pub fn with(names: &[(ProcId, &str)], roles: &[(ProcId, ThreadId, Role)]) -> Self {
         Attribution {
@@ -84,6 +89,18 @@ impl Registry {
                     && let Some(r) = self.roles.cached_role(p, t)
                 {
                     a.roles.insert((p, t), r);
+                }
+            }
+        }
+        // Blockers and their waiters may have taken nothing else in the window.
+        for (&p, pairs) in window.blocked.iter().flat_map(|b| &b.owners) {
+            for pair in pairs.keys() {
+                for t in [pair.waiter, pair.holder] {
+                    if !a.roles.contains_key(&(p, t))
+                        && let Some(r) = self.roles.cached_role(p, t)
+                    {
+                        a.roles.insert((p, t), r);
+                    }
                 }
             }
         }

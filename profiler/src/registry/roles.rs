@@ -28,7 +28,7 @@ use crate::{
     registry::threadstart::{libc_identity, read_memory, start_routine_offset},
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Main,

@@ -9,7 +9,11 @@ use profiler_common::exit_record;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::{
-    aggregation::{Totals, Window, ids_of},
+    aggregation::{
+        Totals, Window,
+        blocked::{Blocked, BlockedReadings},
+        ids_of,
+    },
     kernel::collector::{Collector, Counters, ProgramStats},
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
     registry::ids::{self, ProcId, ThreadId},
@@ -45,6 +49,9 @@ pub struct Profile {
     /// With stack sampling: writes by code.
     pub stacks: Option<StackAttribution>,
     polls: u64,
+    /// With blockers: the kernel's charged waits as last read, and their run totals.
+    blocked_readings: BlockedReadings,
+    blocked_total: Blocked,
 }
 
 /// Every this many readings, all entries are read (see `Profile::poll`).
@@ -72,6 +79,9 @@ fn uncounted(c: Counters, base: Counters) -> Uncounted {
     Uncounted {
         fork_child: c.fork_child.saturating_sub(base.fork_child),
         flushed_under_lock: c.flush_under_lock.saturating_sub(base.flush_under_lock),
+        blockers_overrun: c.blockers_overrun.saturating_sub(base.blockers_overrun),
+        blockers_dropped: (c.blockers_busy + c.blockers_map_full)
+            .saturating_sub(base.blockers_busy + base.blockers_map_full),
     }
 }
 
@@ -96,7 +106,45 @@ impl Profile {
             programs: None,
             stacks: None,
             polls: 0,
+            blocked_readings: BlockedReadings::default(),
+            blocked_total: Blocked::default(),
         }
+        .with_blocked_interval()
+    }
+
+    /// A new interval window charges waits to blockers when the kernel does.
+    fn with_blocked_interval(mut self) -> Self {
+        if self.collector.blockers()
+            && let Some(w) = self.interval.as_mut()
+        {
+            w.blocked = Some(Blocked::default());
+        }
+        self
+    }
+
+    /// Folds the kernel's charged waits into the interval and the totals.
+    fn read_blocked(&mut self) -> Result<(), SessionError> {
+        if !self.collector.blockers() {
+            return Ok(());
+        }
+        let snapshot = self.collector.read_blocked()?;
+        let mut delta = Blocked::default();
+        self.blocked_readings.update(&snapshot, &mut delta);
+        // The holders' names while their entries live (a hold's thread may be gone later).
+        for (&owner, pairs) in &delta.owners {
+            for pair in pairs.keys() {
+                if !self.blocked_total.holder_comms.contains_key(&pair.holder)
+                    && let Some((_, comm, _)) = self.totals.identity(owner, pair.holder)
+                {
+                    delta.holder_comms.insert(pair.holder, comm);
+                }
+            }
+        }
+        if let Some(w) = self.interval.as_mut() {
+            w.blocked.get_or_insert_default().merge(&delta);
+        }
+        self.blocked_total.merge(&delta);
+        Ok(())
     }
 
     /// Reads the kernel maps and folds what changed into the interval and total windows.
@@ -130,6 +178,7 @@ impl Profile {
             }
         })?;
         self.counters = counters;
+        self.read_blocked()?;
         self.programs = self
             .collector
             .bpf_stats_on()
@@ -168,6 +217,11 @@ impl Profile {
     /// its role, and forgets what was cached about it (and about its processes once they are
     /// gone too).
     fn retire_thread(&mut self, thread: ThreadId) -> Result<(), SessionError> {
+        // It waits no more: its blockers' entries were read by this poll.
+        for k in self.blocked_readings.take_waiter(thread) {
+            self.collector.remove_blocked(&k);
+        }
+        self.blocked_total.holder_comms.remove(&thread);
         for owner in self.totals.owners_of(thread) {
             self.retire_on(owner, thread)?;
             // (Owner 0, "unknown" on kernels without mm->owner, is no process.)
@@ -189,6 +243,12 @@ impl Profile {
         self.dying.remove(&owner);
         for other in self.totals.threads_on(owner) {
             self.retire_on(owner, other)?;
+        }
+        for k in self.blocked_readings.take_owner(owner) {
+            self.collector.remove_blocked(&k);
+        }
+        if !self.totals.keep_retired {
+            self.blocked_total.forget_owner(owner);
         }
         self.forget_process(owner);
         Ok(())
@@ -338,7 +398,11 @@ impl Profile {
 
     /// Everything since the start, per process and thread.
     pub fn total_window(&self) -> Window {
-        self.totals.window()
+        let mut w = self.totals.window();
+        if self.collector.blockers() {
+            w.blocked = Some(self.blocked_total.clone());
+        }
+        w
     }
 
     /// With stack sampling, reads the unwind information of the given processes now.
@@ -376,7 +440,11 @@ impl Profile {
             self.interval_start,
             now,
         );
-        let window = self.interval.replace(Window::default()).unwrap_or_default();
+        let fresh = Window {
+            blocked: self.collector.blockers().then(Blocked::default),
+            ..Window::default()
+        };
+        let window = self.interval.replace(fresh).unwrap_or_default();
         let attribution = self.registry.attribute(&window);
         let meta = Meta {
             kind: Kind::Interval,
@@ -426,7 +494,7 @@ impl Profile {
         let now = SystemTime::now();
         // Our programs were loaded at the start: their statistics count from zero.
         let overhead = self.overhead(None, self.start, now);
-        let total = self.totals.window();
+        let total = self.total_window();
         let attribution = self.registry.attribute(&total);
         let mut r = report::build(
             &total,

@@ -1,0 +1,242 @@
+//! "Who made whom wait" in a report: each process's blockers (the threads whose holds its
+//! waiters waited behind, with the wait charged to them) and each thread's `blocked_by`.
+//! Pure functions of the window's charged waits and the attribution's roles.
+
+use std::collections::BTreeMap;
+
+use profiler_common::{WRITE, cause};
+use serde::Serialize;
+
+use crate::{
+    aggregation::{
+        ThreadAgg,
+        blocked::{Charged, Pair},
+    },
+    registry::Attribution,
+    registry::ids::{ProcId, ThreadId},
+    registry::roles::{Role, comm_str},
+};
+
+/// A thread whose holds made others wait, and how much of their wait is charged to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BlockerReport {
+    pub tid: u32,
+    /// The holder's process (the lock's owner, or another process for a foreign holder).
+    pub pid: u32,
+    pub role: Role,
+    pub comm: String,
+    /// What its holds were: a write cause, `read`, or `downgrade` (a munmap's read hold after
+    /// its write lock was downgraded).
+    pub cause: &'static str,
+    /// Waits its holds overlapped.
+    pub waits: u64,
+    /// The part of those waits charged to it, ns.
+    pub wait_ns: u64,
+    /// `write` waits only: the part of `wait_ns` that writers waited.
+    pub write_wait_ns: u64,
+}
+
+/// How many blockers a process lists, and a thread.
+const TOP_PROCESS: usize = 20;
+const TOP_THREAD: usize = 10;
+
+/// The blockers of one lock: for the process, and per waiting thread.
+pub struct LockBlockers {
+    pub process: Vec<BlockerReport>,
+    pub threads: BTreeMap<ThreadId, Vec<BlockerReport>>,
+    /// Everything charged on this lock, ns (to tell the charged part of the waits).
+    pub charged_ns: u64,
+}
+
+/// Role of a thread of `owner`'s lock: from the window's thread entry (a retired thread
+/// carries its own), else the attribution, else `other`; a thread of another process is
+/// `foreign`.
+fn role_of(
+    owner: ProcId,
+    t: ThreadId,
+    pid: u32,
+    threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
+    attribution: &Attribution,
+) -> Role {
+    if pid != owner.pid {
+        return Role::Foreign;
+    }
+    if let Some(agg) = threads.and_then(|m| m.get(&t)) {
+        return attribution.role(owner, t, agg);
+    }
+    attribution
+        .role_of(owner, t)
+        .unwrap_or(if t.tid == owner.pid {
+            Role::Main
+        } else {
+            Role::Other
+        })
+}
+
+/// Groups `owner`'s charged waits by holder (and its hold's cause): for the process, and for
+/// each waiter.
+pub fn lock_blockers(
+    owner: ProcId,
+    pairs: &BTreeMap<Pair, Charged>,
+    threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
+    holder_comms: &BTreeMap<ThreadId, [u8; profiler_common::COMM_LEN]>,
+    attribution: &Attribution,
+) -> LockBlockers {
+    type Holder = (ThreadId, u32, u32);
+    let mut by_holder: BTreeMap<Holder, (Charged, u64)> = BTreeMap::new();
+    let mut by_waiter: BTreeMap<ThreadId, BTreeMap<Holder, (Charged, u64)>> = BTreeMap::new();
+    let mut charged_ns = 0;
+    for (p, c) in pairs {
+        let h = (p.holder, p.holder_pid, p.holder_kind);
+        let w = if p.waiter_op == WRITE as u32 {
+            c.wait_ns
+        } else {
+            0
+        };
+        for slot in [
+            by_holder.entry(h).or_default(),
+            by_waiter.entry(p.waiter).or_default().entry(h).or_default(),
+        ] {
+            slot.0.waits += c.waits;
+            slot.0.wait_ns += c.wait_ns;
+            slot.1 += w;
+        }
+        charged_ns += c.wait_ns;
+    }
+    let report = |m: BTreeMap<Holder, (Charged, u64)>, top: usize| {
+        let mut v: Vec<BlockerReport> = m
+            .into_iter()
+            .map(|((t, pid, kind), (c, w))| BlockerReport {
+                tid: t.tid,
+                pid,
+                role: role_of(owner, t, pid, threads, attribution),
+                comm: threads
+                    .and_then(|m| m.get(&t))
+                    .map(|a| comm_str(&a.comm))
+                    .or_else(|| holder_comms.get(&t).map(comm_str))
+                    .unwrap_or_default(),
+                cause: cause::name(kind),
+                waits: c.waits,
+                wait_ns: c.wait_ns,
+                write_wait_ns: w,
+            })
+            .collect();
+        v.sort_by(|a, b| (b.wait_ns, a.tid, a.cause).cmp(&(a.wait_ns, b.tid, b.cause)));
+        v.truncate(top);
+        v
+    };
+    LockBlockers {
+        process: report(by_holder, TOP_PROCESS),
+        threads: by_waiter
+            .into_iter()
+            .map(|(t, m)| (t, report(m, TOP_THREAD)))
+            .collect(),
+        charged_ns,
+    }
+}
+
+/// "Who made whom wait" by role: the waits of one role's threads charged to another role's
+/// holds of one cause.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RoleBlock {
+    pub waiter_role: Role,
+    pub holder_role: Role,
+    pub cause: &'static str,
+    /// Waits (write and read) charged, ns.
+    pub wait_ns: u64,
+    /// The part of `wait_ns` that writers waited.
+    pub write_wait_ns: u64,
+}
+
+/// A lock's charged waits by (waiter role, holder role, holder cause), largest write wait
+/// first.
+pub fn by_role(
+    owner: ProcId,
+    pairs: &BTreeMap<Pair, Charged>,
+    threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
+    attribution: &Attribution,
+) -> Vec<RoleBlock> {
+    let mut m: BTreeMap<(Role, Role, &'static str), (u64, u64)> = BTreeMap::new();
+    for (p, c) in pairs {
+        let waiter_pid = threads
+            .and_then(|m| m.get(&p.waiter))
+            .map_or(owner.pid, |a| a.tgid);
+        let wr = role_of(owner, p.waiter, waiter_pid, threads, attribution);
+        let hr = role_of(owner, p.holder, p.holder_pid, threads, attribution);
+        let e = m.entry((wr, hr, cause::name(p.holder_kind))).or_default();
+        e.0 += c.wait_ns;
+        if p.waiter_op == WRITE as u32 {
+            e.1 += c.wait_ns;
+        }
+    }
+    let mut v: Vec<RoleBlock> = m
+        .into_iter()
+        .map(|((w, h, c), (all, writes))| RoleBlock {
+            waiter_role: w,
+            holder_role: h,
+            cause: c,
+            wait_ns: all,
+            write_wait_ns: writes,
+        })
+        .collect();
+    v.sort_by_key(|r| std::cmp::Reverse((r.write_wait_ns, r.wait_ns)));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::READ;
+
+    #[test]
+    fn a_long_holder_is_charged_the_waits_of_everyone_queued_behind_it() {
+        let owner = ProcId::new(100, 1);
+        let (long, a, b) = (
+            ThreadId::new(101, 1),
+            ThreadId::new(102, 1),
+            ThreadId::new(103, 1),
+        );
+        let mut pairs = BTreeMap::new();
+        let pair = |waiter, holder, kind, op| Pair {
+            waiter,
+            waiter_op: op,
+            holder,
+            holder_pid: 100,
+            holder_kind: kind,
+        };
+        let c = |waits, wait_ns| Charged { waits, wait_ns };
+        pairs.insert(pair(a, long, cause::MPROTECT, WRITE as u32), c(3, 9_000));
+        pairs.insert(pair(b, long, cause::MPROTECT, WRITE as u32), c(3, 8_000));
+        pairs.insert(pair(b, a, cause::MMAP, WRITE as u32), c(2, 100));
+        pairs.insert(pair(a, b, cause::READ, READ as u32), c(1, 50));
+        let attribution = Attribution::with(&[], &[(owner, long, Role::Worker)]);
+        let lb = lock_blockers(owner, &pairs, None, &BTreeMap::new(), &attribution);
+        let top = &lb.process[0];
+        assert_eq!(
+            (top.tid, top.role, top.cause),
+            (101, Role::Worker, "mprotect")
+        );
+        assert_eq!(
+            (top.waits, top.wait_ns, top.write_wait_ns),
+            (6, 17_000, 17_000)
+        );
+        assert_eq!(lb.charged_ns, 17_150);
+        assert_eq!(lb.threads[&b][0].tid, 101);
+        assert_eq!(lb.threads[&b][1].wait_ns, 100);
+        assert_eq!(lb.threads[&a].len(), 2);
+        // A read hold's charge is wait, not write wait.
+        let read = lb.threads[&a].iter().find(|r| r.cause == "read").unwrap();
+        assert_eq!((read.wait_ns, read.write_wait_ns), (50, 0));
+        let roles = by_role(owner, &pairs, None, &attribution);
+        assert_eq!(
+            roles[0],
+            RoleBlock {
+                waiter_role: Role::Other,
+                holder_role: Role::Worker,
+                cause: "mprotect",
+                wait_ns: 17_000,
+                write_wait_ns: 17_000
+            }
+        );
+    }
+}
