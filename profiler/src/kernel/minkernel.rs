@@ -6,6 +6,15 @@
 /// The minimum kernel, (major, minor).
 pub const MIN_KERNEL: (u32, u32) = (5, 15);
 
+/// The minimum kernel for `--blockers`: charging a wait walks the holder slots with
+/// `bpf_loop`, which came in 5.17.
+pub const MIN_KERNEL_BLOCKERS: (u32, u32) = (5, 17);
+
+/// Does this kernel release have `bpf_loop` (unknown releases are given the benefit)?
+pub fn has_bpf_loop(release: &str) -> bool {
+    parse_release(release).is_none_or(|(major, minor, _)| (major, minor) >= MIN_KERNEL_BLOCKERS)
+}
+
 /// The release is older than [`MIN_KERNEL`].
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -103,6 +112,15 @@ fn lacks_ptrace() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blockers_need_bpf_loop() {
+        assert!(!has_bpf_loop("5.15.0-91-generic"));
+        assert!(!has_bpf_loop("5.16.20"));
+        assert!(has_bpf_loop("5.17.0"));
+        assert!(has_bpf_loop("6.18.44-fc-v595"));
+        assert!(has_bpf_loop("weird"));
+    }
 
     #[test]
     fn releases_parse() {
