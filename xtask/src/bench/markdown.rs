@@ -166,6 +166,8 @@ pub(super) fn render(
             match t.met {
                 Some(true) => "met",
                 Some(false) => "NOT met",
+                // A figure for context (an option's cost), measured but with no target.
+                None if t.measured != "-" => "for context",
                 None => "not measured",
             }
         );

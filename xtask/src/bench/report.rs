@@ -44,17 +44,39 @@ fn floor_ratios(
     m: Mode,
     f: &dyn Fn(&TracerCost) -> f64,
 ) -> Vec<f64> {
+    ratios(samples, w, m, Mode::Floor, f)
+}
+
+/// Per round, a cost of mode `m` over the same cost of mode `base` in the same round.
+fn ratios(
+    samples: &[Sample],
+    w: Workload,
+    m: Mode,
+    base: Mode,
+    f: &dyn Fn(&TracerCost) -> f64,
+) -> Vec<f64> {
     samples
         .iter()
         .filter(|s| s.workload == w && s.mode == m)
         .filter_map(|s| {
-            let floor = samples
+            let b = samples
                 .iter()
-                .find(|f| f.workload == w && f.mode == Mode::Floor && f.round == s.round)?;
-            Some(f(s.cost.as_ref()?) / f(floor.cost.as_ref()?))
+                .find(|b| b.workload == w && b.mode == base && b.round == s.round)?;
+            Some(f(s.cost.as_ref()?) / f(b.cost.as_ref()?))
         })
         .filter(|r| r.is_finite())
         .collect()
+}
+
+/// What an option costs beside the full profile: a ratio per round, for context (no target).
+fn option_cost(what: String, per_round: &[f64]) -> Target {
+    let s = Spread::of(per_round.iter().copied());
+    Target {
+        what,
+        measured: s.map_or("-".into(), |s| s.show_x()),
+        met: None,
+        rounds: None,
+    }
 }
 
 fn row(samples: &[Sample], w: Workload, m: Mode) -> Row {
@@ -187,6 +209,24 @@ pub fn summarize(
             1.5,
         ));
         targets.push(slowdown_target(samples, w, prof, find(w, Mode::Bpftrace)));
+        targets.push(option_cost(
+            format!(
+                "{}: --blockers, BPF ns per event, ratio to the full profile's (its cost; no target)",
+                w.name()
+            ),
+            &ratios(samples, w, Mode::ProfBlockers, Mode::Prof, &|c| {
+                c.ns_per_event()
+            }),
+        ));
+        targets.push(option_cost(
+            format!(
+                "{}: --blockers, released ns per run (under the lock), ratio to the full profile's",
+                w.name()
+            ),
+            &ratios(samples, w, Mode::ProfBlockers, Mode::Prof, &|c| {
+                c.ns_per_run(Tp::Released)
+            }),
+        ));
     }
     let attach = Workload::ALL
         .iter()

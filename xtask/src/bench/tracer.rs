@@ -39,16 +39,20 @@ pub enum Mode {
     FloorClock,
     Prof,
     ProfWritesOnly,
+    /// `mmaplock-prof --blockers`: waits charged to their blockers (an option: its cost is
+    /// shown here beside the full profile's).
+    ProfBlockers,
     Bpftrace,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::None,
         Mode::Floor,
         Mode::FloorClock,
         Mode::Prof,
         Mode::ProfWritesOnly,
+        Mode::ProfBlockers,
         Mode::Bpftrace,
     ];
 
@@ -59,6 +63,7 @@ impl Mode {
             Mode::FloorClock => "clock floor (one clock read)",
             Mode::Prof => "mmaplock-prof",
             Mode::ProfWritesOnly => "mmaplock-prof --writes-only",
+            Mode::ProfBlockers => "mmaplock-prof --blockers",
             Mode::Bpftrace => "bpftrace",
         }
     }
@@ -70,6 +75,7 @@ impl Mode {
             Mode::FloorClock => Some(&["--floor-clock"]),
             Mode::Prof => Some(&[]),
             Mode::ProfWritesOnly => Some(&["--writes-only"]),
+            Mode::ProfBlockers => Some(&["--blockers"]),
             Mode::None | Mode::Bpftrace => None,
         }
     }
@@ -87,6 +93,7 @@ impl Mode {
             Mode::Floor => "floor.jsonl",
             Mode::FloorClock => "floor-clock.jsonl",
             Mode::ProfWritesOnly => "prof-writes-only.jsonl",
+            Mode::ProfBlockers => "prof-blockers.jsonl",
             Mode::Bpftrace => "bpftrace.out",
             Mode::None | Mode::Prof => "prof.jsonl",
         }
