@@ -167,7 +167,7 @@ pub(super) fn render(
                 Some(true) => "met",
                 Some(false) => "NOT met",
                 // A figure for context (an option's cost), measured but with no target.
-                None if t.measured != "-" => "for context",
+                None if t.rounds.is_none() && t.measured != "-" => "for context",
                 None => "not measured",
             }
         );
