@@ -382,7 +382,14 @@ fn add_hold(st: &ThreadState, mm: u64, kind: u32, acq_ts: u64, now: u64) {
         id.tid = tid;
         id.tgid = (pid_tgid >> 32) as u32;
         id.kind = kind;
-        id.tid_start = st.tid_start;
+        // Identified at its first flush (never earlier: a vfork child runs on its parent's
+        // mm, with its parent's name, until it execs); before that, read it here.
+        id.tid_start = if st.identified != 0 {
+            st.tid_start
+        } else {
+            let task = unsafe { bpf_get_current_task() };
+            unsafe { read_u64(task + kernel().task_start_boottime as u64) }
+        };
     }
     if write {
         a.cur_acq = 0;
@@ -1095,8 +1102,6 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let Some(st) = thread_state(true) else {
         return 0;
     };
-    // Who it is, before its first hold is logged for blockers (no lock is held here).
-    identify(st, unsafe { bpf_get_current_task() });
     // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
     // never seen), and is reused.
     for s in st.slots.iter_mut() {
