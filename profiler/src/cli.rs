@@ -14,6 +14,9 @@ impl Config {
     pub const MAX_THREADS: u32 = 16_384;
     /// `--stacks FILE` without `--stack-sample`: every write's stack.
     pub const STACK_SAMPLE_WITH_STACKS_FILE: u32 = 1;
+    /// Code attribution by default: one write in this many per thread has its stack taken
+    /// (cost in docs/benchmark.md); `--stack-sample 0` turns it off.
+    pub const STACK_SAMPLE: u32 = 64;
     pub const DEMO_WORKERS: u32 = 4;
     pub const DEMO_FILE_KIB: u32 = 64;
     pub const DEMO_ITERATIONS: u32 = 2_000;
@@ -149,9 +152,10 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_threads: u32,
     /// Capture the user stack of one in N write acquisitions (per thread), to charge writes
-    /// to code (`dsos`, `stacks` in the summary). Off by default: it costs a 16 KiB stack copy
-    /// per sampled write. Reads are never stack-walked.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// to code (`dsos`, `js_functions`, `stacks` in the summary); 0 turns it off. Default 64
+    /// (1 with --stacks): a 16 KiB stack copy per sampled write, before the lock is taken.
+    /// Reads are never stack-walked.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32))]
     pub stack_sample: Option<u32>,
     /// Write folded stacks of sampled writes to FILE at the end (for flame graph tools);
     /// samples every write unless --stack-sample says otherwise.

@@ -102,7 +102,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {
-                        0
+                        cli::Config::STACK_SAMPLE
                     }),
                 },
                 duration: p.duration,

@@ -411,7 +411,11 @@ fn bad_usage_exits_2_with_one_line() {
         2,
         "/nonexistent-dir/s.folded",
     );
-    one_line_error(&run_profiler(&["--stack-sample", "0"]), 2, "--stack-sample");
+    one_line_error(
+        &run_profiler(&["--stack-sample", "-1"]),
+        2,
+        "--stack-sample",
+    );
     // Empty names and paths: nothing could match or be written (an empty --comm used to run
     // until killed, profiling nothing; with -d, were one accepted, the test would not hang).
     one_line_error(&run_profiler(&["--comm", "", "-d", "1"]), 2, "--comm");

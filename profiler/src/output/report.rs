@@ -109,6 +109,21 @@ pub struct DsoReport {
     pub write: Stats,
 }
 
+/// Sampled writes whose innermost JavaScript function is this one.
+#[derive(Clone, Debug, Serialize)]
+pub struct JsFunctionReport {
+    pub function: String,
+    /// `script:line:column`, as V8 names it.
+    pub file: String,
+    pub writes: u64,
+    pub wait_ns_sum: u64,
+}
+
+/// Said in a summary whose sampled writes went through JIT code no perf map named.
+pub const JS_HINT: &str = "JavaScript frames are unnamed ([jit]): start node with \
+     --perf-basic-prof-only-functions (or --perf-basic-prof) to name them, and \
+     --interpreted-frames-native-stack for functions not compiled yet";
+
 /// One distinct sampled write stack.
 #[derive(Clone, Debug, Serialize)]
 pub struct StackReport {
@@ -161,6 +176,13 @@ pub struct ProcessReport {
     /// The sampled write stacks that waited longest (summary, with stack sampling).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<Vec<StackReport>>,
+    /// Sampled writes by the innermost JavaScript function on their stack (summary, with
+    /// stack sampling; empty unless node writes its perf map).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub js_functions: Option<Vec<JsFunctionReport>>,
+    /// How to name JIT frames, when sampled writes went through unnamed ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub js_hint: Option<&'static str>,
     /// With blockers: the threads whose holds made this process's threads wait, with the
     /// wait charged to them, largest first.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -414,6 +436,8 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), hdr),
             dsos: None,
             stacks: None,
+            js_functions: None,
+            js_hint: None,
             blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
             blocked_by_role,
             blockers: blockers.map(|b| b.process),
@@ -471,8 +495,26 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
             (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
         });
         top.truncate(TOP_STACKS);
+        let mut js: Vec<JsFunctionReport> = o
+            .map(|o| {
+                o.js_functions
+                    .iter()
+                    .map(|(f, agg)| JsFunctionReport {
+                        function: f.name.clone(),
+                        file: f.location.clone(),
+                        writes: agg.count,
+                        wait_ns_sum: agg.wait_ns_sum,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        js.sort_by(|a, b| {
+            (b.writes, b.wait_ns_sum, &a.function).cmp(&(a.writes, a.wait_ns_sum, &b.function))
+        });
         p.dsos = Some(dsos);
         p.stacks = Some(top);
+        p.js_functions = Some(js);
+        p.js_hint = o.filter(|o| o.unnamed_jit > 0).map(|_| JS_HINT);
     }
 }
 

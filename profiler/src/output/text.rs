@@ -228,6 +228,22 @@ fn process_text(p: &ProcessReport) -> String {
             out.push_str(&stats_row(&short_path(&d.dso), &d.write));
         }
     }
+    if let Some(js) = p.js_functions.as_ref().filter(|j| !j.is_empty()) {
+        let _ = writeln!(out, "\n  sampled writes by JS function:");
+        for f in js.iter().take(TOP_THREADS) {
+            let _ = writeln!(
+                out,
+                "  {:<32} {:>9} {:>10}  {}",
+                f.function,
+                f.writes,
+                fmt_ns(f.wait_ns_sum),
+                f.file
+            );
+        }
+    }
+    if let Some(hint) = p.js_hint {
+        let _ = writeln!(out, "\n  {hint}");
+    }
     if let Some(stacks) = p.stacks.as_ref().filter(|s| !s.is_empty()) {
         let _ = writeln!(out, "\n  sampled write stacks that waited longest:");
         for s in stacks.iter().take(3) {

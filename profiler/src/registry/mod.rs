@@ -3,6 +3,7 @@
 //! evicted when they exit; it attributes what the kernel side counted.
 
 pub mod ids;
+pub mod perfmap;
 pub mod procmaps;
 pub mod roles;
 pub mod stacks;

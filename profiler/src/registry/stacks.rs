@@ -21,6 +21,7 @@ use profiler_common::{SampleDone, StackSample, stack_record};
 use crate::{
     aggregation::SideStats,
     registry::ids::{self, ProcId},
+    registry::perfmap::{JitName, JsFunction},
     registry::unwind::{Frame, ProcessUnwinder, Shared},
 };
 
@@ -45,8 +46,15 @@ fn is_runtime(dso: &Path) -> bool {
     .any(|p| name.starts_with(p))
 }
 
-/// How a frame is shown: `function (file)`.
+/// How a frame is shown: `function (file)`; a JavaScript function as
+/// `name (script:line:column)`, other V8 code by V8's name, unnamed JIT code as `[jit]`.
 fn frame_label(f: &Frame) -> String {
+    match &f.jit {
+        Some(JitName::Js(js)) if js.location.is_empty() => return js.name.clone(),
+        Some(JitName::Js(js)) => return format!("{} ({})", js.name, js.location),
+        Some(JitName::Other(n)) => return n.clone(),
+        None => {}
+    }
     let file = f
         .dso
         .as_deref()
@@ -83,6 +91,12 @@ pub struct StackAgg {
 #[derive(Clone, Debug, Default)]
 pub struct OwnerStacks {
     pub dsos: BTreeMap<String, SideStats>,
+    /// Sampled writes by the innermost JavaScript function of the application on their stack
+    /// (needs V8's perf map); filled by [`StackAttribution::symbolize`].
+    pub js_functions: BTreeMap<JsFunction, StackAgg>,
+    /// Sampled writes through JIT code that no perf map named (node runs without
+    /// `--perf-basic-prof`): the report then says how to name them.
+    pub unnamed_jit: u64,
     /// Frames innermost first, symbolized (filled by [`StackAttribution::symbolize`]).
     pub stacks: HashMap<Vec<String>, StackAgg>,
     /// Stacks as addresses in the process that took the lock, not yet symbolized.
@@ -216,6 +230,7 @@ impl StackAttribution {
                         addr,
                         symbol: None,
                         dso: u.mapping(addr).and_then(|m| m.path.clone()),
+                        jit: None,
                     })
                     .collect();
                 (addrs, charge(&frames))
@@ -270,9 +285,31 @@ impl StackAttribution {
                             addr,
                             symbol: None,
                             dso: None,
+                            jit: None,
                         })
                         .collect(),
                 };
+                // The innermost JavaScript function of the application: node's own library
+                // (`node:buffer`, `node:internal/...`) is skipped unless nothing else is there.
+                let js_frames: Vec<&JsFunction> = frames
+                    .iter()
+                    .filter_map(|f| match &f.jit {
+                        Some(JitName::Js(js)) => Some(js),
+                        _ => None,
+                    })
+                    .collect();
+                let js = js_frames
+                    .iter()
+                    .find(|f| !f.location.starts_with("node:"))
+                    .or(js_frames.first())
+                    .map(|f| (*f).clone());
+                if let Some(js) = js {
+                    let j = o.js_functions.entry(js).or_default();
+                    j.count += agg.count;
+                    j.wait_ns_sum += agg.wait_ns_sum;
+                } else if frames.iter().any(|f| f.dso.is_none() && f.jit.is_none()) {
+                    o.unnamed_jit += agg.count;
+                }
                 let labels: Vec<String> = frames.iter().map(frame_label).collect();
                 let st = o.stacks.entry(labels).or_default();
                 st.count += agg.count;
@@ -349,6 +386,7 @@ mod tests {
             addr: 0x1000,
             symbol: symbol.map(String::from),
             dso: dso.map(PathBuf::from),
+            jit: None,
         }
     }
 
@@ -383,6 +421,16 @@ mod tests {
             "uv_fs_read (node)"
         );
         assert_eq!(frame_label(&f(None, None)), "[jit]");
+        let js = Frame {
+            jit: Some(JitName::parse("JS:*hotAllocator /srv/app.js:3:22")),
+            ..f(None, None)
+        };
+        assert_eq!(frame_label(&js), "hotAllocator (/srv/app.js:3:22)");
+        let builtin = Frame {
+            jit: Some(JitName::parse("Builtin:ArrayPrototypePush")),
+            ..f(None, None)
+        };
+        assert_eq!(frame_label(&builtin), "Builtin:ArrayPrototypePush");
         assert_eq!(
             frame_label(&f(None, Some("/lib/libz.so.1"))),
             "0x1000 (libz.so.1)"

@@ -25,9 +25,10 @@ use std::sync::Arc;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
+use crate::registry::perfmap::{JitName, PerfMap};
 use crate::registry::procmaps::{Mapping, Maps, readable_path};
 
 /// Shared, immutable section bytes handed to framehop (cheap to clone into
@@ -43,6 +44,8 @@ pub struct Frame {
     pub symbol: Option<String>,
     /// File backing the mapping; `None` for anonymous (JIT) or unknown memory.
     pub dso: Option<PathBuf>,
+    /// For JIT code (no file), V8's name from the process's perf map, if it writes one.
+    pub jit: Option<JitName>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -216,6 +219,9 @@ pub struct ProcessUnwinder {
     cache: CacheX86_64,
     modules: HashSet<ModuleKey>,
     shared: Shared,
+    /// V8's perf map, looked for when a JIT frame is first symbolized (None inside: the
+    /// process writes none).
+    perf_map: Option<Option<PerfMap>>,
 }
 
 impl ProcessUnwinder {
@@ -229,6 +235,7 @@ impl ProcessUnwinder {
             cache: CacheX86_64::new(),
             modules: HashSet::new(),
             shared,
+            perf_map: None,
         };
         this.refresh()?;
         Ok(this)
@@ -313,10 +320,12 @@ impl ProcessUnwinder {
     }
 
     /// Return addresses, innermost first (first = `ip`, the rest are raw
-    /// return addresses). Stops at `max_frames`, when a read leaves `stack`,
-    /// or when a return address is not in an executable mapping (garbage from
-    /// a frame-pointer guess). Memory is read only from `stack`, which holds
-    /// the bytes at `[sp, sp + stack.len())`.
+    /// return addresses). Each frame is unwound with `.eh_frame`; where the code has no
+    /// unwind entry (V8's builtins inside node's own `.text`, whose FDEs are missing) or no
+    /// module (JIT code in anonymous memory), with the frame pointer chain, which V8 keeps in
+    /// both. Stops at `max_frames`, when a read leaves `stack`, when a frame pointer does not
+    /// move up the stack, or when a return address is not in an executable mapping (garbage).
+    /// Memory is read only from `stack`, which holds the bytes at `[sp, sp + stack.len())`.
     pub fn unwind(
         &mut self,
         ip: u64,
@@ -330,19 +339,31 @@ impl ProcessUnwinder {
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let mut frames = Vec::new();
-        let mut iter = self
-            .unwinder
-            .iter_frames(ip, regs, &mut self.cache, &mut read_stack);
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut frames = vec![ip];
+        let mut address = FrameAddress::from_instruction_pointer(ip);
         while frames.len() < max_frames {
-            let Ok(Some(frame)) = iter.next() else { break };
-            let addr = frame.address();
-            let in_code = self.maps.find(addr).is_some_and(|m| m.exec);
-            if !frames.is_empty() && !in_code {
+            let next = match self.unwinder.unwind_frame(
+                address,
+                &mut regs,
+                &mut self.cache,
+                &mut read_stack,
+            ) {
+                Ok(Some(ra)) => ra,
+                Ok(None) => break,
+                Err(_) => match frame_pointer_step(&mut regs, &mut read_stack) {
+                    Some(ra) => ra,
+                    None => break,
+                },
+            };
+            if !self.maps.find(next).is_some_and(|m| m.exec) {
                 break;
             }
-            frames.push(addr);
+            frames.push(next);
+            let Some(a) = FrameAddress::from_return_address(next) else {
+                break;
+            };
+            address = a;
         }
         frames
     }
@@ -381,9 +402,14 @@ impl ProcessUnwinder {
                     addr,
                     symbol: None,
                     dso,
+                    jit: None,
                 }
             })
             .collect();
+        // JIT code: named by V8's perf map (read again when an address is not in it yet).
+        for f in frames.iter_mut().filter(|f| f.dso.is_none()) {
+            f.jit = self.jit_name(f.addr);
+        }
         for (path, items) in by_file {
             let src = Source::Elf(Elf::new(&path));
             let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
@@ -418,6 +444,40 @@ impl ProcessUnwinder {
     pub fn mapping(&self, addr: u64) -> Option<&Mapping> {
         self.maps.find(addr)
     }
+
+    /// V8's name of the JIT code at `addr`, from the perf map.
+    fn jit_name(&mut self, addr: u64) -> Option<JitName> {
+        let pid = self.pid;
+        let map = self.perf_map.get_or_insert_with(|| PerfMap::open(pid));
+        let m = map.as_mut()?;
+        if let Some(n) = m.lookup(addr) {
+            return Some(n);
+        }
+        m.refresh();
+        m.lookup(addr)
+    }
+}
+
+/// One step up a frame pointer chain: `[bp]` is the caller's `bp`, `[bp + 8]` the return
+/// address, and the caller's `sp` is `bp + 16`. None when `bp` is not inside the current
+/// frame's stack, the caller's `bp` does not lie above it (garbage, or the end of the chain),
+/// or a read leaves the copied stack.
+pub(crate) fn frame_pointer_step(
+    regs: &mut UnwindRegsX86_64,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<u64> {
+    let bp = regs.bp();
+    if bp < regs.sp() || !bp.is_multiple_of(8) {
+        return None;
+    }
+    let caller_bp = read_stack(bp).ok()?;
+    let ra = read_stack(bp.checked_add(8)?).ok()?;
+    if ra == 0 || (caller_bp != 0 && caller_bp <= bp) {
+        return None;
+    }
+    regs.set_sp(bp + 16);
+    regs.set_bp(caller_bp);
+    Some(ra)
 }
 
 #[cfg(test)]

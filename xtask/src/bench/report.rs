@@ -11,6 +11,9 @@ use super::{
     workload::{Sample, Workload},
 };
 
+/// mmaplock-prof's default `--stack-sample` (profiler/src/cli.rs `Config::STACK_SAMPLE`).
+const DEFAULT_STACK_SAMPLE: u32 = 64;
+
 /// The programs whose cost is compared with the floor's, program by program.
 const PER_PROGRAM: [Tp; 5] = [Tp::Start, Tp::Acquire, Tp::Released, Tp::Exit, Tp::Other];
 
@@ -209,6 +212,32 @@ pub fn summarize(
             1.5,
         ));
         targets.push(slowdown_target(samples, w, prof, find(w, Mode::Bpftrace)));
+        targets.push(option_cost(
+            format!(
+                "{}: default code attribution (1 write in {} sampled), BPF ns per event, ratio to --stack-sample 0",
+                w.name(),
+                DEFAULT_STACK_SAMPLE
+            ),
+            &ratios(samples, w, Mode::Prof, Mode::ProfNoStacks, &|c| {
+                c.ns_per_event()
+            }),
+        ));
+        targets.push(option_cost(
+            format!(
+                "{}: default code attribution, workload throughput, ratio to --stack-sample 0",
+                w.name()
+            ),
+            &samples
+                .iter()
+                .filter(|s| s.workload == w && s.mode == Mode::Prof)
+                .filter_map(|s| {
+                    let b = samples.iter().find(|b| {
+                        b.workload == w && b.mode == Mode::ProfNoStacks && b.round == s.round
+                    })?;
+                    Some(s.ops_per_s / b.ops_per_s)
+                })
+                .collect::<Vec<f64>>(),
+        ));
         targets.push(option_cost(
             format!(
                 "{}: --blockers, BPF ns per event, ratio to the full profile's (its cost; no target)",

@@ -37,7 +37,11 @@ pub enum Mode {
     /// `mmaplock-prof --floor-clock`: one clock read per run, the least a program that times
     /// acquisitions does (for context: no target is set on it).
     FloorClock,
+    /// The profile as `sudo mmaplock-prof --pid PID` runs it: code attribution on at its
+    /// default rate.
     Prof,
+    /// The same without code attribution (`--stack-sample 0`): what the default rate costs.
+    ProfNoStacks,
     ProfWritesOnly,
     /// `mmaplock-prof --blockers`: waits charged to their blockers (an option: its cost is
     /// shown here beside the full profile's).
@@ -46,11 +50,12 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 8] = [
         Mode::None,
         Mode::Floor,
         Mode::FloorClock,
         Mode::Prof,
+        Mode::ProfNoStacks,
         Mode::ProfWritesOnly,
         Mode::ProfBlockers,
         Mode::Bpftrace,
@@ -62,6 +67,7 @@ impl Mode {
             Mode::Floor => "floor (empty programs)",
             Mode::FloorClock => "clock floor (one clock read)",
             Mode::Prof => "mmaplock-prof",
+            Mode::ProfNoStacks => "mmaplock-prof --stack-sample 0",
             Mode::ProfWritesOnly => "mmaplock-prof --writes-only",
             Mode::ProfBlockers => "mmaplock-prof --blockers",
             Mode::Bpftrace => "bpftrace",
@@ -74,6 +80,7 @@ impl Mode {
             Mode::Floor => Some(&["--floor"]),
             Mode::FloorClock => Some(&["--floor-clock"]),
             Mode::Prof => Some(&[]),
+            Mode::ProfNoStacks => Some(&["--stack-sample", "0"]),
             Mode::ProfWritesOnly => Some(&["--writes-only"]),
             Mode::ProfBlockers => Some(&["--blockers"]),
             Mode::None | Mode::Bpftrace => None,
@@ -93,6 +100,7 @@ impl Mode {
             Mode::Floor => "floor.jsonl",
             Mode::FloorClock => "floor-clock.jsonl",
             Mode::ProfWritesOnly => "prof-writes-only.jsonl",
+            Mode::ProfNoStacks => "prof-no-stacks.jsonl",
             Mode::ProfBlockers => "prof-blockers.jsonl",
             Mode::Bpftrace => "bpftrace.out",
             Mode::None | Mode::Prof => "prof.jsonl",

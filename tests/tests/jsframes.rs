@@ -1,0 +1,152 @@
+//! ROOT-ONLY: JavaScript frames in sampled write stacks. A Worker's function `hotAllocator`
+//! allocates 256 KiB Buffers (V8 takes the lock for write through node's allocator and the
+//! `Builtins_...` trampolines, which have no unwind entries); with node's perf map on, the
+//! sampled writes are charged to `hotAllocator` by name; without it, JIT frames stay `[jit]`
+//! and the report says how to name them.
+
+use std::process::Command;
+
+use integration_tests::{Profiler, Workload, fixture, process, require_root_and_tracepoints};
+use serde_json::Value;
+
+/// Runs the fixture under `node NODE_FLAGS`, profiled with one write's stack in 4 (`--stacks`);
+/// returns the summary's entry for node, the Worker's tid and the folded stacks.
+fn profile(node_flags: &[&str]) -> (Value, u64, String) {
+    let mut cmd = Command::new("node");
+    // A fixed mmap threshold: glibc's would rise after the first free, and the Buffers would
+    // then come from the heap. So each Buffer is one mmap, by the Worker: 50 x 64 of them.
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .args(node_flags)
+        .arg(fixture("jsframes.js"))
+        .arg("50");
+    let mut w = Workload::spawn(cmd);
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("the worker's tid");
+    let worker = ids["worker"].as_u64().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("stacks.folded");
+    let pid = w.pid.to_string();
+    // One write in 4: at every write, the 16 KiB stack copies outrun the ring buffer here.
+    let prof = Profiler::start(&[
+        "-p",
+        &pid,
+        "-i",
+        "0",
+        "--stack-sample",
+        "4",
+        "--stacks",
+        folded.to_str().unwrap(),
+    ]);
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(std::time::Duration::from_secs(60));
+    let p = process(out.summary(), w.pid)
+        .expect("node is in the summary")
+        .clone();
+    let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
+    (p, worker, folded)
+}
+
+fn writes_of(p: &Value, tid: u64) -> u64 {
+    p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .map_or(0, |t| t["write"]["count"].as_u64().unwrap())
+}
+
+/// Sampled writes (folded lines' counts) whose stack has a frame containing `needle`.
+fn samples_with(folded: &str, needle: &str) -> u64 {
+    folded
+        .lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Sampled `mmap` writes (innermost frame mmap), and how many of them have `needle`.
+fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
+    let mut all = (0, 0);
+    for l in folded.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        let innermost = stack.rsplit(';').next().unwrap_or("");
+        if innermost.contains("mmap") && !innermost.contains("munmap") {
+            all.0 += n;
+            if stack.contains(needle) {
+                all.1 += n;
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn a_workers_js_function_is_named_in_most_of_its_sampled_writes() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let (p, worker, folded) = profile(&["--perf-basic-prof"]);
+    // Ground truth: the Worker's 50 x 64 Buffers, one mmap each (its other writes are a
+    // scavenge's pages and, as it ends, its heap's teardown).
+    let mmaps = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == worker)
+        .and_then(|t| {
+            t["causes"]
+                .as_array()?
+                .iter()
+                .find(|c| c["cause"] == "mmap")
+                .map(|c| c["write"]["count"].as_u64().unwrap())
+        })
+        .unwrap_or(0);
+    assert!(
+        (50 * 64..=50 * 64 + 200).contains(&mmaps),
+        "the Worker's mmaps: {mmaps} for 3200 Buffers"
+    );
+    let (sampled, named) = mmap_samples(&folded, "hotAllocator_(");
+    eprintln!(
+        "worker {worker}: {mmaps} mmaps ({} writes), {sampled} sampled, {named} through hotAllocator",
+        writes_of(&p, worker)
+    );
+    assert!(sampled >= 200, "{sampled} sampled mmaps");
+    assert!(
+        named * 10 >= sampled * 9,
+        "hotAllocator in {named} of {sampled} sampled mmaps"
+    );
+    let js = p["js_functions"].as_array().expect("js_functions");
+    let top = &js[0];
+    assert_eq!(top["function"], "hotAllocator", "{js:?}");
+    assert!(
+        top["file"].as_str().unwrap().contains("jsframes.js:"),
+        "{top}"
+    );
+    assert!(
+        p.get("js_hint").is_none(),
+        "a perf map was there: {}",
+        p["js_hint"]
+    );
+}
+
+#[test]
+fn without_a_perf_map_jit_frames_are_unnamed_and_the_report_says_how_to_name_them() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let (p, _, folded) = profile(&[]);
+    assert_eq!(samples_with(&folded, "hotAllocator"), 0);
+    assert!(
+        samples_with(&folded, "[jit]") > 0,
+        "no [jit] frame:\n{folded}"
+    );
+    assert_eq!(p["js_functions"].as_array().map(Vec::len), Some(0));
+    assert!(
+        p["js_hint"].as_str().unwrap().contains("--perf-basic-prof"),
+        "{}",
+        p["js_hint"]
+    );
+}
