@@ -14,8 +14,9 @@ use core::{
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST, bpf_map_type},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
+        bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+        bpf_probe_read_user_buf,
         generated::{bpf_loop, bpf_task_pt_regs, bpf_task_storage_get},
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
@@ -1138,10 +1139,11 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
         let every = unsafe { ptr::read_volatile(&SETTINGS.stack_sample) };
         if every != 0 {
             st.writes = st.writes.wrapping_add(1);
-            if st.writes % every == 0 {
-                // Never 0, which means "not sampled".
-                let seq = st.writes / every;
-                let seq = if seq == 0 { 1 } else { seq };
+            // At random, one in `every`: a counter would alias with periodic workloads (a
+            // loop of mmap then munmap sampled one in an even N shows munmaps only).
+            if every == 1 || unsafe { bpf_get_prandom_u32() } % every == 0 {
+                // Never 0, which means "not sampled"; unique per thread.
+                let seq = if st.writes == 0 { 1 } else { st.writes };
                 if sample_stack(owner, owner_start, c, seq) {
                     sample_seq = seq;
                 }

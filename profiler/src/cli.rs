@@ -64,6 +64,39 @@ pub enum Command {
     Demo(DemoArgs),
     /// Profile continuously and serve Prometheus metrics (docs/agent.md).
     Agent(AgentArgs),
+    /// Render a run's NDJSON (or a study's results.json) as a self-contained HTML page.
+    Report(ReportArgs),
+    /// Compare two runs (before and after a fix): writes and write wait per process name,
+    /// thread role and cause, with ratios; several runs per file are judged for noise.
+    Compare(CompareArgs),
+}
+
+/// `mmaplock-prof report RUN.json --html OUT.html`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The NDJSON of a run (`-f json -o RUN.json`), a demo's line, or a study's results.json.
+    #[arg(value_name = "RUN.json", value_parser = parse_path)]
+    pub input: PathBuf,
+    /// Where the page goes.
+    #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
+    pub html: PathBuf,
+}
+
+/// `mmaplock-prof compare BEFORE.json AFTER.json`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The run(s) before: NDJSON, several runs one after the other allowed.
+    #[arg(value_name = "BEFORE.json", value_parser = parse_path)]
+    pub before: PathBuf,
+    /// The run(s) after.
+    #[arg(value_name = "AFTER.json", value_parser = parse_path)]
+    pub after: PathBuf,
+    /// text (a table) or json; default text on a terminal, json otherwise.
+    #[arg(short, long, value_enum)]
+    pub format: Option<Format>,
+    /// Also write the comparison as an HTML page.
+    #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
+    pub html: Option<PathBuf>,
 }
 
 /// `mmaplock-prof agent`: the contract is shared/design/agent-and-metrics.md.
@@ -161,6 +194,10 @@ pub struct ProfileArgs {
     /// samples every write unless --stack-sample says otherwise.
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub stacks: Option<PathBuf>,
+    /// Also write the run as a self-contained HTML page at the end (histograms, wait over
+    /// time, roles, causes, the flame graph of the sampled writes).
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub html: Option<PathBuf>,
     /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
     /// a few instructions each, for hosts with extreme fault rates. Reports have no read
     /// statistics, and a downgraded write (munmap) counts as held until its final release.

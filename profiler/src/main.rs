@@ -6,6 +6,7 @@ mod aggregation;
 mod cli;
 mod demo;
 mod kernel;
+mod offline;
 mod output;
 mod registry;
 mod run;
@@ -31,6 +32,8 @@ enum Error {
     Runtime(std::io::Error),
     #[error(transparent)]
     KernelTooOld(#[from] kernel::minkernel::TooOld),
+    #[error(transparent)]
+    Offline(offline::OfflineError),
 }
 
 impl Error {
@@ -40,11 +43,18 @@ impl Error {
             Error::Demo(e) => e.exit_code(),
             Error::Agent(e) => e.exit_code(),
             Error::Runtime(_) | Error::KernelTooOld(_) => 1,
+            Error::Offline(e) => e.exit_code(),
         }
     }
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
+    // Files only: no kernel involved.
+    match &cli.command {
+        Some(Command::Report(r)) => return offline::report(r).map_err(Error::Offline),
+        Some(Command::Compare(c)) => return offline::compare(c).map_err(Error::Offline),
+        _ => {}
+    }
     // Before anything is loaded (profiling and the demo both load the programs).
     kernel::minkernel::check_running()?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -61,6 +71,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             output: d.output.output,
             verbose: d.output.verbose,
         }))?,
+        Some(Command::Report(_) | Command::Compare(_)) => unreachable!("handled above"),
         Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
             listen: a.listen,
             selectors: agent::selection::Selectors {
@@ -110,6 +121,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 format: Format::resolve(p.output.format, p.output.output.as_ref()),
                 output: p.output.output,
                 stacks_file: p.stacks,
+                html: p.html,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
             }))?

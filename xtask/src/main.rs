@@ -123,6 +123,7 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     // tests a real Prometheus.
     build(linker_dir, false)?;
     packages::ensure_prometheus()?;
+    packages::ensure_chromium()?;
     if !is_root() {
         eprintln!(
             "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"

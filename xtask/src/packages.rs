@@ -10,6 +10,11 @@ pub fn ensure_prometheus() -> Result<()> {
     ensure("prometheus", &["/usr/bin/prometheus", "/usr/bin/promtool"])
 }
 
+/// Debian's `chromium`, for the tests that render the HTML reports in a real browser.
+pub fn ensure_chromium() -> Result<()> {
+    ensure("chromium", &["/usr/bin/chromium"])
+}
+
 fn ensure(package: &str, files: &[&str]) -> Result<()> {
     if files.iter().all(|f| Path::new(f).exists()) || !crate::is_root() {
         return Ok(());
@@ -31,8 +36,15 @@ fn ensure(package: &str, files: &[&str]) -> Result<()> {
             .status()?;
     }
     // A fresh machine may have no package lists yet.
-    let result = crate::run(&mut apt(&["update", "-qq"]))
-        .and_then(|()| crate::run(&mut apt(&["install", "-y", "-qq", package])));
+    let result = crate::run(&mut apt(&["update", "-qq"])).and_then(|()| {
+        crate::run(&mut apt(&[
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            package,
+        ]))
+    });
     if ours {
         let _ = std::fs::remove_file(policy);
     }

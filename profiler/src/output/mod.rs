@@ -2,6 +2,8 @@
 //! renderings. Every rendering is an [`Output`]: JSON lines and text here, more to come.
 
 pub mod blockers;
+pub mod compare;
+pub mod html;
 pub mod prometheus;
 pub mod report;
 pub mod rotate;

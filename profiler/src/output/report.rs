@@ -119,6 +119,17 @@ pub struct JsFunctionReport {
     pub wait_ns_sum: u64,
 }
 
+/// One folded stack of a flame graph.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlameStack {
+    /// Frames outermost first, `;`-separated (a `;` in a name is written `:`).
+    pub stack: String,
+    pub count: u64,
+}
+
+/// How many folded stacks a summary keeps per process.
+const FLAME_STACKS: usize = 2000;
+
 /// Said in a summary whose sampled writes went through JIT code no perf map named.
 pub const JS_HINT: &str = "JavaScript frames are unnamed ([jit]): start node with \
      --perf-basic-prof-only-functions (or --perf-basic-prof) to name them, and \
@@ -183,6 +194,10 @@ pub struct ProcessReport {
     /// How to name JIT frames, when sampled writes went through unnamed ones.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub js_hint: Option<&'static str>,
+    /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
+    /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flame: Option<Vec<FlameStack>>,
     /// With blockers: the threads whose holds made this process's threads wait, with the
     /// wait charged to them, largest first.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -438,6 +453,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             stacks: None,
             js_functions: None,
             js_hint: None,
+            flame: None,
             blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
             blocked_by_role,
             blockers: blockers.map(|b| b.process),
@@ -511,6 +527,25 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         js.sort_by(|a, b| {
             (b.writes, b.wait_ns_sum, &a.function).cmp(&(a.writes, a.wait_ns_sum, &b.function))
         });
+        let mut flame: Vec<FlameStack> = o
+            .map(|o| {
+                o.stacks
+                    .iter()
+                    .map(|(frames, agg)| FlameStack {
+                        stack: frames
+                            .iter()
+                            .rev()
+                            .map(|f| f.replace(';', ":"))
+                            .collect::<Vec<_>>()
+                            .join(";"),
+                        count: agg.count,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        flame.sort_by(|a, b| (b.count, &a.stack).cmp(&(a.count, &b.stack)));
+        flame.truncate(FLAME_STACKS);
+        p.flame = Some(flame);
         p.dsos = Some(dsos);
         p.stacks = Some(top);
         p.js_functions = Some(js);

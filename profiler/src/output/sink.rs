@@ -8,7 +8,7 @@ use std::{
 
 use crate::{
     cli::Format,
-    output::{JsonLines, Output, Text, report::Report},
+    output::{JsonLines, Output, Text, html::HtmlRecorder, report::Report},
 };
 
 use crate::run::SessionError;
@@ -20,6 +20,8 @@ pub struct Sink {
     output: Box<dyn Output>,
     /// The reader went away (e.g. `| head`): keep profiling quietly, write nothing more.
     closed: bool,
+    /// `--html FILE`: every report is kept for the page written at the end.
+    pub html: Option<HtmlRecorder>,
 }
 
 impl Sink {
@@ -39,6 +41,7 @@ impl Sink {
             format,
             output,
             closed: false,
+            html: None,
         })
     }
 
@@ -48,6 +51,9 @@ impl Sink {
 
     /// Writes a report, then frees it.
     pub fn write_report(&mut self, r: Report) -> Result<(), SessionError> {
+        if let Some(h) = self.html.as_mut() {
+            h.emit(&r, &mut io::sink()).map_err(SessionError::Write)?;
+        }
         if self.closed {
             return Ok(());
         }
@@ -70,6 +76,16 @@ impl Sink {
                 Ok(())
             }
             Err(e) => Err(SessionError::Write(e)),
+        }
+    }
+
+    /// Writes the `--html` page, if asked (at the end of a run, after the summary).
+    pub fn finish_html(&self) -> Result<(), SessionError> {
+        match &self.html {
+            Some(h) => h
+                .finish()
+                .map_err(|e| SessionError::OpenOutput(h.path.clone(), e)),
+            None => Ok(()),
         }
     }
 

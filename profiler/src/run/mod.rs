@@ -165,6 +165,8 @@ pub struct SessionConfig {
     pub output: Option<PathBuf>,
     /// Folded stacks go there at the end.
     pub stacks_file: Option<PathBuf>,
+    /// The HTML report goes there at the end.
+    pub html: Option<PathBuf>,
     pub verbose: bool,
     pub quiet: bool,
 }
@@ -194,9 +196,10 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     let targets = Targets::open(&cfg.collector.pids)?;
     let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
     // Say now, not at the end, if the folded stacks cannot be written.
-    if let Some(path) = &cfg.stacks_file {
+    for path in cfg.stacks_file.iter().chain(&cfg.html) {
         File::create(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
     }
+    sink.html = cfg.html.clone().map(crate::output::html::HtmlRecorder::new);
     let collector = Collector::start(&cfg.collector)?;
     if cfg.verbose {
         let l = collector.kernel.layout;
@@ -303,6 +306,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     }
     let summary = profile.summary();
     sink.write_report(summary)?;
+    sink.finish_html()?;
     if let Some(e) = failure {
         return Err(e);
     }

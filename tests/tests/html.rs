@@ -1,0 +1,266 @@
+//! ROOT-ONLY: the HTML report and the before/after comparison, against runs of the
+//! ground-truth helper, rendered in a real headless browser (Debian's chromium, which
+//! `cargo xtask test` installs) with every network request made to fail: the plots must be in
+//! the rendered page, and the page must need nothing from outside.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use integration_tests::{
+    Workload, process, profile_workload, profiler_bin, require_root_and_tracepoints,
+};
+use serde_json::Value;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The DOM of `page` after chromium loaded and ran it, with the network cut (a proxy that
+/// does not exist, and no name resolving); None when chromium is not installed (outside CI).
+fn rendered_dom(page: &Path, screenshot: Option<&Path>) -> Option<String> {
+    if !Path::new(CHROMIUM).exists() {
+        assert!(
+            !integration_tests::under_ci(),
+            "chromium is not installed (cargo xtask test installs it)"
+        );
+        integration_tests::skip_because("chromium is not installed");
+        return None;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(CHROMIUM);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--window-size=1280,2600",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    match screenshot {
+        Some(png) => cmd.arg(format!("--screenshot={}", png.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out = cmd
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Nothing in the page points outside it: no `src`, `href` or CSS `url()` to another host.
+fn assert_self_contained(dom: &str) {
+    for needle in [
+        "src=\"http",
+        "href=\"http",
+        "url(http",
+        "@import",
+        "src='http",
+    ] {
+        assert!(
+            !dom.contains(needle),
+            "the page fetches something: {needle}"
+        );
+    }
+}
+
+fn charts(dom: &str) -> Vec<String> {
+    dom.match_indices("data-chart=\"")
+        .map(|(i, _)| {
+            let rest = &dom[i + 12..];
+            rest[..rest.find('"').unwrap()].to_string()
+        })
+        .collect()
+}
+
+fn run_helper(threads: u32, n: u32, extra: &[&str], out: &Path) -> (u32, Vec<Value>) {
+    let mut w = Workload::helper("mmap-churn", [threads, n]);
+    let mut args = vec!["-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    profile_workload(&mut w, &args);
+    let lines = std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (w.pid, lines)
+}
+
+#[test]
+fn the_html_report_renders_its_plots_and_fetches_nothing() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (json, live) = (dir.path().join("run.json"), dir.path().join("live.html"));
+    let (pid, lines) = run_helper(
+        3,
+        20_000,
+        &[
+            "-i",
+            "0.2",
+            "--stack-sample",
+            "4",
+            "--blockers",
+            "--html",
+            live.to_str().unwrap(),
+        ],
+        &json,
+    );
+    let summary = lines.last().unwrap();
+    assert!(process(summary, pid).is_some());
+    // The same page from the file, by `report`.
+    let page = dir.path().join("page.html");
+    let st = Command::new(profiler_bin())
+        .args([
+            "report",
+            json.to_str().unwrap(),
+            "--html",
+            page.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (a, b) = (
+        std::fs::read_to_string(&live).unwrap(),
+        std::fs::read_to_string(&page).unwrap(),
+    );
+    // Only the title (the file's name) differs.
+    assert_eq!(
+        a.len() - a.find("</header>").unwrap(),
+        b.len() - b.find("</header>").unwrap()
+    );
+    let Some(dom) = rendered_dom(&page, None) else {
+        return;
+    };
+    assert_self_contained(&dom);
+    let found = charts(&dom);
+    for want in [
+        "wait-histogram",
+        "hold-histogram",
+        "write-wait-over-time",
+        "writes-over-time",
+        "writes-by-role",
+        "wait-by-role",
+        "writes-by-cause",
+        "wait-by-cause",
+    ] {
+        assert!(
+            found.iter().any(|c| c == want),
+            "no {want} chart in {found:?}"
+        );
+    }
+    // Marks drawn: bars for the histograms and groups, a line per time chart (the run had
+    // interval lines every 0.2 s), and inferno's flame graph of the sampled writes.
+    assert!(dom.matches("class=\"bar\"").count() >= 10);
+    assert!(dom.matches("class=\"line\"").count() >= 2);
+    assert!(dom.contains("Flame graph of the sampled writes") && dom.contains("id=\"frames\""));
+    assert!(
+        dom.contains("mmap (libc.so.6)"),
+        "the flame graph names the frames"
+    );
+    assert!(dom.contains("Who made whom wait"));
+}
+
+/// Two runs of the helper with 1 and 3 threads: `compare` reports the difference in writes
+/// that the helper guarantees (2 x N per thread), and its page renders.
+#[test]
+fn compare_reports_the_known_difference_in_writes() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let n = 5_000u64;
+    let (before, after): (PathBuf, PathBuf) =
+        (dir.path().join("b.json"), dir.path().join("a.json"));
+    run_helper(1, n as u32, &["-i", "0"], &before);
+    run_helper(3, n as u32, &["-i", "0"], &after);
+    let page = dir.path().join("compare.html");
+    let out = Command::new(profiler_bin())
+        .args([
+            "compare",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+            "-f",
+            "json",
+        ])
+        .args(["--html", page.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["type"], "compare");
+    let row = |group: &str, key: &str| {
+        c["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["process"] == "mmap-churn" && r["group"] == group && r["key"] == key)
+            .unwrap_or_else(|| panic!("no row {group} {key}: {c}"))
+            .clone()
+    };
+    let mean = |r: &Value, f: &str, side: &str| r[f][side]["mean"].as_f64().unwrap() as u64;
+    // mmap and munmap: exactly N per thread each.
+    let mmap = row("cause", "mmap");
+    assert_eq!(mean(&mmap, "writes", "before"), n);
+    assert_eq!(mean(&mmap, "writes", "after"), 3 * n);
+    let all = row("all", "all");
+    let diff = mean(&all, "writes", "after") - mean(&all, "writes", "before");
+    // 2 x N x 2 more threads, and a few writes of the threads' own (stacks, exit).
+    assert!((4 * n..=4 * n + 10).contains(&diff), "difference {diff}");
+    assert_eq!(all["writes"]["verdict"], "one run");
+    // Text too.
+    let text = Command::new(profiler_bin())
+        .args([
+            "compare",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+            "-f",
+            "text",
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("cannot be judged"));
+    let Some(dom) = rendered_dom(&page, None) else {
+        return;
+    };
+    assert_self_contained(&dom);
+    let found = charts(&dom);
+    assert!(found.contains(&"writes-by-cause".to_string()), "{found:?}");
+    assert!(dom.matches("class=\"bar\"").count() >= 4);
+}
+
+/// A file that is not a report is a usage error, in one line.
+#[test]
+fn report_and_compare_refuse_files_that_are_not_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"type\":\"summary\"}\nnot json\n").unwrap();
+    let out = Command::new(profiler_bin())
+        .args(["report", bad.to_str().unwrap(), "--html", "/tmp/x.html"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    let out = Command::new(profiler_bin())
+        .args(["compare", "/nonexistent/a.json", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
