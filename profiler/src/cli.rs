@@ -69,6 +69,43 @@ pub enum Command {
     /// Compare two runs (before and after a fix): writes and write wait per process name,
     /// thread role and cause, with ratios; several runs per file are judged for noise.
     Compare(CompareArgs),
+    /// The investigation's mitigation study on this machine: every scenario as Worker
+    /// threads and as processes, profiled; results.json, results.md and report.html.
+    Study(StudyArgs),
+}
+
+/// `mmaplock-prof study`.
+#[derive(Debug, Args)]
+pub struct StudyArgs {
+    /// Where results.json, results.md and report.html go.
+    #[arg(long, value_name = "DIR", default_value = "study-out", value_parser = parse_path)]
+    pub out: PathBuf,
+    /// Every scenario at 64 KiB with k = 2 and 4 (a few minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Worker threads / processes per run; repeatable (default 1, 2, 4).
+    #[arg(short = 'k', value_name = "K", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub ks: Vec<u32>,
+    /// File sizes in KiB, repeatable (default 0.125, 64, 1024: 128 B, 64 KiB, 1 MiB).
+    #[arg(long = "size", value_name = "KIB", value_parser = parse_kib)]
+    pub sizes: Vec<f64>,
+    /// Only these scenarios, repeatable: default, pool-256k, reuse, async, arena-1,
+    /// finalization-pool, slab, dispose.
+    #[arg(long = "scenario", value_name = "ID")]
+    pub scenarios: Vec<String>,
+    /// The Node.js binary.
+    #[arg(long, value_name = "PATH", default_value = "node", value_parser = parse_path)]
+    pub node: PathBuf,
+    /// Reads per thread or process (default: by file size, about 128 MiB read per thread).
+    #[arg(short = 'n', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub iterations: Option<u32>,
+}
+
+fn parse_kib(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0625..=65536.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a file size in KiB (0.0625 to 65536)")),
+    }
 }
 
 /// `mmaplock-prof report RUN.json --html OUT.html`.

@@ -8,36 +8,30 @@ use std::{
     fmt::Write as _,
     io,
     path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
 };
 
 use serde::Serialize;
-use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
-    process::{Child, ChildStdout, Command},
-};
+use tokio::process::Command;
 
 use crate::{
-    aggregation::SideStats,
     cli::Format,
-    kernel::collector::{Collector, CollectorConfig, CollectorError},
+    kernel::collector::CollectorError,
     output::report::{Dist, Report, Stats},
     output::text::{fmt_ns, histogram_lines, side_by_side},
-    run::{Driver, LoopConfig, Profile, Rings, SessionError, Sink, Targets, run_loop},
+    run::{
+        SessionError, Sink,
+        nodework::{NodeRunError, NodeSpec, run_node},
+    },
 };
 
 const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
-
-/// Give up on a workload that does not answer (a broken node, a stuck machine).
-const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error("cannot run Node.js ({0}): {1}; install Node.js or pass --node PATH")]
     NoNode(PathBuf, io::Error),
-    #[error("the demo workload failed: {0}")]
-    Workload(String),
+    #[error(transparent)]
+    Run(#[from] NodeRunError),
     #[error("cannot prepare the demo's files: {0}")]
     Files(io::Error),
     #[error(transparent)]
@@ -65,19 +59,7 @@ pub struct DemoConfig {
     pub verbose: bool,
 }
 
-/// One side of the comparison.
-#[derive(Debug, Serialize)]
-pub struct DemoRun {
-    pub mode: &'static str,
-    pub reads: u64,
-    pub elapsed_s: f64,
-    pub reads_per_s: f64,
-    /// The profiler's summary of the run's process(es).
-    pub report: Report,
-    /// Write side over all of the run's processes.
-    #[serde(skip)]
-    pub write: SideStats,
-}
+pub use crate::run::nodework::NodeRun as DemoRun;
 
 #[derive(Debug, Serialize)]
 struct DemoReport<'a> {
@@ -88,162 +70,6 @@ struct DemoReport<'a> {
     file_kib: u32,
     iterations: u32,
     runs: [&'a DemoRun; 2],
-}
-
-struct Participant {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-async fn next_line(p: &mut Participant) -> Result<String, DemoError> {
-    match tokio::time::timeout(STEP_TIMEOUT, p.lines.next_line()).await {
-        Ok(Ok(Some(l))) => Ok(l),
-        Ok(Ok(None)) => Err(DemoError::Workload("node exited early".into())),
-        Ok(Err(e)) => Err(DemoError::Workload(e.to_string())),
-        Err(_) => Err(DemoError::Workload("no answer from node in 300 s".into())),
-    }
-}
-
-async fn spawn(node: &Path, args: &[&str]) -> Result<Participant, DemoError> {
-    let mut child = Command::new(node)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| DemoError::NoNode(node.to_path_buf(), e))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut p = Participant {
-        child,
-        lines: BufReader::new(stdout).lines(),
-    };
-    let l = next_line(&mut p).await?;
-    if l != "ready" {
-        return Err(DemoError::Workload(format!("unexpected output {l:?}")));
-    }
-    Ok(p)
-}
-
-/// Runs one mode under a freshly attached profiler restricted to its processes.
-async fn run_mode(
-    cfg: &DemoConfig,
-    mode: &'static str,
-    script: &Path,
-    file: &Path,
-) -> Result<DemoRun, DemoError> {
-    let (n_procs, k_arg) = if mode == "workers" {
-        (1, cfg.workers)
-    } else {
-        (cfg.workers, 1)
-    };
-    let k = k_arg.to_string();
-    let it = cfg.iterations.to_string();
-    let script = script.to_string_lossy();
-    let file_s = file.to_string_lossy();
-    let mut procs = Vec::new();
-    for _ in 0..n_procs {
-        let wmode = if mode == "workers" {
-            "workers"
-        } else {
-            "process"
-        };
-        procs.push(spawn(&cfg.node, &[&script, wmode, &k, &file_s, &it]).await?);
-    }
-    let pids: Vec<u32> = procs.iter().filter_map(|p| p.child.id()).collect();
-    let mut collector = Collector::start(&CollectorConfig {
-        pids: pids.clone(),
-        comms: vec![],
-        max_threads: crate::cli::Config::MAX_THREADS,
-        bpf_stats: false,
-        // The demo's writes are few: take every one's stack.
-        stack_sample: 1,
-        writes_only: false,
-        floor: crate::kernel::collector::Floor::Off,
-        selection: false,
-        children: false,
-        // Who made the Workers wait: the demo's point.
-        blockers: true,
-    })?;
-    let mut rings = Rings::open(&mut collector)?;
-    let mut profile = Profile::new(collector, false);
-    profile.prepare_stacks(&pids);
-    // Start everyone together.
-    for p in &mut procs {
-        if let Some(stdin) = p.child.stdin.as_mut() {
-            stdin
-                .write_all(b"go\n")
-                .await
-                .map_err(|e| DemoError::Workload(e.to_string()))?;
-        }
-    }
-    // The shared run loop, until every participant has exited (each has printed its one
-    // result line, which waits in its pipe), classifying threads and taking stacks as they
-    // come.
-    struct Quiet;
-    impl Driver for Quiet {
-        fn after_poll(&mut self, _: &mut Profile) -> Result<(), SessionError> {
-            Ok(())
-        }
-    }
-    let targets = Targets::open(&pids)?;
-    run_loop(
-        &mut profile,
-        &mut rings,
-        LoopConfig {
-            period: std::time::Duration::from_secs(1),
-            duration: None,
-            targets: Some(&targets),
-        },
-        &mut Quiet,
-    )
-    .await??;
-    let mut reads = 0u64;
-    let mut elapsed_ms = 0f64;
-    for p in &mut procs {
-        let line = next_line(p).await?;
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|e| DemoError::Workload(format!("bad result {line:?}: {e}")))?;
-        reads += v["ops"].as_u64().unwrap_or(0);
-        elapsed_ms = elapsed_ms.max(v["elapsed_ms"].as_f64().unwrap_or(0.0));
-        let status = p
-            .child
-            .wait()
-            .await
-            .map_err(|e| DemoError::Workload(e.to_string()))?;
-        if !status.success() {
-            return Err(DemoError::Workload(format!("node exited with {status}")));
-        }
-    }
-    // Every participant has exited, its exit_mmap included: the kernel maps are complete.
-    rings.drain(&mut profile);
-    profile.finish().await?;
-    rings.drain(&mut profile);
-    let mut report = profile.summary();
-    report.processes.retain(|p| pids.contains(&p.pid));
-    let mut write = SideStats::default();
-    for t in profile
-        .total_window()
-        .processes
-        .iter()
-        .filter(|(p, _)| pids.contains(&p.pid))
-        .flat_map(|(_, threads)| threads.values())
-    {
-        write.merge(&t.write());
-    }
-    let elapsed_s = elapsed_ms / 1e3;
-    Ok(DemoRun {
-        mode,
-        reads,
-        elapsed_s,
-        reads_per_s: if elapsed_s > 0.0 {
-            reads as f64 / elapsed_s
-        } else {
-            0.0
-        },
-        report,
-        write,
-    })
 }
 
 fn write_stats(r: &DemoRun) -> Stats {
@@ -435,8 +261,23 @@ pub async fn run(cfg: DemoConfig) -> Result<(), DemoError> {
         "mmaplock-prof demo: running {} Worker threads, then {} processes...",
         cfg.workers, cfg.workers
     );
-    let workers = run_mode(&cfg, "workers", &script, &file).await?;
-    let processes = run_mode(&cfg, "processes", &script, &file).await?;
+    let spec = |mode| NodeSpec {
+        node: &cfg.node,
+        script: &script,
+        mode,
+        k: cfg.workers,
+        args: vec![
+            file.to_string_lossy().into_owned(),
+            cfg.iterations.to_string(),
+        ],
+        env: vec![],
+        // The demo's writes are few: take every one's stack.
+        stack_sample: 1,
+        // Who made the Workers wait: the demo's point.
+        blockers: true,
+    };
+    let workers = run_node(&spec("workers")).await?;
+    let processes = run_node(&spec("processes")).await?;
     match sink.format() {
         Format::Json => {
             let r = DemoReport {

@@ -10,6 +10,7 @@ mod offline;
 mod output;
 mod registry;
 mod run;
+mod study;
 
 use std::{process::ExitCode, time::Duration};
 
@@ -34,6 +35,8 @@ enum Error {
     KernelTooOld(#[from] kernel::minkernel::TooOld),
     #[error(transparent)]
     Offline(offline::OfflineError),
+    #[error(transparent)]
+    Study(#[from] study::StudyError),
 }
 
 impl Error {
@@ -44,6 +47,7 @@ impl Error {
             Error::Agent(e) => e.exit_code(),
             Error::Runtime(_) | Error::KernelTooOld(_) => 1,
             Error::Offline(e) => e.exit_code(),
+            Error::Study(e) => e.exit_code(),
         }
     }
 }
@@ -72,6 +76,15 @@ fn run(cli: Cli) -> Result<(), Error> {
             verbose: d.output.verbose,
         }))?,
         Some(Command::Report(_) | Command::Compare(_)) => unreachable!("handled above"),
+        Some(Command::Study(s)) => rt.block_on(study::run(study::StudyConfig {
+            out: s.out,
+            quick: s.quick,
+            ks: s.ks,
+            sizes: s.sizes,
+            scenarios: s.scenarios,
+            node: s.node,
+            iterations: s.iterations,
+        }))?,
         Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
             listen: a.listen,
             selectors: agent::selection::Selectors {

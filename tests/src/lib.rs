@@ -679,3 +679,76 @@ pub fn metric_gauge(text: &str, metric: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
         .unwrap_or_else(|| panic!("no {metric} in {text}"))
 }
+
+/// Headless Chromium (Debian's), for the HTML reports.
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The DOM of `page` after chromium loaded and ran it, with the network cut (a proxy that
+/// does not exist, and no name resolving); None when chromium is not installed (outside CI).
+pub fn rendered_dom(page: &Path, screenshot: Option<&Path>) -> Option<String> {
+    if !Path::new(CHROMIUM).exists() {
+        assert!(
+            !under_ci(),
+            "chromium is not installed (cargo xtask test installs it)"
+        );
+        skip_because("chromium is not installed");
+        return None;
+    }
+    let profile = std::env::temp_dir().join(format!("mmaplock-chromium-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&profile);
+    let mut cmd = Command::new(CHROMIUM);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--window-size=1280,2600",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    match screenshot {
+        Some(png) => cmd.arg(format!("--screenshot={}", png.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out = cmd
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Nothing in the page points outside it: no `src`, `href` or CSS `url()` to another host.
+pub fn assert_self_contained(dom: &str) {
+    for needle in [
+        "src=\"http",
+        "href=\"http",
+        "url(http",
+        "@import",
+        "src='http",
+    ] {
+        assert!(
+            !dom.contains(needle),
+            "the page fetches something: {needle}"
+        );
+    }
+}
+
+pub fn charts(dom: &str) -> Vec<String> {
+    dom.match_indices("data-chart=\"")
+        .map(|(i, _)| {
+            let rest = &dom[i + 12..];
+            rest[..rest.find('"').unwrap()].to_string()
+        })
+        .collect()
+}

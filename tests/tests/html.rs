@@ -9,79 +9,10 @@ use std::{
 };
 
 use integration_tests::{
-    Workload, process, profile_workload, profiler_bin, require_root_and_tracepoints,
+    Workload, assert_self_contained, charts, process, profile_workload, profiler_bin, rendered_dom,
+    require_root_and_tracepoints,
 };
 use serde_json::Value;
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// The DOM of `page` after chromium loaded and ran it, with the network cut (a proxy that
-/// does not exist, and no name resolving); None when chromium is not installed (outside CI).
-fn rendered_dom(page: &Path, screenshot: Option<&Path>) -> Option<String> {
-    if !Path::new(CHROMIUM).exists() {
-        assert!(
-            !integration_tests::under_ci(),
-            "chromium is not installed (cargo xtask test installs it)"
-        );
-        integration_tests::skip_because("chromium is not installed");
-        return None;
-    }
-    let profile = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(CHROMIUM);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--proxy-server=127.0.0.1:9",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--window-size=1280,2600",
-    ])
-    .arg(format!("--user-data-dir={}", profile.path().display()));
-    match screenshot {
-        Some(png) => cmd.arg(format!("--screenshot={}", png.display())),
-        None => cmd.arg("--dump-dom"),
-    };
-    let out = cmd
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Nothing in the page points outside it: no `src`, `href` or CSS `url()` to another host.
-fn assert_self_contained(dom: &str) {
-    for needle in [
-        "src=\"http",
-        "href=\"http",
-        "url(http",
-        "@import",
-        "src='http",
-    ] {
-        assert!(
-            !dom.contains(needle),
-            "the page fetches something: {needle}"
-        );
-    }
-}
-
-fn charts(dom: &str) -> Vec<String> {
-    dom.match_indices("data-chart=\"")
-        .map(|(i, _)| {
-            let rest = &dom[i + 12..];
-            rest[..rest.find('"').unwrap()].to_string()
-        })
-        .collect()
-}
 
 fn run_helper(threads: u32, n: u32, extra: &[&str], out: &Path) -> (u32, Vec<Value>) {
     let mut w = Workload::helper("mmap-churn", [threads, n]);

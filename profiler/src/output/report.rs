@@ -356,6 +356,26 @@ pub struct Report {
     pub stack_sample: Option<u32>,
 }
 
+impl Report {
+    /// A summary of nothing, for tests of what is built around reports.
+    #[cfg(test)]
+    pub fn empty_for_tests() -> Report {
+        Report {
+            kind: Kind::Summary,
+            schema_version: SCHEMA_VERSION,
+            start: String::new(),
+            end: String::new(),
+            interval_s: None,
+            duration_s: Some(0.0),
+            processes: Vec::new(),
+            lost: Lost::default(),
+            uncounted: Uncounted::default(),
+            overhead: None,
+            stack_sample: None,
+        }
+    }
+}
+
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }

@@ -14,6 +14,7 @@ use crate::{
     registry::ids::{self, ProcId},
 };
 
+pub mod nodework;
 mod profile;
 mod rings;
 mod targets;

@@ -1,0 +1,219 @@
+//! Runs a Node.js workload under a freshly attached profiler restricted to its processes: k
+//! Worker threads in one process, or k processes side by side, all started together after a
+//! ready/go handshake over stdio, profiled through the shared run loop until they exit. The
+//! demo and the study both run their workloads this way.
+//!
+//! The workload script's protocol: `node SCRIPT workers K ARGS...` or `node SCRIPT process 1
+//! ARGS...` prints `ready`, waits for a line on stdin, does its work, and prints one JSON line
+//! `{"ops":N,"elapsed_ms":T,...}`.
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use serde::Serialize;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
+    process::{Child, ChildStdout, Command},
+};
+
+use crate::{
+    aggregation::SideStats,
+    kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
+    output::report::Report,
+    run::{Driver, LoopConfig, Profile, Rings, SessionError, Targets, run_loop},
+};
+
+/// Give up on a workload that does not answer (a broken node, a stuck machine).
+const STEP_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeRunError {
+    #[error("cannot run Node.js ({0}): {1}; install Node.js or pass --node PATH")]
+    NoNode(PathBuf, #[source] io::Error),
+    #[error("the Node.js workload failed: {0}")]
+    Workload(String),
+    #[error(transparent)]
+    Collector(#[from] CollectorError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+/// What to run.
+pub struct NodeSpec<'a> {
+    pub node: &'a Path,
+    pub script: &'a Path,
+    /// `workers` (k Worker threads of one process) or `processes` (k processes).
+    pub mode: &'static str,
+    pub k: u32,
+    /// The script's arguments after the mode and k.
+    pub args: Vec<String>,
+    /// Extra environment of the node processes.
+    pub env: Vec<(String, String)>,
+    pub stack_sample: u32,
+    pub blockers: bool,
+}
+
+/// One profiled run.
+#[derive(Debug, Serialize)]
+pub struct NodeRun {
+    pub mode: &'static str,
+    /// Operations done in all (the script's `ops`).
+    pub reads: u64,
+    pub elapsed_s: f64,
+    pub reads_per_s: f64,
+    /// The profiler's summary of the run's process(es).
+    pub report: Report,
+    /// Write side over all of the run's processes.
+    #[serde(skip)]
+    pub write: SideStats,
+}
+
+struct Participant {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+async fn next_line(p: &mut Participant) -> Result<String, NodeRunError> {
+    match tokio::time::timeout(STEP_TIMEOUT, p.lines.next_line()).await {
+        Ok(Ok(Some(l))) => Ok(l),
+        Ok(Ok(None)) => Err(NodeRunError::Workload("node exited early".into())),
+        Ok(Err(e)) => Err(NodeRunError::Workload(e.to_string())),
+        Err(_) => Err(NodeRunError::Workload(
+            "no answer from node in 300 s".into(),
+        )),
+    }
+}
+
+async fn spawn(spec: &NodeSpec<'_>, wmode: &str, k: u32) -> Result<Participant, NodeRunError> {
+    let mut child = Command::new(spec.node)
+        .arg(spec.script)
+        .arg(wmode)
+        .arg(k.to_string())
+        .args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| NodeRunError::NoNode(spec.node.to_path_buf(), e))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut p = Participant {
+        child,
+        lines: BufReader::new(stdout).lines(),
+    };
+    let l = next_line(&mut p).await?;
+    if l != "ready" {
+        return Err(NodeRunError::Workload(format!("unexpected output {l:?}")));
+    }
+    Ok(p)
+}
+
+/// Runs one mode under a freshly attached profiler restricted to its processes.
+pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
+    let (n_procs, k_arg, wmode) = if spec.mode == "workers" {
+        (1, spec.k, "workers")
+    } else {
+        (spec.k, 1, "process")
+    };
+    let mut procs = Vec::new();
+    for _ in 0..n_procs {
+        procs.push(spawn(spec, wmode, k_arg).await?);
+    }
+    let pids: Vec<u32> = procs.iter().filter_map(|p| p.child.id()).collect();
+    let mut collector = Collector::start(&CollectorConfig {
+        pids: pids.clone(),
+        comms: vec![],
+        max_threads: crate::cli::Config::MAX_THREADS,
+        bpf_stats: false,
+        stack_sample: spec.stack_sample,
+        writes_only: false,
+        floor: Floor::Off,
+        selection: false,
+        children: false,
+        blockers: spec.blockers,
+    })?;
+    let mut rings = Rings::open(&mut collector)?;
+    let mut profile = Profile::new(collector, false);
+    profile.prepare_stacks(&pids);
+    // Start everyone together.
+    for p in &mut procs {
+        if let Some(stdin) = p.child.stdin.as_mut() {
+            stdin
+                .write_all(b"go\n")
+                .await
+                .map_err(|e| NodeRunError::Workload(e.to_string()))?;
+        }
+    }
+    // The shared run loop, until every participant has exited (each has printed its one
+    // result line, which waits in its pipe), classifying threads and taking stacks as they
+    // come.
+    struct Quiet;
+    impl Driver for Quiet {
+        fn after_poll(&mut self, _: &mut Profile) -> Result<(), SessionError> {
+            Ok(())
+        }
+    }
+    let targets = Targets::open(&pids)?;
+    run_loop(
+        &mut profile,
+        &mut rings,
+        LoopConfig {
+            period: Duration::from_secs(1),
+            duration: None,
+            targets: Some(&targets),
+        },
+        &mut Quiet,
+    )
+    .await??;
+    let mut reads = 0u64;
+    let mut elapsed_ms = 0f64;
+    for p in &mut procs {
+        let line = next_line(p).await?;
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| NodeRunError::Workload(format!("bad result {line:?}: {e}")))?;
+        reads += v["ops"].as_u64().unwrap_or(0);
+        elapsed_ms = elapsed_ms.max(v["elapsed_ms"].as_f64().unwrap_or(0.0));
+        let status = p
+            .child
+            .wait()
+            .await
+            .map_err(|e| NodeRunError::Workload(e.to_string()))?;
+        if !status.success() {
+            return Err(NodeRunError::Workload(format!("node exited with {status}")));
+        }
+    }
+    // Every participant has exited, its exit_mmap included: the kernel maps are complete.
+    rings.drain(&mut profile);
+    profile.finish().await?;
+    rings.drain(&mut profile);
+    let mut report = profile.summary();
+    report.processes.retain(|p| pids.contains(&p.pid));
+    let mut write = SideStats::default();
+    for t in profile
+        .total_window()
+        .processes
+        .iter()
+        .filter(|(p, _)| pids.contains(&p.pid))
+        .flat_map(|(_, threads)| threads.values())
+    {
+        write.merge(&t.write());
+    }
+    let elapsed_s = elapsed_ms / 1e3;
+    Ok(NodeRun {
+        mode: spec.mode,
+        reads,
+        elapsed_s,
+        reads_per_s: if elapsed_s > 0.0 {
+            reads as f64 / elapsed_s
+        } else {
+            0.0
+        },
+        report,
+        write,
+    })
+}

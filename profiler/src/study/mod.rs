@@ -1,0 +1,282 @@
+//! `mmaplock-prof study`: the investigation's mitigation matrix on this machine. Every
+//! scenario (one idea each, written in `profiler/study/study.js`, the `dispose` addon in
+//! `profiler/study/dispose.c`) runs as k Worker threads and as k processes, each run profiled
+//! through the same runner as the demo; the results, a markdown table with the ranking this
+//! machine gives (and where it disagrees with the investigation's), and an HTML page go to
+//! `--out DIR`.
+
+mod rank;
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+use crate::{
+    output::{
+        html::study::study_page,
+        report::{Report, Stats},
+    },
+    run::nodework::{NodeRun, NodeRunError, NodeSpec, run_node},
+};
+
+const STUDY_JS: &str = include_str!("../../study/study.js");
+const DISPOSE_C: &str = include_str!("../../study/dispose.c");
+
+/// The scenarios, named as results and tests use them.
+pub const SCENARIOS: [&str; 8] = [
+    "default",
+    "pool-256k",
+    "reuse",
+    "async",
+    "arena-1",
+    "finalization-pool",
+    "slab",
+    "dispose",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StudyError {
+    #[error(transparent)]
+    Run(#[from] NodeRunError),
+    #[error("cannot prepare the study's files in {0}: {1}")]
+    Files(PathBuf, #[source] io::Error),
+    #[error(
+        "cannot build the dispose addon ({0}): install gcc and Node.js's headers (/usr/include/node), or leave dispose out with --scenarios"
+    )]
+    Addon(String),
+    #[error("unknown scenario {0:?} (one of: {list})", list = SCENARIOS.join(", "))]
+    UnknownScenario(String),
+}
+
+impl StudyError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StudyError::UnknownScenario(_) => 2,
+            StudyError::Run(NodeRunError::Session(e)) => e.exit_code(),
+            _ => 1,
+        }
+    }
+}
+
+pub struct StudyConfig {
+    pub out: PathBuf,
+    pub quick: bool,
+    pub ks: Vec<u32>,
+    /// File sizes in KiB (0.125 = 128 B).
+    pub sizes: Vec<f64>,
+    pub scenarios: Vec<String>,
+    pub node: PathBuf,
+    /// Reads per thread or process (default: by file size).
+    pub iterations: Option<u32>,
+}
+
+impl StudyConfig {
+    /// The matrix to run: `--quick` is every scenario at 64 KiB with k = 2 and 4.
+    fn matrix(&self) -> (Vec<f64>, Vec<u32>) {
+        if self.quick {
+            return (vec![64.0], vec![2, 4]);
+        }
+        let sizes = if self.sizes.is_empty() {
+            vec![0.125, 64.0, 1024.0]
+        } else {
+            self.sizes.clone()
+        };
+        let ks = if self.ks.is_empty() {
+            vec![1, 2, 4]
+        } else {
+            self.ks.clone()
+        };
+        (sizes, ks)
+    }
+}
+
+/// Reads per thread for a file size: about the same bytes for every size, at most 20,000.
+fn iterations_for(kib: f64) -> u32 {
+    ((128.0 * 1024.0 / kib) as u32).clamp(150, 20_000)
+}
+
+/// One run of the matrix, as results.json has it.
+#[derive(Debug, Serialize)]
+pub struct StudyRun {
+    pub scenario: String,
+    pub mode: &'static str,
+    pub k: u32,
+    pub file_kib: f64,
+    pub ops_per_s: f64,
+    /// Write acquisitions pooled over the run's processes.
+    pub write: Stats,
+    /// The profiler's summary of the run.
+    pub report: Report,
+}
+
+#[derive(Debug, Serialize)]
+struct Results<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema_version: u32,
+    machine: serde_json::Value,
+    runs: &'a [StudyRun],
+    ranking: &'a [rank::Ranked],
+    ranking_text: String,
+}
+
+/// Builds the `dispose` addon into `dir` with the system's C compiler.
+async fn build_addon(dir: &Path) -> Result<PathBuf, StudyError> {
+    let src = dir.join("dispose.c");
+    let out = dir.join("dispose.node");
+    std::fs::write(&src, DISPOSE_C).map_err(|e| StudyError::Files(dir.to_path_buf(), e))?;
+    let r = tokio::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-I/usr/include/node", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .await
+        .map_err(|e| StudyError::Addon(e.to_string()))?;
+    if !r.status.success() {
+        let err = String::from_utf8_lossy(&r.stderr);
+        return Err(StudyError::Addon(
+            err.lines().next().unwrap_or("cc failed").to_string(),
+        ));
+    }
+    Ok(out)
+}
+
+fn size_name(kib: f64) -> String {
+    if kib < 1.0 {
+        format!("{} B", (kib * 1024.0).round())
+    } else if kib >= 1024.0 {
+        format!("{} MiB", kib / 1024.0)
+    } else {
+        format!("{kib} KiB")
+    }
+}
+
+pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
+    for s in &cfg.scenarios {
+        if !SCENARIOS.contains(&s.as_str()) {
+            return Err(StudyError::UnknownScenario(s.clone()));
+        }
+    }
+    let scenarios: Vec<&str> = if cfg.scenarios.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        SCENARIOS
+            .iter()
+            .copied()
+            .filter(|s| cfg.scenarios.iter().any(|c| c == s))
+            .collect()
+    };
+    let files = |e| StudyError::Files(cfg.out.clone(), e);
+    std::fs::create_dir_all(&cfg.out).map_err(files)?;
+    let work = tempfile::tempdir().map_err(files)?;
+    let script = work.path().join("study.js");
+    std::fs::write(&script, STUDY_JS).map_err(files)?;
+    let addon = if scenarios.contains(&"dispose") {
+        Some(build_addon(work.path()).await?)
+    } else {
+        None
+    };
+    let (sizes, ks) = cfg.matrix();
+    let total = sizes.len() * ks.len() * scenarios.len() * 2;
+    let mut runs = Vec::new();
+    let mut hdr = crate::aggregation::new_hdr();
+    for &kib in &sizes {
+        let file = work.path().join(format!("data-{kib}.bin"));
+        let data: Vec<u8> = (0..(kib * 1024.0) as usize)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(&file, data).map_err(files)?;
+        let iterations = cfg.iterations.unwrap_or_else(|| iterations_for(kib));
+        for &k in &ks {
+            for &scenario in &scenarios {
+                for mode in ["workers", "processes"] {
+                    let mut args = vec![
+                        file.to_string_lossy().into_owned(),
+                        iterations.to_string(),
+                        scenario.to_string(),
+                    ];
+                    if let Some(a) = &addon {
+                        args.push(a.to_string_lossy().into_owned());
+                    }
+                    let env = if scenario == "arena-1" {
+                        vec![("MALLOC_ARENA_MAX".to_string(), "1".to_string())]
+                    } else {
+                        vec![]
+                    };
+                    let r: NodeRun = run_node(&NodeSpec {
+                        node: &cfg.node,
+                        script: &script,
+                        mode,
+                        k,
+                        args,
+                        env,
+                        stack_sample: 0,
+                        blockers: false,
+                    })
+                    .await?;
+                    eprintln!(
+                        "[{:>3}/{total}] {:<18} {:<9} k={k} {:>8}: {:>9.0} reads/s, {:>6} writes, write wait {}",
+                        runs.len() + 1,
+                        scenario,
+                        mode,
+                        size_name(kib),
+                        r.reads_per_s,
+                        r.write.count,
+                        crate::output::text::fmt_ns(r.write.wait.sum),
+                    );
+                    runs.push(StudyRun {
+                        scenario: scenario.to_string(),
+                        mode,
+                        k,
+                        file_kib: kib,
+                        ops_per_s: r.reads_per_s,
+                        write: Stats::new(&r.write, &mut hdr),
+                        report: r.report,
+                    });
+                }
+            }
+        }
+    }
+    let ranking = rank::rank(&runs);
+    let markdown = rank::markdown(&runs, &ranking);
+    let results = Results {
+        kind: "study",
+        schema_version: crate::output::report::SCHEMA_VERSION,
+        machine: machine(&cfg.node).await,
+        runs: &runs,
+        ranking: &ranking,
+        ranking_text: rank::ranking_text(&ranking),
+    };
+    let json = serde_json::to_value(&results).expect("plain data");
+    std::fs::write(
+        cfg.out.join("results.json"),
+        serde_json::to_string(&json).expect("json"),
+    )
+    .map_err(files)?;
+    std::fs::write(cfg.out.join("results.md"), &markdown).map_err(files)?;
+    std::fs::write(cfg.out.join("report.html"), study_page(&json)).map_err(files)?;
+    println!("{markdown}");
+    eprintln!(
+        "mmaplock-prof study: results.json, results.md and report.html in {}",
+        cfg.out.display()
+    );
+    Ok(())
+}
+
+/// What the results were measured on.
+async fn machine(node: &Path) -> serde_json::Value {
+    let node_version = tokio::process::Command::new(node)
+        .arg("--version")
+        .output()
+        .await
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    serde_json::json!({
+        "kernel": crate::kernel::minkernel::running_release().unwrap_or_default(),
+        "node": node_version,
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+    })
+}

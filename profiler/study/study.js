@@ -1,0 +1,154 @@
+'use strict';
+// mmaplock-prof study's workload: one mitigation idea of the investigation per scenario, run as
+// k Worker threads (one process, one mmap_lock) or as one of k processes side by side, each
+// doing ITERATIONS reads of FILE. Protocol as the demo's: prints "ready", waits for a line on
+// stdin, prints one JSON result line.
+//
+//   node study.js workers K FILE ITERATIONS SCENARIO [ADDON]
+//   node study.js process 1 FILE ITERATIONS SCENARIO [ADDON]
+const { Worker, isMainThread, parentPort, workerData } = require('node:worker_threads');
+const fs = require('node:fs');
+
+// Each scenario: setup(file, size) -> async op() reading the whole file once.
+const SCENARIOS = {
+  // fs.readFileSync: a fresh Buffer per read (64 KiB and more: not from Buffer's pool).
+  default: (file) => () => fs.readFileSync(file),
+  // Buffer.poolSize = 256 KiB: readFileSync's Buffers under 128 KiB come from the pool.
+  'pool-256k': (file) => {
+    Buffer.poolSize = 256 * 1024;
+    return () => fs.readFileSync(file);
+  },
+  // One preallocated Buffer, read into with openSync/readSync.
+  reuse: (file, size) => {
+    const buf = Buffer.allocUnsafeSlow(size);
+    return () => readInto(file, buf, size);
+  },
+  // fs.promises.readFile, awaited one after the other.
+  async: (file) => () => fs.promises.readFile(file),
+  // readFileSync with MALLOC_ARENA_MAX=1 in the environment (set by the study).
+  'arena-1': (file) => () => fs.readFileSync(file),
+  // Buffers taken from a pool and given back by a FinalizationRegistry when the object that
+  // lent them is collected.
+  'finalization-pool': (file, size) => {
+    const pool = [];
+    const registry = new FinalizationRegistry((buf) => pool.push(buf));
+    return () => {
+      const buf = pool.pop() || Buffer.allocUnsafeSlow(size);
+      const lease = { buf };
+      registry.register(lease, buf);
+      readInto(file, lease.buf, size);
+      return lease.buf;
+    };
+  },
+  // A per-thread bump slab: each read's Buffer is carved from a large slab, a new slab when
+  // it is used up (for small Buffers: one allocation per many reads).
+  slab: (file, size) => {
+    const slabSize = Math.max(1024 * 1024, 4 * size);
+    let slab = Buffer.allocUnsafeSlow(slabSize);
+    let off = 0;
+    return () => {
+      if (off + size > slabSize) {
+        slab = Buffer.allocUnsafeSlow(slabSize);
+        off = 0;
+      }
+      const b = slab.subarray(off, off + size);
+      off += (size + 7) & ~7;
+      return readInto(file, b, size);
+    };
+  },
+  // Buffers from a small N-API addon, given back explicitly when done (the addon keeps
+  // freed blocks for the next allocation).
+  dispose: (file, size, addon) => {
+    const native = require(addon);
+    return () => {
+      const ab = native.alloc(size);
+      const b = Buffer.from(ab);
+      readInto(file, b, size);
+      native.dispose(ab);
+    };
+  },
+};
+
+function readInto(file, buf, size) {
+  const fd = fs.openSync(file, 'r');
+  try {
+    let got = 0;
+    while (got < size) {
+      const n = fs.readSync(fd, buf, got, size - got, got);
+      if (n === 0) break;
+      got += n;
+    }
+    return buf;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+async function work({ file, iterations, scenario, addon }) {
+  const size = fs.statSync(file).size;
+  const op = SCENARIOS[scenario](file, size, addon);
+  for (let i = 0; i < iterations; i++) {
+    const r = op();
+    if (r && typeof r.then === 'function') await r;
+  }
+}
+
+function waitForGo(then) {
+  process.stdout.write('ready\n');
+  process.stdin.once('data', () => {
+    process.stdin.pause();
+    then();
+  });
+}
+
+if (!isMainThread) {
+  parentPort.once('message', async () => {
+    await work(workerData);
+    parentPort.postMessage('done');
+  });
+  parentPort.postMessage('online');
+} else {
+  const [mode, kArg, file, itArg, scenario, addon] = process.argv.slice(2);
+  const k = Number(kArg);
+  const iterations = Number(itArg);
+  if (!['workers', 'process'].includes(mode) || !(k > 0) || !file || !(iterations > 0) ||
+      !(scenario in SCENARIOS) || (scenario === 'dispose' && !addon)) {
+    process.stderr.write('usage: study.js workers|process K FILE ITERATIONS SCENARIO [ADDON]\n');
+    process.exit(2);
+  }
+  const data = { file, iterations, scenario, addon };
+  const finish = (t0) => {
+    const elapsedMs = Number(process.hrtime.bigint() - t0) / 1e6;
+    process.stdout.write(JSON.stringify({ mode, k, ops: k * iterations, elapsed_ms: elapsedMs }) + '\n');
+    process.exit(0);
+  };
+  if (mode === 'process') {
+    waitForGo(async () => {
+      const t0 = process.hrtime.bigint();
+      await work(data);
+      finish(t0);
+    });
+  } else {
+    const workers = [];
+    let online = 0;
+    for (let i = 0; i < k; i++) {
+      const w = new Worker(__filename, { workerData: data });
+      w.once('message', () => {
+        if (++online === k) start();
+      });
+      workers.push(w);
+    }
+    function start() {
+      waitForGo(() => {
+        const t0 = process.hrtime.bigint();
+        let done = 0;
+        for (const w of workers) {
+          w.on('message', () => {
+            if (++done === k) finish(t0);
+          });
+          w.postMessage('go');
+        }
+      });
+    }
+  }
+}
