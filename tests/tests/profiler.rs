@@ -412,7 +412,7 @@ fn bad_usage_exits_2_with_one_line() {
         "/nonexistent-dir/s.folded",
     );
     one_line_error(
-        &run_profiler(&["--stack-sample", "-1"]),
+        &run_profiler(&["--stack-sample", "abc"]),
         2,
         "--stack-sample",
     );
