@@ -12,7 +12,10 @@ use serde_json::Value;
 /// Runs the fixture under `node NODE_FLAGS`, profiled with one write's stack in 4 (`--stacks`);
 /// returns the summary's entry for node, the Worker's tid and the folded stacks.
 fn profile(node_flags: &[&str]) -> (Value, u64, String) {
+    let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new("node");
+    // V8 writes its isolate logs beside the perf map, in the working directory.
+    cmd.current_dir(dir.path());
     // A fixed mmap threshold: glibc's would rise after the first free, and the Buffers would
     // then come from the heap. So each Buffer is one mmap, by the Worker: 50 x 64 of them.
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
@@ -22,7 +25,6 @@ fn profile(node_flags: &[&str]) -> (Value, u64, String) {
     let mut w = Workload::spawn(cmd);
     let ids: Value = serde_json::from_str(&w.preamble[0]).expect("the worker's tid");
     let worker = ids["worker"].as_u64().unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let folded = dir.path().join("stacks.folded");
     let pid = w.pid.to_string();
     // One write in 4: at every write, the 16 KiB stack copies outrun the ring buffer here.
