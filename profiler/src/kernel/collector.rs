@@ -175,6 +175,15 @@ pub struct Collector {
     generation: u32,
 }
 
+/// Bytes of the STACKS ring buffer for a sampling rate (a power of two, at least a page).
+fn stacks_ring_bytes(stack_sample: u32) -> u32 {
+    match stack_sample {
+        0 => 4096,
+        1..=8 => 8 << 20,
+        _ => 1 << 20,
+    }
+}
+
 /// A map of the loaded object, typed.
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, CollectorError>
 where
@@ -327,6 +336,10 @@ impl Collector {
                 },
                 true,
             )
+            // The sampled stacks' ring (16 KiB a sample): room for 512 at high rates (every
+            // write, --stacks), 64 at the default rate, a page when off. Its pages count in
+            // our RSS once written, so it is no bigger than the rate needs.
+            .map_max_entries("STACKS", stacks_ring_bytes(cfg.stack_sample))
             .map_max_entries(
                 "STATS",
                 cfg.max_threads.max(1).saturating_mul(ENTRIES_PER_THREAD),

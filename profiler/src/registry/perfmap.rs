@@ -6,7 +6,7 @@
 
 use std::{
     fs,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -87,7 +87,16 @@ pub fn path_of(pid: u32) -> Option<PathBuf> {
     let inner = ns_pid(pid).unwrap_or(pid);
     let through_root = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{inner}.map"));
     let host = PathBuf::from(format!("/tmp/perf-{pid}.map"));
-    let path = [through_root, host].into_iter().find(|p| p.exists())?;
+    // A process in our own root writes the host's file: name that one, which stays readable
+    // after the process exits (its /proc/PID/root does not).
+    let same_root = fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == Path::new("/"))
+        && inner == pid;
+    let candidates = if same_root {
+        vec![host]
+    } else {
+        vec![through_root, host]
+    };
+    let path = candidates.into_iter().find(|p| p.exists())?;
     // A second of slack: the start time has clock-tick resolution.
     if let (Some(start), Ok(modified)) = (
         started_at(pid),

@@ -97,6 +97,15 @@ impl Maps {
         Ok(m)
     }
 
+    /// Only the executable mappings, file-backed or anonymous (JIT code): all that unwinding
+    /// and symbolizing look up.
+    pub fn read_exec(pid: u32) -> std::io::Result<Self> {
+        let mut m = Self::read(pid)?;
+        m.0.retain(|m| m.exec);
+        m.0.shrink_to_fit();
+        Ok(m)
+    }
+
     pub fn parse(text: &str) -> Self {
         let mut v: Vec<Mapping> = text.lines().filter_map(Mapping::parse).collect();
         v.sort_by_key(|m| m.start);

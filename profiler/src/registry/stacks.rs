@@ -224,6 +224,13 @@ impl StackAttribution {
                     let _ = u.refresh();
                 }
                 let addrs = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
+                // JIT code: its names are in V8's perf map, read now while the process lives.
+                if addrs
+                    .iter()
+                    .any(|&a| u.mapping(a).is_some_and(|m| m.path.is_none()))
+                {
+                    u.read_perf_map();
+                }
                 let frames: Vec<Frame> = addrs
                     .iter()
                     .map(|&addr| Frame {
@@ -277,7 +284,10 @@ impl StackAttribution {
         for o in self.owners.values_mut() {
             let raw: Vec<_> = o.raw.extract_if(|(actor, _), _| which(*actor)).collect();
             for ((actor, addrs), agg) in raw {
-                let frames = match self.unwinders.get_mut(&actor).and_then(Option::as_mut) {
+                let unwinder = self.unwinders.get_mut(&actor).and_then(Option::as_mut);
+                // Without an unwinder the ip alone is known, not whether it is JIT code.
+                let known = unwinder.is_some();
+                let frames = match unwinder {
                     Some(u) => u.symbolize_stack(&addrs),
                     None => addrs
                         .iter()
@@ -307,7 +317,7 @@ impl StackAttribution {
                     let j = o.js_functions.entry(js).or_default();
                     j.count += agg.count;
                     j.wait_ns_sum += agg.wait_ns_sum;
-                } else if frames.iter().any(|f| f.dso.is_none() && f.jit.is_none()) {
+                } else if known && frames.iter().any(|f| f.dso.is_none() && f.jit.is_none()) {
                     o.unnamed_jit += agg.count;
                 }
                 let labels: Vec<String> = frames.iter().map(frame_label).collect();
@@ -473,6 +483,9 @@ mod tests {
         assert!(a.owner(ProcId::new(5, 78)).is_none());
         a.symbolize();
         assert_eq!(a.folded(|_| "node".into()), "node-5;[jit] 1\n");
+        // The ip alone, with no process to read: not known to be JIT code, so no hint to start
+        // node with a perf map.
+        assert_eq!(a.owner(p).unwrap().unnamed_jit, 0);
     }
 
     #[test]

@@ -219,9 +219,11 @@ pub struct ProcessUnwinder {
     cache: CacheX86_64,
     modules: HashSet<ModuleKey>,
     shared: Shared,
-    /// V8's perf map, looked for when a JIT frame is first symbolized (None inside: the
-    /// process writes none).
-    perf_map: Option<Option<PerfMap>>,
+    /// V8's perf map, read while samples through JIT code arrive (the process, and for a
+    /// container its root, may be gone when stacks are named), and kept.
+    perf_map: Option<PerfMap>,
+    /// When the perf map was last looked for or read again.
+    perf_map_read: Option<std::time::Instant>,
 }
 
 impl ProcessUnwinder {
@@ -236,6 +238,7 @@ impl ProcessUnwinder {
             modules: HashSet::new(),
             shared,
             perf_map: None,
+            perf_map_read: None,
         };
         this.refresh()?;
         Ok(this)
@@ -244,7 +247,9 @@ impl ProcessUnwinder {
     /// Re-reads the maps; adds/removes framehop modules for changed mappings
     /// (files already parsed are reused) and refreshes blazesym's VMA cache.
     pub fn refresh(&mut self) -> Result<(), UnwindError> {
-        let maps = Maps::read(self.pid).map_err(|source| UnwindError::Io {
+        // Code only: a process with ten thousand threads has twenty thousand mappings, nearly
+        // all stacks, none of which unwinding or symbolizing looks up.
+        let maps = Maps::read_exec(self.pid).map_err(|source| UnwindError::Io {
             path: PathBuf::from(format!("/proc/{}/maps", self.pid)),
             source,
         })?;
@@ -445,16 +450,32 @@ impl ProcessUnwinder {
         self.maps.find(addr)
     }
 
-    /// V8's name of the JIT code at `addr`, from the perf map.
+    /// Looks for the perf map, or reads what was appended to it, at most every 250 ms: called
+    /// when a sample's stack goes through JIT code, while the process (probably) lives.
+    pub fn read_perf_map(&mut self) {
+        let now = std::time::Instant::now();
+        if self
+            .perf_map_read
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_millis(250))
+        {
+            return;
+        }
+        self.perf_map_read = Some(now);
+        match self.perf_map.as_mut() {
+            Some(m) => m.refresh(),
+            None => self.perf_map = PerfMap::open(self.pid),
+        }
+    }
+
+    /// V8's name of the JIT code at `addr`, from the perf map (read once more if it does not
+    /// have it yet).
     fn jit_name(&mut self, addr: u64) -> Option<JitName> {
-        let pid = self.pid;
-        let map = self.perf_map.get_or_insert_with(|| PerfMap::open(pid));
-        let m = map.as_mut()?;
-        if let Some(n) = m.lookup(addr) {
+        if let Some(n) = self.perf_map.as_ref().and_then(|m| m.lookup(addr)) {
             return Some(n);
         }
-        m.refresh();
-        m.lookup(addr)
+        self.perf_map_read = None;
+        self.read_perf_map();
+        self.perf_map.as_ref()?.lookup(addr)
     }
 }
 
