@@ -56,7 +56,7 @@ impl Unit {
 /// Horizontal bars, one group per label and one bar per series in it (a legend when there is
 /// more than one series).
 pub fn bars(name: &str, labels: &[String], series: &[(&str, Vec<f64>)], unit: Unit) -> String {
-    let (label_w, bar_w, row_h) = (190.0, 420.0, 16.0);
+    let (label_w, bar_w, row_h) = (170.0, 300.0, 16.0);
     let n_series = series.len().max(1);
     let group_h = row_h * n_series as f64 + 8.0;
     let legend_h = if series.len() > 1 { 20.0 } else { 0.0 };
@@ -66,7 +66,7 @@ pub fn bars(name: &str, labels: &[String], series: &[(&str, Vec<f64>)], unit: Un
         .flat_map(|(_, v)| v.iter().copied())
         .fold(0.0f64, f64::max)
         .max(f64::MIN_POSITIVE);
-    let width = label_w + bar_w + 90.0;
+    let width = label_w + bar_w + 80.0;
     let mut s = String::new();
     let _ = write!(
         s,
@@ -220,7 +220,7 @@ pub fn lines(name: &str, xs: &[f64], series: &[(&str, Vec<f64>)], unit: Unit) ->
             esc(name)
         );
     }
-    let (left, top, plot_w, plot_h) = (70.0, 24.0, 560.0, 170.0);
+    let (left, top, plot_w, plot_h) = (70.0, 24.0, 460.0, 170.0);
     let width = left + plot_w + 20.0;
     let height = top + plot_h + 40.0;
     let xmax = xs.iter().copied().fold(0.0f64, f64::max).max(1e-9);
