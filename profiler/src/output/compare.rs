@@ -318,4 +318,53 @@ mod tests {
         );
         assert!(c.rows.iter().any(|r| r.group == "cause" && r.key == "mmap"));
     }
+
+    #[test]
+    fn processes_of_one_name_are_pooled_and_a_missing_one_counts_zero() {
+        let proc = |pid: u64, comm: &str, writes: u64, bucket: u64| {
+            serde_json::json!({"pid": pid, "comm": comm,
+                "write": {"count": writes, "wait_ns": {"sum": writes * 10, "buckets": [[bucket, writes]]}},
+                "threads": [{"role": "worker", "write": {"count": writes, "wait_ns": {"sum": 0}}},
+                            {"role": "main", "write": {"count": 1, "wait_ns": {"sum": 0}}}]})
+        };
+        let before = RunLines {
+            summaries: vec![serde_json::json!({"type": "summary", "processes": [
+                proc(1, "node", 100, 1024), proc(2, "node", 300, 1 << 20), proc(3, "gone", 5, 64)]})],
+            ..RunLines::default()
+        };
+        let after = RunLines {
+            summaries: vec![serde_json::json!({"type": "summary", "processes": [
+                proc(4, "node", 40, 1024), proc(5, "new", 7, 64)]})],
+            ..RunLines::default()
+        };
+        let c = compare(("b", &before), ("a", &after));
+        let row = |p: &str, g: &str, k: &str| {
+            c.rows
+                .iter()
+                .find(|r| r.process == p && r.group == g && r.key == k)
+                .unwrap_or_else(|| panic!("{p} {g} {k}"))
+        };
+        let node = row("node", "all", "all");
+        assert_eq!(
+            (node.writes.before.mean, node.writes.after.mean),
+            (400.0, 40.0)
+        );
+        assert_eq!(node.writes.ratio, Some(0.1));
+        assert_eq!(node.mean_wait_ns.before.mean, 10.0);
+        // The pooled buckets: 300 of 400 waits in the 1 MiB bucket, so the p99 is there.
+        assert_eq!(node.p99_wait_ns.before.mean, (1u64 << 20) as f64);
+        assert_eq!(node.p99_wait_ns.after.mean, 1024.0);
+        // Threads pooled by role across the processes.
+        assert_eq!(row("node", "role", "main").writes.before.mean, 2.0);
+        assert_eq!(row("node", "role", "worker").writes.before.mean, 400.0);
+        // A process on one side only: zero on the other, no ratio from zero.
+        assert_eq!(row("gone", "all", "all").writes.after.mean, 0.0);
+        assert_eq!(row("gone", "all", "all").writes.ratio, Some(0.0));
+        assert_eq!(row("new", "all", "all").writes.ratio, None);
+        let text = to_text(&c);
+        assert!(text.contains("0.10x") && text.contains("b (1 run) -> a (1 run)"));
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["type"], "compare");
+        assert_eq!(json["rows"][0]["writes"]["before"]["runs"], 1);
+    }
 }

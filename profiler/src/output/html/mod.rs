@@ -7,6 +7,8 @@ mod partial;
 mod run;
 pub mod study;
 pub mod svg;
+#[cfg(test)]
+mod tests;
 
 pub use run::run_page;
 

@@ -35,11 +35,14 @@ pub fn study_page(study: &Value) -> String {
         );
     }
     for ((kib, k), rs) in groups {
-        let mut scenarios: Vec<String> = rs
-            .iter()
-            .map(|r| r["scenario"].as_str().unwrap_or("?").to_string())
-            .collect();
-        scenarios.dedup();
+        // In the order of first appearance, each once (the runs need not be grouped).
+        let mut scenarios: Vec<String> = Vec::new();
+        for r in &rs {
+            let s = r["scenario"].as_str().unwrap_or("?");
+            if !scenarios.iter().any(|x| x == s) {
+                scenarios.push(s.to_string());
+            }
+        }
         let get = |scenario: &str, mode: &str, field: &dyn Fn(&Value) -> f64| {
             rs.iter()
                 .find(|r| r["scenario"] == scenario && r["mode"] == mode)
