@@ -9,8 +9,8 @@ use std::{
 };
 
 use integration_tests::{
-    Workload, assert_self_contained, charts, process, profile_workload, profiler_bin, rendered_dom,
-    require_root_and_tracepoints,
+    Workload, assert_self_contained, charts, page_requests, process, profile_workload,
+    profiler_bin, rendered_dom, require_root_and_tracepoints,
 };
 use serde_json::Value;
 
@@ -68,8 +68,39 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
     );
     // Only the title (the file's name) differs.
     assert_eq!(
-        a.len() - a.find("</header>").unwrap(),
-        b.len() - b.find("</header>").unwrap()
+        a[a.find("</header>").unwrap()..],
+        b[b.find("</header>").unwrap()..]
+    );
+    // Cut short (no summary line): the page sums the interval lines, which partition the run,
+    // so it shows the summary's write count.
+    let cut = dir.path().join("cut.json");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let without_summary: String = text
+        .lines()
+        .filter(|l| !l.contains("\"type\":\"summary\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(without_summary.len() < text.len());
+    std::fs::write(&cut, without_summary).unwrap();
+    let cut_page = dir.path().join("cut.html");
+    let st = Command::new(profiler_bin())
+        .args([
+            "report",
+            cut.to_str().unwrap(),
+            "--html",
+            cut_page.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let c = std::fs::read_to_string(&cut_page).unwrap();
+    assert!(c.contains("No summary line"));
+    let writes = process(summary, pid).unwrap()["write"]["count"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        c.contains(&format!("<b>{writes}</b><span>write acquisitions</span>")),
+        "the summed page does not show the summary's {writes} writes"
     );
     let Some(dom) = rendered_dom(&page, None) else {
         return;
@@ -95,7 +126,21 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
     // interval lines every 0.2 s), and inferno's flame graph of the sampled writes.
     assert!(dom.matches("class=\"bar\"").count() >= 10);
     assert!(dom.matches("class=\"line\"").count() >= 2);
-    assert!(dom.contains("Flame graph of the sampled writes") && dom.contains("id=\"frames\""));
+    // Our charts keep their size once the page's scripts ran (inferno's script, inline, once
+    // took the first chart for its own and stripped it).
+    for svg in dom.match_indices("<svg class=\"chart\"") {
+        let tag = &dom[svg.0..];
+        let tag = &tag[..tag.find('>').unwrap()];
+        assert!(
+            tag.contains(" width=") && tag.contains(" viewBox="),
+            "{tag}"
+        );
+    }
+    // The flame graph in its own frame (its document is in the srcdoc attribute).
+    assert!(found.iter().any(|c| c == "flame-graph"), "{found:?}");
+    assert!(
+        dom.contains("Flame graph of the sampled writes") && dom.contains("id=&quot;frames&quot;")
+    );
     assert!(
         dom.contains("mmap (libc.so.6)"),
         "the flame graph names the frames"
@@ -194,4 +239,29 @@ fn report_and_compare_refuse_files_that_are_not_reports() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The network check itself: a page that does fetch is seen fetching (no root needed).
+#[test]
+fn a_page_that_fetches_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("fetches.html");
+    std::fs::write(
+        &page,
+        "<!DOCTYPE html><html><head><link rel=\"stylesheet\" href=\"https://example.invalid/s.css\"></head>\
+         <body><img src=\"http://example.invalid/x.png\"></body></html>",
+    )
+    .unwrap();
+    let Some(requests) = page_requests(&page) else {
+        return;
+    };
+    for url in [
+        "https://example.invalid/s.css",
+        "http://example.invalid/x.png",
+    ] {
+        assert!(
+            requests.iter().any(|r| r == url),
+            "{url} not in {requests:?}"
+        );
+    }
 }
