@@ -152,6 +152,8 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
             ],
         ),
     );
+    // The three over time in a row of their own.
+    out.push_str(r#"</div><div class="grid">"#);
     let [xs, sum, mean, count] = over_time(p, intervals, t0);
     panel(
         &mut out,
@@ -233,8 +235,10 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
     );
     panel(&mut out, "Write wait by cause", &wait_by_cause);
     out.push_str("</div>");
+    // Who made whom wait, by role and by holder, side by side.
+    out.push_str(r#"<div class="grid">"#);
     if let Some(roles) = p["blocked_by_role"].as_array().filter(|r| !r.is_empty()) {
-        out.push_str("<h3>Who made whom wait</h3><table><tr><th>waiter</th><th>holder</th><th>its hold</th><th>write wait</th><th>all wait</th></tr>");
+        out.push_str("<div class=\"panel\"><h3>Who made whom wait</h3><table><tr><th>waiter</th><th>holder</th><th>its hold</th><th>write wait</th><th>all wait</th></tr>");
         for r in roles.iter().take(12) {
             let _ = write!(
                 out,
@@ -246,9 +250,10 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
                 fmt_ns(u(&r["wait_ns"]))
             );
         }
-        out.push_str("</table>");
+        out.push_str("</table></div>");
     }
     blockers_table(&mut out, p);
+    out.push_str("</div>");
     code_tables(&mut out, p);
     if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), &p["flame"]) {
         out.push_str("<h3>Flame graph of the sampled writes</h3>");
@@ -263,7 +268,7 @@ fn blockers_table(out: &mut String, p: &Value) {
     let Some(b) = p["blockers"].as_array().filter(|b| !b.is_empty()) else {
         return;
     };
-    out.push_str("<h3>Blockers: the holds that made them wait</h3><table><tr><th>holder</th><th>tid</th><th>role</th><th>its hold</th><th>waits</th><th>wait charged</th></tr>");
+    out.push_str("<div class=\"panel\"><h3>Blockers: the holds that made them wait</h3><table><tr><th>holder</th><th>tid</th><th>role</th><th>its hold</th><th>waits</th><th>wait charged</th></tr>");
     for x in b.iter().take(12) {
         let _ = write!(
             out,
@@ -276,7 +281,7 @@ fn blockers_table(out: &mut String, p: &Value) {
             fmt_ns(u(&x["wait_ns"]))
         );
     }
-    out.push_str("</table>");
+    out.push_str("</table></div>");
 }
 
 /// Sampled writes by code and by JavaScript function.

@@ -220,7 +220,7 @@ pub fn lines(name: &str, xs: &[f64], series: &[(&str, Vec<f64>)], unit: Unit) ->
             esc(name)
         );
     }
-    let (left, top, plot_w, plot_h) = (70.0, 24.0, 460.0, 170.0);
+    let (left, top, plot_w, plot_h) = (62.0, 24.0, 280.0, 150.0);
     let width = left + plot_w + 20.0;
     let height = top + plot_h + 40.0;
     let xmax = xs.iter().copied().fold(0.0f64, f64::max).max(1e-9);
