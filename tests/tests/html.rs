@@ -220,6 +220,70 @@ fn compare_reports_the_known_difference_in_writes() {
     assert!(dom.matches("class=\"bar\"").count() >= 4);
 }
 
+/// Two runs per side (the files concatenated): each figure is the mean over the runs with
+/// its range, and 1 thread against 3 is a change beyond run-to-run noise.
+#[test]
+fn compare_judges_noise_over_repeated_runs() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let n = 3_000u64;
+    let side = |threads: u32, name: &str| {
+        let mut all = String::new();
+        for i in 0..2 {
+            let one = dir.path().join(format!("{name}-{i}.json"));
+            run_helper(threads, n as u32, &["-i", "0"], &one);
+            all.push_str(&std::fs::read_to_string(&one).unwrap());
+        }
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, all).unwrap();
+        path
+    };
+    let (before, after) = (side(1, "before"), side(3, "after"));
+    let out = Command::new(profiler_bin())
+        .args([
+            "compare",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+            "-f",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (c["before"]["runs"].as_u64(), c["after"]["runs"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let row = |group: &str, key: &str| {
+        c["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["process"] == "mmap-churn" && r["group"] == group && r["key"] == key)
+            .unwrap_or_else(|| panic!("no row {group} {key}: {c}"))
+            .clone()
+    };
+    // Exactly N mmaps per thread in every run: no spread at all.
+    let mmap = &row("cause", "mmap")["writes"];
+    for (side, want) in [("before", n), ("after", 3 * n)] {
+        assert_eq!(mmap[side]["runs"], 2);
+        assert_eq!(mmap[side]["min"].as_f64(), Some(want as f64));
+        assert_eq!(mmap[side]["max"].as_f64(), Some(want as f64));
+    }
+    assert_eq!(mmap["verdict"], "changed");
+    let all = &row("all", "all")["writes"];
+    assert_eq!(all["verdict"], "changed");
+    let ratio = all["ratio"].as_f64().unwrap();
+    assert!((2.9..3.01).contains(&ratio), "ratio {ratio}");
+}
+
 /// A file that is not a report is a usage error, in one line.
 #[test]
 fn report_and_compare_refuse_files_that_are_not_reports() {

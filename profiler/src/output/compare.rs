@@ -171,8 +171,8 @@ fn figures(summary: &Value) -> BTreeMap<Key, Fig> {
 
 /// Compares the runs of two files.
 pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Comparison {
-    let runs_b: Vec<BTreeMap<Key, Fig>> = before.1.summaries.iter().map(figures).collect();
-    let runs_a: Vec<BTreeMap<Key, Fig>> = after.1.summaries.iter().map(figures).collect();
+    let runs_b: Vec<BTreeMap<Key, Fig>> = before.1.run_summaries().iter().map(figures).collect();
+    let runs_a: Vec<BTreeMap<Key, Fig>> = after.1.run_summaries().iter().map(figures).collect();
     let mut keys: Vec<Key> = runs_b
         .iter()
         .chain(&runs_a)
@@ -366,5 +366,22 @@ mod tests {
         let json = serde_json::to_value(&c).unwrap();
         assert_eq!(json["type"], "compare");
         assert_eq!(json["rows"][0]["writes"]["before"]["runs"], 1);
+    }
+
+    #[test]
+    fn a_file_without_summary_is_one_run_of_its_interval_lines() {
+        let line = |writes: u64| {
+            let mut s = summary("node", writes, writes);
+            s["type"] = "interval".into();
+            s
+        };
+        let cut = RunLines {
+            intervals: vec![line(30), line(20)],
+            ..RunLines::default()
+        };
+        let c = compare(("cut", &cut), ("a", &runs(&[(100, 1)])));
+        assert_eq!(c.before.runs, 1);
+        assert_eq!(c.rows[0].writes.before.mean, 50.0);
+        assert_eq!(c.rows[0].writes.ratio, Some(2.0));
     }
 }

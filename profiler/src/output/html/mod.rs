@@ -80,6 +80,16 @@ impl RunLines {
         RunLines::parse(&name, &text)
     }
 
+    /// One summary per run; a file without any (a run killed hard) is one run, its interval
+    /// lines summed.
+    pub fn run_summaries(&self) -> Vec<Value> {
+        if self.summaries.is_empty() && !self.intervals.is_empty() {
+            vec![partial::summed(&self.intervals)]
+        } else {
+            self.summaries.clone()
+        }
+    }
+
     /// The study line, if this is a study's results.
     pub fn study(&self) -> Option<&Value> {
         self.other.iter().find(|v| v["type"] == "study")
