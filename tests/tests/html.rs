@@ -9,7 +9,7 @@ use std::{
 };
 
 use integration_tests::{
-    Workload, assert_self_contained, charts, page_requests, process, profile_workload,
+    Profiler, Workload, assert_self_contained, charts, page_requests, process, profile_workload,
     profiler_bin, rendered_dom, require_root_and_tracepoints,
 };
 use serde_json::Value;
@@ -218,6 +218,45 @@ fn compare_reports_the_known_difference_in_writes() {
     let found = charts(&dom);
     assert!(found.contains(&"writes-by-cause".to_string()), "{found:?}");
     assert!(dom.matches("class=\"bar\"").count() >= 4);
+}
+
+/// `--html` is written when the run is interrupted too, from the same reports: the page shows
+/// the summary's write count.
+#[test]
+fn the_html_page_is_written_after_sigint() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("interrupted.html");
+    // Far more work than the run lasts.
+    let mut w = Workload::helper("mmap-churn", [1, 50_000_000]);
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["--pid", &pid, "-i", "0.2", "--html", page.to_str().unwrap()]);
+    w.go();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(std::time::Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+    let summary = out.lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    let writes = process(summary, w.pid).unwrap()["write"]["count"]
+        .as_u64()
+        .unwrap();
+    assert!(writes > 1000, "{writes} writes in 0.8 s");
+    let html = std::fs::read_to_string(&page).expect("the page was written");
+    assert!(html.contains(&format!("<b>{writes}</b><span>write acquisitions</span>")));
+    assert_eq!(
+        charts(&html)
+            .iter()
+            .filter(|c| *c == "write-wait-over-time")
+            .count(),
+        1
+    );
+    assert!(
+        html.matches("class=\"line\"").count() >= 3,
+        "interval lines drawn"
+    );
 }
 
 /// Two runs per side (the files concatenated): each figure is the mean over the runs with
