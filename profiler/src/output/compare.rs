@@ -250,7 +250,7 @@ pub fn to_text(c: &Comparison) -> String {
         "wait", "after", "ratio",
         "mean", "after", "ratio",
         "p99", "after", "ratio",
-        "writes: verdict"
+        "verdict: writes / wait"
     ));
     for r in &c.rows {
         let label = match r.group {
@@ -258,13 +258,14 @@ pub fn to_text(c: &Comparison) -> String {
             g => format!("  {g} {}", r.key),
         };
         out.push_str(&format!(
-            "  {:<28} {}  {}  {}  {}  {}\n",
+            "  {:<28} {}  {}  {}  {}  {} / {}\n",
             label,
             show(&r.writes, false),
             show(&r.wait_ns, true),
             show(&r.mean_wait_ns, true),
             show(&r.p99_wait_ns, true),
-            r.writes.verdict
+            r.writes.verdict,
+            r.wait_ns.verdict
         ));
     }
     if c.before.runs < 2 || c.after.runs < 2 {

@@ -8,7 +8,7 @@ use super::{
     svg::{Unit, bars, esc},
 };
 use crate::output::{
-    compare::{Change, Comparison},
+    compare::{Change, Comparison, Row},
     text::fmt_ns,
 };
 
@@ -21,7 +21,7 @@ fn cell(c: &Change, ns: bool) -> String {
         }
     };
     let spread = |s: &crate::output::compare::Spread| {
-        if s.runs > 1 {
+        if s.runs > 1 && s.min != s.max {
             format!(" <small>({}–{})</small>", v(s.min), v(s.max))
         } else {
             String::new()
@@ -55,31 +55,36 @@ pub fn compare_page(c: &Comparison) -> String {
                 continue;
             }
             let labels: Vec<String> = g.iter().map(|r| r.key.clone()).collect();
-            let _ = write!(
-                body,
-                "<h3>Writes and write wait by {group}</h3><div class=\"grid\">"
-            );
-            body.push_str(&bars(
-                &format!("writes-by-{group}"),
-                &labels,
-                &[
-                    ("before", g.iter().map(|r| r.writes.before.mean).collect()),
-                    ("after", g.iter().map(|r| r.writes.after.mean).collect()),
-                ],
-                Unit::Count,
-            ));
-            body.push_str(&bars(
-                &format!("wait-by-{group}"),
-                &labels,
-                &[
-                    ("before", g.iter().map(|r| r.wait_ns.before.mean).collect()),
-                    ("after", g.iter().map(|r| r.wait_ns.after.mean).collect()),
-                ],
-                Unit::Ns,
-            ));
+            let pair = |f: &dyn Fn(&Row) -> (f64, f64)| -> Vec<(&str, Vec<f64>)> {
+                vec![
+                    ("before", g.iter().map(|r| f(r).0).collect()),
+                    ("after", g.iter().map(|r| f(r).1).collect()),
+                ]
+            };
+            body.push_str(r#"<div class="grid">"#);
+            for (what, chart, values, unit) in [
+                (
+                    "Writes",
+                    "writes",
+                    pair(&|r| (r.writes.before.mean, r.writes.after.mean)),
+                    Unit::Count,
+                ),
+                (
+                    "Write wait",
+                    "wait",
+                    pair(&|r| (r.wait_ns.before.mean, r.wait_ns.after.mean)),
+                    Unit::Ns,
+                ),
+            ] {
+                let _ = write!(
+                    body,
+                    r#"<div class="panel"><h3>{what} by {group}</h3>{}</div>"#,
+                    bars(&format!("{chart}-by-{group}"), &labels, &values, unit)
+                );
+            }
             body.push_str("</div>");
         }
-        body.push_str("<h3>Figures</h3><table><tr><th></th><th>writes</th><th>after</th><th>ratio</th><th>write wait</th><th>after</th><th>ratio</th><th>mean</th><th>after</th><th>ratio</th><th>p99</th><th>after</th><th>ratio</th><th>writes</th></tr>");
+        body.push_str("<h3>Figures</h3><table><tr><th></th><th>writes</th><th>after</th><th>ratio</th><th>write wait</th><th>after</th><th>ratio</th><th>mean</th><th>after</th><th>ratio</th><th>p99</th><th>after</th><th>ratio</th><th>verdict: writes</th><th>wait</th></tr>");
         for r in rows {
             let label = if r.group == "all" {
                 "all".to_string()
@@ -88,13 +93,14 @@ pub fn compare_page(c: &Comparison) -> String {
             };
             let _ = write!(
                 body,
-                "<tr><td>{}</td>{}{}{}{}<td>{}</td></tr>",
+                "<tr><td>{}</td>{}{}{}{}<td>{}</td><td>{}</td></tr>",
                 esc(&label),
                 cell(&r.writes, false),
                 cell(&r.wait_ns, true),
                 cell(&r.mean_wait_ns, true),
                 cell(&r.p99_wait_ns, true),
-                r.writes.verdict
+                r.writes.verdict,
+                r.wait_ns.verdict
             );
         }
         body.push_str("</table></section>");

@@ -217,5 +217,11 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
     // of each side is shown.
     assert!(page.contains("<td class=\"good\">0.10x</td>"), "{page}");
     assert!(page.contains("<small>(900ns–1.0us)</small>"), "{page}");
+    // 10 writes in every run: no range to show, within noise; the wait changed.
+    assert!(!page.contains("(10–10)"));
+    assert!(
+        page.contains("<td>within noise</td><td>changed</td></tr>"),
+        "{page}"
+    );
     assert!(!page.contains("cannot be judged"));
 }
