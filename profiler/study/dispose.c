@@ -1,5 +1,5 @@
 /* mmaplock-prof study's `dispose` addon: Buffers whose memory the code gives back explicitly.
- * alloc(size) returns an external ArrayBuffer over a block of this addon's; dispose(ab)
+ * alloc(size) returns an external ArrayBuffer over a block of this addon's; free(ab)
  * detaches it (JavaScript can no longer touch it) and keeps the block for the next alloc of
  * the same size. Built by the study with the system compiler against node's headers. */
 #define NAPI_VERSION 8
@@ -28,12 +28,12 @@ static napi_value Alloc(napi_env env, napi_callback_info info) {
     }
   }
   if (!p) p = malloc((size_t)n);
-  /* No finalizer: the block is the addon's until dispose (never freed by the GC). */
+  /* No finalizer: the block is the addon's until free (never freed by the GC). */
   napi_create_external_arraybuffer(env, p, (size_t)n, NULL, NULL, &ab);
   return ab;
 }
 
-static napi_value Dispose(napi_env env, napi_callback_info info) {
+static napi_value Free(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   void *p = NULL;
@@ -55,8 +55,8 @@ static napi_value Init(napi_env env, napi_value exports) {
   napi_value f;
   napi_create_function(env, "alloc", NAPI_AUTO_LENGTH, Alloc, NULL, &f);
   napi_set_named_property(env, exports, "alloc", f);
-  napi_create_function(env, "dispose", NAPI_AUTO_LENGTH, Dispose, NULL, &f);
-  napi_set_named_property(env, exports, "dispose", f);
+  napi_create_function(env, "free", NAPI_AUTO_LENGTH, Free, NULL, &f);
+  napi_set_named_property(env, exports, "free", f);
   return exports;
 }
 

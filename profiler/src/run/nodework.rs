@@ -21,7 +21,7 @@ use tokio::{
 };
 
 use crate::{
-    aggregation::SideStats,
+    aggregation::{SideStats, Window},
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::report::Report,
     run::{Driver, LoopConfig, Profile, Rings, SessionError, Targets, run_loop},
@@ -193,16 +193,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
     rings.drain(&mut profile);
     let mut report = profile.summary();
     report.processes.retain(|p| pids.contains(&p.pid));
-    let mut write = SideStats::default();
-    for t in profile
-        .total_window()
-        .processes
-        .iter()
-        .filter(|(p, _)| pids.contains(&p.pid))
-        .flat_map(|(_, threads)| threads.values())
-    {
-        write.merge(&t.write());
-    }
+    let write = pooled_writes(&profile.total_window(), &pids);
     let elapsed_s = elapsed_ms / 1e3;
     Ok(NodeRun {
         mode: spec.mode,
@@ -216,4 +207,130 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         report,
         write,
     })
+}
+
+/// Write acquisitions of every cause, pooled over all threads of the given processes (each
+/// process has its own lock; a run's `write` is their sum, its histogram their merge).
+fn pooled_writes(window: &Window, pids: &[u32]) -> SideStats {
+    let mut write = SideStats::default();
+    for t in window
+        .processes
+        .iter()
+        .filter(|(p, _)| pids.contains(&p.pid))
+        .flat_map(|(_, threads)| threads.values())
+    {
+        write.merge(&t.write());
+    }
+    write
+}
+
+#[cfg(test)]
+mod tests {
+    use profiler_common::cause;
+
+    use super::*;
+    use crate::{
+        aggregation::{DurationHist, ThreadAgg, new_hdr},
+        output::report::Stats,
+        registry::ids::{ProcId, ThreadId},
+    };
+
+    /// `n` acquisitions that each waited `wait_ns` (log2 bucket of the kernel's).
+    fn side(n: u64, bucket: usize, wait_ns: u64) -> SideStats {
+        let mut wait = DurationHist::default();
+        wait.add(bucket, n);
+        wait.sum = n * wait_ns;
+        wait.max = wait_ns;
+        SideStats {
+            count: n,
+            failed: 0,
+            wait,
+            hold: DurationHist::default(),
+        }
+    }
+
+    fn thread(pid: u32, writes: &[(u32, SideStats)], read: SideStats) -> ThreadAgg {
+        let mut t = ThreadAgg {
+            tgid: pid,
+            comm: [0; profiler_common::COMM_LEN],
+            fsbase: 0,
+            read,
+            writes: Default::default(),
+            downgrade: SideStats::default(),
+            role: None,
+        };
+        for (c, s) in writes {
+            t.writes.entry(*c).merge(s);
+        }
+        t
+    }
+
+    #[test]
+    fn writes_are_pooled_over_the_runs_processes_only() {
+        let mut w = Window::default();
+        let mut add = |pid: u32, tid: u32, t: ThreadAgg| {
+            w.processes
+                .entry(ProcId::new(pid, 1))
+                .or_default()
+                .insert(ThreadId::new(tid, 1), t);
+        };
+        // Process 10: two threads, 3 mmaps of ~600 ns and 1 munmap of ~600 ns, then 4
+        // mprotects of ~600 ns; its reads are not writes.
+        add(
+            10,
+            10,
+            thread(
+                10,
+                &[
+                    (cause::MMAP, side(3, 10, 600)),
+                    (cause::MUNMAP, side(1, 10, 600)),
+                ],
+                side(50, 20, 1_000_000),
+            ),
+        );
+        add(
+            10,
+            11,
+            thread(
+                10,
+                &[(cause::MPROTECT, side(4, 10, 600))],
+                SideStats::default(),
+            ),
+        );
+        // Process 20: 2 mprotects that waited ~1 ms.
+        add(
+            20,
+            20,
+            thread(
+                20,
+                &[(cause::MPROTECT, side(2, 20, 1_000_000))],
+                SideStats::default(),
+            ),
+        );
+        // Process 30 is not the run's.
+        add(
+            30,
+            30,
+            thread(
+                30,
+                &[(cause::MMAP, side(100, 25, 30_000_000))],
+                SideStats::default(),
+            ),
+        );
+
+        let pooled = pooled_writes(&w, &[10, 20]);
+        assert_eq!(pooled.count, 10);
+        assert_eq!(pooled.wait.sum, 8 * 600 + 2 * 1_000_000);
+        assert_eq!(pooled.wait.max, 1_000_000);
+        assert_eq!((pooled.wait.bucket(10), pooled.wait.bucket(20)), (8, 2));
+        assert_eq!(pooled.wait.bucket(25), 0);
+        // The STATS of results.json: p50 in the 600 ns bucket, p99 in the 1 ms one.
+        let stats = Stats::new(&pooled, &mut new_hdr());
+        assert_eq!(stats.wait_ns.mean, (8.0 * 600.0 + 2e6) / 10.0);
+        assert!(stats.wait_ns.p50 < 1024, "{}", stats.wait_ns.p50);
+        assert!(stats.wait_ns.p99 >= 524_288, "{}", stats.wait_ns.p99);
+
+        assert_eq!(pooled_writes(&w, &[20]).count, 2);
+        assert!(pooled_writes(&w, &[]).is_empty());
+    }
 }
