@@ -92,10 +92,10 @@ pub struct StudyArgs {
     #[arg(long = "size", visible_alias = "sizes", value_name = "SIZE", value_delimiter = ',',
           value_parser = parse_kib)]
     pub sizes: Vec<f64>,
-    /// Only these scenarios, repeatable or a list.
+    /// Only these scenarios, repeatable or a list: default, pool-256k, reuse, async, arena-1,
+    /// finalization-pool, slab, dispose.
     #[arg(long = "scenario", visible_alias = "scenarios", value_name = "ID",
-          value_delimiter = ',',
-          value_parser = clap::builder::PossibleValuesParser::new(crate::study::SCENARIOS))]
+          value_delimiter = ',', value_parser = parse_scenario)]
     pub scenarios: Vec<String>,
     /// The Node.js binary.
     #[arg(long, value_name = "PATH", default_value = "node", value_parser = parse_path)]
@@ -103,6 +103,16 @@ pub struct StudyArgs {
     /// Reads per thread or process (default: by file size, about 0.25 s of `default`).
     #[arg(short = 'n', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: Option<u32>,
+}
+
+/// A scenario id of the study's (the message lists them: the error is shown on one line).
+fn parse_scenario(s: &str) -> Result<String, String> {
+    let ids = crate::study::SCENARIOS;
+    if ids.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("unknown scenario (one of: {})", ids.join(", ")))
+    }
 }
 
 /// A file size in KiB: a plain number is KiB; `B`, `K`/`KiB` and `M`/`MiB` name the unit.

@@ -74,22 +74,31 @@ pub struct StudyConfig {
 }
 
 impl StudyConfig {
-    /// The matrix to run: `--quick` is every scenario at 64 KiB with k = 2 and 4.
+    /// The matrix to run: file sizes 128 B, 64 KiB and 1 MiB with k = 1, 2 and 4, or with
+    /// `--quick` 64 KiB with k = 2 and 4; `-k` and `--size` replace either default.
     fn matrix(&self) -> (Vec<f64>, Vec<u32>) {
-        if self.quick {
-            return (vec![64.0], vec![2, 4]);
+        let (sizes, ks) = if self.quick {
+            (vec![64.0], vec![2, 4])
+        } else {
+            (vec![0.125, 64.0, 1024.0], vec![1, 2, 4])
+        };
+        (or(&self.sizes, sizes), or(&self.ks, ks))
+    }
+
+    /// The scenarios to run, in the study's order; an unknown id is a usage error.
+    fn scenarios(&self) -> Result<Vec<&'static str>, StudyError> {
+        if let Some(bad) = self
+            .scenarios
+            .iter()
+            .find(|s| !SCENARIOS.contains(&s.as_str()))
+        {
+            return Err(StudyError::UnknownScenario(bad.clone()));
         }
-        let sizes = if self.sizes.is_empty() {
-            vec![0.125, 64.0, 1024.0]
-        } else {
-            self.sizes.clone()
-        };
-        let ks = if self.ks.is_empty() {
-            vec![1, 2, 4]
-        } else {
-            self.ks.clone()
-        };
-        (sizes, ks)
+        Ok(SCENARIOS
+            .iter()
+            .copied()
+            .filter(|s| self.scenarios.is_empty() || self.scenarios.iter().any(|c| c == s))
+            .collect())
     }
 }
 
@@ -127,18 +136,35 @@ struct Results<'a> {
     ranking_text: String,
 }
 
+/// The values given, or the default when none were.
+fn or<T: Clone>(given: &[T], default: Vec<T>) -> Vec<T> {
+    if given.is_empty() {
+        default
+    } else {
+        given.to_vec()
+    }
+}
+
+/// Node.js's C headers, which the `dispose` addon is compiled against.
+const NODE_HEADERS: &str = "/usr/include/node";
+
 /// Builds the `dispose` addon into `dir` with the system's C compiler.
 async fn build_addon(dir: &Path) -> Result<PathBuf, StudyError> {
+    if !Path::new(NODE_HEADERS).join("node_api.h").is_file() {
+        return Err(StudyError::Addon(format!("no {NODE_HEADERS}/node_api.h")));
+    }
     let src = dir.join("dispose.c");
     let out = dir.join("dispose.node");
     std::fs::write(&src, DISPOSE_C).map_err(|e| StudyError::Files(dir.to_path_buf(), e))?;
     let r = tokio::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-I/usr/include/node", "-o"])
+        .args(["-shared", "-fPIC", "-O2"])
+        .arg(format!("-I{NODE_HEADERS}"))
+        .arg("-o")
         .arg(&out)
         .arg(&src)
         .output()
         .await
-        .map_err(|e| StudyError::Addon(e.to_string()))?;
+        .map_err(|e| StudyError::Addon(format!("cannot run cc: {e}")))?;
     if !r.status.success() {
         let err = String::from_utf8_lossy(&r.stderr);
         return Err(StudyError::Addon(
@@ -159,20 +185,7 @@ fn size_name(kib: f64) -> String {
 }
 
 pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
-    for s in &cfg.scenarios {
-        if !SCENARIOS.contains(&s.as_str()) {
-            return Err(StudyError::UnknownScenario(s.clone()));
-        }
-    }
-    let scenarios: Vec<&str> = if cfg.scenarios.is_empty() {
-        SCENARIOS.to_vec()
-    } else {
-        SCENARIOS
-            .iter()
-            .copied()
-            .filter(|s| cfg.scenarios.iter().any(|c| c == s))
-            .collect()
-    };
+    let scenarios = cfg.scenarios()?;
     let files = |e| StudyError::Files(cfg.out.clone(), e);
     std::fs::create_dir_all(&cfg.out).map_err(files)?;
     let work = tempfile::tempdir().map_err(files)?;
@@ -283,4 +296,78 @@ async fn machine(node: &Path) -> serde_json::Value {
         "node": node_version,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(quick: bool, ks: &[u32], sizes: &[f64], scenarios: &[&str]) -> StudyConfig {
+        StudyConfig {
+            out: "out".into(),
+            quick,
+            ks: ks.to_vec(),
+            sizes: sizes.to_vec(),
+            scenarios: scenarios.iter().map(|s| s.to_string()).collect(),
+            node: "node".into(),
+            iterations: None,
+        }
+    }
+
+    #[test]
+    fn the_matrix_is_the_issues_unless_told_otherwise() {
+        assert_eq!(
+            cfg(false, &[], &[], &[]).matrix(),
+            (vec![0.125, 64.0, 1024.0], vec![1, 2, 4])
+        );
+        assert_eq!(cfg(true, &[], &[], &[]).matrix(), (vec![64.0], vec![2, 4]));
+        assert_eq!(cfg(true, &[8], &[], &[]).matrix(), (vec![64.0], vec![8]));
+        assert_eq!(
+            cfg(false, &[], &[1.0], &[]).matrix(),
+            (vec![1.0], vec![1, 2, 4])
+        );
+    }
+
+    #[test]
+    fn scenarios_are_filtered_in_the_studys_order_and_unknown_ids_are_usage_errors() {
+        assert_eq!(cfg(false, &[], &[], &[]).scenarios().unwrap(), SCENARIOS);
+        assert_eq!(
+            cfg(false, &[], &[], &["dispose", "default"])
+                .scenarios()
+                .unwrap(),
+            ["default", "dispose"]
+        );
+        let e = cfg(false, &[], &[], &["reuse", "pool"])
+            .scenarios()
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.to_string()
+                .starts_with("unknown scenario \"pool\" (one of: default,")
+        );
+    }
+
+    #[test]
+    fn runs_are_sized_to_a_fraction_of_a_second_whatever_the_file_size() {
+        // About 5 us a read plus 0.32 us a KiB: 0.25 s with one thread.
+        for (kib, want) in [(0.125, 40_000), (64.0, 9_800), (1024.0, 750)] {
+            assert_eq!(iterations_for(kib), want, "{kib} KiB");
+        }
+        assert_eq!(iterations_for(65536.0), 100);
+        for kib in [0.0625, 1.0, 16.0, 256.0, 4096.0] {
+            let n = iterations_for(kib);
+            let s = f64::from(n) * (5e-6 + 0.32e-6 * kib);
+            assert!(
+                n % 50 == 0 && (0.1..=0.3).contains(&s),
+                "{kib} KiB: {n} reads, {s} s"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_are_named_in_their_unit() {
+        assert_eq!(size_name(0.125), "128 B");
+        assert_eq!(size_name(64.0), "64 KiB");
+        assert_eq!(size_name(1024.0), "1 MiB");
+    }
 }
