@@ -69,14 +69,16 @@ fn the_quick_study_runs_every_scenario_and_shows_what_the_mechanisms_guarantee()
                 writes(run("default", mode, k)),
                 writes(run("reuse", mode, k)),
             );
-            // One Buffer for every read: the reads' allocations are gone (measured 13-22%).
+            // One Buffer for every read: the reads' allocations are gone, what is left is V8's
+            // own (measured 0.13-0.23x with runs of ~10,000 reads).
             assert!(
-                reuse * 2 < d,
+                reuse * 3 < d,
                 "reuse {reuse} against default {d} ({mode}, k={k})"
             );
         }
         // 64 KiB Buffers come from the 256 KiB pool: fewer allocations in the Workers' shared
-        // heap (measured 0.68-0.73x).
+        // heap (measured 0.61-0.76x). Not for processes: there each pool's 256 KiB often is an
+        // mmap and munmap of its own (measured 1.3-1.7x).
         let (d, pool) = (
             writes(run("default", "workers", k)),
             writes(run("pool-256k", "workers", k)),

@@ -358,7 +358,7 @@ mod tests {
             let n = iterations_for(kib);
             let s = f64::from(n) * (5e-6 + 0.32e-6 * kib);
             assert!(
-                n % 50 == 0 && (0.1..=0.3).contains(&s),
+                n.is_multiple_of(50) && (0.1..=0.3).contains(&s),
                 "{kib} KiB: {n} reads, {s} s"
             );
         }
