@@ -215,14 +215,17 @@ pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Compariso
     }
 }
 
+/// A figure as the table shows it: a duration, or a count.
+pub fn value(x: f64, ns: bool) -> String {
+    if ns {
+        fmt_ns(x.round() as u64)
+    } else {
+        format!("{}", x.round() as u64)
+    }
+}
+
 fn show(c: &Change, ns: bool) -> String {
-    let v = |x: f64| {
-        if ns {
-            fmt_ns(x.round() as u64)
-        } else {
-            format!("{}", x.round() as u64)
-        }
-    };
+    let v = |x: f64| value(x, ns);
     let ratio = c.ratio.map_or("-".into(), |r| format!("{r:.2}x"));
     format!(
         "{:>9} {:>9} {:>7}",

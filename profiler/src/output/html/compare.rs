@@ -7,19 +7,10 @@ use super::{
     page,
     svg::{Unit, bars, esc},
 };
-use crate::output::{
-    compare::{Change, Comparison, Row},
-    text::fmt_ns,
-};
+use crate::output::compare::{Change, Comparison, Row, value};
 
 fn cell(c: &Change, ns: bool) -> String {
-    let v = |x: f64| {
-        if ns {
-            fmt_ns(x.round() as u64)
-        } else {
-            format!("{}", x.round() as u64)
-        }
-    };
+    let v = |x: f64| value(x, ns);
     let spread = |s: &crate::output::compare::Spread| {
         if s.runs > 1 && s.min != s.max {
             format!(" <small>({}–{})</small>", v(s.min), v(s.max))
