@@ -332,7 +332,8 @@ pub struct Settings {
     /// cost a few instructions; a downgraded write's hold runs to its final release.
     pub writes_only: u32,
     /// Non-zero: charge each wait to the holds that made it wait (`BLOCKED`): every write
-    /// hold, and read holds released while someone sleeps on the lock, are logged at release.
+    /// hold, and read holds released while a profiled writer waits, add their time to the
+    /// lock's accumulators (`LOCKS`) at release.
     pub blockers: u32,
 }
 
@@ -362,8 +363,8 @@ pub struct KernelLayout {
     pub task_start_boottime: u32,
     /// `task_struct.pid`.
     pub task_pid: u32,
-    /// `mm_struct.mmap_lock.count` (the rwsem's count word; bit 1 is RWSEM_FLAG_WAITERS):
-    /// a read hold is logged for blockers only when somebody sleeps waiting for the lock.
+    /// `mm_struct.mmap_lock.count` (the rwsem's count word): a blocking acquisition that
+    /// finds the lock free takes no blockers snapshot (`--blockers`).
     pub mm_lock_count: u32,
 }
 

@@ -352,14 +352,15 @@ fn note_read_hold(mm: u64, now: u64) {
 /// then can it make anyone wait (readers wait for readers only behind a waiting writer).
 #[inline(always)]
 fn add_hold(st: &ThreadState, mm: u64, kind: u32, acq_ts: u64, now: u64) {
-    let write = kind != cause::READ && kind != cause::DOWNGRADE;
+    let write = write_kind(kind);
     let Some(a) = lock_acc(mm) else {
         return;
     };
-    if !write && (unsafe { ptr::read_volatile(&a.waiting) } == 0 || a.mm != mm) {
+    let ours = unsafe { ptr::read_volatile(&a.mm) } == mm;
+    if !write && (!ours || unsafe { ptr::read_volatile(&a.waiting) } == 0) {
         return;
     }
-    if unsafe { ptr::read_volatile(&a.mm) } != mm {
+    if !ours {
         // The slot changes hands (two profiled locks hashing alike: rare); waiters of the
         // other lock notice and charge nothing.
         unsafe { ptr::write_volatile(&mut a.mm, mm) };

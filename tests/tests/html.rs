@@ -27,6 +27,18 @@ fn run_helper(threads: u32, n: u32, extra: &[&str], out: &Path) -> (u32, Vec<Val
     (w.pid, lines)
 }
 
+/// `mmaplock-prof report INPUT --html PAGE`, which must succeed.
+fn report_html(input: &Path, page: &Path) {
+    let st = Command::new(profiler_bin())
+        .arg("report")
+        .arg(input)
+        .arg("--html")
+        .arg(page)
+        .status()
+        .unwrap();
+    assert!(st.success(), "report {}", input.display());
+}
+
 #[test]
 fn the_html_report_renders_its_plots_and_fetches_nothing() {
     if !require_root_and_tracepoints() {
@@ -52,16 +64,7 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
     assert!(process(summary, pid).is_some());
     // The same page from the file, by `report`.
     let page = dir.path().join("page.html");
-    let st = Command::new(profiler_bin())
-        .args([
-            "report",
-            json.to_str().unwrap(),
-            "--html",
-            page.to_str().unwrap(),
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    report_html(&json, &page);
     let (a, b) = (
         std::fs::read_to_string(&live).unwrap(),
         std::fs::read_to_string(&page).unwrap(),
@@ -83,16 +86,7 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
     assert!(without_summary.len() < text.len());
     std::fs::write(&cut, without_summary).unwrap();
     let cut_page = dir.path().join("cut.html");
-    let st = Command::new(profiler_bin())
-        .args([
-            "report",
-            cut.to_str().unwrap(),
-            "--html",
-            cut_page.to_str().unwrap(),
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    report_html(&cut, &cut_page);
     let c = std::fs::read_to_string(&cut_page).unwrap();
     assert!(c.contains("No summary line"));
     let writes = process(summary, pid).unwrap()["write"]["count"]

@@ -126,7 +126,7 @@ impl KernelInfo {
             task_start_boottime: off("task_struct", "start_boottime")?,
             task_pid: off("task_struct", "pid")?,
             // The rwsem's count word; 0 (never a real offset: mmap_lock is not mm_struct's
-            // first member) makes every read hold logged for blockers.
+            // first member) makes every blocking acquisition take its blockers snapshot.
             mm_lock_count: match (
                 member_offset(btf, "mm_struct", "mmap_lock")?,
                 member_offset(btf, "rw_semaphore", "count")?,
