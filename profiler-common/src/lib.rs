@@ -5,6 +5,8 @@
 //! userspace dependencies.
 #![no_std]
 
+use bytemuck::{Pod, Zeroable};
+
 /// Number of log2 buckets per histogram. Bucket `i` holds durations `d` with
 /// `2^(i-1) <= d < 2^i` nanoseconds (bucket 0 holds `d == 0`); the last bucket also takes
 /// everything longer (2^38 ns is about 4.6 minutes).
@@ -93,10 +95,11 @@ pub mod cause {
     }
 }
 
-/// Indices into the `COUNTERS` per-CPU array. Those marked "lost" are acquisitions (or, for
-/// `EXIT_FLUSH`, threads' last acquisitions) that the profile does not contain.
+/// Indices into the `COUNTERS` per-CPU array. Those marked "lost" are acquisitions that the
+/// profile does not contain (never downgrades, which are not acquisitions).
 pub mod counter {
-    /// Lost: a stats entry could not be created because `STATS` was full.
+    /// Lost: acquisitions whose stats entry could not be created because `STATS` was full
+    /// (`--max-threads` too small); counted once each, never again when the entry is retried.
     pub const MAP_FULL: u32 = 0;
     /// Lost: a thread had a third mm_lock acquisition pending or held at once (the
     /// per-thread state tracks two: dup_mmap's parent and child locks).
@@ -116,16 +119,17 @@ pub mod counter {
     /// Not lost: a thread's pending ring filled up (many trylocks and no start_locking in
     /// between), so it was flushed at a release, while the lock was held.
     pub const FLUSH_UNDER_LOCK: u32 = 7;
-    /// Lost: an exited thread's state could not be reached for its final flush; counts the
-    /// acquisitions it still had pending when known, else 1 per thread.
+    /// Lost: an exited thread's pending acquisitions could not be flushed (kept for the
+    /// report's `lost.exit_flush`; the exit path and the iterator hand the final flush to each
+    /// other, so it stays 0).
     pub const EXIT_FLUSH: u32 = 8;
     /// Not counted on purpose: a child's new mm locked inside fork's dup_mmap (the child has
     /// no pid of its own yet; the lock is uncontended and its hold lies within the parent's
     /// fork write hold).
     pub const FORK_CHILD: u32 = 9;
-    /// Not a loss: acquisitions put in a thread's pending ring; userspace runs the flush
-    /// iterator only when this moved since its last run (idle threads then cost nothing).
-    pub const COMPLETED: u32 = 10;
+    /// Not acquisitions, so not lost: downgrades and failed trylocks whose entry could not be
+    /// created because `STATS` was full (`uncounted.not_acquisitions_map_full`).
+    pub const NOT_ACQUIRED_MAP_FULL: u32 = 10;
     /// Blockers, not acquisitions: contended waits not charged because their lock's slot
     /// in `LOCKS` was taken over by another lock (two profiled locks hashing alike).
     pub const BLOCKERS_OVERRUN: u32 = 11;
@@ -155,7 +159,7 @@ pub fn bucket_index(ns: u64) -> usize {
 /// differences between two reads (`wrapping_sub`), which stay exact as long as fewer than 2^32
 /// acquisitions land in one bucket between two reads.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct LockStats {
     /// Successful acquisitions.
     pub count: u64,
@@ -187,7 +191,7 @@ impl LockStats {
 /// downgrades). Processes and threads are named by id *and* start time, so that a reused
 /// pid or tid never adds to, or inherits, the entries of the one before it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Pod, Zeroable)]
 pub struct StatsKey {
     /// Thread group id of the process owning the `mm_struct` whose lock was taken
     /// (0 when the owner could not be determined).
@@ -207,7 +211,7 @@ pub struct StatsKey {
 /// Value of the `STATS` hash map. Only the thread named by the key ever writes its entry, so
 /// the entry needs neither atomics nor per-CPU copies.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct ThreadStats {
     /// Thread group id of the thread that took the lock (differs from `owner` for foreign takers).
     pub tgid: u32,
@@ -236,7 +240,7 @@ impl ThreadStats {
 /// lock are flushed (outside the lock), so that userspace classifies it while it (very
 /// likely) still runs.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct NewThread {
     pub owner: u32,
     pub tid: u32,
@@ -263,7 +267,7 @@ pub mod exit_record {
 
 /// A record of the `EXITED` ring buffer.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct ExitedThread {
     /// [`exit_record::EXITING`] or [`exit_record::FREED`].
     pub tag: u32,
@@ -271,6 +275,24 @@ pub struct ExitedThread {
     pub tgid: u32,
     pub _pad: u32,
     pub tid_start: u64,
+    /// The thread's CPU time (`se.sum_exec_runtime`, ns) when the notice was sent.
+    pub cpu_ns: u64,
+    /// When the notice was sent, ns since boot (the clock of `tid_start`).
+    pub at_ns: u64,
+}
+
+/// A profiled thread's CPU time, written by the flush iterator into its output (read by
+/// userspace each time it runs the iterator) whenever it changed since the last time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct ThreadCpu {
+    pub tid: u32,
+    pub tgid: u32,
+    pub tid_start: u64,
+    /// `se.sum_exec_runtime`, ns.
+    pub cpu_ns: u64,
+    /// When it was read, ns since boot.
+    pub at_ns: u64,
 }
 
 /// Bytes of user stack copied per sampled write (from the stack pointer up).
@@ -289,7 +311,7 @@ pub mod stack_record {
 
 /// The user stack of a sampled write acquisition.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Pod, Zeroable)]
 pub struct StackSample {
     pub tag: u32,
     pub owner: u32,
@@ -312,7 +334,7 @@ pub struct StackSample {
 
 /// The outcome of a sampled acquisition: its wait and hold.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct SampleDone {
     pub tag: u32,
     pub tid: u32,
@@ -324,7 +346,7 @@ pub struct SampleDone {
 
 /// Run-time settings, passed as the `SETTINGS` global at load time.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct Settings {
     /// Capture the user stack of one in this many write acquisitions per thread (0: never).
     pub stack_sample: u32,
@@ -335,12 +357,20 @@ pub struct Settings {
     /// hold, and read holds released while a profiled writer waits, add their time to the
     /// lock's accumulators (`LOCKS`) at release.
     pub blockers: u32,
+    /// The profiler's own process (tgid): its threads' acquisitions of a profiled lock are
+    /// counted apart (`counter::PROFILER_OWN`, role `profiler`) and never charged as blockers.
+    pub self_tgid: u32,
+    /// Non-zero when the CPU orders stores (x86-64): a flush claim is then released with a
+    /// plain store instead of an atomic exchange (the BPF instruction set has no release
+    /// store; on weakly ordered CPUs the exchange is the barrier).
+    pub strong_order: u32,
+    pub _pad: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and
 /// passed as the `KERNEL` global at load time (offsets in bytes; 0 = absent).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct KernelLayout {
     pub task_mm: u32,
     pub task_tgid: u32,
@@ -366,6 +396,12 @@ pub struct KernelLayout {
     /// `mm_struct.mmap_lock.count` (the rwsem's count word): a blocking acquisition that
     /// finds the lock free takes no blockers snapshot (`--blockers`).
     pub mm_lock_count: u32,
+    /// `task_struct.se.sum_exec_runtime` (a thread's CPU time, ns).
+    pub task_cpu_ns: u32,
+    /// Non-zero when the kernel has `bpf_loop` (Linux 5.17+): loops over a thread's pending
+    /// acquisitions, accumulators and holder slots are then verified once, not per
+    /// iteration, which is most of the attach time.
+    pub has_bpf_loop: u32,
 }
 
 /// Holder slots per lock: a holder (thread and kind of hold) adds its hold times to slot
@@ -383,7 +419,7 @@ pub fn holder_slot(tid: u32, kind: u32) -> usize {
 
 /// Who last added to a holder slot.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct HolderId {
     pub tid_start: u64,
     pub tid: u32,
@@ -397,7 +433,7 @@ pub struct HolderId {
 /// waiter copies `held` when it starts waiting and when it gets the lock: the difference is
 /// what each holder held the lock for while it waited, however many holds that was.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct LockAcc {
     /// The lock (`mm_struct` address) this slot accumulates now.
     pub mm: u64,
@@ -422,7 +458,7 @@ pub struct LockAcc {
 /// Key of the `BLOCKED` map: who waited for which lock (the waiter's side), and whose hold
 /// made it wait (the holder's side).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Pod, Zeroable)]
 pub struct BlockedKey {
     pub owner: u32,
     pub waiter_tid: u32,
@@ -439,7 +475,7 @@ pub struct BlockedKey {
 
 /// Value of the `BLOCKED` map, cumulative (updated with atomic adds by any waiter).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockedVal {
     /// Waits that this holder's hold overlapped.
     pub waits: u64,
@@ -449,7 +485,7 @@ pub struct BlockedVal {
 
 /// Which processes to profile, decided in the kernel; passed as the `FILTER` global.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct Filter {
     pub n_pids: u32,
     pub n_comms: u32,
@@ -484,20 +520,36 @@ impl Filter {
 #[cfg(feature = "user")]
 mod user {
     use super::*;
-    // SAFETY: all types are repr(C), contain only integers and arrays of integers, and have no
-    // implicit padding (checked by the layout tests below).
-    unsafe impl aya::Pod for LockStats {}
-    unsafe impl aya::Pod for StatsKey {}
-    unsafe impl aya::Pod for ThreadStats {}
-    unsafe impl aya::Pod for NewThread {}
-    unsafe impl aya::Pod for ExitedThread {}
-    unsafe impl aya::Pod for Settings {}
-    unsafe impl aya::Pod for KernelLayout {}
-    unsafe impl aya::Pod for Filter {}
-    unsafe impl aya::Pod for HolderId {}
-    unsafe impl aya::Pod for LockAcc {}
-    unsafe impl aya::Pod for BlockedKey {}
-    unsafe impl aya::Pod for BlockedVal {}
+
+    /// `aya::Pod` for types that are `bytemuck::Pod`, which the derive checks at compile
+    /// time (repr(C), no padding, plain integers and arrays of them).
+    macro_rules! aya_pod {
+        ($($t:ty),* $(,)?) => {$(
+            // SAFETY: `$t: bytemuck::Pod` (asserted below): any bit pattern is valid and
+            // there are no padding bytes, which is what `aya::Pod` requires.
+            unsafe impl aya::Pod for $t {}
+            const _: fn() = || {
+                fn is_pod<T: bytemuck::Pod>() {}
+                is_pod::<$t>();
+            };
+        )*};
+    }
+
+    aya_pod!(
+        LockStats,
+        StatsKey,
+        ThreadStats,
+        NewThread,
+        ExitedThread,
+        ThreadCpu,
+        Settings,
+        KernelLayout,
+        Filter,
+        HolderId,
+        LockAcc,
+        BlockedKey,
+        BlockedVal,
+    );
 }
 
 #[cfg(test)]
@@ -509,12 +561,13 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
         assert_eq!(size_of::<StatsKey>(), 32);
-        assert_eq!(size_of::<ExitedThread>(), 24);
+        assert_eq!(size_of::<ExitedThread>(), 40);
+        assert_eq!(size_of::<ThreadCpu>(), 32);
         assert_eq!(
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 14 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 16 * 4);
         assert_eq!(size_of::<HolderId>(), 24);
         assert_eq!(size_of::<LockAcc>(), 64 + HOLDER_SLOTS * (8 + 24));
         assert_eq!(size_of::<BlockedKey>(), 6 * 4 + 3 * 8);

@@ -1,21 +1,48 @@
 //! mmaplock-prof's eBPF programs: raw tracepoints on `mmap_lock_start_locking`,
-//! `mmap_lock_acquire_returned` and `mmap_lock_released`.
+//! `mmap_lock_acquire_returned` and `mmap_lock_released`, the thread lifecycle, and a task
+//! iterator that hands what threads accumulated to userspace.
 //!
 //! Per acquisition, wait = start_locking -> acquire_returned and hold = acquire_returned ->
-//! released, aggregated in the kernel per (owner process of the mm, thread) into log2
-//! histograms. Both `acquire_returned` and `released` fire while the lock is held, so every
-//! instruction here adds to the hold times we measure: per event the hot path is one
-//! task-local-storage lookup (no shared hash, no lock), one clock read and a few stores; the
-//! only hash lookup happens at release, into an entry that only the current thread writes.
+//! released, accumulated per thread in task storage and moved into a shared map only when
+//! userspace reads (the iterator) or the thread exits. `acquire_returned` and `released` run
+//! while the lock is held, so they only take a timestamp and store it: every instruction there
+//! lengthens the holds and waits we measure.
+//!
+//! The modules follow the data: [`maps`] (what is shared with userspace, and the load-time
+//! settings), [`kread`] (reading kernel memory), [`state`] (per-thread state), [`owner`] (whose
+//! lock, and is it profiled), [`timing`] (the three tracepoints), [`accum`] (pending
+//! acquisitions into per-thread accumulators, and those into `STATS`), [`blockers`] (who made
+//! whom wait), [`sampling`] (user stacks), [`lifecycle`] (exit, fork, the flush iterator) and
+//! [`floors`] (the benchmark's reference programs).
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
-// Atomics (the flush claim, and the barrier before an epoch check): the bpfel target has no
-// atomic types, but the intrinsics compile to BPF_ATOMIC instructions.
+// Atomics (flush claims, counters of shared accumulators): the bpfel target has no atomic
+// types, but the intrinsics compile to BPF_ATOMIC instructions.
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics, adt_const_params))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "bpf")]
-mod programs;
+mod accum;
+#[cfg(target_arch = "bpf")]
+mod blockers;
+#[cfg(target_arch = "bpf")]
+mod floors;
+#[cfg(target_arch = "bpf")]
+mod kread;
+#[cfg(target_arch = "bpf")]
+mod lifecycle;
+#[cfg(target_arch = "bpf")]
+mod maps;
+#[cfg(target_arch = "bpf")]
+mod owner;
+#[cfg(target_arch = "bpf")]
+mod sampling;
+#[cfg(target_arch = "bpf")]
+mod state;
+#[cfg(target_arch = "bpf")]
+mod timing;
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {}

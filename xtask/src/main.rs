@@ -119,6 +119,7 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    ebpf_clippy(linker_dir)?;
     // The integration tests run the built binaries (profiler and helpers), and the agent's
     // tests a real Prometheus.
     build(linker_dir, false)?;
@@ -152,6 +153,37 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
         bail!("{cmd:?} failed: {status}");
     }
     ci_verdict(under_ci(), &skips)
+}
+
+/// Clippy on the eBPF crate for its own target (it is never built for the host, so the
+/// workspace's clippy does not see its code), with the flags aya-build gives it.
+fn ebpf_clippy(linker_dir: &Path) -> Result<()> {
+    let mut cmd = Command::new("rustup");
+    // Inside `cargo xtask` this would pin the call to the stable toolchain.
+    cmd.env_remove("RUSTUP_TOOLCHAIN")
+        .current_dir(workspace_root().join("profiler-ebpf"))
+        .env("PATH", path_with(linker_dir)?)
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf",
+        )
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "clippy",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--bin",
+            "mmaplock",
+            "--target-dir",
+        ])
+        .arg(workspace_root().join("target/ebpf-clippy"))
+        .args(["--", "-D", "warnings"]);
+    run(&mut cmd)
 }
 
 /// The environment variable naming the file where the integration tests record the tests they

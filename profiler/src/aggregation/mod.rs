@@ -22,6 +22,7 @@ use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
 pub mod blocked;
+pub mod cputime;
 mod hist;
 
 #[cfg(test)]

@@ -79,6 +79,9 @@ impl std::fmt::Display for TracepointLayout {
 pub struct KernelInfo {
     pub tracepoints: TracepointLayout,
     pub layout: KernelLayout,
+    /// The BTF id of `bpf_iter_task` (the task iterator's target), which loading the flush
+    /// iterator needs; 0 when the kernel has no task iterator.
+    pub iter_task_btf_id: u32,
 }
 
 impl KernelInfo {
@@ -134,12 +137,33 @@ impl KernelInfo {
                 (Some(l), Some(c)) => l + c,
                 _ => 0,
             },
+            task_cpu_ns: match (
+                member_offset(btf, "task_struct", "se")?,
+                member_offset(btf, "sched_entity", "sum_exec_runtime")?,
+            ) {
+                (Some(se), Some(rt)) => se + rt,
+                _ => {
+                    return Err(KernelError::MissingMember(
+                        "task_struct.se.sum_exec_runtime".into(),
+                    ));
+                }
+            },
+            // The helper's implementation is a kernel function of that name (5.17+).
+            has_bpf_loop: func_id(btf, "bpf_loop").is_some() as u32,
         };
         Ok(KernelInfo {
             tracepoints,
             layout,
+            iter_task_btf_id: func_id(btf, "bpf_iter_task").unwrap_or(0),
         })
     }
+}
+
+/// The BTF id of the kernel function `name`, if it has one.
+fn func_id(btf: &Btf, name: &str) -> Option<u32> {
+    let ids = btf.resolve_ids_by_name(name).ok()?;
+    ids.into_iter()
+        .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Func(_))))
 }
 
 fn bad(e: btf_rs::Error) -> KernelError {
@@ -256,5 +280,12 @@ mod tests {
             l.mm_lock_count > 0 && l.mm_lock_count.is_multiple_of(8),
             "{l:?}"
         );
+        assert!(
+            l.task_cpu_ns > 0 && l.task_cpu_ns.is_multiple_of(8),
+            "{l:?}"
+        );
+        // This machine kind runs Linux 6.x: bpf_loop and the task iterator are there.
+        assert_eq!(l.has_bpf_loop, 1);
+        assert!(info.iter_task_btf_id > 0);
     }
 }

@@ -1,39 +1,23 @@
-//! Loads the eBPF programs with this run's settings as globals, attaches them to the
-//! mmap_lock tracepoints, and reads the kernel's aggregates back.
+//! The kernel side as userspace reads it: the maps and rings of the loaded programs (see
+//! `load` for loading), read into plain data for everything downstream.
 
-use std::{
-    io,
-    time::{Duration, Instant},
-};
+use std::{io, time::Duration};
 
 use aya::{
-    Btf, Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, Iter, ProgramError, RawTracePoint},
+    programs::{Iter, ProgramError, RawTracePoint},
 };
 use profiler_common::{
-    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, Filter, MAX_FILTER_COMMS, MAX_FILTER_PIDS,
-    NewThread, Settings, StatsKey, ThreadStats, counter,
+    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread,
+    StatsKey, ThreadCpu, ThreadStats, counter,
 };
 
 use crate::kernel::{
     batch,
     btf::{KernelError, KernelInfo},
+    load::{self, FLUSH_ITER, LoadReport},
 };
-
-/// The compiled eBPF object, built by `build.rs` from `profiler-ebpf`.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mmaplock"));
-
-/// Kernel map entries budgeted per thread: one for its reads, and one per write cause it
-/// uses (typically mmap, munmap, mprotect; a few more for some).
-pub const ENTRIES_PER_THREAD: u32 = 4;
-
-/// The tracepoints, each with the program attached to it (see [`Collector::programs`]).
-pub const TRACEPOINTS: [&str; 3] = [
-    "mmap_lock_start_locking",
-    "mmap_lock_acquire_returned",
-    "mmap_lock_released",
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectorError {
@@ -55,6 +39,10 @@ pub enum CollectorError {
     CommTooLong(String),
     #[error("the kernel rejected the eBPF programs: {0}")]
     Load(String),
+    /// A signal arrived while the programs were being loaded: not an error to report, the
+    /// run ends with an empty summary.
+    #[error("interrupted while attaching")]
+    Cancelled,
     #[error("cannot attach to tracepoint {0}: {1}")]
     Attach(&'static str, String),
     #[error("cannot read eBPF map {0}: {1}")]
@@ -106,7 +94,7 @@ pub enum Floor {
 }
 
 impl Floor {
-    fn is_on(self) -> bool {
+    pub fn is_on(self) -> bool {
         self != Floor::Off
     }
 }
@@ -124,7 +112,7 @@ pub struct Counters {
     pub flush_under_lock: u64,
     pub exit_flush: u64,
     pub fork_child: u64,
-    pub completed: u64,
+    pub not_acquired_map_full: u64,
     pub blockers_overrun: u64,
     pub blockers_busy: u64,
     pub blockers_map_full: u64,
@@ -152,6 +140,8 @@ pub struct Collector {
     pub kernel: KernelInfo,
     /// From the start of loading to all programs attached.
     pub attach_time: Duration,
+    /// Where that time went, step by step and program by program.
+    pub load_report: LoadReport,
     /// Keeps the kernel's BPF statistics on while we run (`--bpf-stats`); closing it
     /// restores the previous state.
     _stats_fd: Option<std::os::fd::OwnedFd>,
@@ -167,21 +157,15 @@ pub struct Collector {
     changed: Vec<(StatsKey, ThreadStats)>,
     /// Which floor programs were loaded instead of the profiler's, if any.
     floor: Floor,
-    /// `counter::COMPLETED` when the flush iterator last ran.
-    flushed_at: u64,
+    /// Profiled threads' CPU times, as the last iterator runs reported them (taken by
+    /// [`Collector::take_cpu_times`]).
+    cpu_times: Vec<ThreadCpu>,
+    /// The iterator's output, reused.
+    iter_out: Vec<u8>,
     /// The agent's selection (pid -> start in clock ticks) and its generation.
     selected: BpfHashMap<MapData, u32, u64>,
     selection_gen: Array<MapData, u32>,
     generation: u32,
-}
-
-/// Bytes of the STACKS ring buffer for a sampling rate (a power of two, at least a page).
-fn stacks_ring_bytes(stack_sample: u32) -> u32 {
-    match stack_sample {
-        0 => 4096,
-        1..=8 => 8 << 20,
-        _ => 1 << 20,
-    }
 }
 
 /// A map of the loaded object, typed.
@@ -199,74 +183,8 @@ where
 /// lookup per changed entry.
 const MAX_LOOKUPS: usize = 2048;
 
-/// The program for each of [`TRACEPOINTS`] on this kernel (or the floor's).
-fn programs_for(kernel: &KernelInfo, floor: Floor) -> [&'static str; 3] {
-    match floor {
-        Floor::Empty => {
-            return [
-                "floor_start_locking",
-                "floor_acquire_returned",
-                "floor_released",
-            ];
-        }
-        Floor::Clock => {
-            return [
-                "clock_start_locking",
-                "clock_acquire_returned",
-                "clock_released",
-            ];
-        }
-        Floor::Off => {}
-    }
-    [
-        kernel.tracepoints.start_program(),
-        kernel.tracepoints.acquire_program(),
-        "mmap_lock_released",
-    ]
-}
-
-/// The program flushing every thread's pending acquisitions when its iterator is read.
-const FLUSH_ITER: &str = "flush_threads";
-/// The program flushing a freed thread's last acquisitions (a safety net: an exiting thread
-/// flushes at its last releases).
-const FREE_PROGRAM: &str = "sched_process_free";
-
-fn load_error(e: &(dyn std::error::Error + 'static)) -> CollectorError {
-    if is_permission(e) {
-        CollectorError::Permission
-    } else {
-        CollectorError::Load(error_chain(e))
-    }
-}
-
-fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
-    let mut f = Filter::ALL;
-    if cfg.pids.len() > MAX_FILTER_PIDS {
-        return Err(CollectorError::TooManyPids);
-    }
-    if cfg.comms.len() > MAX_FILTER_COMMS {
-        return Err(CollectorError::TooManyComms);
-    }
-    for (slot, pid) in f.pids.iter_mut().zip(&cfg.pids) {
-        *slot = *pid;
-    }
-    for (slot, comm) in f.comms.iter_mut().zip(&cfg.comms) {
-        let b = comm.as_bytes();
-        if b.len() >= COMM_LEN {
-            return Err(CollectorError::CommTooLong(comm.clone()));
-        }
-        slot[..b.len()].copy_from_slice(b);
-    }
-    f.n_pids = cfg.pids.len() as u32;
-    f.n_comms = cfg.comms.len() as u32;
-    f.use_selection = (cfg.selection || cfg.children) as u32;
-    f.follow_children = cfg.children as u32;
-    f.ns_per_tick = (1_000_000_000 / crate::registry::ids::clock_ticks()) as u32;
-    Ok(f)
-}
-
 /// Is any error in the chain a permission error from the kernel?
-fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(super) fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<io::Error>() {
@@ -280,7 +198,7 @@ fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(e) = cur {
@@ -298,7 +216,14 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 impl Collector {
     /// Loads and attaches; on return the programs are counting.
     pub fn start(cfg: &CollectorConfig) -> Result<Self, CollectorError> {
-        let t0 = Instant::now();
+        Self::start_cancellable(cfg, &|| false)
+    }
+
+    /// As [`Collector::start`], asking `cancelled` between steps (a signal during start-up).
+    pub fn start_cancellable(
+        cfg: &CollectorConfig,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Self, CollectorError> {
         if cfg.blockers
             && let Some(release) = super::minkernel::running_release()
             && !super::minkernel::has_bpf_loop(&release)
@@ -318,135 +243,36 @@ impl Collector {
         } else {
             None
         };
-        let kernel = KernelInfo::detect()?;
-        log::debug!("kernel BTF read in {:?}", t0.elapsed());
-        let filter = filter_for(cfg)?;
-        let mut ebpf = EbpfLoader::new()
-            // No CO-RE relocations to do (offsets come from `kernel`): skip parsing the
-            // kernel's BTF a second time, which would double our peak memory.
-            .btf(None)
-            .override_global("KERNEL", &kernel.layout, true)
-            .override_global("FILTER", &filter, true)
-            .override_global(
-                "SETTINGS",
-                &Settings {
-                    stack_sample: cfg.stack_sample,
-                    writes_only: cfg.writes_only as u32,
-                    blockers: cfg.blockers as u32,
-                },
-                true,
-            )
-            // The sampled stacks' ring (16 KiB a sample): room for 512 at high rates (every
-            // write, --stacks), 64 at the default rate, a page when off. Its pages count in
-            // our RSS once written, so it is no bigger than the rate needs.
-            .map_max_entries("STACKS", stacks_ring_bytes(cfg.stack_sample))
-            .map_max_entries(
-                "STATS",
-                cfg.max_threads.max(1).saturating_mul(ENTRIES_PER_THREAD),
-            )
-            // THREAD_STATE is task local storage, which aya creates but has no typed API for;
-            // only the eBPF side uses it.
-            .allow_unsupported_maps()
-            .load(EBPF_OBJECT)
-            .map_err(|e| {
-                if is_permission(&e) {
-                    CollectorError::Permission
-                } else {
-                    CollectorError::Load(error_chain(&e))
-                }
-            })?;
-        log::debug!("object loaded (maps created) at {:?}", t0.elapsed());
-        // Epoch 1 before the first event: new entries (epoch 0) are always noted as changed.
+        let loaded = load::load(cfg, cancelled)?;
+        let mut ebpf = loaded.ebpf;
+        // Epoch 1 before the first reading: new entries (epoch 0) are always noted.
         let mut epoch_map: Array<MapData, u32> = take(&mut ebpf, "EPOCH")?;
         epoch_map
             .set(0, 1, 0)
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
-        let dirty: RingBuf<MapData> = take(&mut ebpf, "DIRTY")?;
-        let exited: RingBuf<MapData> = take(&mut ebpf, "EXITED")?;
-        if !cfg.floor.is_on() {
-            // First the programs that flush what the lock programs leave pending: a freed
-            // thread's last acquisitions, and every thread's when userspace asks. They are
-            // typed by the kernel's BTF, which aya parses for them (and then drops).
-            let btf = Btf::from_sys_fs().map_err(|e| load_error(&e))?;
-            let free: &mut BtfTracePoint = ebpf
-                .program_mut(FREE_PROGRAM)
-                .ok_or_else(|| CollectorError::Load(format!("program {FREE_PROGRAM} missing")))?
-                .try_into()
-                .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
-            free.load(FREE_PROGRAM, &btf).map_err(|e| load_error(&e))?;
-            free.attach().map_err(|e| load_error(&e))?;
-            let iter: &mut Iter = ebpf
-                .program_mut(FLUSH_ITER)
-                .ok_or_else(|| CollectorError::Load(format!("program {FLUSH_ITER} missing")))?
-                .try_into()
-                .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
-            iter.load("task", &btf).map_err(|e| load_error(&e))?;
-            drop(btf);
-            log::debug!("flush programs attached at {:?}", t0.elapsed());
-        }
-        // Thread exits (announced so that userspace knows whom to wait for at the end), then
-        // the lock tracepoints.
-        let exit_prog =
-            (!cfg.floor.is_on()).then_some(("sched_process_exit", "sched_process_exit"));
-        // Forks, to follow a target's descendants (`--children`).
-        let fork_prog = cfg
-            .children
-            .then_some(("sched_process_fork", "sched_process_fork"));
-        // The lock tracepoints last to first: a release is attached before the acquisitions
-        // it ends, and an acquire before the waits it ends, so that no thread is left with a
-        // slot that never completes while the programs attach one by one (each takes the
-        // verifier a while); an acquire seen before start_locking is attached counts as a
-        // trylock (no wait).
-        let attach = exit_prog.into_iter().chain(fork_prog).chain(
-            TRACEPOINTS
-                .into_iter()
-                .zip(programs_for(&kernel, cfg.floor))
-                .rev(),
-        );
-        for (tp, name) in attach {
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| CollectorError::Load(format!("program {name} missing")))?
-                .try_into()
-                .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
-            prog.load().map_err(|e| load_error(&e))?;
-            log::debug!("{name} verified at {:?}", t0.elapsed());
-            prog.attach(tp).map_err(|e| {
-                if is_permission(&e) {
-                    CollectorError::Permission
-                } else if error_chain(&e).contains("No such file") {
-                    CollectorError::Kernel(KernelError::NoTracepoints)
-                } else {
-                    CollectorError::Attach(tp, error_chain(&e))
-                }
-            })?;
-        }
-        let selected = take(&mut ebpf, "SELECTED")?;
-        let selection_gen = take(&mut ebpf, "SELECTION_GEN")?;
-        let stats = take(&mut ebpf, "STATS")?;
-        let blocked = take(&mut ebpf, "BLOCKED")?;
-        let counters = take(&mut ebpf, "COUNTERS")?;
         Ok(Collector {
+            dirty: take(&mut ebpf, "DIRTY")?,
+            exited: take(&mut ebpf, "EXITED")?,
+            selected: take(&mut ebpf, "SELECTED")?,
+            selection_gen: take(&mut ebpf, "SELECTION_GEN")?,
+            stats: take(&mut ebpf, "STATS")?,
+            blocked: take(&mut ebpf, "BLOCKED")?,
+            counters: take(&mut ebpf, "COUNTERS")?,
             ebpf,
-            stats,
-            blocked,
             blockers: cfg.blockers && !cfg.floor.is_on(),
-            counters,
-            kernel,
-            attach_time: t0.elapsed(),
+            kernel: loaded.kernel,
+            attach_time: Duration::from_secs_f64(loaded.report.total_ms / 1e3),
+            load_report: loaded.report,
             _stats_fd: stats_fd,
             stack_sample: cfg.stack_sample,
             batch_supported: true,
             batch: batch::Buffers::default(),
             epoch_map,
             epoch: 1,
-            dirty,
-            exited,
             changed: Vec::new(),
             floor: cfg.floor,
-            flushed_at: 0,
-            selected,
-            selection_gen,
+            cpu_times: Vec::new(),
+            iter_out: Vec::new(),
             generation: 0,
         })
     }
@@ -503,20 +329,13 @@ impl Collector {
         }
     }
 
-    /// Flushes every live thread's pending acquisitions into the kernel map (the flush
-    /// iterator: one pass over the machine's tasks, in the kernel), unless no acquisition
-    /// completed since the last pass.
-    /// `always`: run it even so (the end of a run: the counter is per-CPU and not atomic, a
-    /// hint that could miss an increment, never a reason to leave anything pending).
-    pub fn flush_pending(&mut self, always: bool) -> Result<(), CollectorError> {
+    /// Hands every live thread's accumulators over to the kernel map (the flush iterator:
+    /// one pass over the machine's tasks, in the kernel), and collects the CPU times of the
+    /// profiled threads that ran since the last pass (see [`Collector::take_cpu_times`]).
+    pub fn flush_pending(&mut self) -> Result<(), CollectorError> {
         if self.floor.is_on() {
             return Ok(());
         }
-        let completed = self.read_counter(counter::COMPLETED)?;
-        if completed == self.flushed_at && !always {
-            return Ok(());
-        }
-        self.flushed_at = completed;
         let iter: &mut Iter = self
             .ebpf
             .program_mut(FLUSH_ITER)
@@ -532,11 +351,19 @@ impl Collector {
         let mut file = link
             .into_file()
             .map_err(|e| CollectorError::Map("flush iterator", error_chain(&e)))?;
-        // The program writes nothing: reading to the end runs it over every task.
-        let mut sink = Vec::new();
-        io::Read::read_to_end(&mut file, &mut sink)
+        // Reading to the end runs the program over every task; it writes CPU time records.
+        self.iter_out.clear();
+        io::Read::read_to_end(&mut file, &mut self.iter_out)
             .map_err(|e| CollectorError::Map("flush iterator", e.to_string()))?;
+        let records = self.iter_out.chunks_exact(size_of::<ThreadCpu>());
+        self.cpu_times
+            .extend(records.map(bytemuck::pod_read_unaligned::<ThreadCpu>));
         Ok(())
+    }
+
+    /// Profiled threads' CPU times reported since the last call, oldest first.
+    pub fn take_cpu_times(&mut self) -> Vec<ThreadCpu> {
+        std::mem::take(&mut self.cpu_times)
     }
 
     /// Hands every kernel entry to `f`, a batch at a time: with tens of thousands of threads,
@@ -686,7 +513,7 @@ impl Collector {
             flush_under_lock: read(counter::FLUSH_UNDER_LOCK)?,
             exit_flush: read(counter::EXIT_FLUSH)?,
             fork_child: read(counter::FORK_CHILD)?,
-            completed: read(counter::COMPLETED)?,
+            not_acquired_map_full: read(counter::NOT_ACQUIRED_MAP_FULL)?,
             blockers_overrun: read(counter::BLOCKERS_OVERRUN)?,
             blockers_busy: read(counter::BLOCKERS_BUSY)?,
             blockers_map_full: read(counter::BLOCKERS_MAP_FULL)?,
@@ -701,7 +528,7 @@ impl Collector {
 
     /// Run counts and run time per program, from the kernel's BPF statistics.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        programs_for(&self.kernel, self.floor)
+        load::programs_for(&self.kernel, self.floor)
             .into_iter()
             .filter_map(|name| {
                 let prog: &RawTracePoint = self.ebpf.program(name)?.try_into().ok()?;
@@ -716,58 +543,10 @@ impl Collector {
     }
 }
 
-/// Decodes a plain-old-data ring buffer record; None if it is too short.
-fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: only used with repr(C) integer-only record types, and the record is at least
-    // that long; ring buffers align records to 8 bytes only, so read unaligned.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn filter_packs_pids_and_comms() {
-        let f = filter_for(&CollectorConfig {
-            pids: vec![7, 9],
-            comms: vec!["node".into()],
-            max_threads: 1,
-            bpf_stats: false,
-            stack_sample: 0,
-            writes_only: false,
-            floor: Floor::Off,
-            selection: false,
-            children: false,
-            blockers: false,
-        })
-        .unwrap();
-        assert_eq!((f.n_pids, f.n_comms), (2, 1));
-        assert_eq!(f.use_selection, 0);
-        assert_eq!(&f.pids[..3], &[7, 9, 0]);
-        assert_eq!(&f.comms[0][..5], b"node\0");
-    }
-
-    #[test]
-    fn filter_rejects_what_the_kernel_cannot_hold() {
-        let long = CollectorConfig {
-            comms: vec!["a-very-long-command-name".into()],
-            ..Default::default()
-        };
-        assert!(matches!(
-            filter_for(&long),
-            Err(CollectorError::CommTooLong(_))
-        ));
-        let many = CollectorConfig {
-            pids: (1..=(MAX_FILTER_PIDS as u32 + 1)).collect(),
-            ..Default::default()
-        };
-        assert!(matches!(
-            filter_for(&many),
-            Err(CollectorError::TooManyPids)
-        ));
-    }
+/// Decodes a plain-data ring buffer record (ring buffers align records to 8 bytes only,
+/// hence unaligned); None if it is too short.
+fn read_record<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
+    bytes
+        .get(..size_of::<T>())
+        .map(bytemuck::pod_read_unaligned::<T>)
 }

@@ -5,4 +5,5 @@
 mod batch;
 pub mod btf;
 pub mod collector;
+pub mod load;
 pub mod minkernel;

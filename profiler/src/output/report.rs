@@ -259,6 +259,9 @@ pub struct Uncounted {
     /// Blockers only: contended waits not charged because the thread's previous one was
     /// still pending (it held a lock in between), or the blockers map was full.
     pub blockers_dropped: u64,
+    /// Downgrades and failed trylocks (not acquisitions, so not in `lost`) whose statistics
+    /// could not be stored because the map was full (`--max-threads`).
+    pub not_acquisitions_map_full: u64,
 }
 
 /// One eBPF program's share of [`Overhead`].
@@ -279,6 +282,10 @@ pub struct Overhead {
     /// BPF run time as a share of one CPU over the window, in percent.
     pub bpf_cpu_pct: f64,
     pub programs: Vec<ProgramOverhead>,
+    /// The summary's only: where attach time went (each step, and each program's
+    /// verification with the instructions the verifier processed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::kernel::load::LoadReport>,
 }
 
 fn round(v: f64, digits: i32) -> f64 {
@@ -322,6 +329,7 @@ impl Overhead {
                 round(ns as f64 / wall.as_nanos() as f64 * 100.0, 3)
             },
             programs,
+            load: None,
         }
     }
 }

@@ -218,6 +218,21 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             },
         );
     }
+    if cfg.verbose {
+        let r = &collector.load_report;
+        let steps: Vec<String> = r
+            .steps
+            .iter()
+            .map(|(name, ms)| format!("{name} {ms:.1} ms"))
+            .collect();
+        let insns: Vec<String> = r
+            .programs
+            .iter()
+            .filter_map(|p| Some(format!("{} {}", p.name, p.verified_insns?)))
+            .collect();
+        eprintln!("mmaplock-prof: attach: {}", steps.join("; "));
+        eprintln!("mmaplock-prof: instructions verified: {}", insns.join("; "));
+    }
     if !cfg.quiet {
         eprintln!(
             "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",

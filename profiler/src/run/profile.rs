@@ -12,6 +12,7 @@ use crate::{
     aggregation::{
         Totals, Window,
         blocked::{Blocked, BlockedReadings},
+        cputime::CpuTimes,
         ids_of,
     },
     kernel::collector::{Collector, Counters, ProgramStats},
@@ -52,6 +53,8 @@ pub struct Profile {
     /// With blockers: the kernel's charged waits as last read, and their run totals.
     blocked_readings: BlockedReadings,
     blocked_total: Blocked,
+    /// Profiled threads' CPU times, as the kernel reported them.
+    pub cpu: CpuTimes,
 }
 
 /// Every this many readings, all entries are read (see `Profile::poll`).
@@ -82,6 +85,9 @@ fn uncounted(c: Counters, base: Counters) -> Uncounted {
         blockers_overrun: c.blockers_overrun.saturating_sub(base.blockers_overrun),
         blockers_dropped: (c.blockers_busy + c.blockers_map_full)
             .saturating_sub(base.blockers_busy + base.blockers_map_full),
+        not_acquisitions_map_full: c
+            .not_acquired_map_full
+            .saturating_sub(base.not_acquired_map_full),
     }
 }
 
@@ -108,6 +114,7 @@ impl Profile {
             polls: 0,
             blocked_readings: BlockedReadings::default(),
             blocked_total: Blocked::default(),
+            cpu: CpuTimes::default(),
         }
         .with_blocked_interval()
     }
@@ -155,7 +162,8 @@ impl Profile {
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
-        self.collector.flush_pending(false)?;
+        self.collector.flush_pending()?;
+        self.note_cpu_times();
         // Exit notices before the reading: a freed thread's last acquisitions were flushed
         // and noted before its notice was sent, so the reading below has them.
         let freed = self.take_exit_notices();
@@ -194,11 +202,20 @@ impl Profile {
         Ok(())
     }
 
+    /// The CPU times the last iterator pass reported.
+    fn note_cpu_times(&mut self) {
+        for c in self.collector.take_cpu_times() {
+            let t = ThreadId::new(c.tid, ids::ticks_of_ns(c.tid_start));
+            self.cpu.note(t, c.cpu_ns, c.at_ns);
+        }
+    }
+
     /// Drains the exit notices: remembers exiting threads, returns the freed ones.
     fn take_exit_notices(&mut self) -> Vec<ThreadId> {
         let mut freed = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
+            self.cpu.note(t, e.cpu_ns, e.at_ns);
             match e.tag {
                 exit_record::EXITING => {
                     self.exiting.insert(t, e.tgid);
@@ -222,6 +239,9 @@ impl Profile {
             self.collector.remove_blocked(&k);
         }
         self.blocked_total.holder_comms.remove(&thread);
+        if !self.totals.keep_retired {
+            self.cpu.forget(thread);
+        }
         for owner in self.totals.owners_of(thread) {
             self.retire_on(owner, thread)?;
             // (Owner 0, "unknown" on kernels without mm->owner, is no process.)
@@ -338,7 +358,7 @@ impl Profile {
     /// threads that began exiting are waited for (briefly) until they are freed, so that
     /// their last acquisitions are in; then everything is read.
     pub async fn finish(&mut self) -> Result<(), SessionError> {
-        self.collector.flush_pending(true)?;
+        self.collector.flush_pending()?;
         let waited_since = tokio::time::Instant::now();
         let mut freed = self.take_exit_notices();
         // An exiting thread is freed within an RCU grace period of being reaped; only an
@@ -349,7 +369,7 @@ impl Profile {
         }
         // A thread still listed in /proc (an unreaped zombie) was flushed by the iterator;
         // one that is gone from /proc but not freed yet may still hold acquisitions back.
-        self.collector.flush_pending(true)?;
+        self.collector.flush_pending()?;
         freed.extend(self.take_exit_notices());
         self.exit_pending = self
             .exiting
@@ -493,7 +513,10 @@ impl Profile {
     pub fn summary(&mut self) -> Report {
         let now = SystemTime::now();
         // Our programs were loaded at the start: their statistics count from zero.
-        let overhead = self.overhead(None, self.start, now);
+        let mut overhead = self.overhead(None, self.start, now);
+        if let Some(o) = overhead.as_mut() {
+            o.load = Some(self.collector.load_report.clone());
+        }
         let total = self.total_window();
         let attribution = self.registry.attribute(&total);
         let mut r = report::build(

@@ -1,0 +1,192 @@
+//! Threads coming and going: the exit path (a thread's last acquisitions are accumulated and
+//! copied, then userspace is told it may read its entries one last time), forks followed
+//! with `--children`, and the flush iterator userspace runs before each reading, which hands
+//! over what every idle thread accumulated, with profiled threads' CPU times.
+//!
+//! The exit path and the iterator hand the final flush to each other: whoever holds a
+//! thread's claim when it exits finishes it. The exit path marks the thread exiting before it
+//! tries to claim; the iterator looks at that mark again after letting the claim go, with a
+//! full barrier in between, so one of the two always sees the other.
+
+use core::{ffi::c_void, ptr};
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_boot_ns, generated::bpf_seq_write},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use profiler_common::{ExitedThread, ThreadCpu, counter, exit_record};
+
+use crate::{
+    accum,
+    kread::{self, Task},
+    maps::{EXITED, FILTER, KERNEL, SELECTED, bump, konst},
+    state::{THREAD_STATE, ThreadState, claim, unclaim_full},
+};
+
+#[inline(always)]
+fn boot_ns() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_boot_ns() }
+}
+
+/// Tells userspace that the thread is exiting (`EXITING`) or that its entries are final
+/// (`FREED`: read them one last time).
+#[inline(always)]
+fn notify(st: &ThreadState, task: Task, tag: u32) {
+    let rec = ExitedThread {
+        tag,
+        tid: st.tid,
+        tgid: st.tgid,
+        _pad: 0,
+        tid_start: st.tid_start,
+        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        at_ns: boot_ns(),
+    };
+    if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
+        bump(counter::EXITS_LOST);
+    }
+}
+
+/// The exiting thread's final flush and copy, if nobody else holds its claim (then the
+/// holder, the iterator, finishes it). `with_charge`: no lock is held (blockers' charge).
+#[inline(always)]
+pub fn final_flush(st: &mut ThreadState, task: Task, with_charge: bool) {
+    if claim(st) {
+        accum::flush_claimed(st, task, with_charge);
+        accum::copy_claimed(st);
+        notify(st, task, exit_record::FREED);
+        unclaim_full(st);
+    } else {
+        notify(st, task, exit_record::EXITING);
+    }
+}
+
+/// A thread is exiting: what it accumulated is handed over now (no lock is held here). It may
+/// still take locks after this (exit_mm, the last thread's exit_mmap): those releases flush
+/// and announce it again.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    let task = Task::current();
+    let Some(st) = THREAD_STATE.get(task, false) else {
+        return 0;
+    };
+    // SAFETY: `head` is only written by this thread, `tail` by the claim's holder.
+    let pending = st.head != unsafe { ptr::read_volatile(&st.tail) };
+    if st.profiled == 0 && !pending {
+        return 0;
+    }
+    // SAFETY: a volatile store, ordered before the claim's compare-and-swap below.
+    unsafe { ptr::write_volatile(&mut st.exiting, 1) };
+    final_flush(st, task, true);
+    0
+}
+
+/// `--children`: a process forked by a selected process is selected too, before it runs
+/// (fires in the parent once the child exists; its acquisitions inside fork are the parent's
+/// or uncounted). Threads are not processes: only a new thread group counts.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    if konst(&FILTER.follow_children) == 0 {
+        return 0;
+    }
+    let parent: u64 = ctx.arg(0);
+    let child: u64 = ctx.arg(1);
+    let parent_tgid = kread::u32_at(parent + konst(&KERNEL.task_tgid) as u64);
+    // SAFETY: only the presence of the entry is used.
+    if unsafe { SELECTED.get(parent_tgid) }.is_none() {
+        return 0;
+    }
+    let pid = kread::u32_at(child + konst(&KERNEL.task_pid) as u64);
+    let tgid = kread::u32_at(child + konst(&KERNEL.task_tgid) as u64);
+    if pid == 0 || pid != tgid {
+        return 0;
+    }
+    let per_tick = konst(&FILTER.ns_per_tick) as u64;
+    if per_tick == 0 {
+        return 0;
+    }
+    let ticks = kread::u64_at(child + konst(&KERNEL.task_start_boottime) as u64) / per_tick;
+    if SELECTED.insert(pid, ticks, 0).is_err() {
+        bump(counter::MAP_FULL);
+    }
+    0
+}
+
+/// Reports a profiled thread's CPU time into the iterator's output, when it changed.
+#[inline(always)]
+fn report_cpu(st: &mut ThreadState, task: Task, seq: *mut c_void) {
+    if st.profiled == 0 || seq.is_null() {
+        return;
+    }
+    let cpu = task.u64_at(konst(&KERNEL.task_cpu_ns));
+    if cpu == st.cpu_reported {
+        return;
+    }
+    st.cpu_reported = cpu;
+    let rec = ThreadCpu {
+        tid: st.tid,
+        tgid: st.tgid,
+        tid_start: st.tid_start,
+        cpu_ns: cpu,
+        at_ns: boot_ns(),
+    };
+    // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record on
+    // our stack of the length given.
+    unsafe {
+        bpf_seq_write(
+            seq.cast(),
+            ptr::from_ref(&rec).cast(),
+            size_of::<ThreadCpu>() as u32,
+        )
+    };
+}
+
+/// Hands over what every live thread accumulated, when userspace reads the iterator (each
+/// reading, and at the end of a run).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub extern "C" fn flush_threads(ctx: *mut c_void) -> i32 {
+    // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
+    // struct bpf_iter_meta { struct seq_file *seq; ... }
+    // SAFETY: the iterator's context has that layout; the verifier types both loads.
+    let (meta, task) = unsafe {
+        (
+            *ctx.cast::<*const *mut c_void>(),
+            *ctx.cast::<*mut c_void>().add(1),
+        )
+    };
+    let Some(task) = Task::from_btf(task) else {
+        return 0;
+    };
+    let Some(st) = THREAD_STATE.get(task, false) else {
+        return 0;
+    };
+    // SAFETY: `meta` is the iterator's non-null metadata; its first field is the seq_file.
+    let seq = unsafe { *meta };
+    // Twice at most: a second time when the thread began exiting while we held its claim
+    // and left its last acquisitions to us.
+    for _ in 0..2 {
+        if !claim(st) {
+            // The thread itself is flushing: it finishes its own exit if it is exiting.
+            return 0;
+        }
+        // SAFETY: volatile reads of fields other CPUs write.
+        let was_exiting = unsafe { ptr::read_volatile(&st.exiting) } != 0;
+        accum::flush_claimed(st, task, true);
+        accum::copy_claimed(st);
+        report_cpu(st, task, seq);
+        if was_exiting {
+            notify(st, task, exit_record::FREED);
+        }
+        unclaim_full(st);
+        // SAFETY: as above, after the exchange's full barrier.
+        let exiting = unsafe { ptr::read_volatile(&st.exiting) } != 0;
+        // SAFETY: as above.
+        let pending = unsafe { ptr::read_volatile(&st.head) } != st.tail;
+        if !(exiting && (pending || !was_exiting)) {
+            return 0;
+        }
+    }
+    0
+}

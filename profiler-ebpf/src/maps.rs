@@ -1,0 +1,160 @@
+//! What userspace shares with the programs: the settings it fixes at load time (globals in a
+//! frozen read-only map, which the verifier knows, so branches on them cost nothing and dead
+//! ones are removed) and the maps it reads.
+
+use core::ptr;
+
+use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
+    helpers::generated::bpf_loop,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use profiler_common::{
+    BlockedKey, BlockedVal, Filter, KernelLayout, LOCK_SLOTS, LockAcc, Settings, StatsKey,
+    ThreadStats, counter,
+};
+
+/// Kernel facts (struct offsets), set by userspace at load time from the running kernel's BTF.
+#[unsafe(no_mangle)]
+pub static KERNEL: KernelLayout = KernelLayout {
+    task_mm: 0,
+    task_tgid: 0,
+    task_group_leader: 0,
+    task_comm: 0,
+    mm_owner: 0,
+    task_flags: 0,
+    task_fsbase: 0,
+    regs_orig_ax: 0,
+    regs_ip: 0,
+    regs_sp: 0,
+    regs_bp: 0,
+    task_start_boottime: 0,
+    task_pid: 0,
+    mm_lock_count: 0,
+    task_cpu_ns: 0,
+    has_bpf_loop: 0,
+};
+
+/// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).
+#[unsafe(no_mangle)]
+pub static SETTINGS: Settings = Settings {
+    stack_sample: 0,
+    writes_only: 0,
+    blockers: 0,
+    self_tgid: 0,
+    strong_order: 0,
+    _pad: 0,
+};
+
+/// Which owners to profile (`--pid`, `--comm`, or the `SELECTED` map).
+#[unsafe(no_mangle)]
+pub static FILTER: Filter = Filter::ALL;
+
+/// A load-time constant. Read through a volatile load, so that the compiler cannot fold the
+/// placeholder value above; the verifier, which knows the frozen map's contents, folds it.
+#[inline(always)]
+pub fn konst<T: Copy>(r: &T) -> T {
+    // SAFETY: `r` is a valid, aligned reference to plain data.
+    unsafe { ptr::read_volatile(r) }
+}
+
+/// `--blockers`: waits are charged to the holds that made them wait.
+#[inline(always)]
+pub fn blockers_on() -> bool {
+    konst(&SETTINGS.blockers) != 0
+}
+
+/// Per-(owner, thread, kind) statistics read by userspace: a copy of each thread's
+/// accumulators (see `accum`), plus the rare acquisitions accumulated here directly. Sized at
+/// load time (`--max-threads`); not preallocated, so that capacity costs nothing until used.
+#[map]
+pub static STATS: HashMap<StatsKey, ThreadStats> =
+    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+
+/// The agent's selection (`Filter::use_selection`): pid -> start time in clock ticks.
+#[map]
+pub static SELECTED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// Bumped by userspace whenever `SELECTED` changes: threads then resolve their own process's
+/// verdict again instead of trusting their cached one.
+#[map]
+pub static SELECTION_GEN: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Health counters, see `profiler_common::counter`.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Userspace's reading epoch (see `ThreadStats::epoch`). Userspace drains DIRTY *before*
+/// bumping it, and we load it only after a full barrier that follows the entry's update, so a
+/// change is either in the reading that follows or noted again for the next one.
+#[map]
+pub static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Keys of entries that changed in the current epoch, each once.
+#[map]
+pub static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+
+/// Threads with profiler state that are exiting or freed (`ExitedThread`).
+#[map]
+pub static EXITED: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Threads whose first acquisitions were flushed (one event per thread), to classify.
+#[map]
+pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Sampled write stacks and their outcomes (sized by userspace for the sampling rate).
+#[map]
+pub static STACKS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
+
+/// Each profiled lock's hold times per holder (`--blockers`; one element when off).
+#[map]
+pub static LOCKS: Array<LockAcc> = Array::with_max_entries(LOCK_SLOTS, 0);
+
+/// Waits charged to the holds that made them wait (`--blockers`), cumulative.
+#[map]
+pub static BLOCKED: HashMap<BlockedKey, BlockedVal> =
+    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+
+/// A zeroed `ThreadStats` to insert from: the value is larger than the 512-byte BPF stack.
+#[map]
+pub static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Adds `n` to health counter `idx` (per CPU: no atomics, no sharing).
+#[inline(always)]
+pub fn bump_by(idx: u32, n: u64) {
+    if let Some(c) = COUNTERS.get_ptr_mut(idx) {
+        // SAFETY: a per-CPU array element: only this CPU writes it, and BPF programs do not
+        // migrate while they run.
+        unsafe { *c += n };
+    }
+}
+
+#[inline(always)]
+pub fn bump(idx: u32) {
+    bump_by(idx, 1)
+}
+
+/// Calls `cb(i, ctx)` for `i` in `0..n` (at most `MAX`), stopping when it returns non-zero.
+/// With `bpf_loop` (5.17+) the verifier checks the callback once, whatever `n`; older kernels
+/// get a bounded loop, verified once per iteration. The branch is on a load-time constant, so
+/// only one of the two survives verification.
+#[inline(always)]
+pub fn for_each<const MAX: u32>(
+    n: u32,
+    cb: extern "C" fn(u64, *mut core::ffi::c_void) -> i64,
+    ctx: *mut core::ffi::c_void,
+) {
+    let n = if n > MAX { MAX } else { n };
+    if konst(&KERNEL.has_bpf_loop) != 0 {
+        // SAFETY: `cb` has the callback signature bpf_loop expects, and `ctx` points to the
+        // caller's stack, alive for the call.
+        unsafe { bpf_loop(n, cb as *mut core::ffi::c_void, ctx, 0) };
+    } else {
+        for i in 0..MAX {
+            if i >= n || cb(i as u64, ctx) != 0 {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Whose lock is it, and is it profiled? A lock belongs to the process owning its
+//! `mm_struct`; filters (`--pid`, `--comm`, the agent's `SELECTED` map) are decided on that
+//! owner, once per thread for its own mm (cached), and each time for another process's mm
+//! (rare, and a cached mm address could be reused once freed).
+
+use profiler_common::{MAX_FILTER_COMMS, MAX_FILTER_PIDS, cause};
+
+use crate::{
+    kread::{self, Task},
+    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, konst},
+    state::{HELD, NOT_TRACKED, OwnCache, Slot, TRACKED},
+};
+
+/// Which process owns an mm, for a lock the current thread takes.
+pub enum Owner {
+    /// Profiled: its pid and start time.
+    Tracked(u32, u64),
+    /// Filtered out.
+    Ignored,
+    /// A child's new mm inside fork's dup_mmap: counted apart, never charged.
+    ForkChild,
+}
+
+/// Start time of the process `task` (a kernel address) belongs to: its group leader's.
+#[inline(always)]
+pub fn process_start(task: u64) -> u64 {
+    let leader = kread::u64_at(task + konst(&KERNEL.task_group_leader) as u64);
+    if leader == 0 {
+        return 0;
+    }
+    kread::u64_at(leader + konst(&KERNEL.task_start_boottime) as u64)
+}
+
+/// Does the process `owner` pass `--pid`/`--comm` (or the agent's selection)? `owner_task`
+/// is a task of that process (a kernel address; 0 if unknown).
+#[inline(always)]
+pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
+    if konst(&FILTER.use_selection) != 0 {
+        // The pid with the same start: a reused pid is not the selected process.
+        // SAFETY: the value is copied out at once; entries are plain u64s.
+        let Some(&ticks) = (unsafe { SELECTED.get(owner) }) else {
+            return false;
+        };
+        let per_tick = konst(&FILTER.ns_per_tick) as u64;
+        return owner_task != 0 && per_tick != 0 && process_start(owner_task) / per_tick == ticks;
+    }
+    let n_pids = konst(&FILTER.n_pids) as usize;
+    let n_comms = konst(&FILTER.n_comms) as usize;
+    if n_pids == 0 && n_comms == 0 {
+        return true;
+    }
+    for i in 0..MAX_FILTER_PIDS {
+        if i >= n_pids {
+            break;
+        }
+        if konst(&FILTER.pids[i]) == owner {
+            return true;
+        }
+    }
+    if n_comms == 0 || owner_task == 0 {
+        return false;
+    }
+    // The process's name is its thread group leader's comm.
+    let leader = kread::u64_at(owner_task + konst(&KERNEL.task_group_leader) as u64);
+    if leader == 0 {
+        return false;
+    }
+    let comm = kread::comm_at(leader + konst(&KERNEL.task_comm) as u64);
+    for i in 0..MAX_FILTER_COMMS {
+        if i >= n_comms {
+            break;
+        }
+        if konst(kread::as_comm(&FILTER.comms[i])) == comm {
+            return true;
+        }
+    }
+    false
+}
+
+/// Resolves which process owns `mm`, caching the verdict for the thread's own mm in `own`.
+/// `slots`: the thread's lock slots, if it has any (a held fork slot tells dup_mmap's child).
+#[inline(always)]
+pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner {
+    let generation = SELECTION_GEN.get(0).copied().unwrap_or(0);
+    if mm == own.mm && own.tracked != 0 && own.generation == generation {
+        return if own.tracked == TRACKED {
+            Owner::Tracked(own.owner, own.owner_start)
+        } else {
+            Owner::Ignored
+        };
+    }
+    let task = kread::current_addr();
+    let own_mm = kread::u64_at(task + konst(&KERNEL.task_mm) as u64);
+    let tgid = Task::current().u32_at(konst(&KERNEL.task_tgid));
+    if own_mm == mm {
+        let start = process_start(task);
+        let tracked = passes_filter(tgid, task);
+        own.mm = mm;
+        own.owner_start = start;
+        own.owner = tgid;
+        own.tracked = if tracked { TRACKED } else { NOT_TRACKED };
+        own.generation = generation;
+        return if tracked {
+            Owner::Tracked(tgid, start)
+        } else {
+            Owner::Ignored
+        };
+    }
+    // dup_mmap write-locks the parent's mm (a FORK write held in a slot), then the child's.
+    if let Some(slots) = slots {
+        for s in slots {
+            if s.state == HELD && s.kind == cause::FORK && s.mm != mm {
+                return Owner::ForkChild;
+            }
+        }
+    }
+    let mm_owner = konst(&KERNEL.mm_owner);
+    let owner_task = if mm_owner == 0 {
+        0
+    } else {
+        kread::u64_at(mm + mm_owner as u64)
+    };
+    if owner_task == 0 {
+        // No mm->owner in this kernel (no CONFIG_MEMCG), or none set: charged to owner 0.
+        return if passes_filter(0, 0) {
+            Owner::Tracked(0, 0)
+        } else {
+            Owner::Ignored
+        };
+    }
+    // Another process's lock (e.g. reading /proc/PID/smaps): mm->owner names its process.
+    let owner = kread::u32_at(owner_task + konst(&KERNEL.task_tgid) as u64);
+    if owner == tgid {
+        // A task of our own thread group whose mm is not ours yet: execve's new mm (a fork
+        // child's was caught above by the held fork slot). It is this process's lock.
+        let start = process_start(task);
+        return if passes_filter(tgid, task) {
+            Owner::Tracked(tgid, start)
+        } else {
+            Owner::Ignored
+        };
+    }
+    if passes_filter(owner, owner_task) {
+        Owner::Tracked(owner, process_start(owner_task))
+    } else {
+        Owner::Ignored
+    }
+}

@@ -1,0 +1,87 @@
+//! Stack sampling (`--stack-sample`): the user registers and the top of the user stack of one
+//! write in N, copied at `start_locking`, before the lock is held, for userspace to unwind.
+
+use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_probe_read_user_buf};
+use profiler_common::{STACK_BYTES, STACK_CHUNK, StackSample, counter, stack_record};
+
+use crate::{
+    kread::Task,
+    maps::{KERNEL, SETTINGS, STACKS, bump, konst},
+    state::ThreadState,
+};
+
+/// Whether this write is sampled: one in `--stack-sample`, at random (a counter would alias
+/// with periodic workloads: a loop of mmap then munmap sampled one in an even N shows
+/// munmaps only). Returns the sample's sequence number (never 0, which means "not sampled").
+#[inline(always)]
+pub fn pick(st: &mut ThreadState) -> u32 {
+    let every = konst(&SETTINGS.stack_sample);
+    if every == 0 {
+        return 0;
+    }
+    st.writes = st.writes.wrapping_add(1);
+    // SAFETY: no preconditions.
+    if every != 1 && unsafe { bpf_get_prandom_u32() } % every != 0 {
+        return 0;
+    }
+    if st.writes == 0 { 1 } else { st.writes }
+}
+
+/// Copies the current thread's user registers and the top of its user stack to STACKS.
+/// Returns whether it was sent.
+#[inline(always)]
+pub fn sample(
+    task: Task,
+    tid: u32,
+    tgid: u32,
+    owner: u32,
+    owner_start: u64,
+    kind: u32,
+    seq: u32,
+) -> bool {
+    let sp_off = konst(&KERNEL.regs_sp);
+    if sp_off == 0 {
+        return false;
+    }
+    let Some(regs) = task.user_regs() else {
+        return false;
+    };
+    let Some(mut entry) = STACKS.reserve::<StackSample>(0) else {
+        bump(counter::STACKS_LOST);
+        return false;
+    };
+    let e = entry.as_mut_ptr();
+    let sp = regs.u64_at(sp_off);
+    // SAFETY: `e` points to a reserved ring buffer record of StackSample's size, ours until
+    // submitted; its header is written field by field, the stack below.
+    unsafe {
+        (*e).tag = stack_record::SAMPLE;
+        (*e).owner = owner;
+        (*e).tid = tid;
+        (*e).tgid = tgid;
+        (*e).kind = kind;
+        (*e).seq = seq;
+        (*e).ip = regs.u64_at(konst(&KERNEL.regs_ip));
+        (*e).sp = sp;
+        (*e).bp = regs.u64_at(konst(&KERNEL.regs_bp));
+        (*e).owner_start = owner_start;
+        (*e)._pad = 0;
+    }
+    // Chunk by chunk, so that a stack whose mapping ends within STACK_BYTES still yields the
+    // part that exists.
+    let mut len = 0u32;
+    for i in 0..STACK_BYTES / STACK_CHUNK {
+        let off = i * STACK_CHUNK;
+        // SAFETY: a subslice of the reserved record's stack array.
+        let dst = unsafe { &mut (&mut (*e).stack)[off..off + STACK_CHUNK] };
+        // SAFETY: bpf_probe_read_user fails instead of faulting on unmapped user memory.
+        if unsafe { bpf_probe_read_user_buf((sp + off as u64) as *const u8, dst) }.is_err() {
+            break;
+        }
+        len += STACK_CHUNK as u32;
+    }
+    // SAFETY: as above.
+    unsafe { (*e).stack_len = len };
+    entry.submit(0);
+    true
+}

@@ -1,0 +1,418 @@
+//! The three mmap_lock tracepoints: wait = start_locking -> acquire_returned, hold =
+//! acquire_returned -> released, per thread and lock slot. `acquire_returned` and `released`
+//! run while the lock is held, so they take a timestamp, update the slot and, at release, put
+//! the completed acquisition in the thread's ring; accumulating it waits for a moment when no
+//! lock is held (see `accum`).
+//!
+//! The verifier needs constant context offsets, and rejects reads past a tracepoint's last
+//! argument at attach time, so each tracepoint prototype gets its own programs and userspace
+//! loads the ones the kernel's BTF describes.
+
+use core::ptr;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use profiler_common::{cause, counter};
+
+use crate::{
+    accum, blockers,
+    kread::Task,
+    lifecycle,
+    maps::{KERNEL, SETTINGS, blockers_on, bump, konst},
+    owner::{self, Owner},
+    sampling,
+    state::{Done, FREE, HELD, RING, Slot, THREAD_STATE, ThreadState, VERDICT, WAITING},
+};
+
+/// `--writes-only` and this is a read acquisition: nothing to do.
+#[inline(always)]
+fn skip_read(write: bool) -> bool {
+    !write && konst(&SETTINGS.writes_only) != 0
+}
+
+/// The thread's state if it has any, else created when `mm`'s lock is profiled. A thread
+/// that never takes a profiled lock keeps only its cached verdict (a few bytes).
+#[inline(always)]
+fn state_of(task: Task, mm: u64) -> Option<&'static mut ThreadState> {
+    if let Some(st) = THREAD_STATE.get(task, false) {
+        return Some(st);
+    }
+    let verdict = VERDICT.get(task, true)?;
+    if !matches!(owner::resolve(verdict, None, mm), Owner::Tracked(..)) {
+        return None;
+    }
+    let st = THREAD_STATE.get(task, true)?;
+    st.own.set(verdict);
+    Some(st)
+}
+
+/// PF_EXITING and PF_KTHREAD in `task_struct.flags`.
+const PF_EXITING: u32 = 0x4;
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// Why the current thread takes the lock for write: its exit, the syscall it is in, or a
+/// user page fault (x86_64 `pt_regs.orig_ax`, see `cause::of_orig_ax`).
+#[inline(always)]
+fn write_cause(task: Task) -> u32 {
+    let flags = task.u32_at(konst(&KERNEL.task_flags));
+    if flags & PF_EXITING != 0 {
+        return cause::EXIT;
+    }
+    let orig_ax = konst(&KERNEL.regs_orig_ax);
+    if flags & PF_KTHREAD != 0 || orig_ax == 0 {
+        return cause::OTHER;
+    }
+    match task.user_regs() {
+        Some(regs) => cause::of_orig_ax(regs.u64_at(orig_ax)),
+        None => cause::OTHER,
+    }
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Linux 6.14+: `(mm, write)`.
+#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
+pub fn mmap_lock_start_locking(ctx: RawTracePointContext) -> i32 {
+    start_locking::<1>(&ctx)
+}
+
+/// Linux 5.8 to 6.13: `(mm, memcg_path, write)`.
+#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
+pub fn mmap_lock_start_locking_memcg(ctx: RawTracePointContext) -> i32 {
+    start_locking::<2>(&ctx)
+}
+
+/// Before a blocking acquire, with no lock of this one held: the place to accumulate what is
+/// pending, find a write's cause and sample its stack, none of which then adds to a hold.
+#[inline(always)]
+fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
+    let mm: u64 = ctx.arg(0);
+    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
+    if skip_read(write) {
+        return 0;
+    }
+    let task = Task::current();
+    let Some(st) = state_of(task, mm) else {
+        return 0;
+    };
+    // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
+    // never seen), and is reused.
+    for s in st.slots.iter_mut() {
+        if s.state == WAITING {
+            s.state = FREE;
+            if blockers_on() {
+                blockers::end_wait(s, blockers::write_kind(s.kind));
+            }
+        }
+    }
+    let free0 = st.slots[0].state == FREE;
+    let free1 = st.slots[1].state == FREE;
+    // Holding nothing: accumulate what is pending (inside dup_mmap, the parent's lock is held).
+    // SAFETY: a volatile read of a field another CPU holding the claim may write.
+    let tail = unsafe { ptr::read_volatile(&st.tail) };
+    if free0 && free1 && (st.head != tail || st.charge_pending != 0) {
+        accum::flush(st, task, true);
+    }
+    let (owner, owner_start) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
+        Owner::Tracked(o, s) => (o, s),
+        // A fork child's lock is counted once, when acquired.
+        Owner::Ignored | Owner::ForkChild => return 0,
+    };
+    let idx = if free0 {
+        0
+    } else if free1 {
+        1
+    } else {
+        bump(counter::NESTED);
+        return 0;
+    };
+    let mut sample_seq = 0;
+    let kind = if write {
+        let c = write_cause(task);
+        let seq = sampling::pick(st);
+        if seq != 0 {
+            let pid_tgid = bpf_get_current_pid_tgid();
+            if sampling::sample(
+                task,
+                pid_tgid as u32,
+                (pid_tgid >> 32) as u32,
+                owner,
+                owner_start,
+                c,
+                seq,
+            ) {
+                sample_seq = seq;
+            }
+        }
+        c
+    } else {
+        cause::READ
+    };
+    let snapped = blockers_on() && blockers::begin_wait(st, task, idx, mm, write);
+    let s = &mut st.slots[idx];
+    s.mm = mm;
+    s.owner = owner;
+    s.owner_start = owner_start;
+    s.kind = kind;
+    s.sample_seq = sample_seq;
+    s.snapped = snapped as u32;
+    s.acq_ts = 0;
+    s.state = WAITING;
+    s.start_ts = now();
+    0
+}
+
+/// Linux 6.14+: `(mm, write, success)`.
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn mmap_lock_acquire_returned(ctx: RawTracePointContext) -> i32 {
+    acquire_returned::<1>(&ctx)
+}
+
+/// Linux 5.8 to 6.13: `(mm, memcg_path, write, success)`.
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn mmap_lock_acquire_returned_memcg(ctx: RawTracePointContext) -> i32 {
+    acquire_returned::<2>(&ctx)
+}
+
+/// After any acquire, with the lock held when it succeeded: timestamps and flags only.
+#[inline(always)]
+fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
+    let mm: u64 = ctx.arg(0);
+    // `bool` arguments arrive as u64 slots; only the low byte is defined.
+    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
+    if skip_read(write) {
+        // Under --writes-only a downgrade is not seen: its write hold ends at the release.
+        return 0;
+    }
+    let task = Task::current();
+    // A trylock has no start_locking before it, so the state may not exist yet.
+    let Some(st) = state_of(task, mm) else {
+        return 0;
+    };
+    let success = (ctx.arg::<u64>(WRITE_ARG + 1) & 0xff) != 0;
+    let now = now();
+    // One completed record at most, put in the ring at the end (one call site keeps the
+    // program small for the verifier).
+    if let Some(d) = on_acquire(st, task, mm, write, success, now) {
+        complete(st, task, d);
+    }
+    0
+}
+
+/// Notes, for blockers, that a hold begins.
+#[inline(always)]
+fn note_hold(mm: u64, kind: u32, write: bool, now: u64) {
+    if write {
+        blockers::note_write_hold(mm, kind, bpf_get_current_pid_tgid() as u32, now);
+    } else {
+        blockers::note_read_hold(mm, now);
+    }
+}
+
+/// The state change of an acquire; returns what it completed, if anything.
+#[inline(always)]
+fn on_acquire(
+    st: &mut ThreadState,
+    task: Task,
+    mm: u64,
+    write: bool,
+    success: bool,
+    now: u64,
+) -> Option<Done> {
+    // The blocking acquire this ends (a thread waits for one lock at a time).
+    let waiting = if st.slots[1].state == WAITING && st.slots[1].mm == mm {
+        1
+    } else if st.slots[0].state == WAITING && st.slots[0].mm == mm {
+        0
+    } else {
+        2
+    };
+    if waiting < 2 {
+        let s = &mut st.slots[waiting];
+        if blockers_on() {
+            blockers::end_wait(s, write);
+        }
+        if success {
+            s.acq_ts = now;
+            s.state = HELD;
+            if blockers_on() {
+                let s = *s;
+                note_hold(mm, s.kind, write, now);
+                if s.snapped != 0 {
+                    blockers::take_charge(st, task, s, now, write);
+                }
+            }
+            return None;
+        }
+        s.state = FREE;
+        return Some(Done {
+            owner_start: s.owner_start,
+            wait: now.wrapping_sub(s.start_ts),
+            hold: 0,
+            owner: s.owner,
+            kind: s.kind,
+            sample_seq: s.sample_seq,
+            failed: 1,
+        });
+    }
+    // No start_locking: a downgrade of a write lock this thread holds, or a trylock.
+    if !write && success {
+        let i = if downgradable(&st.slots[1], mm) {
+            1
+        } else if downgradable(&st.slots[0], mm) {
+            0
+        } else {
+            2
+        };
+        if i < 2 {
+            // mmap_write_downgrade: the write hold ends, a read hold begins that is not a
+            // read acquisition.
+            if blockers_on() {
+                let (kind, acq_ts) = (st.slots[i].kind, st.slots[i].acq_ts);
+                blockers::add_hold(st, mm, kind, acq_ts, now, task);
+            }
+            let s = &mut st.slots[i];
+            let d = done_of(s, now);
+            s.kind = cause::DOWNGRADE;
+            s.start_ts = 0;
+            s.sample_seq = 0;
+            s.acq_ts = now;
+            return Some(d);
+        }
+    }
+    let (owner, owner_start) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
+        Owner::Tracked(o, s) => (o, s),
+        Owner::Ignored => return None,
+        Owner::ForkChild => {
+            bump(counter::FORK_CHILD);
+            return None;
+        }
+    };
+    // A write trylock (rare) finds its cause now.
+    let kind = if write {
+        write_cause(task)
+    } else {
+        cause::READ
+    };
+    if !success {
+        return Some(Done {
+            owner_start,
+            wait: 0,
+            hold: 0,
+            owner,
+            kind,
+            sample_seq: 0,
+            failed: 1,
+        });
+    }
+    let idx = if st.slots[0].state == FREE {
+        0
+    } else if st.slots[1].state == FREE {
+        1
+    } else {
+        bump(counter::NESTED);
+        return None;
+    };
+    if blockers_on() {
+        note_hold(mm, kind, write, now);
+    }
+    let s = &mut st.slots[idx];
+    s.mm = mm;
+    s.owner = owner;
+    s.owner_start = owner_start;
+    s.kind = kind;
+    s.sample_seq = 0;
+    s.snapped = 0;
+    s.start_ts = 0;
+    s.acq_ts = now;
+    s.state = HELD;
+    None
+}
+
+/// Is `s` a write lock of `mm` that a read acquire without start_locking downgrades?
+#[inline(always)]
+fn downgradable(s: &Slot, mm: u64) -> bool {
+    s.state == HELD && s.mm == mm && s.kind != cause::READ && s.kind != cause::DOWNGRADE
+}
+
+/// The completed record of a held slot, released at `now`.
+#[inline(always)]
+fn done_of(s: &Slot, now: u64) -> Done {
+    Done {
+        owner_start: s.owner_start,
+        wait: if s.start_ts == 0 {
+            0
+        } else {
+            s.acq_ts.wrapping_sub(s.start_ts)
+        },
+        hold: now.wrapping_sub(s.acq_ts),
+        owner: s.owner,
+        kind: s.kind,
+        sample_seq: s.sample_seq,
+        failed: 0,
+    }
+}
+
+/// Puts a completed acquisition in the thread's ring. Runs with the lock held: stores only,
+/// unless the ring is full.
+#[inline(always)]
+fn complete(st: &mut ThreadState, task: Task, d: Done) {
+    let head = st.head;
+    // SAFETY: `tail` may be written by another CPU holding the claim.
+    let tail = unsafe { ptr::read_volatile(&st.tail) };
+    if head.wrapping_sub(tail) >= RING {
+        // Many trylocks and no start_locking in between: accumulate now, under the lock,
+        // rather than lose them; counted so the cost is visible.
+        if accum::flush(st, task, false) {
+            bump(counter::FLUSH_UNDER_LOCK);
+        } else {
+            bump(counter::RING_FULL);
+            return;
+        }
+    }
+    st.ring[(head & (RING - 1)) as usize] = d;
+    // The record before the index that publishes it (x86-64 keeps stores in order; the
+    // claim's compare-and-swap orders it elsewhere).
+    // SAFETY: a volatile store to a field of the thread's state.
+    unsafe { ptr::write_volatile(&mut st.head, head.wrapping_add(1)) };
+}
+
+/// Before the lock is let go: a timestamp, and the completed acquisition into the ring.
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
+    let mm: u64 = ctx.arg(0);
+    let task = Task::current();
+    let Some(st) = THREAD_STATE.get(task, false) else {
+        return 0;
+    };
+    // The innermost lock first; nothing held: acquired before we attached, or not profiled.
+    let idx = if st.slots[1].state == HELD && st.slots[1].mm == mm {
+        1
+    } else if st.slots[0].state == HELD && st.slots[0].mm == mm {
+        0
+    } else {
+        return 0;
+    };
+    let now = now();
+    if blockers_on() {
+        let (kind, acq_ts) = (st.slots[idx].kind, st.slots[idx].acq_ts);
+        blockers::add_hold(st, mm, kind, acq_ts, now, task);
+    }
+    let s = &mut st.slots[idx];
+    s.state = FREE;
+    let d = done_of(s, now);
+    complete(st, task, d);
+    if st.exiting != 0 {
+        // The exit path only: this is one of the thread's last locks (exit_mm's, the last
+        // thread's exit_mmap), and nothing else would accumulate it.
+        lifecycle::final_flush(st, task, false);
+    }
+    0
+}

@@ -1,0 +1,375 @@
+//! Loading and attaching the eBPF programs, with this run's settings as load-time globals,
+//! timed step by step (attach time is part of what the profiler costs: `-v` prints the
+//! steps, the report's `overhead.load` carries them, and the bench reports them).
+
+use std::time::{Duration, Instant};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{Iter, ProgramError, RawTracePoint},
+};
+use aya_obj::btf::{Btf, BtfType, Func, FuncLinkage};
+use profiler_common::{COMM_LEN, Filter, LOCK_SLOTS, MAX_FILTER_COMMS, MAX_FILTER_PIDS, Settings};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    btf::{KernelError, KernelInfo},
+    collector::{CollectorConfig, CollectorError, Floor, error_chain, is_permission},
+};
+
+/// The compiled eBPF object, built by `build.rs` from `profiler-ebpf`.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mmaplock"));
+
+/// Kernel map entries budgeted per thread: one for its reads, and one per write cause it
+/// uses (typically mmap, munmap, mprotect; a few more for some).
+pub const ENTRIES_PER_THREAD: u32 = 4;
+
+/// The tracepoints, each with the program attached to it (see [`programs_for`]).
+pub const TRACEPOINTS: [&str; 3] = [
+    "mmap_lock_start_locking",
+    "mmap_lock_acquire_returned",
+    "mmap_lock_released",
+];
+
+/// The program handing every thread's accumulators over when its iterator is read.
+pub const FLUSH_ITER: &str = "flush_threads";
+
+/// The eBPF object to load: the embedded one, or, for developing the eBPF side without
+/// rebuilding the profiler, the file named by `MMAPLOCK_PROF_BPF_OBJECT`.
+fn object() -> Result<std::borrow::Cow<'static, [u8]>, CollectorError> {
+    match std::env::var_os("MMAPLOCK_PROF_BPF_OBJECT") {
+        None => Ok(EBPF_OBJECT.into()),
+        Some(path) => std::fs::read(&path).map(Into::into).map_err(|e| {
+            CollectorError::Load(format!("MMAPLOCK_PROF_BPF_OBJECT {}: {e}", path.display()))
+        }),
+    }
+}
+
+/// One program's verification.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgramLoad {
+    pub name: String,
+    /// Instructions the verifier processed (its own measure of the work; `None` before
+    /// Linux 5.16).
+    pub verified_insns: Option<u32>,
+    /// From handing the program to the kernel to its attachment.
+    pub ms: f64,
+}
+
+/// Where attach time went.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    /// From the start of loading to every program attached.
+    pub total_ms: f64,
+    /// Steps in order: kernel facts (BTF), maps and object, then each program.
+    pub steps: Vec<(String, f64)>,
+    pub programs: Vec<ProgramLoad>,
+}
+
+/// Times the steps of a load.
+struct Stopwatch {
+    t0: Instant,
+    last: Instant,
+    report: LoadReport,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl Stopwatch {
+    fn new() -> Self {
+        let now = Instant::now();
+        Stopwatch {
+            t0: now,
+            last: now,
+            report: LoadReport::default(),
+        }
+    }
+
+    fn step(&mut self, name: &str) {
+        let now = Instant::now();
+        self.report
+            .steps
+            .push((name.to_string(), ms(now - self.last)));
+        log::debug!("{name}: {:?}", now - self.last);
+        self.last = now;
+    }
+
+    fn program(&mut self, name: &str, verified_insns: Option<u32>) {
+        let now = Instant::now();
+        let d = ms(now - self.last);
+        log::debug!("{name}: {d:.1} ms, {verified_insns:?} instructions verified");
+        self.report.steps.push((name.to_string(), d));
+        self.report.programs.push(ProgramLoad {
+            name: name.to_string(),
+            verified_insns,
+            ms: d,
+        });
+        self.last = now;
+    }
+
+    fn finish(mut self) -> LoadReport {
+        self.report.total_ms = ms(self.t0.elapsed());
+        self.report
+    }
+}
+
+/// The program for each of [`TRACEPOINTS`] on this kernel (or the floor's).
+pub fn programs_for(kernel: &KernelInfo, floor: Floor) -> [&'static str; 3] {
+    match floor {
+        Floor::Empty => [
+            "floor_start_locking",
+            "floor_acquire_returned",
+            "floor_released",
+        ],
+        Floor::Clock => [
+            "clock_start_locking",
+            "clock_acquire_returned",
+            "clock_released",
+        ],
+        Floor::Off => [
+            kernel.tracepoints.start_program(),
+            kernel.tracepoints.acquire_program(),
+            "mmap_lock_released",
+        ],
+    }
+}
+
+/// The `FILTER` global for a configuration.
+pub fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
+    let mut f = Filter::ALL;
+    if cfg.pids.len() > MAX_FILTER_PIDS {
+        return Err(CollectorError::TooManyPids);
+    }
+    if cfg.comms.len() > MAX_FILTER_COMMS {
+        return Err(CollectorError::TooManyComms);
+    }
+    for (slot, pid) in f.pids.iter_mut().zip(&cfg.pids) {
+        *slot = *pid;
+    }
+    for (slot, comm) in f.comms.iter_mut().zip(&cfg.comms) {
+        let b = comm.as_bytes();
+        if b.len() >= COMM_LEN {
+            return Err(CollectorError::CommTooLong(comm.clone()));
+        }
+        slot[..b.len()].copy_from_slice(b);
+    }
+    f.n_pids = cfg.pids.len() as u32;
+    f.n_comms = cfg.comms.len() as u32;
+    f.use_selection = (cfg.selection || cfg.children) as u32;
+    f.follow_children = cfg.children as u32;
+    f.ns_per_tick = (1_000_000_000 / crate::registry::ids::clock_ticks()) as u32;
+    Ok(f)
+}
+
+/// A stand-in for the kernel's BTF that holds one function, `name`, under the id the kernel
+/// gave it. Loading an iterator is the only thing aya needs the kernel's BTF for, and all it
+/// looks up there is that id; we found it already while reading the offsets, so parsing the
+/// whole BTF a second time (~20 ms, a fifth of our attach budget) would buy nothing.
+fn btf_with_func(name: &str, id: u32) -> Btf {
+    let mut btf = Btf::new();
+    let name_off = btf.add_string(name);
+    // Ids count from 1 (0 is void); fillers of another kind are skipped by the lookup.
+    let mut next = 1;
+    while next < id {
+        next = btf.add_type(BtfType::Unknown) + 1;
+    }
+    btf.add_type(BtfType::Func(Func::new(name_off, 0, FuncLinkage::Global)));
+    btf
+}
+
+fn load_error(e: &(dyn std::error::Error + 'static)) -> CollectorError {
+    if is_permission(e) {
+        CollectorError::Permission
+    } else {
+        CollectorError::Load(error_chain(e))
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, CollectorError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| CollectorError::Load(format!("program {name} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))
+}
+
+/// Everything loaded and attached: on return the programs are counting.
+pub struct Loaded {
+    pub ebpf: Ebpf,
+    pub kernel: KernelInfo,
+    pub report: LoadReport,
+}
+
+/// Reads the kernel's facts, creates the maps, verifies and attaches the programs.
+/// `cancelled` is asked between steps: a signal during start-up ends the run before it has
+/// attached anything more (what was attached goes when `Ebpf` is dropped).
+pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loaded, CollectorError> {
+    let mut watch = Stopwatch::new();
+    // aya's loader parses the kernel's whole BTF when it is made (which we do not need, see
+    // `btf_with_func`, but cannot skip): make it on another thread while we read our offsets.
+    let loader = std::thread::spawn(EbpfLoader::new);
+    let kernel = KernelInfo::detect()?;
+    watch.step("kernel BTF (offsets, tracepoint layout)");
+    let mut loader = loader
+        .join()
+        .map_err(|_| CollectorError::Load("the loader's thread panicked".into()))?;
+    watch.step("aya's loader (parses the kernel's BTF, in parallel)");
+    let filter = filter_for(cfg)?;
+    let settings = Settings {
+        stack_sample: cfg.stack_sample,
+        writes_only: cfg.writes_only as u32,
+        blockers: cfg.blockers as u32,
+        self_tgid: std::process::id(),
+        strong_order: cfg!(target_arch = "x86_64") as u32,
+        _pad: 0,
+    };
+    let mut ebpf = loader
+        // No CO-RE relocations to do (offsets come from `kernel`).
+        .btf(None)
+        .override_global("KERNEL", &kernel.layout, true)
+        .override_global("FILTER", &filter, true)
+        .override_global("SETTINGS", &settings, true)
+        // The sampled stacks' ring (16 KiB a sample): room for 512 at high rates (every
+        // write, --stacks), 64 at the default rate, a page when off. Its pages count in
+        // our RSS once written, so it is no bigger than the rate needs.
+        .map_max_entries("STACKS", stacks_ring_bytes(cfg.stack_sample))
+        .map_max_entries(
+            "STATS",
+            cfg.max_threads.max(1).saturating_mul(ENTRIES_PER_THREAD),
+        )
+        // Blockers' per-lock accumulators are 2 MiB of preallocated, zeroed memory: one
+        // element when they are off.
+        .map_max_entries("LOCKS", if cfg.blockers { LOCK_SLOTS } else { 1 })
+        // The task storage maps, which aya creates but has no typed API for; only the eBPF
+        // side uses them.
+        .allow_unsupported_maps()
+        .load(&object()?)
+        .map_err(|e| load_error(&e))?;
+    watch.step("maps created, object loaded");
+    if cancelled() {
+        return Err(CollectorError::Cancelled);
+    }
+    if !cfg.floor.is_on() {
+        if kernel.iter_task_btf_id == 0 {
+            return Err(CollectorError::Kernel(KernelError::MissingMember(
+                "bpf_iter_task (the task iterator, Linux 5.8+)".into(),
+            )));
+        }
+        let btf = btf_with_func("bpf_iter_task", kernel.iter_task_btf_id);
+        let iter: &mut Iter = program(&mut ebpf, FLUSH_ITER)?;
+        iter.load("task", &btf).map_err(|e| load_error(&e))?;
+        let insns = iter
+            .info()
+            .ok()
+            .and_then(|i| i.verified_instruction_count());
+        watch.program(FLUSH_ITER, insns);
+    }
+    // Thread exits (announced so that userspace knows whom to wait for at the end), forks to
+    // follow a target's descendants (`--children`), then the lock tracepoints last to first:
+    // a release is attached before the acquisitions it ends, and an acquire before the waits
+    // it ends, so that no thread is left with a slot that never completes while the programs
+    // attach one by one; an acquire seen before start_locking is attached counts as a trylock.
+    let exit_prog = (!cfg.floor.is_on()).then_some(("sched_process_exit", "sched_process_exit"));
+    let fork_prog = cfg
+        .children
+        .then_some(("sched_process_fork", "sched_process_fork"));
+    let attach = exit_prog.into_iter().chain(fork_prog).chain(
+        TRACEPOINTS
+            .into_iter()
+            .zip(programs_for(&kernel, cfg.floor))
+            .rev(),
+    );
+    for (tp, name) in attach {
+        if cancelled() {
+            return Err(CollectorError::Cancelled);
+        }
+        let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
+        prog.load().map_err(|e| load_error(&e))?;
+        prog.attach(tp).map_err(|e| {
+            if is_permission(&e) {
+                CollectorError::Permission
+            } else if error_chain(&e).contains("No such file") {
+                CollectorError::Kernel(KernelError::NoTracepoints)
+            } else {
+                CollectorError::Attach(tp, error_chain(&e))
+            }
+        })?;
+        let insns = prog
+            .info()
+            .ok()
+            .and_then(|i| i.verified_instruction_count());
+        watch.program(name, insns);
+    }
+    Ok(Loaded {
+        ebpf,
+        kernel,
+        report: watch.finish(),
+    })
+}
+
+/// Bytes of the STACKS ring buffer for a sampling rate (a power of two, at least a page).
+fn stacks_ring_bytes(stack_sample: u32) -> u32 {
+    match stack_sample {
+        0 => 4096,
+        1..=8 => 8 << 20,
+        _ => 1 << 20,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_packs_pids_and_comms() {
+        let f = filter_for(&CollectorConfig {
+            pids: vec![7, 9],
+            comms: vec!["node".into()],
+            max_threads: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!((f.n_pids, f.n_comms), (2, 1));
+        assert_eq!(f.use_selection, 0);
+        assert_eq!(&f.pids[..3], &[7, 9, 0]);
+        assert_eq!(&f.comms[0][..5], b"node\0");
+    }
+
+    #[test]
+    fn filter_rejects_what_the_kernel_cannot_hold() {
+        let long = CollectorConfig {
+            comms: vec!["a-very-long-command-name".into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            filter_for(&long),
+            Err(CollectorError::CommTooLong(_))
+        ));
+        let many = CollectorConfig {
+            pids: (1..=(MAX_FILTER_PIDS as u32 + 1)).collect(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            filter_for(&many),
+            Err(CollectorError::TooManyPids)
+        ));
+    }
+
+    /// The stand-in BTF gives aya the kernel's id for the iterator's function.
+    #[test]
+    fn stand_in_btf_has_the_function_under_the_given_id() {
+        use aya_obj::btf::BtfKind;
+        for id in [1, 2, 7, 91_234] {
+            let btf = btf_with_func("bpf_iter_task", id);
+            assert_eq!(
+                btf.id_by_type_name_kind("bpf_iter_task", BtfKind::Func)
+                    .unwrap(),
+                id
+            );
+        }
+    }
+}
