@@ -142,10 +142,34 @@ pub mod counter {
     pub const COUNT: u32 = 14;
 }
 
-/// Log2 bucket index of a duration in nanoseconds; see [`HIST_BUCKETS`].
+/// Log2 bucket index of a duration in nanoseconds (`64 - ns.leading_zeros()`, capped); see
+/// [`HIST_BUCKETS`].
+///
+/// Written for the BPF side, where it runs twice per accumulated acquisition: BPF has no
+/// count-leading-zeros instruction (LLVM expands `leading_zeros` into some forty
+/// instructions), and a binary search with branches makes the verifier walk every
+/// combination of them. This is a branch-free binary search: at each step, the sign of
+/// `2^k - 1 - v` says whether `v >= 2^k`.
 #[inline(always)]
 pub fn bucket_index(ns: u64) -> usize {
-    let idx = (64 - ns.leading_zeros()) as usize;
+    // Below 2^63 first (a halving counted in b), for the sign trick below.
+    let top = ns >> 63;
+    let mut v = ns >> top;
+    let mut b = top;
+    let mut step = |k: u64| {
+        let ge = ((1u64 << k) - 1).wrapping_sub(v) >> 63;
+        let shift = ge * k;
+        v >>= shift;
+        b += shift;
+    };
+    step(32);
+    step(16);
+    step(8);
+    step(4);
+    step(2);
+    step(1);
+    // v is 1 here, or 0 for ns == 0.
+    let idx = (b + (v & 1)) as usize;
     if idx >= HIST_BUCKETS {
         HIST_BUCKETS - 1
     } else {
@@ -554,8 +578,10 @@ mod user {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
     use core::mem::size_of;
+    use std::vec;
 
     #[test]
     fn layouts_have_no_implicit_padding() {
@@ -622,6 +648,28 @@ mod tests {
         assert_eq!(name(MPROTECT), "mprotect");
         assert_eq!(name(DOWNGRADE), "downgrade");
         assert_eq!(name(COUNT + 5), "other");
+    }
+
+    /// The binary search agrees with the definition, at every power of two and its
+    /// neighbours, and on a spread of other values.
+    #[test]
+    fn bucket_index_is_the_capped_bit_length() {
+        let by_definition = |ns: u64| ((64 - ns.leading_zeros()) as usize).min(HIST_BUCKETS - 1);
+        let mut values = vec![0, 1, 2, 3, u64::MAX, (1 << 63) - 1];
+        for i in 0..64 {
+            let p = 1u64 << i;
+            values.extend([p - 1, p, p + 1]);
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            values.push(x >> (x % 64));
+        }
+        for v in values {
+            assert_eq!(bucket_index(v), by_definition(v), "{v}");
+        }
     }
 
     #[test]

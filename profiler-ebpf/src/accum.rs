@@ -157,7 +157,9 @@ fn stats_entry(key: &StatsKey, st: &ThreadState) -> Option<&'static mut ThreadSt
     // epoch 0 is never current (userspace starts at 1): a new entry is always noted.
     init.epoch = 0;
     // NOEXIST: only the holder of this thread's claim inserts its keys.
-    let _ = STATS.insert(key, *init, BPF_NOEXIST as u64);
+    // By reference: a value would be copied to the 512-byte stack first.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let _ = STATS.insert(key, &*init, BPF_NOEXIST as u64);
     // SAFETY: as above.
     STATS.get_ptr_mut(key).map(|p| unsafe { &mut *p })
 }
@@ -181,14 +183,14 @@ fn record_direct(st: &ThreadState, d: &Done) {
     let key = StatsKey {
         owner: d.owner,
         tid: st.tid,
-        kind: d.kind,
+        kind: d.kind as u32,
         _pad: 0,
         owner_start: d.owner_start,
         tid_start: st.tid_start,
     };
     let Some(entry) = stats_entry(&key, st) else {
         let failed = d.failed as u64;
-        count_map_full(d.kind, 1 - failed, failed);
+        count_map_full(d.kind as u32, 1 - failed, failed);
         return;
     };
     add(&mut entry.stats, d);
@@ -204,7 +206,11 @@ fn record(st: &mut ThreadState, d: &Done) {
         st.acc_owner_set = 1;
     }
     let ours = d.owner == st.acc_owner && d.owner_start == st.acc_owner_start;
-    match if ours { acc_for(st, d.kind) } else { None } {
+    match if ours {
+        acc_for(st, d.kind as u32)
+    } else {
+        None
+    } {
         Some(i) => {
             let a = &mut st.accs[i];
             add(&mut a.stats, d);
@@ -218,7 +224,7 @@ fn record(st: &mut ThreadState, d: &Done) {
             &SampleDone {
                 tag: stack_record::DONE,
                 tid: st.tid,
-                seq: d.sample_seq,
+                seq: d.sample_seq as u32,
                 _pad: 0,
                 wait_ns: d.wait,
                 hold_ns: d.hold,
@@ -232,6 +238,8 @@ fn record(st: &mut ThreadState, d: &Done) {
 #[repr(C)]
 struct FlushCtx {
     st: *mut ThreadState,
+    /// `flush_when_free`: 1 once the claim was won.
+    won: u64,
 }
 
 /// One pending acquisition (a `for_each` callback; returns 0 to go on).
@@ -268,6 +276,7 @@ pub fn flush_claimed(st: &mut ThreadState, task: Task, with_charge: bool) {
     st.profiled = 1;
     let mut ctx = FlushCtx {
         st: ptr::from_mut(st),
+        won: 0,
     };
     for_each::<RING>(
         head.wrapping_sub(tail),
@@ -288,6 +297,38 @@ pub fn flush(st: &mut ThreadState, task: Task, with_charge: bool) -> bool {
     unclaim(st);
     true
 }
+
+/// Tries to claim once (a `for_each` callback: returns 1, stopping the loop, once claimed).
+extern "C" fn try_claim(_i: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: as in `flush_one`.
+    let ctx = unsafe { &mut *ctx.cast::<FlushCtx>() };
+    // SAFETY: as above.
+    let won = claim(unsafe { &mut *ctx.st });
+    ctx.won = won as u64;
+    won as i64
+}
+
+/// Spins on the claim a bounded while (another context holds it for a short flush), then
+/// flushes; false if it never got it. Only for a release that found its ring full.
+#[inline(never)]
+pub fn flush_when_free(st: &mut ThreadState, task: Task) -> bool {
+    let mut ctx = FlushCtx {
+        st: ptr::from_mut(st),
+        won: 0,
+    };
+    let c = ptr::from_mut(&mut ctx);
+    for_each::<SPIN>(SPIN, try_claim, c.cast());
+    // SAFETY: the loop is over: the context is ours again.
+    if unsafe { ptr::read_volatile(&(*c).won) } == 0 {
+        return false;
+    }
+    flush_claimed(st, task, false);
+    unclaim(st);
+    true
+}
+
+/// Claim attempts of [`flush_when_free`] (each a few tens of nanoseconds).
+const SPIN: u32 = 1024;
 
 /// One accumulator into `STATS` (a `for_each` callback).
 extern "C" fn copy_one(i: u64, ctx: *mut c_void) -> i64 {
@@ -347,6 +388,7 @@ pub fn copy_claimed(st: &mut ThreadState) {
     let n = st.accs_used;
     let mut ctx = FlushCtx {
         st: ptr::from_mut(st),
+        won: 0,
     };
     for_each::<ACCS>(n, copy_one, ptr::from_mut(&mut ctx).cast());
 }

@@ -422,7 +422,9 @@ static ZERO: BlockedVal = BlockedVal {
 fn add_blocked(key: &BlockedKey, ns: u64) {
     let mut p = BLOCKED.get_ptr_mut(key);
     if p.is_none() {
-        let _ = BLOCKED.insert(key, ZERO, BPF_NOEXIST as u64);
+        // By reference: a value would be copied to the stack (a call of memset).
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let _ = BLOCKED.insert(key, &ZERO, BPF_NOEXIST as u64);
         p = BLOCKED.get_ptr_mut(key);
     }
     let Some(v) = p else {

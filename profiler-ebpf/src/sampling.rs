@@ -12,9 +12,10 @@ use crate::{
 
 /// Whether this write is sampled: one in `--stack-sample`, at random (a counter would alias
 /// with periodic workloads: a loop of mmap then munmap sampled one in an even N shows
-/// munmaps only). Returns the sample's sequence number (never 0, which means "not sampled").
+/// munmaps only). Returns the sample's sequence number (never 0, which means "not sampled";
+/// below 2^16, and unique among a thread's last 65,535 writes).
 #[inline(always)]
-pub fn pick(st: &mut ThreadState) -> u32 {
+pub fn pick(st: &mut ThreadState) -> u16 {
     let every = konst(&SETTINGS.stack_sample);
     if every == 0 {
         return 0;
@@ -24,7 +25,8 @@ pub fn pick(st: &mut ThreadState) -> u32 {
     if every != 1 && unsafe { bpf_get_prandom_u32() } % every != 0 {
         return 0;
     }
-    if st.writes == 0 { 1 } else { st.writes }
+    let seq = st.writes as u16;
+    if seq == 0 { 1 } else { seq }
 }
 
 /// Copies the current thread's user registers and the top of its user stack to STACKS.
@@ -37,7 +39,7 @@ pub fn sample(
     owner: u32,
     owner_start: u64,
     kind: u32,
-    seq: u32,
+    seq: u16,
 ) -> bool {
     let sp_off = konst(&KERNEL.regs_sp);
     if sp_off == 0 {
@@ -60,7 +62,7 @@ pub fn sample(
         (*e).tid = tid;
         (*e).tgid = tgid;
         (*e).kind = kind;
-        (*e).seq = seq;
+        (*e).seq = seq as u32;
         (*e).ip = regs.u64_at(konst(&KERNEL.regs_ip));
         (*e).sp = sp;
         (*e).bp = regs.u64_at(konst(&KERNEL.regs_bp));

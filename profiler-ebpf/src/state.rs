@@ -28,38 +28,39 @@ pub const WAITING: u32 = 1;
 pub const HELD: u32 = 2;
 
 /// One mm lock a thread is waiting for or holding. Two per thread: fork's dup_mmap holds the
-/// parent's lock for write while it takes the child's.
+/// parent's lock for write while it takes the child's. The fields the locked path touches
+/// come first.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Slot {
     pub mm: u64,
-    pub owner_start: u64,
     /// start_locking timestamp (0: a trylock, which does not wait).
     pub start_ts: u64,
     pub acq_ts: u64,
-    pub owner: u32,
+    pub state: u32,
     /// `cause::READ`, a write cause, or `cause::DOWNGRADE` (a downgraded write's read hold).
     pub kind: u32,
-    pub state: u32,
-    /// Sequence number of this acquisition's sampled stack (0: not sampled).
-    pub sample_seq: u32,
+    pub owner_start: u64,
+    pub owner: u32,
+    /// Sequence number of this acquisition's sampled stack (0: not sampled; < 2^16).
+    pub sample_seq: u16,
     /// 1: `--blockers` took a snapshot of the lock's holders when this wait began.
-    pub snapped: u32,
-    pub _pad: u32,
+    pub snapped: u16,
 }
 
-/// A completed acquisition, waiting in its thread's ring to be accumulated.
+/// A completed acquisition, waiting in its thread's ring to be accumulated (32 bytes: two
+/// to a cache line).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Done {
-    pub owner_start: u64,
     pub wait: u64,
     pub hold: u64,
+    pub owner_start: u64,
     pub owner: u32,
-    pub kind: u32,
-    pub sample_seq: u32,
+    pub sample_seq: u16,
+    pub kind: u8,
     /// 1: the acquisition failed (trylock, killed waiter): counted in `failed`.
-    pub failed: u32,
+    pub failed: u8,
 }
 
 /// One accumulator: a thread's acquisitions of one kind on its accumulators' lock,
@@ -81,7 +82,12 @@ pub struct Acc {
 }
 
 /// Completed acquisitions a thread can keep pending (a power of two).
-pub const RING: u32 = 16;
+pub const RING: u32 = 32;
+/// A thread accumulates its pending acquisitions at `start_locking` once this many are
+/// pending (a quarter of the ring, so that trylocks in between, or the iterator holding
+/// the ring a moment, rarely fill it): the claim and the call are paid once per batch, not
+/// per acquisition. The iterator takes the rest.
+pub const FLUSH_AT: u32 = 8;
 /// Accumulators per thread (a power of two): a thread's first this-many kinds of acquisition
 /// on its own process's lock; further kinds and other processes' locks go to `STATS`
 /// directly (rare).
@@ -118,9 +124,40 @@ impl OwnCache {
 pub const NOT_TRACKED: u32 = 1;
 pub const TRACKED: u32 = 2;
 
-/// The state of a thread that takes a profiled lock.
+/// The state of a thread that takes a profiled lock. What the locked path touches (the ring's
+/// indices, the exit mark, the slots) comes first, near the storage header the lookup has
+/// just read.
 #[repr(C)]
 pub struct ThreadState {
+    /// Completed acquisitions written (only the thread itself, at release, writes it).
+    pub head: u32,
+    /// Completed acquisitions accumulated (only the holder of `flushing` writes it).
+    pub tail: u32,
+    /// Set at sched_process_exit: its next releases (exit_mm's, the last thread's exit_mmap)
+    /// are its last, and flush at once.
+    pub exiting: u32,
+    /// 1: a contended wait waits in `BLOCK_STATE` to be charged (`--blockers`).
+    pub charge_pending: u32,
+    pub slots: [Slot; 2],
+    pub own: OwnCache,
+    /// 1 while a context accumulates or copies (claimed with a compare-and-swap; 64 bits, as
+    /// the BPF instruction set without alu32 has a 64-bit compare-and-swap only).
+    pub flushing: u64,
+    /// Writes started by this thread, for sampling one in `stack_sample`.
+    pub writes: u32,
+    /// Whether the thread accumulated an acquisition of a profiled lock (only then are its
+    /// exits announced).
+    pub profiled: u32,
+    /// Some accumulator changed since the accumulators were last copied to `STATS`.
+    pub dirty: u32,
+    /// Accumulators in use, and which one holds each kind (index + 1; 0: none).
+    pub accs_used: u32,
+    pub acc_of_kind: [u8; 16],
+    /// The lock the accumulators are for (the first profiled lock the thread took: its own
+    /// process's, nearly always).
+    pub acc_owner: u32,
+    pub acc_owner_set: u32,
+    pub acc_owner_start: u64,
     /// Who the thread is; filled by its first flush (outside any lock).
     pub tid_start: u64,
     pub fsbase: u64,
@@ -130,37 +167,8 @@ pub struct ThreadState {
     pub identified: u32,
     /// Whether this thread was announced on NEW_THREADS.
     pub announced: u32,
-    pub own: OwnCache,
-    pub slots: [Slot; 2],
-    /// Completed acquisitions written (only the thread itself, at release, writes it).
-    pub head: u32,
-    /// Completed acquisitions accumulated (only the holder of `flushing` writes it).
-    pub tail: u32,
-    /// Writes started by this thread, for sampling one in `stack_sample`.
-    pub writes: u32,
-    /// Whether the thread accumulated an acquisition of a profiled lock (only then are its
-    /// exits announced).
-    pub profiled: u32,
-    /// Set at sched_process_exit: its next releases (exit_mm's, the last thread's exit_mmap)
-    /// are its last, and flush at once.
-    pub exiting: u32,
-    /// Some accumulator changed since the accumulators were last copied to `STATS`.
-    pub dirty: u32,
-    /// 1: a contended wait waits in `BLOCK_STATE` to be charged (`--blockers`).
-    pub charge_pending: u32,
-    /// Accumulators in use, and which one holds each kind (index + 1; 0: none).
-    pub accs_used: u32,
-    pub acc_of_kind: [u8; 16],
-    /// The lock the accumulators are for (the first profiled lock the thread took: its own
-    /// process's, nearly always).
-    pub acc_owner: u32,
-    pub acc_owner_set: u32,
-    pub acc_owner_start: u64,
     /// CPU time when last reported by the iterator.
     pub cpu_reported: u64,
-    /// 1 while a context accumulates or copies (claimed with a compare-and-swap; 64 bits, as
-    /// the BPF instruction set without alu32 has a 64-bit compare-and-swap only).
-    pub flushing: u64,
     pub ring: [Done; RING as usize],
     pub accs: [Acc; ACCS as usize],
 }

@@ -24,7 +24,7 @@ use crate::{
     maps::{KERNEL, SETTINGS, blockers_on, bump, konst},
     owner::{self, Owner},
     sampling,
-    state::{Done, FREE, HELD, RING, Slot, THREAD_STATE, ThreadState, VERDICT, WAITING},
+    state::{Done, FLUSH_AT, FREE, HELD, RING, Slot, THREAD_STATE, ThreadState, VERDICT, WAITING},
 };
 
 /// `--writes-only` and this is a read acquisition: nothing to do.
@@ -114,10 +114,11 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     }
     let free0 = st.slots[0].state == FREE;
     let free1 = st.slots[1].state == FREE;
-    // Holding nothing: accumulate what is pending (inside dup_mmap, the parent's lock is held).
+    // Holding nothing: accumulate what is pending, a batch at a time (inside dup_mmap, the
+    // parent's lock is held).
     // SAFETY: a volatile read of a field another CPU holding the claim may write.
     let tail = unsafe { ptr::read_volatile(&st.tail) };
-    if free0 && free1 && (st.head != tail || st.charge_pending != 0) {
+    if free0 && free1 && (st.head.wrapping_sub(tail) >= FLUSH_AT || st.charge_pending != 0) {
         accum::flush(st, task, true);
     }
     let (owner, owner_start) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
@@ -162,7 +163,7 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     s.owner_start = owner_start;
     s.kind = kind;
     s.sample_seq = sample_seq;
-    s.snapped = snapped as u32;
+    s.snapped = snapped as u16;
     s.acq_ts = 0;
     s.state = WAITING;
     s.start_ts = now();
@@ -257,7 +258,7 @@ fn on_acquire(
             wait: now.wrapping_sub(s.start_ts),
             hold: 0,
             owner: s.owner,
-            kind: s.kind,
+            kind: s.kind as u8,
             sample_seq: s.sample_seq,
             failed: 1,
         });
@@ -307,7 +308,7 @@ fn on_acquire(
             wait: 0,
             hold: 0,
             owner,
-            kind,
+            kind: kind as u8,
             sample_seq: 0,
             failed: 1,
         });
@@ -354,7 +355,7 @@ fn done_of(s: &Slot, now: u64) -> Done {
         },
         hold: now.wrapping_sub(s.acq_ts),
         owner: s.owner,
-        kind: s.kind,
+        kind: s.kind as u8,
         sample_seq: s.sample_seq,
         failed: 0,
     }
@@ -369,8 +370,9 @@ fn complete(st: &mut ThreadState, task: Task, d: Done) {
     let tail = unsafe { ptr::read_volatile(&st.tail) };
     if head.wrapping_sub(tail) >= RING {
         // Many trylocks and no start_locking in between: accumulate now, under the lock,
-        // rather than lose them; counted so the cost is visible.
-        if accum::flush(st, task, false) {
+        // rather than lose them; counted so the cost is visible. If the iterator holds the
+        // ring (for a microsecond or so), wait for it, a bounded while.
+        if accum::flush(st, task, false) || accum::flush_when_free(st, task) {
             bump(counter::FLUSH_UNDER_LOCK);
         } else {
             bump(counter::RING_FULL);
