@@ -73,7 +73,7 @@ struct DemoReport<'a> {
 }
 
 fn write_stats(r: &DemoRun) -> Stats {
-    Stats::new(&r.write, &mut crate::aggregation::new_hdr())
+    Stats::new(&r.write)
 }
 
 /// Write counts of a run by cause, by thread role and by code (sampled stacks).

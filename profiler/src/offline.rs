@@ -6,8 +6,9 @@ use std::{io::Write as _, path::Path};
 use crate::{
     cli::{CompareArgs, Format, ReportArgs},
     output::{
-        compare,
-        html::{self, InputError, RunLines},
+        compare::{self, Runs},
+        html::{self, RunLines},
+        reading::{InputError, Keep},
     },
 };
 
@@ -32,7 +33,7 @@ fn write(path: &Path, text: &str) -> Result<(), OfflineError> {
 }
 
 pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
-    let run = RunLines::read(&args.input)?;
+    let run = RunLines::read_file(&args.input)?;
     let name = args
         .input
         .file_name()
@@ -41,8 +42,8 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
-    let before = RunLines::read(&args.before)?;
-    let after = RunLines::read(&args.after)?;
+    let before = Runs::read_file(&args.before)?;
+    let after = Runs::read_file(&args.after)?;
     let c = compare::compare(
         (&args.before.display().to_string(), &before),
         (&args.after.display().to_string(), &after),

@@ -153,7 +153,7 @@ fn compare_reports_the_known_difference_in_writes() {
     let n = 5_000u64;
     let (before, after): (PathBuf, PathBuf) =
         (dir.path().join("b.json"), dir.path().join("a.json"));
-    run_helper(1, n as u32, &["-i", "0"], &before);
+    let (pid, lines) = run_helper(1, n as u32, &["-i", "0"], &before);
     run_helper(3, n as u32, &["-i", "0"], &after);
     let page = dir.path().join("compare.html");
     let out = Command::new(profiler_bin())
@@ -193,6 +193,14 @@ fn compare_reports_the_known_difference_in_writes() {
     // 2 x N x 2 more threads, and a few writes of the threads' own (stacks, exit).
     assert!((4 * n..=4 * n + 10).contains(&diff), "difference {diff}");
     assert_eq!(all["writes"]["verdict"], "one run");
+    // One p99 for one run's waits: compare's is the summary's, never above the maximum.
+    let wait = &process(lines.last().unwrap(), pid).unwrap()["write"]["wait_ns"];
+    let (p99, max) = (wait["p99"].as_u64().unwrap(), wait["max"].as_u64().unwrap());
+    assert_eq!(
+        all["p99_wait_ns"]["before"]["mean"].as_f64(),
+        Some(p99 as f64)
+    );
+    assert!(p99 <= max, "p99 {p99} above max {max}");
     // Text too.
     let text = Command::new(profiler_bin())
         .args([
@@ -317,25 +325,127 @@ fn compare_judges_noise_over_repeated_runs() {
     assert!((2.9..3.01).contains(&ratio), "ratio {ratio}");
 }
 
-/// A file that is not a report is a usage error, in one line.
+/// A summary line with the contract's base fields: process 9 (`node`) with 3 writes.
+const GOOD: &str = r#"{"type":"summary","schema_version":1,"start":"2025-01-01T00:00:00.000Z","end":"2025-01-01T00:00:01.000Z","duration_s":1.0,"processes":[{"pid":9,"comm":"node","write":{"count":3,"failed_trylocks":0,"wait_ns":{"sum":2400,"max":900,"mean":800.0,"p50":768,"p90":900,"p99":900,"p999":900,"buckets":[[1024,3]]},"hold_ns":{"sum":0,"max":0,"mean":0.0,"p50":0,"p90":0,"p99":0,"p999":0,"buckets":[[1,3]]}},"read":{"count":0,"failed_trylocks":0,"wait_ns":{"sum":0,"max":0,"mean":0.0,"p50":0,"p90":0,"p99":0,"p999":0,"buckets":[]},"hold_ns":{"sum":0,"max":0,"mean":0.0,"p50":0,"p90":0,"p99":0,"p999":0,"buckets":[]}},"threads":[]}],"lost":{"events":0,"map_full":0}}"#;
+
+/// `report FILE` and `compare GOOD FILE` on a file of `text`: the exit code and stderr of each.
+fn read_back(dir: &Path, text: &str) -> [(Option<i32>, String); 2] {
+    let (file, good) = (dir.join("run.json"), dir.join("good.json"));
+    std::fs::write(&file, text).unwrap();
+    std::fs::write(&good, format!("{GOOD}\n")).unwrap();
+    let page = dir.join("page.html");
+    let report = Command::new(profiler_bin())
+        .arg("report")
+        .arg(&file)
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    let compare = Command::new(profiler_bin())
+        .arg("compare")
+        .arg(&good)
+        .arg(&file)
+        .output()
+        .unwrap();
+    [report, compare].map(|o| {
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    })
+}
+
+/// Every bad value of a report file is refused by `report` and `compare` with exit status 2
+/// and one line naming the file, the line and the field; what a later minor version adds is
+/// read. An absurd bucket bound is refused too, at once (it was a loop allocating without
+/// end).
 #[test]
-fn report_and_compare_refuse_files_that_are_not_reports() {
+fn report_and_compare_name_the_file_line_and_field_of_a_bad_value() {
     let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.json");
-    std::fs::write(&bad, "{\"type\":\"summary\"}\nnot json\n").unwrap();
+    let file = dir.path().join("run.json").display().to_string();
+    let write = "\"write\":{\"count\":3,";
+    for (from, to, want) in [
+        (
+            write,
+            "\"write\":{\"count\":-1,",
+            "processes[0].write.count: expected an unsigned integer, found -1",
+        ),
+        (
+            write,
+            "\"write\":{\"count\":1e308,",
+            "processes[0].write.count: expected an unsigned integer, found 1e308",
+        ),
+        (
+            write,
+            "\"write\":{\"count\":18446744073709551616,",
+            "processes[0].write.count: expected an unsigned integer",
+        ),
+        (
+            write,
+            "\"write\":{\"count\":\"3\",",
+            "processes[0].write.count: expected an unsigned integer, found string",
+        ),
+        (
+            "[[1024,3]]",
+            "[[18446744073709551615,3]]",
+            "processes[0].write.wait_ns.buckets[0]: 18446744073709551615 is not the upper bound of a log2 bucket",
+        ),
+        (
+            "\"processes\":[",
+            "\"processes\":{\"a\":",
+            "processes: expected an array, found an object",
+        ),
+        (
+            "\"schema_version\":1",
+            "\"schema_version\":2",
+            "schema_version: version 2 of the report format is not supported",
+        ),
+        (
+            "\"comm\":\"node\",\"write\"",
+            "\"comm\":\"node\",\"w\"",
+            "processes[0].write: missing",
+        ),
+    ] {
+        assert_eq!(GOOD.matches(from).count(), 1, "{from}");
+        let mut bad = GOOD.replacen(from, to, 1);
+        if from.starts_with("\"processes\"") {
+            // The array's closing bracket too.
+            bad = bad.replacen("}],\"lost\"", "}},\"lost\"", 1);
+        }
+        // The bad line second: its number is named.
+        for (code, err) in read_back(dir.path(), &format!("{GOOD}\n{bad}\n")) {
+            assert_eq!(code, Some(2), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            let line = format!("mmaplock-prof: {file}:2: {want}");
+            assert!(err.starts_with(&line), "{err}\nwanted {line}");
+        }
+    }
+    // Not JSON.
+    for (code, err) in read_back(dir.path(), &format!("{GOOD}\nnot json\n")) {
+        assert_eq!((code, err.lines().count()), (Some(2), 1), "{err}");
+        assert!(
+            err.starts_with(&format!("mmaplock-prof: {file}:2: not JSON")),
+            "{err}"
+        );
+    }
+    // A later minor version: new fields, a new line type.
+    let later = GOOD.replacen(
+        "\"pid\":9,",
+        "\"pid\":9,\"findings\":[{\"kind\":\"new\"}],",
+        1,
+    );
+    for (code, err) in read_back(
+        dir.path(),
+        &format!("{{\"type\":\"later\",\"schema_version\":1}}\n{later}\n"),
+    ) {
+        assert_eq!(code, Some(0), "{err}");
+    }
     let out = Command::new(profiler_bin())
-        .args(["report", bad.to_str().unwrap(), "--html", "/tmp/x.html"])
+        .args(["compare", "/nonexistent/a.json", &file])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("line 2"), "{err}");
-    let out = Command::new(profiler_bin())
-        .args(["compare", "/nonexistent/a.json", bad.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/a.json"));
 }
 
 /// The network check itself: a page that does fetch is seen fetching (no root needed).

@@ -591,6 +591,13 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
     );
     let text = std::fs::read_to_string(&folded).unwrap();
     assert!(text.contains("churn_(churn.node)"), "folded stacks: {text}");
+    // Named by the process's command name, which it no longer has a /proc entry to tell
+    // when the file is written (it exited before the run ended).
+    let head = format!("node-{};", w.pid);
+    assert!(
+        text.lines().all(|l| l.starts_with(&head)),
+        "folded stacks not all of {head}: {text}"
+    );
     // Its own thread: role addon.
     let addon_threads: Vec<&Value> = p["threads"]
         .as_array()

@@ -2,10 +2,10 @@
 //! waiters waited behind, with the wait charged to them) and each thread's `blocked_by`.
 //! Pure functions of the window's charged waits and the attribution's roles.
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap};
 
 use profiler_common::{WRITE, cause};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     aggregation::{
@@ -18,7 +18,7 @@ use crate::{
 };
 
 /// A thread whose holds made others wait, and how much of their wait is charged to it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockerReport {
     pub tid: u32,
     /// The holder's process (the lock's owner, or another process for a foreign holder).
@@ -27,7 +27,7 @@ pub struct BlockerReport {
     pub comm: String,
     /// What its holds were: a write cause, `read`, or `downgrade` (a munmap's read hold after
     /// its write lock was downgraded).
-    pub cause: &'static str,
+    pub cause: Cow<'static, str>,
     /// Waits its holds overlapped.
     pub waits: u64,
     /// The part of those waits charged to it, ns.
@@ -115,13 +115,13 @@ pub fn lock_blockers(
                     .map(|a| comm_str(&a.comm))
                     .or_else(|| holder_comms.get(&t).map(comm_str))
                     .unwrap_or_default(),
-                cause: cause::name(kind),
+                cause: cause::name(kind).into(),
                 waits: c.waits,
                 wait_ns: c.wait_ns,
                 write_wait_ns: w,
             })
             .collect();
-        v.sort_by(|a, b| (b.wait_ns, a.tid, a.cause).cmp(&(a.wait_ns, b.tid, b.cause)));
+        v.sort_by(|a, b| (b.wait_ns, a.tid, &a.cause).cmp(&(a.wait_ns, b.tid, &b.cause)));
         v.truncate(top);
         v
     };
@@ -137,11 +137,11 @@ pub fn lock_blockers(
 
 /// "Who made whom wait" by role: the waits of one role's threads charged to another role's
 /// holds of one cause.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoleBlock {
     pub waiter_role: Role,
     pub holder_role: Role,
-    pub cause: &'static str,
+    pub cause: Cow<'static, str>,
     /// Waits (write and read) charged, ns.
     pub wait_ns: u64,
     /// The part of `wait_ns` that writers waited.
@@ -174,7 +174,7 @@ pub fn by_role(
         .map(|((w, h, c), (all, writes))| RoleBlock {
             waiter_role: w,
             holder_role: h,
-            cause: c,
+            cause: c.into(),
             wait_ns: all,
             write_wait_ns: writes,
         })
@@ -213,7 +213,7 @@ mod tests {
         let lb = lock_blockers(owner, &pairs, None, &BTreeMap::new(), &attribution);
         let top = &lb.process[0];
         assert_eq!(
-            (top.tid, top.role, top.cause),
+            (top.tid, top.role, top.cause.as_ref()),
             (101, Role::Worker, "mprotect")
         );
         assert_eq!(
@@ -233,7 +233,7 @@ mod tests {
             RoleBlock {
                 waiter_role: Role::Other,
                 holder_role: Role::Worker,
-                cause: "mprotect",
+                cause: "mprotect".into(),
                 wait_ns: 17_000,
                 write_wait_ns: 17_000
             }

@@ -7,9 +7,16 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::output::{html::RunLines, report::SCHEMA_VERSION, text::fmt_ns};
+use crate::{
+    aggregation::SideStats,
+    output::{
+        partial::Summed,
+        reading::{Keep, Line},
+        report::{Report, SCHEMA_VERSION, Stats},
+        text::{fit, fmt_ns},
+    },
+};
 
 /// One figure over the runs of one side.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -101,78 +108,76 @@ pub struct Side {
     pub runs: usize,
 }
 
-/// Write figures of one group in one run: count, wait sum, and the merged wait buckets.
-#[derive(Clone, Debug, Default)]
-struct Fig {
-    count: u64,
-    wait: u64,
-    buckets: BTreeMap<u64, u64>,
+/// Write acquisitions of one group in one run: the figures are its count, its total and
+/// mean wait, and its p99 ([`DurationHist::quantiles`](crate::aggregation::DurationHist),
+/// as everywhere else).
+type Fig = SideStats;
+
+fn mean(f: &Fig) -> f64 {
+    if f.count == 0 {
+        0.0
+    } else {
+        f.wait.sum as f64 / f.count as f64
+    }
 }
 
-impl Fig {
-    fn add(&mut self, stats: &Value) {
-        self.count += stats["count"].as_u64().unwrap_or(0);
-        self.wait += stats["wait_ns"]["sum"].as_u64().unwrap_or(0);
-        for b in stats["wait_ns"]["buckets"].as_array().into_iter().flatten() {
-            if let (Some(ub), Some(n)) = (b[0].as_u64(), b[1].as_u64()) {
-                *self.buckets.entry(ub).or_default() += n;
-            }
-        }
-    }
-
-    fn mean(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.wait as f64 / self.count as f64
-        }
-    }
-
-    /// The 99th percentile at bucket resolution: the upper bound of the bucket it falls in.
-    fn p99(&self) -> f64 {
-        let total: u64 = self.buckets.values().sum();
-        let want = (total as f64 * 0.99).ceil() as u64;
-        let mut seen = 0;
-        for (&ub, &n) in &self.buckets {
-            seen += n;
-            if seen >= want && n > 0 {
-                return ub as f64;
-            }
-        }
-        0.0
-    }
+fn p99(f: &Fig) -> f64 {
+    f.wait.quantiles([0.99])[0] as f64
 }
 
 type Key = (String, &'static str, String);
 
 /// A run's figures per (process name, group, key): processes with one name are pooled.
-fn figures(summary: &Value) -> BTreeMap<Key, Fig> {
+fn figures(summary: &Report) -> BTreeMap<Key, Fig> {
     let mut m: BTreeMap<Key, Fig> = BTreeMap::new();
-    for p in summary["processes"].as_array().into_iter().flatten() {
-        let name = p["comm"].as_str().unwrap_or("?").to_string();
-        m.entry((name.clone(), "all", "all".into()))
-            .or_default()
-            .add(&p["write"]);
-        for t in p["threads"].as_array().into_iter().flatten() {
-            let role = t["role"].as_str().unwrap_or("other").to_string();
-            m.entry((name.clone(), "role", role))
-                .or_default()
-                .add(&t["write"]);
+    let mut add = |key: Key, s: &Stats| m.entry(key).or_default().merge(&s.side());
+    for p in &summary.processes {
+        add((p.comm.clone(), "all", "all".into()), &p.write);
+        for t in &p.threads {
+            add((p.comm.clone(), "role", t.role.as_str().into()), &t.write);
         }
-        for c in p["causes"].as_array().into_iter().flatten() {
-            let cause = c["cause"].as_str().unwrap_or("other").to_string();
-            m.entry((name.clone(), "cause", cause))
-                .or_default()
-                .add(&c["write"]);
+        for c in &p.causes {
+            add((p.comm.clone(), "cause", c.cause.to_string()), &c.write);
         }
     }
     m
 }
 
+/// What `compare` keeps of a file, read one line at a time: the figures of each run (a
+/// summary line, or each run of a demo line), and while there is none, the interval lines
+/// summed (a file without any summary is one run, its interval lines summed).
+#[derive(Default)]
+pub struct Runs {
+    runs: Vec<BTreeMap<Key, Fig>>,
+    summed: Summed,
+}
+
+impl Keep for Runs {
+    fn add(&mut self, line: Line) {
+        match line {
+            Line::Interval(r) if self.runs.is_empty() => self.summed.add(&r),
+            Line::Summary(r) => self.runs.push(figures(&r)),
+            Line::Demo(d) => self.runs.extend(d.runs.iter().map(|r| figures(&r.report))),
+            Line::Interval(_) | Line::Study(_) => {}
+        }
+    }
+}
+
+impl Runs {
+    /// Each run's figures.
+    fn figures(&self) -> Vec<BTreeMap<Key, Fig>> {
+        if self.runs.is_empty() && self.summed.lines() > 0 {
+            vec![figures(&self.summed.report())]
+        } else {
+            self.runs.clone()
+        }
+    }
+}
+
 /// Compares the runs of two files.
-pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Comparison {
-    let runs_b: Vec<BTreeMap<Key, Fig>> = before.1.run_summaries().iter().map(figures).collect();
-    let runs_a: Vec<BTreeMap<Key, Fig>> = after.1.run_summaries().iter().map(figures).collect();
+pub fn compare(before: (&str, &Runs), after: (&str, &Runs)) -> Comparison {
+    let runs_b = before.1.figures();
+    let runs_a = after.1.figures();
     let mut keys: Vec<Key> = runs_b
         .iter()
         .chain(&runs_a)
@@ -191,9 +196,9 @@ pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Compariso
             };
             Row {
                 writes: change(&|f| f.count as f64),
-                wait_ns: change(&|f| f.wait as f64),
-                mean_wait_ns: change(&|f| f.mean()),
-                p99_wait_ns: change(&|f| f.p99()),
+                wait_ns: change(&|f| f.wait.sum as f64),
+                mean_wait_ns: change(&mean),
+                p99_wait_ns: change(&p99),
                 process: k.0.clone(),
                 group: k.1,
                 key: k.2.clone(),
@@ -213,6 +218,11 @@ pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Compariso
         },
         rows,
     }
+}
+
+/// `1 run`, `2 runs`.
+pub fn runs_label(n: usize) -> String {
+    format!("{n} run{}", if n == 1 { "" } else { "s" })
 }
 
 /// A figure as the table shows it: a duration, or a count.
@@ -238,13 +248,11 @@ fn show(c: &Change, ns: bool) -> String {
 /// The comparison as a table for people.
 pub fn to_text(c: &Comparison) -> String {
     let mut out = format!(
-        "mmaplock-prof compare: {} ({} run{}) -> {} ({} run{})\n",
+        "mmaplock-prof compare: {} ({}) -> {} ({})\n",
         c.before.file,
-        c.before.runs,
-        if c.before.runs == 1 { "" } else { "s" },
+        runs_label(c.before.runs),
         c.after.file,
-        c.after.runs,
-        if c.after.runs == 1 { "" } else { "s" },
+        runs_label(c.after.runs),
     );
     out.push_str(&format!(
         "\n  {:<28} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n",
@@ -260,6 +268,7 @@ pub fn to_text(c: &Comparison) -> String {
             "all" => r.process.clone(),
             g => format!("  {g} {}", r.key),
         };
+        let label = fit(&label, 28);
         out.push_str(&format!(
             "  {:<28} {}  {}  {}  {}  {} / {}\n",
             label,
@@ -282,36 +291,58 @@ pub fn to_text(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{
+        fixtures::{self, stats},
+        report::{CauseReport, Kind},
+    };
 
-    fn summary(comm: &str, writes: u64, wait: u64) -> Value {
-        serde_json::json!({"type":"summary","processes":[{"pid":1,"comm":comm,
-            "write":{"count":writes,"wait_ns":{"sum":wait,"buckets":[[1024, writes]]}},
-            "threads":[{"role":"worker","write":{"count":writes,"wait_ns":{"sum":wait,"buckets":[]}}}],
-            "causes":[{"cause":"mmap","write":{"count":writes,"wait_ns":{"sum":wait,"buckets":[]}}}]}]})
+    /// A summary of one process `comm` whose `writes` writes (all by a worker, all mmap)
+    /// waited `wait` in all, each in [512, 1024) ns.
+    fn summary(comm: &str, writes: u64, wait: u64) -> Report {
+        let s = stats(writes, wait, 1000, &[(1024, writes)]);
+        let mut p = fixtures::process(1, comm, wait, false);
+        p.write = s.clone();
+        p.threads.truncate(1);
+        p.threads[0].role = crate::registry::roles::Role::Worker;
+        p.threads[0].write = s.clone();
+        p.causes = vec![CauseReport {
+            cause: "mmap".into(),
+            write: s,
+        }];
+        fixtures::summary(vec![p])
     }
 
-    fn runs(v: &[(u64, u64)]) -> RunLines {
-        RunLines {
-            summaries: v.iter().map(|&(w, t)| summary("node", w, t)).collect(),
-            ..RunLines::default()
-        }
+    fn runs(lines: impl IntoIterator<Item = Line>) -> Runs {
+        let mut r = Runs::default();
+        lines.into_iter().for_each(|l| r.add(l));
+        r
+    }
+
+    fn summaries(v: &[(u64, u64)]) -> Runs {
+        runs(v.iter().map(|&(w, t)| Line::Summary(summary("node", w, t))))
     }
 
     #[test]
     fn ratios_and_noise_verdicts() {
-        let before = runs(&[(1000, 5000), (1100, 5200)]);
-        let after = runs(&[(400, 900), (420, 1000)]);
+        let before = summaries(&[(1000, 5000), (1100, 5200)]);
+        let after = summaries(&[(400, 900), (420, 1000)]);
         let c = compare(("b", &before), ("a", &after));
         let all = c.rows.iter().find(|r| r.group == "all").unwrap();
         assert_eq!(all.writes.before.mean, 1050.0);
         assert_eq!(all.writes.verdict, "changed");
         assert!((all.writes.ratio.unwrap() - 410.0 / 1050.0).abs() < 1e-9);
-        assert_eq!(all.p99_wait_ns.before.mean, 1024.0);
+        // In the [512, 1024) bucket, as the summary has it.
+        let p99 = summary("node", 1000, 5000).processes[0].write.wait_ns.p99;
+        assert!((512..1000).contains(&p99), "{p99}");
+        assert_eq!(all.p99_wait_ns.before.mean, p99 as f64);
         // Overlapping ranges: noise.
-        let same = compare(("b", &before), ("a", &runs(&[(1050, 5100), (990, 4900)])));
+        let same = compare(
+            ("b", &before),
+            ("a", &summaries(&[(1050, 5100), (990, 4900)])),
+        );
         assert_eq!(same.rows[0].writes.verdict, "within noise");
         // One run each: not judged.
-        let one = compare(("b", &runs(&[(10, 1)])), ("a", &runs(&[(20, 1)])));
+        let one = compare(("b", &summaries(&[(10, 1)])), ("a", &summaries(&[(20, 1)])));
         assert_eq!(one.rows[0].writes.verdict, "one run");
         assert!(to_text(&one).contains("cannot be judged"));
         // Roles and causes are rows of their own.
@@ -325,22 +356,22 @@ mod tests {
 
     #[test]
     fn processes_of_one_name_are_pooled_and_a_missing_one_counts_zero() {
-        let proc = |pid: u64, comm: &str, writes: u64, bucket: u64| {
-            serde_json::json!({"pid": pid, "comm": comm,
-                "write": {"count": writes, "wait_ns": {"sum": writes * 10, "buckets": [[bucket, writes]]}},
-                "threads": [{"role": "worker", "write": {"count": writes, "wait_ns": {"sum": 0}}},
-                            {"role": "main", "write": {"count": 1, "wait_ns": {"sum": 0}}}]})
+        let proc = |pid: u32, comm: &str, writes: u64, bucket: u64| {
+            let mut p = fixtures::process(pid, comm, writes * 10, false);
+            p.write = stats(writes, writes * 10, bucket - 1, &[(bucket, writes)]);
+            p.threads[0].write = stats(1, 0, 0, &[(1, 1)]);
+            p.threads[1].write = stats(writes, 0, 0, &[(1, writes)]);
+            p
         };
-        let before = RunLines {
-            summaries: vec![serde_json::json!({"type": "summary", "processes": [
-                proc(1, "node", 100, 1024), proc(2, "node", 300, 1 << 20), proc(3, "gone", 5, 64)]})],
-            ..RunLines::default()
-        };
-        let after = RunLines {
-            summaries: vec![serde_json::json!({"type": "summary", "processes": [
-                proc(4, "node", 40, 1024), proc(5, "new", 7, 64)]})],
-            ..RunLines::default()
-        };
+        let before = runs([Line::Summary(fixtures::summary(vec![
+            proc(1, "node", 100, 1024),
+            proc(2, "node", 300, 1 << 20),
+            proc(3, "gone", 5, 64),
+        ]))]);
+        let after = runs([Line::Summary(fixtures::summary(vec![
+            proc(4, "node", 40, 1024),
+            proc(5, "new", 7, 64),
+        ]))]);
         let c = compare(("b", &before), ("a", &after));
         let row = |p: &str, g: &str, k: &str| {
             c.rows
@@ -355,9 +386,20 @@ mod tests {
         );
         assert_eq!(node.writes.ratio, Some(0.1));
         assert_eq!(node.mean_wait_ns.before.mean, 10.0);
-        // The pooled buckets: 300 of 400 waits in the 1 MiB bucket, so the p99 is there.
-        assert_eq!(node.p99_wait_ns.before.mean, (1u64 << 20) as f64);
-        assert_eq!(node.p99_wait_ns.after.mean, 1024.0);
+        // The pooled buckets: 300 of 400 waits in the 1 MiB bucket, so the p99 is there (its
+        // middle), and below the maximum; as the summary of the pooled waits has it.
+        let pooled = crate::aggregation::DurationHist::from_upper_bounds(
+            0,
+            (1 << 20) - 1,
+            [(1024, 100), (1 << 20, 300)],
+        );
+        let p99 = pooled.quantiles([0.99])[0];
+        assert!(((1 << 19) + (1 << 18)..(1 << 20)).contains(&p99), "{p99}");
+        assert_eq!(node.p99_wait_ns.before.mean, p99 as f64);
+        assert_eq!(
+            node.p99_wait_ns.after.mean,
+            stats(1, 0, 1023, &[(1024, 1)]).wait_ns.p99 as f64
+        );
         // Threads pooled by role across the processes.
         assert_eq!(row("node", "role", "main").writes.before.mean, 2.0);
         assert_eq!(row("node", "role", "worker").writes.before.mean, 400.0);
@@ -376,16 +418,17 @@ mod tests {
     fn a_file_without_summary_is_one_run_of_its_interval_lines() {
         let line = |writes: u64| {
             let mut s = summary("node", writes, writes);
-            s["type"] = "interval".into();
-            s
+            s.kind = Kind::Interval;
+            Line::Interval(s)
         };
-        let cut = RunLines {
-            intervals: vec![line(30), line(20)],
-            ..RunLines::default()
-        };
-        let c = compare(("cut", &cut), ("a", &runs(&[(100, 1)])));
+        let cut = runs([line(30), line(20)]);
+        let c = compare(("cut", &cut), ("a", &summaries(&[(100, 1)])));
         assert_eq!(c.before.runs, 1);
         assert_eq!(c.rows[0].writes.before.mean, 50.0);
         assert_eq!(c.rows[0].writes.ratio, Some(2.0));
+        // Once a run's summary came, interval lines are that run's, already in it.
+        let both = runs([line(30), Line::Summary(summary("node", 30, 30)), line(7)]);
+        let c = compare(("b", &both), ("a", &summaries(&[(60, 1)])));
+        assert_eq!((c.before.runs, c.rows[0].writes.before.mean), (1, 30.0));
     }
 }

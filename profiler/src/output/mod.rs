@@ -3,11 +3,16 @@
 
 pub mod blockers;
 pub mod compare;
+#[cfg(test)]
+mod fixtures;
 pub mod html;
+pub mod partial;
 pub mod prometheus;
+pub mod reading;
 pub mod report;
 pub mod rotate;
 pub mod sink;
+pub mod stats;
 pub mod text;
 
 use std::io::{self, Write};

@@ -10,6 +10,7 @@
 //! moves by one bucket at most, never more. Sums and counts are exact in both.
 
 use std::{
+    borrow::Cow,
     collections::BTreeMap,
     sync::{Arc, Mutex},
 };
@@ -61,69 +62,38 @@ type BlockedKey = (
     String,
     &'static str,
     &'static str,
-    &'static str,
+    Cow<'static, str>,
     Option<u32>,
 );
 
-/// A cumulative log2 histogram of durations.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Hist {
-    buckets: [u64; HIST_BUCKETS],
-    sum_ns: u128,
-    count: u64,
+/// Classic buckets of a cumulative histogram, `(le in seconds, count)`, not cumulative (the
+/// encoder adds up).
+fn classic(h: &DurationHist) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = (0..HIST_BUCKETS - 1)
+        .map(|i| (bucket_le_seconds(i), h.bucket(i)))
+        .collect();
+    out.push((f64::INFINITY, h.bucket(HIST_BUCKETS - 1)));
+    out
 }
 
-impl Default for Hist {
-    fn default() -> Self {
-        Hist {
-            buckets: [0; HIST_BUCKETS],
-            sum_ns: 0,
-            count: 0,
+/// Native schema-0 buckets as (spans, deltas): kernel bucket `i >= 1` -> index `i - 30`;
+/// bucket 0 (exactly 0 ns) is the zero bucket.
+fn native(h: &DurationHist) -> (Vec<(i32, u32)>, Vec<i64>) {
+    let mut spans: Vec<(i32, u32)> = Vec::new();
+    let mut deltas = Vec::new();
+    let (mut prev_count, mut next_index) = (0i64, None::<i32>);
+    for (i, n) in h.buckets().filter(|b| b.0 >= 1) {
+        let k = native_index(i);
+        match next_index {
+            Some(next) if next == k => spans.last_mut().expect("a span").1 += 1,
+            Some(next) => spans.push((k - next, 1)),
+            None => spans.push((k, 1)),
         }
+        next_index = Some(k + 1);
+        deltas.push(n as i64 - prev_count);
+        prev_count = n as i64;
     }
-}
-
-impl Hist {
-    fn add(&mut self, h: &DurationHist) {
-        for (i, n) in h.buckets() {
-            self.buckets[i.min(HIST_BUCKETS - 1)] += n;
-            self.count += n;
-        }
-        self.sum_ns += u128::from(h.sum);
-    }
-
-    /// Classic buckets, `(le in seconds, count)`, not cumulative (the encoder adds up).
-    fn classic(&self) -> Vec<(f64, u64)> {
-        let mut out: Vec<(f64, u64)> = (0..HIST_BUCKETS - 1)
-            .map(|i| (bucket_le_seconds(i), self.buckets[i]))
-            .collect();
-        out.push((f64::INFINITY, self.buckets[HIST_BUCKETS - 1]));
-        out
-    }
-
-    /// Native schema-0 buckets as (spans, deltas): kernel bucket `i >= 1` -> index `i - 30`;
-    /// bucket 0 (exactly 0 ns) is the zero bucket.
-    fn native(&self) -> (Vec<(i32, u32)>, Vec<i64>) {
-        let mut spans: Vec<(i32, u32)> = Vec::new();
-        let mut deltas = Vec::new();
-        let (mut prev_count, mut next_index) = (0i64, None::<i32>);
-        for i in 1..HIST_BUCKETS {
-            let n = self.buckets[i];
-            if n == 0 {
-                continue;
-            }
-            let k = native_index(i);
-            match next_index {
-                Some(next) if next == k => spans.last_mut().expect("a span").1 += 1,
-                Some(next) => spans.push((k - next, 1)),
-                None => spans.push((k, 1)),
-            }
-            next_index = Some(k + 1);
-            deltas.push(n as i64 - prev_count);
-            prev_count = n as i64;
-        }
-        (spans, deltas)
-    }
+    (spans, deltas)
 }
 
 /// `le` of kernel bucket `i`: its exclusive upper bound, `2^i` ns, in seconds.
@@ -141,8 +111,9 @@ pub fn native_index(i: usize) -> i32 {
 #[derive(Default)]
 pub struct Metrics {
     pid_label: bool,
-    wait: BTreeMap<SeriesKey, Hist>,
-    hold: BTreeMap<SeriesKey, Hist>,
+    /// Cumulative (their sums wrap after 584 years of wait or hold in one series).
+    wait: BTreeMap<SeriesKey, DurationHist>,
+    hold: BTreeMap<SeriesKey, DurationHist>,
     acquisitions: BTreeMap<(SeriesKey, &'static str), u64>,
     failed: BTreeMap<(String, String, &'static str, Option<u32>), u64>,
     downgrades: BTreeMap<SeriesKey, u64>,
@@ -228,8 +199,8 @@ impl Metrics {
         if s.count == 0 {
             return;
         }
-        self.wait.entry(key.clone()).or_default().add(&s.wait);
-        self.hold.entry(key.clone()).or_default().add(&s.hold);
+        self.wait.entry(key.clone()).or_default().merge(&s.wait);
+        self.hold.entry(key.clone()).or_default().merge(&s.hold);
         *self.acquisitions.entry((key, cause)).or_default() += s.count;
     }
 
@@ -263,7 +234,7 @@ fn encode_hists(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    hists: &BTreeMap<SeriesKey, Hist>,
+    hists: &BTreeMap<SeriesKey, DurationHist>,
 ) -> Result<(), std::fmt::Error> {
     if hists.is_empty() {
         return Ok(());
@@ -271,11 +242,11 @@ fn encode_hists(
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
     for (key, h) in hists {
         let labels = key.labels();
-        let (spans, deltas) = h.native();
-        let native = NativeHistogram {
+        let (spans, deltas) = native(h);
+        let native_histogram = NativeHistogram {
             schema: 0,
             zero_threshold: 0.0,
-            zero_count: h.buckets[0],
+            zero_count: h.bucket(0),
             negative: NativeHistogramBuckets {
                 spans: &[],
                 deltas: &[],
@@ -289,11 +260,11 @@ fn encode_hists(
         family
             .encode_family(&labels)?
             .encode_histogram_with_native::<NoLabelSet>(
-                h.sum_ns as f64 * 1e-9,
-                h.count,
-                &h.classic(),
+                h.sum as f64 * 1e-9,
+                h.count(),
+                &classic(h),
                 None,
-                native,
+                native_histogram,
             )?;
     }
     Ok(())
@@ -491,28 +462,28 @@ mod tests {
     use super::*;
     use profiler_common::bucket_index;
 
-    fn hist(values: &[u64]) -> Hist {
+    fn hist(values: &[u64]) -> DurationHist {
         let mut d = DurationHist::default();
         for &v in values {
             d.add(bucket_index(v), 1);
             d.sum += v;
         }
-        let mut h = Hist::default();
-        h.add(&d);
+        let mut h = DurationHist::default();
+        h.merge(&d);
         h
     }
 
     #[test]
     fn classic_buckets_are_the_kernel_buckets() {
         let h = hist(&[0, 100, 100, 5000]);
-        let c = h.classic();
+        let c = classic(&h);
         assert_eq!(c.len(), HIST_BUCKETS);
         assert_eq!(c[0], (1e-9, 1));
         // 100 ns is in [64, 128): le = 128 ns.
         assert_eq!(c[bucket_index(100)], (128e-9, 2));
         assert!(c.last().unwrap().0.is_infinite());
         assert_eq!(c.iter().map(|b| b.1).sum::<u64>(), 4);
-        assert_eq!((h.count, h.sum_ns), (4, 5200));
+        assert_eq!((h.count(), h.sum), (4, 5200));
     }
 
     #[test]
@@ -531,11 +502,11 @@ mod tests {
     #[test]
     fn native_spans_and_deltas() {
         let h = hist(&[0, 3, 3, 5, 1000, 1000, 1000]);
-        let (spans, deltas) = h.native();
+        let (spans, deltas) = native(&h);
         // Kernel buckets 2 (3 ns: 2), 3 (5 ns: 1), 10 (1000 ns: 3).
         assert_eq!(spans, vec![(native_index(2), 2), (10 - 4, 1)]);
         assert_eq!(deltas, vec![2, -1, 2]);
-        assert_eq!(h.buckets[0], 1, "the zero bucket");
+        assert_eq!(h.bucket(0), 1, "the zero bucket");
     }
 
     #[test]

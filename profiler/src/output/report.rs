@@ -2,16 +2,16 @@
 //! a pure function of a window of activity and its attribution.
 
 use std::{
+    borrow::Cow,
     collections::BTreeMap,
     time::{Duration, SystemTime},
 };
 
-use hdrhistogram::Histogram;
 use profiler_common::cause;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize, de};
 
 use crate::{
-    aggregation::{DurationHist, SideStats, Window, bucket_upper_ns},
+    aggregation::{SideStats, Window},
     kernel::collector::ProgramStats,
     registry::Attribution,
     registry::ids::ProcId,
@@ -21,79 +21,43 @@ use crate::{
 
 pub use super::blockers::{BlockerReport, RoleBlock};
 use super::blockers::{by_role, lock_blockers};
+pub use super::stats::{Dist, Stats};
 
+/// The report format's major version. Fields are only ever added within one (readers ignore
+/// those they do not know, and take those they know but a file lacks as absent); a file of
+/// another version is refused.
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Dist {
-    pub sum: u64,
-    pub max: u64,
-    pub mean: f64,
-    pub p50: u64,
-    pub p90: u64,
-    pub p99: u64,
-    pub p999: u64,
-    /// `[upper_bound_ns, count]` for each non-empty log2 bucket; a bucket holds durations
-    /// `upper_bound/2 <= d < upper_bound` (the first, upper bound 1, holds 0 ns).
-    pub buckets: Vec<(u64, u64)>,
-}
-
-impl Dist {
-    fn new(h: &DurationHist, count: u64, hdr: &mut Histogram<u64>) -> Self {
-        let [p50, p90, p99, p999] = h.quantiles(hdr, [0.5, 0.9, 0.99, 0.999]);
-        Dist {
-            sum: h.sum,
-            max: h.max,
-            mean: if count == 0 {
-                0.0
-            } else {
-                (h.sum as f64 / count as f64 * 10.0).round() / 10.0
-            },
-            p50,
-            p90,
-            p99,
-            p999,
-            buckets: h.buckets().map(|(i, n)| (bucket_upper_ns(i), n)).collect(),
-        }
+/// `schema_version`, which must be this build's.
+pub fn schema_version<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = u64::deserialize(d)?;
+    if v != u64::from(SCHEMA_VERSION) {
+        return Err(de::Error::custom(unsupported_version(v)));
     }
+    Ok(SCHEMA_VERSION)
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Stats {
-    pub count: u64,
-    pub failed_trylocks: u64,
-    pub wait_ns: Dist,
-    pub hold_ns: Dist,
-}
-
-impl Stats {
-    pub fn new(s: &SideStats, hdr: &mut Histogram<u64>) -> Self {
-        Stats {
-            count: s.count,
-            failed_trylocks: s.failed,
-            wait_ns: Dist::new(&s.wait, s.count, hdr),
-            hold_ns: Dist::new(&s.hold, s.count, hdr),
-        }
-    }
+/// What is said of a file of another major version.
+pub fn unsupported_version(v: u64) -> String {
+    format!(
+        "version {v} of the report format is not supported: this build reads version {SCHEMA_VERSION}"
+    )
 }
 
 /// Write acquisitions for one cause.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CauseReport {
-    pub cause: &'static str,
+    pub cause: Cow<'static, str>,
     pub write: Stats,
 }
 
 /// Causes ordered by total write wait, then count.
-fn cause_reports<'a>(
-    causes: impl Iterator<Item = (u32, &'a SideStats)>,
-    hdr: &mut Histogram<u64>,
-) -> Vec<CauseReport> {
+fn cause_reports<'a>(causes: impl Iterator<Item = (u32, &'a SideStats)>) -> Vec<CauseReport> {
     let mut v: Vec<CauseReport> = causes
         .filter(|(_, s)| !s.is_empty())
         .map(|(c, s)| CauseReport {
-            cause: cause::name(c),
-            write: Stats::new(s, hdr),
+            cause: cause::name(c).into(),
+            write: Stats::new(s),
         })
         .collect();
     v.sort_by(|a, b| {
@@ -103,14 +67,14 @@ fn cause_reports<'a>(
 }
 
 /// Sampled writes charged to one DSO.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DsoReport {
     pub dso: String,
     pub write: Stats,
 }
 
 /// Sampled writes whose innermost JavaScript function is this one.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JsFunctionReport {
     pub function: String,
     /// `script:line:column`, as V8 names it.
@@ -120,7 +84,7 @@ pub struct JsFunctionReport {
 }
 
 /// One folded stack of a flame graph.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FlameStack {
     /// Frames outermost first, `;`-separated (a `;` in a name is written `:`).
     pub stack: String,
@@ -136,7 +100,7 @@ pub const JS_HINT: &str = "JavaScript frames are unnamed ([jit]): start node wit
      --interpreted-frames-native-stack for functions not compiled yet";
 
 /// One distinct sampled write stack.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StackReport {
     /// `function (file)`, innermost first.
     pub frames: Vec<String>,
@@ -147,39 +111,47 @@ pub struct StackReport {
 /// How many stacks each process's summary lists.
 const TOP_STACKS: usize = 10;
 
-#[derive(Clone, Debug, Serialize)]
+/// Reading, fields of the base contract (docs/cli-and-report.md) are required; those added
+/// since default to absent or empty.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThreadReport {
     pub tid: u32,
     pub role: Role,
+    #[serde(default)]
     pub comm: String,
     /// The process of a `foreign` thread.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     pub write: Stats,
     /// Real read acquisitions (downgrades are apart).
     pub read: Stats,
     /// Write locks downgraded to read: `count` downgrades, `hold_ns` the read hold after.
+    #[serde(default)]
     pub downgrade: Stats,
     /// This thread's writes by cause.
+    #[serde(default)]
     pub causes: Vec<CauseReport>,
     /// With blockers: the threads whose holds this thread waited behind, largest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<Vec<BlockerReport>>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub pid: u32,
     /// The process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with
     /// `pid`, it names the process even across pid reuse.
+    #[serde(default)]
     pub start_ticks: u64,
     pub comm: String,
     pub write: Stats,
     /// Real read acquisitions (downgrades are apart).
     pub read: Stats,
     /// Write locks downgraded to read (munmap, brk, mremap, stack growth).
+    #[serde(default)]
     pub downgrade: Stats,
     /// Writes by cause: the syscall or kernel path that took the lock for write.
+    #[serde(default)]
     pub causes: Vec<CauseReport>,
     /// Sampled writes by the code that asked for memory (summary, with stack sampling).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,7 +165,7 @@ pub struct ProcessReport {
     pub js_functions: Option<Vec<JsFunctionReport>>,
     /// How to name JIT frames, when sampled writes went through unnamed ones.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub js_hint: Option<&'static str>,
+    pub js_hint: Option<Cow<'static, str>>,
     /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
     /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -214,7 +186,7 @@ pub struct ProcessReport {
 }
 
 /// What the profile does not contain, by reason (docs/report-format.md).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lost {
     /// Acquisitions lost for any reason but `map_full`: the sum of the reasons below it.
     pub events: u64,
@@ -222,19 +194,50 @@ pub struct Lost {
     /// (`--max-threads`).
     pub map_full: u64,
     /// Sampled stacks dropped because the ring buffer was full (raise --stack-sample).
+    #[serde(default)]
     pub stacks: u64,
     /// A third mm lock pending or held by one thread at once (two are tracked).
+    #[serde(default)]
     pub nested: u64,
     /// Per-thread state could not be allocated.
+    #[serde(default)]
     pub no_state: u64,
     /// A thread's pending ring was full while another context flushed it.
+    #[serde(default)]
     pub ring_full: u64,
     /// Pending acquisitions of a freed thread whose state could not be reached.
+    #[serde(default)]
     pub exit_flush: u64,
     /// Threads that had begun exiting when the run ended and were not yet freed, so their
     /// last pending acquisitions (at most 32 each) could not be flushed.
+    #[serde(default)]
     pub exit_pending: u64,
 }
+
+/// `add`, for structs of counters: field by field, saturating (they may come from files).
+/// Every field is named in a pattern, so one added to the struct must be added here too.
+macro_rules! add_counters {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl $t {
+            /// Adds another window's counts.
+            pub fn add(&mut self, o: &$t) {
+                let $t { $($f),* } = *o;
+                $(self.$f = self.$f.saturating_add($f);)*
+            }
+        }
+    };
+}
+
+add_counters!(Lost {
+    events,
+    map_full,
+    stacks,
+    nested,
+    no_state,
+    ring_full,
+    exit_flush,
+    exit_pending,
+});
 
 impl Lost {
     pub fn with_total(mut self) -> Self {
@@ -245,7 +248,8 @@ impl Lost {
 }
 
 /// What the profiler did that is worth knowing but loses nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Uncounted {
     /// A child's new mm locked inside fork's dup_mmap: not charged to the parent (the lock
     /// is the child's, uncontended, and held within the parent's fork hold).
@@ -264,16 +268,23 @@ pub struct Uncounted {
     pub not_acquisitions_map_full: u64,
 }
 
+add_counters!(Uncounted {
+    fork_child,
+    flushed_under_lock,
+    blockers_overrun,
+    blockers_dropped,
+});
+
 /// One eBPF program's share of [`Overhead`].
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgramOverhead {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     pub events: u64,
     pub ns_per_event: f64,
 }
 
 /// The profiler's own in-kernel cost over a window, from the kernel's BPF statistics.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Overhead {
     /// Mean BPF run time per tracepoint hit, over all programs.
     pub bpf_ns_per_event: f64,
@@ -307,7 +318,7 @@ impl Overhead {
             events += n;
             ns += t.as_nanos();
             programs.push(ProgramOverhead {
-                name: c.name,
+                name: c.name.into(),
                 events: n,
                 ns_per_event: if n == 0 {
                     0.0
@@ -334,26 +345,31 @@ impl Overhead {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Interval,
     Summary,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// One line of the report. Read back (`report`, `compare`), fields of the base contract
+/// (docs/cli-and-report.md) are required and every later one optional (absent or empty when a
+/// file lacks it); fields a file has that this build does not know are ignored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     #[serde(rename = "type")]
     pub kind: Kind,
+    #[serde(deserialize_with = "schema_version")]
     pub schema_version: u32,
     pub start: String,
     pub end: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
     pub processes: Vec<ProcessReport>,
     pub lost: Lost,
+    #[serde(default)]
     pub uncounted: Uncounted,
     /// Present when the kernel's BPF statistics are on (`--bpf-stats`, or
     /// `sysctl kernel.bpf_stats_enabled=1`).
@@ -402,8 +418,6 @@ pub struct Meta {
 /// The report of a window: a pure function of the activity, its attribution (names and
 /// roles, resolved by the registry beforehand) and the report's metadata.
 pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
-    let mut hdr = crate::aggregation::new_hdr();
-    let hdr = &mut hdr;
     let Meta {
         kind,
         start,
@@ -453,10 +467,10 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 role: r,
                 comm: comm_str(&t.comm),
                 pid: (r == Role::Foreign).then_some(t.tgid),
-                write: Stats::new(&tw, hdr),
-                read: Stats::new(&t.read, hdr),
-                downgrade: Stats::new(&t.downgrade, hdr),
-                causes: cause_reports(t.writes.iter(), hdr),
+                write: Stats::new(&tw),
+                read: Stats::new(&t.read),
+                downgrade: Stats::new(&t.downgrade),
+                causes: cause_reports(t.writes.iter()),
                 blocked_by: blockers
                     .as_mut()
                     .map(|b| b.threads.remove(&thread).unwrap_or_default()),
@@ -473,10 +487,10 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             pid,
             start_ticks: proc_id.start,
             comm,
-            write: Stats::new(&write, hdr),
-            read: Stats::new(&read, hdr),
-            downgrade: Stats::new(&downgrade, hdr),
-            causes: cause_reports(causes.iter().map(|(c, s)| (*c, s)), hdr),
+            write: Stats::new(&write),
+            read: Stats::new(&read),
+            downgrade: Stats::new(&downgrade),
+            causes: cause_reports(causes.iter().map(|(c, s)| (*c, s))),
             dsos: None,
             stacks: None,
             js_functions: None,
@@ -505,7 +519,6 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
 
 /// Adds the sampled stacks' attribution to a summary.
 pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
-    let mut hdr = crate::aggregation::new_hdr();
     r.stack_sample = Some(sample);
     for p in &mut r.processes {
         let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
@@ -515,7 +528,7 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
                     .iter()
                     .map(|(d, s)| DsoReport {
                         dso: d.clone(),
-                        write: Stats::new(s, &mut hdr),
+                        write: Stats::new(s),
                     })
                     .collect()
             })
@@ -577,7 +590,7 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         p.dsos = Some(dsos);
         p.stacks = Some(top);
         p.js_functions = Some(js);
-        p.js_hint = o.filter(|o| o.unnamed_jit > 0).map(|_| JS_HINT);
+        p.js_hint = o.filter(|o| o.unnamed_jit > 0).map(|_| JS_HINT.into());
     }
 }
 

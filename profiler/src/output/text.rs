@@ -88,9 +88,20 @@ pub fn side_by_side(cols: &[Vec<String>], width: usize) -> String {
     out
 }
 
-/// The last path components that fit a table column.
+/// `s` in at most `width` characters: cut with an ellipsis when longer, so that the columns
+/// after it stay where the header puts them.
+pub fn fit(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// A file's name alone when its path does not fit a table column.
 fn short_path(p: &str) -> String {
-    if p.chars().count() <= 10 {
+    if p.chars().count() <= LABEL {
         return p.to_string();
     }
     std::path::Path::new(p)
@@ -98,9 +109,13 @@ fn short_path(p: &str) -> String {
         .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
 }
 
+/// Width of the first column of the tables of STATS.
+const LABEL: usize = 10;
+
 fn stats_row(label: &str, s: &Stats) -> String {
+    let label = fit(label, LABEL);
     format!(
-        "  {label:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "  {label:<LABEL$} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
         s.count,
         s.failed_trylocks,
         fmt_ns(s.wait_ns.sum),
@@ -135,7 +150,7 @@ pub fn to_text(r: &Report) -> String {
                     out,
                     "  {:>7} {:<15} writes {:>7} wait {:>9} (p99 {:>8})   reads {:>8} wait {:>9}",
                     p.pid,
-                    p.comm,
+                    fit(&p.comm, 15),
                     p.write.count,
                     fmt_ns(p.write.wait_ns.sum),
                     fmt_ns(p.write.wait_ns.p99),
@@ -199,7 +214,7 @@ fn process_text(p: &ProcessReport) -> String {
     let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
     let _ = writeln!(
         out,
-        "  {:<10} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "  {:<LABEL$} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "lock",
         "acquired",
         "failed",
@@ -219,7 +234,7 @@ fn process_text(p: &ProcessReport) -> String {
     if !p.causes.is_empty() {
         let _ = writeln!(out, "\n  writes by cause:");
         for c in &p.causes {
-            out.push_str(&stats_row(c.cause, &c.write));
+            out.push_str(&stats_row(&c.cause, &c.write));
         }
     }
     if let Some(dsos) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
@@ -234,14 +249,14 @@ fn process_text(p: &ProcessReport) -> String {
             let _ = writeln!(
                 out,
                 "  {:<32} {:>9} {:>10}  {}",
-                f.function,
+                fit(&f.function, 32),
                 f.writes,
                 fmt_ns(f.wait_ns_sum),
                 f.file
             );
         }
     }
-    if let Some(hint) = p.js_hint {
+    if let Some(hint) = &p.js_hint {
         let _ = writeln!(out, "\n  {hint}");
     }
     if let Some(stacks) = p.stacks.as_ref().filter(|s| !s.is_empty()) {
@@ -270,7 +285,7 @@ fn process_text(p: &ProcessReport) -> String {
             "  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
             t.tid,
             t.role.as_str(),
-            t.comm,
+            fit(&t.comm, 15),
             t.write.count,
             fmt_ns(t.write.wait_ns.sum),
             fmt_ns(t.write.wait_ns.p99),
@@ -385,4 +400,57 @@ pub fn blockers_text(p: &ProcessReport) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{
+        fixtures::{process, stats},
+        report::{DsoReport, JsFunctionReport},
+    };
+
+    #[test]
+    fn long_names_are_cut_and_the_columns_stay_aligned() {
+        let mut p = process(1, "node", 5000, false);
+        let write = stats(3, 3000, 1000, &[(1024, 3)]);
+        p.dsos = Some(vec![
+            DsoReport {
+                dso: "/usr/lib/x86_64-linux-gnu/libsomething-with-a-very-long-name-1.2.3.so".into(),
+                write: write.clone(),
+            },
+            DsoReport {
+                dso: "/usr/bin/node".into(),
+                write,
+            },
+        ]);
+        p.js_functions = Some(vec![JsFunctionReport {
+            function: "aVeryLongJavaScriptFunctionNameThatGoesOnAndOn".into(),
+            file: "/app/server.js:10:3".into(),
+            writes: 3,
+            wait_ns_sum: 3000,
+        }]);
+        p.threads[1].comm = "a-name-longer-than-15".into();
+        let text = process_text(&p);
+        let lines: Vec<&str> = text.lines().collect();
+        let width = |l: &str| l.chars().count();
+        let header = lines.iter().find(|l| l.starts_with("  lock")).unwrap();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("sampled writes by code"))
+            .unwrap();
+        for row in &lines[at + 1..at + 3] {
+            assert_eq!(width(row), width(header), "{row}\n{header}\n{text}");
+        }
+        assert!(lines[at + 1].starts_with("  libsometh… "), "{text}");
+        assert!(lines[at + 2].starts_with("  node       "), "{text}");
+        // The JS function's and the thread's tables too.
+        let js = lines.iter().find(|l| l.contains("/app/server.js")).unwrap();
+        assert!(js.starts_with(&format!("  {}… ", "aVeryLongJavaScriptFunctionName")));
+        let thread = lines.iter().find(|l| l.contains("a-name-longer-")).unwrap();
+        let head = lines.iter().find(|l| l.contains("wait p99")).unwrap();
+        assert_eq!(width(thread), width(head), "{thread}\n{head}");
+        assert_eq!(fit("short", 10), "short");
+        assert_eq!(fit("exactly-10", 10), "exactly-10");
+    }
 }

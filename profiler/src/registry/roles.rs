@@ -20,7 +20,7 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 use profiler_common::COMM_LEN;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
     registry::ids::{self, ProcId, ThreadId},
@@ -39,6 +39,25 @@ pub enum Role {
     Addon,
     Other,
     Foreign,
+}
+
+/// Read back from a report, a role this build does not know (a later addition) is `other`.
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok([
+            Role::Main,
+            Role::Worker,
+            Role::Libuv,
+            Role::V8,
+            Role::Inspector,
+            Role::Addon,
+            Role::Foreign,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+        .unwrap_or(Role::Other))
+    }
 }
 
 impl Role {

@@ -321,6 +321,16 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         sink.write_report(r)?;
     }
     let summary = profile.summary();
+    // Folded stacks name processes as the summary does: an exited process's name has left
+    // the registry by now.
+    let comms: std::collections::HashMap<ProcId, String> = match cfg.stacks_file {
+        Some(_) => summary
+            .processes
+            .iter()
+            .map(|p| (ProcId::new(p.pid, p.start_ticks), p.comm.clone()))
+            .collect(),
+        None => Default::default(),
+    };
     sink.write_report(summary)?;
     sink.finish_html()?;
     if let Some(e) = failure {
@@ -329,7 +339,12 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     last?;
     if let (Some(path), Some(stacks)) = (&cfg.stacks_file, &profile.stacks) {
         let names = &mut profile.registry.names;
-        let folded = stacks.folded(|pid| names_get(names, pid));
+        let folded = stacks.folded(|pid| {
+            comms
+                .get(&pid)
+                .cloned()
+                .unwrap_or_else(|| names_get(names, pid))
+        });
         std::fs::write(path, folded).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
     }
     Ok(())

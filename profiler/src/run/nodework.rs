@@ -230,7 +230,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        aggregation::{DurationHist, ThreadAgg, new_hdr},
+        aggregation::{DurationHist, ThreadAgg},
         output::report::Stats,
         registry::ids::{ProcId, ThreadId},
     };
@@ -325,7 +325,7 @@ mod tests {
         assert_eq!((pooled.wait.bucket(10), pooled.wait.bucket(20)), (8, 2));
         assert_eq!(pooled.wait.bucket(25), 0);
         // The STATS of results.json: p50 in the 600 ns bucket, p99 in the 1 ms one.
-        let stats = Stats::new(&pooled, &mut new_hdr());
+        let stats = Stats::new(&pooled);
         assert_eq!(stats.wait_ns.mean, (8.0 * 600.0 + 2e6) / 10.0);
         assert!(stats.wait_ns.p50 < 1024, "{}", stats.wait_ns.p50);
         assert!(stats.wait_ns.p99 >= 524_288, "{}", stats.wait_ns.p99);

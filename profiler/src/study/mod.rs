@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::{
     output::{
-        html::study::study_page,
+        html::study::study_page_of,
         report::{Report, Stats},
     },
     run::nodework::{NodeRun, NodeRunError, NodeSpec, run_node},
@@ -49,6 +49,8 @@ pub enum StudyError {
     Addon(String),
     #[error("unknown scenario {0:?} (one of: {list})", list = SCENARIOS.join(", "))]
     UnknownScenario(String),
+    #[error("cannot draw the study's page: {0}")]
+    Page(String),
 }
 
 impl StudyError {
@@ -199,7 +201,6 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
     let (sizes, ks) = cfg.matrix();
     let total = sizes.len() * ks.len() * scenarios.len() * 2;
     let mut runs = Vec::new();
-    let mut hdr = crate::aggregation::new_hdr();
     for &kib in &sizes {
         let file = work.path().join(format!("data-{kib}.bin"));
         let data: Vec<u8> = (0..(kib * 1024.0) as usize)
@@ -250,7 +251,7 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
                         k,
                         file_kib: kib,
                         ops_per_s: r.reads_per_s,
-                        write: Stats::new(&r.write, &mut hdr),
+                        write: Stats::new(&r.write),
                         report: r.report,
                     });
                 }
@@ -267,14 +268,12 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
         ranking: &ranking,
         ranking_text: rank::ranking_text(&ranking),
     };
-    let json = serde_json::to_value(&results).expect("plain data");
-    std::fs::write(
-        cfg.out.join("results.json"),
-        serde_json::to_string(&json).expect("json"),
-    )
-    .map_err(files)?;
+    let json = serde_json::to_string(&results).expect("plain data");
+    std::fs::write(cfg.out.join("results.json"), &json).map_err(files)?;
     std::fs::write(cfg.out.join("results.md"), &markdown).map_err(files)?;
-    std::fs::write(cfg.out.join("report.html"), study_page(&json)).map_err(files)?;
+    // Drawn from the file as `report results.json --html` draws it.
+    let page = study_page_of("results.json", &json).map_err(|e| StudyError::Page(e.to_string()))?;
+    std::fs::write(cfg.out.join("report.html"), page).map_err(files)?;
     println!("{markdown}");
     eprintln!(
         "mmaplock-prof study: results.json, results.md and report.html in {}",

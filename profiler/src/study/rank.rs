@@ -172,7 +172,7 @@ mod tests {
             k,
             file_kib: 64.0,
             ops_per_s: ops,
-            write: crate::output::report::Stats::new(&s, &mut crate::aggregation::new_hdr()),
+            write: crate::output::report::Stats::new(&s),
             report: Report::empty_for_tests(),
         }
     }

@@ -7,7 +7,7 @@ use super::{
     page,
     svg::{Unit, bars, esc},
 };
-use crate::output::compare::{Change, Comparison, Row, value};
+use crate::output::compare::{Change, Comparison, Row, runs_label, value};
 
 fn cell(c: &Change, ns: bool) -> String {
     let v = |x: f64| value(x, ns);
@@ -102,8 +102,11 @@ pub fn compare_page(c: &Comparison) -> String {
     page(
         "mmaplock-prof: before and after",
         &format!(
-            "{} ({} runs) → {} ({} runs)",
-            c.before.file, c.before.runs, c.after.file, c.after.runs
+            "{} ({}) → {} ({})",
+            c.before.file,
+            runs_label(c.before.runs),
+            c.after.file,
+            runs_label(c.after.runs)
         ),
         &body,
     )

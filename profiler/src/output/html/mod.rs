@@ -1,15 +1,16 @@
 //! Self-contained HTML reports: a run (any NDJSON of docs/report-format.md), a comparison of
-//! two runs, the mitigation study. Pure functions of the JSON lines: the page has its style
+//! two runs, the mitigation study. Pure functions of the reports: the page has its style
 //! inline, plain SVG charts and inferno's flame graph; it fetches nothing.
 
 pub mod compare;
-mod partial;
+mod lines;
 mod run;
 pub mod study;
 pub mod svg;
 #[cfg(test)]
 mod tests;
 
+pub use lines::RunLines;
 pub use run::run_page;
 
 use std::{
@@ -17,84 +18,8 @@ use std::{
     io::{self, Write},
 };
 
-use serde_json::Value;
-
 use crate::output::{Output, report::Report};
 use svg::esc;
-
-/// A file that is not what `report` or `compare` reads.
-#[derive(Debug, thiserror::Error)]
-pub enum InputError {
-    #[error("cannot read {0}: {1}")]
-    Read(String, #[source] io::Error),
-    #[error("{0}, line {1}: not a JSON report line ({2})")]
-    NotJson(String, usize, #[source] serde_json::Error),
-    #[error("{0}: no mmaplock-prof report lines (interval, summary, demo or study)")]
-    Empty(String),
-}
-
-/// The lines of a run, in file order. A file may hold several runs one after the other
-/// (each ends with its summary): `summaries` then has one per run.
-#[derive(Clone, Debug, Default)]
-pub struct RunLines {
-    pub intervals: Vec<Value>,
-    pub summaries: Vec<Value>,
-    /// `demo` or `study` lines, rendered as such.
-    pub other: Vec<Value>,
-}
-
-impl RunLines {
-    /// Parses newline-delimited JSON; `name` names the file in errors.
-    pub fn parse(name: &str, text: &str) -> Result<RunLines, InputError> {
-        let mut r = RunLines::default();
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(line)
-                .map_err(|e| InputError::NotJson(name.to_string(), i + 1, e))?;
-            match v["type"].as_str() {
-                Some("interval") => r.intervals.push(v),
-                Some("summary") => r.summaries.push(v),
-                // A demo line carries a summary per run.
-                Some("demo") => {
-                    for run in v["runs"].as_array().into_iter().flatten() {
-                        r.summaries.push(run["report"].clone());
-                    }
-                    r.other.push(v);
-                }
-                Some("study") => r.other.push(v),
-                _ => {}
-            }
-        }
-        if r.intervals.is_empty() && r.summaries.is_empty() && r.other.is_empty() {
-            return Err(InputError::Empty(name.to_string()));
-        }
-        Ok(r)
-    }
-
-    /// Reads and parses a file.
-    pub fn read(path: &std::path::Path) -> Result<RunLines, InputError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| InputError::Read(name.clone(), e))?;
-        RunLines::parse(&name, &text)
-    }
-
-    /// One summary per run; a file without any (a run killed hard) is one run, its interval
-    /// lines summed.
-    pub fn run_summaries(&self) -> Vec<Value> {
-        if self.summaries.is_empty() && !self.intervals.is_empty() {
-            vec![partial::summed(&self.intervals)]
-        } else {
-            self.summaries.clone()
-        }
-    }
-
-    /// The study line, if this is a study's results.
-    pub fn study(&self) -> Option<&Value> {
-        self.other.iter().find(|v| v["type"] == "study")
-    }
-}
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1d2330;\
 margin:0;background:#f5f6f8}header{background:#1f2a44;color:#fff;padding:18px 32px}\
@@ -121,10 +46,6 @@ pub fn page(title: &str, subtitle: &str, body: &str) -> String {
     )
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
 fn kpi(out: &mut String, label: &str, value: &str) {
     let _ = write!(
         out,
@@ -132,16 +53,6 @@ fn kpi(out: &mut String, label: &str, value: &str) {
         esc(value),
         esc(label)
     );
-}
-
-/// `[upper, count]` pairs of a STATS distribution.
-fn buckets(d: &Value) -> Vec<(u64, u64)> {
-    d["buckets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|b| Some((b[0].as_u64()?, b[1].as_u64()?)))
-        .collect()
 }
 
 /// `--html FILE` of a profiling run: keeps the run's reports and writes the page when the run
@@ -171,11 +82,7 @@ impl HtmlRecorder {
 
 impl Output for HtmlRecorder {
     fn emit(&mut self, report: &Report, _out: &mut dyn Write) -> io::Result<()> {
-        let v = serde_json::to_value(report).map_err(io::Error::from)?;
-        match v["type"].as_str() {
-            Some("summary") => self.lines.summaries.push(v),
-            _ => self.lines.intervals.push(v),
-        }
+        self.lines.add_report(report);
         Ok(())
     }
 }

@@ -4,14 +4,16 @@
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use serde_json::Value;
-
 use super::{
-    RunLines, buckets, kpi, page, partial,
+    RunLines, kpi,
+    lines::{Series, seconds_of},
+    page,
     svg::{Unit, bars, esc, histogram, lines},
-    u,
 };
-use crate::output::text::fmt_ns;
+use crate::output::{
+    report::{FlameStack, ProcessReport, Report},
+    text::fmt_ns,
+};
 
 /// The flame graph of a process's sampled writes, drawn by inferno, in a frame of its own
 /// (None without stacks).
@@ -21,11 +23,10 @@ use crate::output::text::fmt_ns;
 /// size and drew the frames at that chart's width, and a second flame graph on the page would
 /// drive the first. An `<iframe srcdoc>` gives each graph a document to itself; it is part of
 /// the page, so still nothing is fetched.
-fn flame_graph(title: &str, flame: &Value) -> Option<String> {
+fn flame_graph(title: &str, flame: &[FlameStack]) -> Option<String> {
     let lines: Vec<String> = flame
-        .as_array()?
         .iter()
-        .filter_map(|f| Some(format!("{} {}", f["stack"].as_str()?, f["count"].as_u64()?)))
+        .map(|f| format!("{} {}", f.stack, f.count))
         .collect();
     if lines.is_empty() {
         return None;
@@ -71,62 +72,44 @@ fn panel(out: &mut String, title: &str, chart: &str) {
     );
 }
 
-/// Per interval line in which the process appears: seconds from the start, write wait sum,
-/// mean write wait, writes.
-fn over_time(p: &Value, intervals: &[Value], t0: Option<f64>) -> [Vec<f64>; 4] {
+/// Per point of the process's series (an interval line, or past a thousand a run of them):
+/// seconds from the start, write wait per line, mean write wait, writes per line.
+fn over_time(series: Option<&Series>, t0: Option<f64>) -> [Vec<f64>; 4] {
     let mut v: [Vec<f64>; 4] = Default::default();
-    for l in intervals {
-        let Some(q) = l["processes"].as_array().and_then(|ps| {
-            ps.iter()
-                .find(|q| q["pid"] == p["pid"] && q["start_ticks"] == p["start_ticks"])
-        }) else {
-            continue;
-        };
-        let (Some(at), Some(t0)) = (seconds_of(&l["end"]), t0) else {
-            continue;
-        };
-        let (sum, count) = (u(&q["write"]["wait_ns"]["sum"]), u(&q["write"]["count"]));
-        v[0].push(at - t0);
-        v[1].push(sum as f64);
-        v[2].push(if count == 0 {
+    let (Some(series), Some(t0)) = (series, t0) else {
+        return v;
+    };
+    for p in series.points() {
+        let lines = f64::from(p.lines);
+        v[0].push(p.end_s - t0);
+        v[1].push(p.wait_ns as f64 / lines);
+        v[2].push(if p.writes == 0 {
             0.0
         } else {
-            sum as f64 / count as f64
+            p.wait_ns as f64 / p.writes as f64
         });
-        v[3].push(count as f64);
+        v[3].push(p.writes as f64 / lines);
     }
     v
 }
 
 /// One process's section of a run page.
-fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
+fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) -> String {
     let mut out = String::new();
-    let (pid, comm) = (u(&p["pid"]), p["comm"].as_str().unwrap_or("?"));
+    let (pid, comm) = (p.pid, p.comm.as_str());
     let _ = write!(
         out,
         r#"<section class="process" data-pid="{pid}"><h2>{} <small>pid {pid}</small></h2><div class="kpis">"#,
         esc(comm)
     );
-    let (w, r) = (&p["write"], &p["read"]);
-    kpi(&mut out, "write acquisitions", &u(&w["count"]).to_string());
-    kpi(
-        &mut out,
-        "total write wait",
-        &fmt_ns(u(&w["wait_ns"]["sum"])),
-    );
-    kpi(
-        &mut out,
-        "mean write wait",
-        &fmt_ns(w["wait_ns"]["mean"].as_f64().unwrap_or(0.0) as u64),
-    );
-    kpi(&mut out, "p99 write wait", &fmt_ns(u(&w["wait_ns"]["p99"])));
-    kpi(&mut out, "read acquisitions", &u(&r["count"]).to_string());
-    kpi(
-        &mut out,
-        "total read wait",
-        &fmt_ns(u(&r["wait_ns"]["sum"])),
-    );
-    if let Some(b) = p["blocked_wait_ns"].as_u64() {
+    let (w, r) = (&p.write, &p.read);
+    kpi(&mut out, "write acquisitions", &w.count.to_string());
+    kpi(&mut out, "total write wait", &fmt_ns(w.wait_ns.sum));
+    kpi(&mut out, "mean write wait", &fmt_ns(w.wait_ns.mean as u64));
+    kpi(&mut out, "p99 write wait", &fmt_ns(w.wait_ns.p99));
+    kpi(&mut out, "read acquisitions", &r.count.to_string());
+    kpi(&mut out, "total read wait", &fmt_ns(r.wait_ns.sum));
+    if let Some(b) = p.blocked_wait_ns {
         kpi(&mut out, "wait charged to blockers", &fmt_ns(b));
     }
     out.push_str(r#"</div><div class="grid">"#);
@@ -135,10 +118,7 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
         "Wait per acquisition (log2 buckets)",
         &histogram(
             "wait-histogram",
-            &[
-                ("write", &buckets(&w["wait_ns"])),
-                ("read", &buckets(&r["wait_ns"])),
-            ],
+            &[("write", &w.wait_ns.buckets), ("read", &r.wait_ns.buckets)],
         ),
     );
     panel(
@@ -146,15 +126,12 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
         "Hold per acquisition (log2 buckets)",
         &histogram(
             "hold-histogram",
-            &[
-                ("write", &buckets(&w["hold_ns"])),
-                ("read", &buckets(&r["hold_ns"])),
-            ],
+            &[("write", &w.hold_ns.buckets), ("read", &r.hold_ns.buckets)],
         ),
     );
     // The three over time in a row of their own.
     out.push_str(r#"</div><div class="grid">"#);
-    let [xs, sum, mean, count] = over_time(p, intervals, t0);
+    let [xs, sum, mean, count] = over_time(series, t0);
     panel(
         &mut out,
         "Write wait over time",
@@ -187,15 +164,13 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
     );
     out.push_str("</div>");
     // By role (threads pooled) and by cause.
-    let mut roles: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for t in p["threads"].as_array().into_iter().flatten() {
-        let e = roles
-            .entry(t["role"].as_str().unwrap_or("other").to_string())
-            .or_default();
-        e.0 += u(&t["write"]["count"]) as f64;
-        e.1 += u(&t["write"]["wait_ns"]["sum"]) as f64;
+    let mut roles: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for t in &p.threads {
+        let e = roles.entry(t.role.as_str()).or_default();
+        e.0 += t.write.count as f64;
+        e.1 += t.write.wait_ns.sum as f64;
     }
-    let labels: Vec<String> = roles.keys().cloned().collect();
+    let labels: Vec<String> = roles.keys().map(|r| r.to_string()).collect();
     out.push_str(r#"<div class="grid">"#);
     let writes_by_role = bars(
         "writes-by-role",
@@ -211,43 +186,38 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
         Unit::Ns,
     );
     panel(&mut out, "Write wait by thread role", &wait_by_role);
-    let causes: Vec<&Value> = p["causes"].as_array().into_iter().flatten().collect();
-    let labels: Vec<String> = causes
-        .iter()
-        .map(|c| c["cause"].as_str().unwrap_or("?").to_string())
-        .collect();
-    let of_causes = |f: &dyn Fn(&Value) -> u64| causes.iter().map(|c| f(c) as f64).collect();
+    let labels: Vec<String> = p.causes.iter().map(|c| c.cause.to_string()).collect();
+    let of_causes = |f: &dyn Fn(&crate::output::report::Stats) -> u64| {
+        p.causes.iter().map(|c| f(&c.write) as f64).collect()
+    };
     let writes_by_cause = bars(
         "writes-by-cause",
         &labels,
-        &[("writes", of_causes(&|c| u(&c["write"]["count"])))],
+        &[("writes", of_causes(&|w| w.count))],
         Unit::Count,
     );
     panel(&mut out, "Writes by cause", &writes_by_cause);
     let wait_by_cause = bars(
         "wait-by-cause",
         &labels,
-        &[(
-            "write wait",
-            of_causes(&|c| u(&c["write"]["wait_ns"]["sum"])),
-        )],
+        &[("write wait", of_causes(&|w| w.wait_ns.sum))],
         Unit::Ns,
     );
     panel(&mut out, "Write wait by cause", &wait_by_cause);
     out.push_str("</div>");
     // Who made whom wait, by role and by holder, side by side.
     out.push_str(r#"<div class="grid">"#);
-    if let Some(roles) = p["blocked_by_role"].as_array().filter(|r| !r.is_empty()) {
+    if let Some(roles) = p.blocked_by_role.as_ref().filter(|r| !r.is_empty()) {
         out.push_str("<div class=\"panel\"><h3>Who made whom wait</h3><table><tr><th>waiter</th><th>holder</th><th>its hold</th><th>write wait</th><th>all wait</th></tr>");
         for r in roles.iter().take(12) {
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(r["waiter_role"].as_str().unwrap_or("")),
-                esc(r["holder_role"].as_str().unwrap_or("")),
-                esc(r["cause"].as_str().unwrap_or("")),
-                fmt_ns(u(&r["write_wait_ns"])),
-                fmt_ns(u(&r["wait_ns"]))
+                r.waiter_role.as_str(),
+                r.holder_role.as_str(),
+                esc(&r.cause),
+                fmt_ns(r.write_wait_ns),
+                fmt_ns(r.wait_ns)
             );
         }
         out.push_str("</table></div>");
@@ -255,7 +225,8 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
     blockers_table(&mut out, p);
     out.push_str("</div>");
     code_tables(&mut out, p);
-    if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), &p["flame"]) {
+    let flame = p.flame.as_deref().unwrap_or_default();
+    if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), flame) {
         out.push_str("<h3>Flame graph of the sampled writes</h3>");
         out.push_str(&frame);
     }
@@ -264,8 +235,8 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
 }
 
 /// The threads whose holds made this process's threads wait (`--blockers`).
-fn blockers_table(out: &mut String, p: &Value) {
-    let Some(b) = p["blockers"].as_array().filter(|b| !b.is_empty()) else {
+fn blockers_table(out: &mut String, p: &ProcessReport) {
+    let Some(b) = p.blockers.as_ref().filter(|b| !b.is_empty()) else {
         return;
     };
     out.push_str("<div class=\"panel\"><h3>Blockers: the holds that made them wait</h3><table><tr><th>holder</th><th>tid</th><th>role</th><th>its hold</th><th>waits</th><th>wait charged</th></tr>");
@@ -273,120 +244,103 @@ fn blockers_table(out: &mut String, p: &Value) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(x["comm"].as_str().unwrap_or("")),
-            u(&x["tid"]),
-            esc(x["role"].as_str().unwrap_or("")),
-            esc(x["cause"].as_str().unwrap_or("")),
-            u(&x["waits"]),
-            fmt_ns(u(&x["wait_ns"]))
+            esc(&x.comm),
+            x.tid,
+            x.role.as_str(),
+            esc(&x.cause),
+            x.waits,
+            fmt_ns(x.wait_ns)
         );
     }
     out.push_str("</table></div>");
 }
 
 /// Sampled writes by code and by JavaScript function.
-fn code_tables(out: &mut String, p: &Value) {
-    if let Some(d) = p["dsos"].as_array().filter(|d| !d.is_empty()) {
+fn code_tables(out: &mut String, p: &ProcessReport) {
+    if let Some(d) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
         out.push_str("<h3>Sampled writes by code</h3><table><tr><th>code</th><th>writes</th><th>wait</th></tr>");
         for x in d.iter().take(10) {
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(x["dso"].as_str().unwrap_or("")),
-                u(&x["write"]["count"]),
-                fmt_ns(u(&x["write"]["wait_ns"]["sum"]))
+                esc(&x.dso),
+                x.write.count,
+                fmt_ns(x.write.wait_ns.sum)
             );
         }
         out.push_str("</table>");
     }
-    if let Some(js) = p["js_functions"].as_array().filter(|d| !d.is_empty()) {
+    if let Some(js) = p.js_functions.as_ref().filter(|d| !d.is_empty()) {
         out.push_str("<h3>Sampled writes by JavaScript function</h3><table><tr><th>function</th><th>file</th><th>writes</th><th>wait</th></tr>");
         for f in js.iter().take(10) {
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(f["function"].as_str().unwrap_or("")),
-                esc(f["file"].as_str().unwrap_or("")),
-                u(&f["writes"]),
-                fmt_ns(u(&f["wait_ns_sum"]))
+                esc(&f.function),
+                esc(&f.file),
+                f.writes,
+                fmt_ns(f.wait_ns_sum)
             );
         }
         out.push_str("</table>");
     }
-    if let Some(h) = p["js_hint"].as_str() {
+    if let Some(h) = &p.js_hint {
         let _ = write!(out, r#"<p class="note">{}</p>"#, esc(h));
     }
-}
-
-fn seconds_of(v: &Value) -> Option<f64> {
-    let t = humantime::parse_rfc3339(v.as_str()?).ok()?;
-    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
 }
 
 /// The page of a run: per process (the largest write wait first), from its last summary, and
 /// its interval lines for the charts over time.
 pub fn run_page(name: &str, run: &RunLines) -> String {
-    if let Some(study) = run.study() {
+    if let Some(study) = &run.study {
         return super::study::study_page(study);
     }
     let mut body = String::new();
-    let summary = run.summaries.last();
+    // A demo's file has its runs' summaries only.
+    let summary = run.summary.as_ref().or(run.demo.last());
     let t0 = summary
-        .and_then(|s| seconds_of(&s["start"]))
-        .or_else(|| run.intervals.first().and_then(|l| seconds_of(&l["start"])));
-    let summed;
-    let source = match summary {
-        Some(_) => summary,
-        None if !run.intervals.is_empty() => {
-            let _ = write!(
-                body,
-                r#"<p class="note partial">No summary line (the run was cut short): the figures below are the sums of its {} interval lines, percentiles at the resolution of the log2 buckets.</p>"#,
-                run.intervals.len()
-            );
-            summed = partial::summed(&run.intervals);
-            Some(&summed)
-        }
-        None => None,
-    };
+        .and_then(|s| seconds_of(&s.start))
+        .or_else(|| run.first_start.as_deref().and_then(seconds_of));
+    let summed = run.summed();
+    if summed.is_some() {
+        let _ = write!(
+            body,
+            r#"<p class="note partial">No summary line (the run was cut short): the figures below are the sums of its {} interval lines, percentiles at the resolution of the log2 buckets.</p>"#,
+            run.intervals
+        );
+    }
     // A demo line holds two runs (Worker threads, then processes): both are shown.
-    let sources: Vec<&Value> = if run.other.iter().any(|v| v["type"] == "demo") {
-        run.summaries.iter().collect()
+    let sources: Vec<&Report> = if run.demo.is_empty() {
+        summary.or(summed.as_ref()).into_iter().collect()
     } else {
-        source.into_iter().collect()
+        run.demo.iter().chain(&run.summary).collect()
     };
-    let mut procs: Vec<&Value> = sources
-        .iter()
-        .filter_map(|s| s["processes"].as_array())
-        .flatten()
-        .collect();
-    procs.sort_by_key(|p| std::cmp::Reverse(u(&p["write"]["wait_ns"]["sum"])));
+    let mut procs: Vec<&ProcessReport> = sources.iter().flat_map(|s| &s.processes).collect();
+    procs.sort_by_key(|p| std::cmp::Reverse(p.write.wait_ns.sum));
     if procs.is_empty() {
         body.push_str(r#"<p class="note">No mmap_lock activity by the selected processes.</p>"#);
     }
     for p in procs {
-        body.push_str(&process_section(p, &run.intervals, t0));
+        body.push_str(&process_section(p, run.series(p.pid, p.start_ticks), t0));
     }
     if let Some(s) = summary {
-        let lost = u(&s["lost"]["events"]) + u(&s["lost"]["map_full"]);
+        let lost = s.lost.events.saturating_add(s.lost.map_full);
         let _ = write!(
             body,
             r#"<p class="note">Lost acquisitions: {lost}. Report format: docs/report-format.md.</p>"#
         );
     }
-    let sub = match (summary, run.intervals.first(), run.intervals.last()) {
+    let sub = match (summary, &run.first_start, &run.last_end) {
         (Some(s), _, _) => format!(
             "{} to {} ({} s), {} interval lines",
-            s["start"].as_str().unwrap_or(""),
-            s["end"].as_str().unwrap_or(""),
-            s["duration_s"],
-            run.intervals.len()
+            s.start,
+            s.end,
+            s.duration_s.map_or("?".into(), |d| format!("{d:?}")),
+            run.intervals
         ),
-        (None, Some(a), Some(b)) => format!(
-            "{} to {}, {} interval lines, no summary",
-            a["start"].as_str().unwrap_or(""),
-            b["end"].as_str().unwrap_or(""),
-            run.intervals.len()
-        ),
+        (None, Some(a), Some(b)) => {
+            format!("{a} to {b}, {} interval lines, no summary", run.intervals)
+        }
         _ => String::new(),
     };
     page(&format!("mmaplock-prof: {name}"), &sub, &body)

@@ -1,45 +1,13 @@
 //! The pages from synthetic runs: what is parsed, what is drawn, and that it is drawn the same
 //! way every time.
 
-use serde_json::{Value, json};
-
-use super::{InputError, RunLines, run_page, study::study_page};
-
-fn stats(count: u64, wait: u64, buckets: &[(u64, u64)]) -> Value {
-    json!({"count": count, "failed_trylocks": 0,
-        "wait_ns": {"sum": wait, "max": wait, "mean": wait as f64 / count.max(1) as f64, "p99": wait,
-            "buckets": buckets.iter().map(|b| [b.0, b.1]).collect::<Vec<_>>()},
-        "hold_ns": {"sum": 0, "max": 0, "buckets": [[512, count]]}})
-}
-
-fn process(pid: u64, comm: &str, wait: u64, flame: bool) -> Value {
-    let mut p = json!({"pid": pid, "comm": comm, "start_ticks": 5,
-        "write": stats(10, wait, &[(1024, 6), (8192, 4)]), "read": stats(2, 10, &[(64, 2)]),
-        "causes": [{"cause": "mprotect", "write": stats(7, wait, &[])},
-                   {"cause": "munmap", "write": stats(3, 0, &[])}],
-        "threads": [{"tid": pid, "role": "main", "comm": comm, "write": stats(4, 1, &[])},
-                    {"tid": pid + 1, "role": "worker", "comm": "w", "write": stats(6, wait - 1, &[])}]});
-    if flame {
-        p["flame"] = json!([{"stack": "main;alloc;mmap", "count": 5},
-                            {"stack": "main;\"quoted\" <fn>;munmap", "count": 2}]);
-    }
-    p
-}
-
-fn ndjson(lines: &[Value]) -> String {
-    lines.iter().map(|l| l.to_string() + "\n").collect()
-}
-
-fn interval(end: &str, wait: u64) -> Value {
-    json!({"type": "interval", "start": "2026-01-01T00:00:00.000Z", "end": end,
-           "processes": [process(1, "node", wait, false)]})
-}
-
-fn summary(processes: Vec<Value>) -> Value {
-    json!({"type": "summary", "start": "2026-01-01T00:00:00.000Z",
-           "end": "2026-01-01T00:00:02.000Z", "duration_s": 2.0,
-           "processes": processes, "lost": {"events": 0, "map_full": 0}})
-}
+use super::{RunLines, run_page, study::study_page_of};
+use crate::output::{
+    compare::{Runs, compare},
+    fixtures::{interval, ndjson, process, stats, summary},
+    reading::{InputError, Keep, Line},
+    report::Report,
+};
 
 fn charts(page: &str, name: &str) -> usize {
     page.matches(&format!("data-chart=\"{name}\"")).count()
@@ -48,12 +16,22 @@ fn charts(page: &str, name: &str) -> usize {
 #[test]
 fn a_bad_line_is_named_by_its_number_and_an_empty_file_is_refused() {
     // A line, a blank line, a cut line: the third.
-    let text = format!("{}\n{{\"type\":", ndjson(&[interval("x", 1)]));
+    let text = format!("{}\n{{\"type\":", ndjson(&[&interval("x", 1)]));
     match RunLines::parse("run.json", &text) {
-        Err(InputError::NotJson(name, 3, _)) => assert_eq!(name, "run.json"),
-        other => panic!("{other:?}"),
+        Err(InputError::Line {
+            file,
+            line: 3,
+            what,
+        }) => {
+            assert_eq!(file, "run.json");
+            assert!(what.starts_with("not JSON: EOF"), "{what}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("accepted"),
     }
-    let e = RunLines::parse("x.json", "{\"a\":1}\n").unwrap_err();
+    let Err(e) = RunLines::parse("x.json", "{\"a\":1}\n") else {
+        panic!("accepted")
+    };
     assert!(matches!(e, InputError::Empty(_)));
     assert!(
         e.to_string()
@@ -64,17 +42,17 @@ fn a_bad_line_is_named_by_its_number_and_an_empty_file_is_refused() {
 #[test]
 fn several_runs_and_demo_lines_each_give_a_summary() {
     let s = summary(vec![process(1, "node", 100, false)]);
-    let demo = json!({"type": "demo", "runs": [{"report": s}, {"report": s}]});
-    let r = RunLines::parse(
-        "f",
-        &ndjson(&[interval("x", 1), s.clone(), s.clone(), demo]),
-    )
-    .unwrap();
-    assert_eq!(
-        (r.intervals.len(), r.summaries.len(), r.other.len()),
-        (1, 4, 1)
+    let demo = format!(
+        "{{\"type\":\"demo\",\"schema_version\":1,\"runs\":[{{\"report\":{j}}},{{\"report\":{j}}}]}}\n",
+        j = serde_json::to_string(&s).unwrap()
     );
-    assert!(r.study().is_none());
+    let text = ndjson(&[&interval("2026-01-01T00:00:01.000Z", 1), &s, &s]) + &demo;
+    let r = RunLines::parse("f", &text).unwrap();
+    assert_eq!((r.intervals, r.demo.len()), (1, 2));
+    assert!(r.summary.is_some() && r.study.is_none());
+    // compare takes each summary as a run, and each run of a demo line.
+    let runs = Runs::parse("f", &text).unwrap();
+    assert_eq!(compare(("f", &runs), ("f", &runs)).before.runs, 4);
 }
 
 #[test]
@@ -82,9 +60,9 @@ fn the_run_page_draws_every_chart_per_process_largest_wait_first() {
     let run = RunLines::parse(
         "run.json",
         &ndjson(&[
-            interval("2026-01-01T00:00:01.000Z", 40),
-            interval("2026-01-01T00:00:02.000Z", 60),
-            summary(vec![
+            &interval("2026-01-01T00:00:01.000Z", 40),
+            &interval("2026-01-01T00:00:02.000Z", 60),
+            &summary(vec![
                 process(1, "small", 100, false),
                 process(2, "big", 5000, true),
             ]),
@@ -138,8 +116,8 @@ fn a_run_without_summary_is_summed_from_its_interval_lines() {
     let run = RunLines::parse(
         "cut.json",
         &ndjson(&[
-            interval("2026-01-01T00:00:01.000Z", 40),
-            interval("2026-01-01T00:00:02.000Z", 60),
+            &interval("2026-01-01T00:00:01.000Z", 40),
+            &interval("2026-01-01T00:00:02.000Z", 60),
         ]),
     )
     .unwrap();
@@ -154,22 +132,29 @@ fn a_run_without_summary_is_summed_from_its_interval_lines() {
     assert_eq!(charts(&page, "wait-histogram"), 1);
 }
 
-fn study_run(scenario: &str, mode: &str, kib: f64, k: u64, ops: f64) -> Value {
-    json!({"scenario": scenario, "mode": mode, "k": k, "file_kib": kib, "ops_per_s": ops,
-           "write": stats(100, 5000, &[(1024, 90), (65536, 10)]), "report": summary(vec![])})
+fn study_run(scenario: &str, mode: &str, kib: f64, k: u64, ops: f64) -> String {
+    format!(
+        r#"{{"scenario":"{scenario}","mode":"{mode}","k":{k},"file_kib":{kib},"ops_per_s":{ops},"write":{},"report":{}}}"#,
+        serde_json::to_string(&stats(100, 5000, 70_000, &[(1024, 90), (131072, 10)])).unwrap(),
+        serde_json::to_string(&summary(vec![])).unwrap()
+    )
 }
 
 #[test]
 fn the_study_page_draws_scenarios_beside_each_other_per_file_size_and_k() {
     // Runs not grouped by scenario: each scenario is still drawn once per chart.
-    let study = json!({"type": "study", "schema_version": 1, "machine": {}, "runs": [
+    let runs = [
         study_run("default", "workers", 64.0, 2, 1000.0),
         study_run("reuse", "workers", 64.0, 2, 3000.0),
         study_run("default", "processes", 64.0, 2, 1500.0),
         study_run("reuse", "processes", 64.0, 2, 2500.0),
         study_run("default", "workers", 0.125, 1, 9000.0),
-    ], "ranking_text": "1. reuse <best>"});
-    let page = study_page(&study);
+    ];
+    let study = format!(
+        r#"{{"type":"study","schema_version":1,"machine":{{}},"runs":[{}],"ranking_text":"1. reuse <best>"}}"#,
+        runs.join(",")
+    );
+    let page = study_page_of("results.json", &study).unwrap();
     assert_eq!(charts(&page, "throughput-64000-2"), 1);
     assert_eq!(charts(&page, "throughput-125-1"), 1);
     let chart = &page[page.find("data-chart=\"throughput-64000-2\"").unwrap()..];
@@ -182,20 +167,20 @@ fn the_study_page_draws_scenarios_beside_each_other_per_file_size_and_k() {
     assert!(page.contains("128 B files, k = 1") && page.contains("64 KiB files, k = 2"));
     assert!(page.contains("1. reuse &lt;best&gt;"));
     // `report results.json --html` finds the study line.
-    let run = RunLines::parse("results.json", &study.to_string()).unwrap();
+    let run = RunLines::parse("results.json", &study).unwrap();
     assert_eq!(run_page("results.json", &run), page);
 }
 
 #[test]
 fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
-    let side = |waits: &[u64]| RunLines {
-        summaries: waits
-            .iter()
-            .map(|&w| summary(vec![process(1, "node", w, false)]))
-            .collect(),
-        ..RunLines::default()
+    let side = |waits: &[u64]| {
+        let mut r = Runs::default();
+        for &w in waits {
+            r.add(Line::Summary(summary(vec![process(1, "node", w, false)])));
+        }
+        r
     };
-    let c = crate::output::compare::compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])));
+    let c = compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])));
     let page = super::compare::compare_page(&c);
     for chart in [
         "writes-by-role",
@@ -224,4 +209,40 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
         "{page}"
     );
     assert!(!page.contains("cannot be judged"));
+    assert!(page.contains("b (2 runs) → a (2 runs)"), "{page}");
+    let one = compare(("b", &side(&[900])), ("a", &side(&[90])));
+    assert!(super::compare::compare_page(&one).contains("b (1 run) → a (1 run)"));
+}
+
+/// One write-wait distribution whose maximum (4.74 ms) lies below the middle of its highest
+/// bucket ([4.19, 8.39) ms), as mremap's did: the p99 is the same in the summary, the page
+/// (whole or summed from interval lines) and compare, and never above the maximum.
+#[test]
+fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
+    let write = stats(920, 100_000_000, 4_740_000, &[(1024, 900), (1 << 23, 20)]);
+    let with = |mut r: Report| {
+        r.processes[0].write = write.clone();
+        r
+    };
+    let s = with(summary(vec![process(1, "node", 0, false)]));
+    let p99 = s.processes[0].write.wait_ns.p99;
+    assert_eq!(p99, 4_740_000, "the top bucket counts at the maximum");
+    // The p99 of the page's KPI and of compare's row of a file.
+    let p99_of = |name: &str, text: &str| {
+        let page = run_page(name, &RunLines::parse(name, text).unwrap());
+        let at = page.find("<span>p99 write wait</span>").unwrap();
+        let b = page[..at].rfind("<b>").unwrap();
+        let runs = Runs::parse(name, text).unwrap();
+        let c = compare((name, &runs), (name, &runs));
+        let all = c.rows.iter().find(|r| r.group == "all").unwrap();
+        (page[b + 3..at - 4].to_string(), all.p99_wait_ns.before.mean)
+    };
+    let want = (crate::output::text::fmt_ns(p99), p99 as f64);
+    assert_eq!(p99_of("run.json", &ndjson(&[&s])), want);
+    // The same waits in two interval lines, the run cut before its summary.
+    let mut a = with(interval("2026-01-01T00:00:01.000Z", 0));
+    let mut b = with(interval("2026-01-01T00:00:02.000Z", 0));
+    a.processes[0].write = stats(460, 50_000_000, 4_740_000, &[(1024, 450), (1 << 23, 10)]);
+    b.processes[0].write = stats(460, 50_000_000, 4_500_000, &[(1024, 450), (1 << 23, 10)]);
+    assert_eq!(p99_of("cut.json", &ndjson(&[&a, &b])), want);
 }

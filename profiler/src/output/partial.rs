@@ -1,0 +1,228 @@
+//! A run without its summary line (the profiler was killed hard): its interval lines partition
+//! the run, so summed per process they give the summary's figures, as far as interval lines
+//! carry them (not the sampled stacks, which only the summary has). Lines are added one at a
+//! time: what is kept grows with the processes and threads seen, not with the lines.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    aggregation::SideStats,
+    output::report::{
+        CauseReport, Kind, Lost, ProcessReport, Report, SCHEMA_VERSION, Stats, ThreadReport,
+        Uncounted,
+    },
+    registry::roles::Role,
+};
+
+/// Write acquisitions per cause.
+type Causes = BTreeMap<String, SideStats>;
+
+fn add_causes(causes: &mut Causes, list: &[CauseReport]) {
+    for c in list {
+        causes
+            .entry(c.cause.to_string())
+            .or_default()
+            .merge(&c.write.side());
+    }
+}
+
+/// Largest total write wait first, as in the summary.
+fn cause_reports(causes: &Causes) -> Vec<CauseReport> {
+    let mut v: Vec<CauseReport> = causes
+        .iter()
+        .map(|(c, s)| CauseReport {
+            cause: c.clone().into(),
+            write: Stats::new(s),
+        })
+        .collect();
+    v.sort_by_key(|c| std::cmp::Reverse(c.write.wait_ns.sum));
+    v
+}
+
+/// What one thread (or process) did, summed over lines.
+#[derive(Default)]
+struct Sides {
+    write: SideStats,
+    read: SideStats,
+    downgrade: SideStats,
+    causes: Causes,
+}
+
+impl Sides {
+    fn add(&mut self, write: &Stats, read: &Stats, downgrade: &Stats, causes: &[CauseReport]) {
+        self.write.merge(&write.side());
+        self.read.merge(&read.side());
+        self.downgrade.merge(&downgrade.side());
+        add_causes(&mut self.causes, causes);
+    }
+}
+
+struct Thread {
+    role: Role,
+    comm: String,
+    sides: Sides,
+}
+
+#[derive(Default)]
+struct Process {
+    comm: String,
+    sides: Sides,
+    blocked_wait_ns: Option<u64>,
+    /// By (tid, the taker's pid for a foreign thread).
+    threads: BTreeMap<(u32, Option<u32>), Thread>,
+}
+
+/// Interval lines summed into one line in the summary's shape.
+#[derive(Default)]
+pub struct Summed {
+    /// By (pid, start_ticks).
+    procs: BTreeMap<(u32, u64), Process>,
+    lost: Lost,
+    uncounted: Uncounted,
+    start: Option<String>,
+    end: String,
+    lines: usize,
+}
+
+impl Summed {
+    /// Interval lines added so far.
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    pub fn add(&mut self, line: &Report) {
+        self.lines += 1;
+        self.start.get_or_insert_with(|| line.start.clone());
+        self.end.clone_from(&line.end);
+        self.lost.add(&line.lost);
+        self.uncounted.add(&line.uncounted);
+        for p in &line.processes {
+            let e = self.procs.entry((p.pid, p.start_ticks)).or_default();
+            e.comm.clone_from(&p.comm);
+            e.sides.add(&p.write, &p.read, &p.downgrade, &p.causes);
+            if let Some(b) = p.blocked_wait_ns {
+                let sum = e.blocked_wait_ns.get_or_insert(0);
+                *sum = sum.saturating_add(b);
+            }
+            for t in &p.threads {
+                let th = e.threads.entry((t.tid, t.pid)).or_insert_with(|| Thread {
+                    role: t.role,
+                    comm: String::new(),
+                    sides: Sides::default(),
+                });
+                // The last line's role is the latest known (a thread may be named later).
+                th.role = t.role;
+                th.comm.clone_from(&t.comm);
+                th.sides.add(&t.write, &t.read, &t.downgrade, &t.causes);
+            }
+        }
+    }
+
+    /// The sum as a summary (no `duration_s`: the run's end is not known).
+    pub fn report(&self) -> Report {
+        let processes = self
+            .procs
+            .iter()
+            .map(|(&(pid, start_ticks), p)| {
+                let mut threads: Vec<ThreadReport> = p
+                    .threads
+                    .iter()
+                    .map(|(&(tid, taker), t)| ThreadReport {
+                        tid,
+                        role: t.role,
+                        comm: t.comm.clone(),
+                        pid: taker,
+                        write: Stats::new(&t.sides.write),
+                        read: Stats::new(&t.sides.read),
+                        downgrade: Stats::new(&t.sides.downgrade),
+                        causes: cause_reports(&t.sides.causes),
+                        blocked_by: None,
+                    })
+                    .collect();
+                threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
+                ProcessReport {
+                    pid,
+                    start_ticks,
+                    comm: p.comm.clone(),
+                    write: Stats::new(&p.sides.write),
+                    read: Stats::new(&p.sides.read),
+                    downgrade: Stats::new(&p.sides.downgrade),
+                    causes: cause_reports(&p.sides.causes),
+                    dsos: None,
+                    stacks: None,
+                    js_functions: None,
+                    js_hint: None,
+                    flame: None,
+                    blockers: None,
+                    blocked_wait_ns: p.blocked_wait_ns,
+                    blocked_by_role: None,
+                    threads,
+                }
+            })
+            .collect();
+        Report {
+            kind: Kind::Summary,
+            schema_version: SCHEMA_VERSION,
+            start: self.start.clone().unwrap_or_default(),
+            end: self.end.clone(),
+            interval_s: None,
+            duration_s: None,
+            processes,
+            lost: self.lost,
+            uncounted: self.uncounted,
+            overhead: None,
+            stack_sample: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::fixtures::{interval, stats};
+
+    #[test]
+    fn interval_lines_add_up_per_process_thread_and_cause() {
+        let mut a = interval("2026-01-01T00:00:01.000Z", 100);
+        let mut b = interval("2026-01-01T00:00:02.000Z", 100);
+        a.processes[0].write = stats(4, 4096, 3000, &[(1024, 3), (4096, 1)]);
+        b.processes[0].write = stats(2, 1 << 19, (1 << 20) - 1, &[(1024, 1), (1 << 20, 1)]);
+        b.processes[0].threads[1].role = Role::Libuv;
+        a.lost.nested = 2;
+        b.lost.nested = 3;
+        b.uncounted.fork_child = 4;
+        let mut s = Summed::default();
+        s.add(&a);
+        s.add(&b);
+        let r = s.report();
+        assert_eq!(
+            (r.start.as_str(), r.end.as_str()),
+            ("2026-01-01T00:00:00.000Z", "2026-01-01T00:00:02.000Z")
+        );
+        let p = &r.processes[0];
+        assert_eq!(r.processes.len(), 1);
+        assert_eq!(p.write.count, 6);
+        assert_eq!(p.write.wait_ns.sum, 4096 + (1 << 19));
+        assert_eq!(p.write.wait_ns.max, (1 << 20) - 1);
+        assert_eq!(
+            p.write.wait_ns.buckets,
+            [(1024, 4), (4096, 1), (1 << 20, 1)]
+        );
+        // The percentiles of the sum, by the one definition: 6 waits, the median in the
+        // 1024 bucket, the p99 in the last one (at its middle, within hdrhistogram's 1%).
+        let (p50, p99) = (p.write.wait_ns.p50, p.write.wait_ns.p99);
+        assert!((768..776).contains(&p50), "{p50}");
+        assert!(
+            ((1 << 19) + (1 << 18)..(1 << 20) - 1).contains(&p99),
+            "{p99}"
+        );
+        assert_eq!([p50, p99], p.write.side().wait.quantiles([0.5, 0.99]));
+        assert_eq!(p.causes[0].cause, "mprotect");
+        assert_eq!(p.causes[0].write.count, 14);
+        // Two threads, the worker's latest role.
+        assert_eq!(p.threads.len(), 2);
+        assert_eq!(p.threads[0].role, Role::Libuv);
+        assert_eq!(p.threads[0].write.count, 12);
+        assert_eq!((r.lost.nested, r.uncounted.fork_child), (5, 4));
+    }
+}
