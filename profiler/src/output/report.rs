@@ -273,6 +273,7 @@ add_counters!(Uncounted {
     flushed_under_lock,
     blockers_overrun,
     blockers_dropped,
+    not_acquisitions_map_full,
 });
 
 /// One eBPF program's share of [`Overhead`].
