@@ -124,3 +124,78 @@ fn without_blockers_no_blocker_field_appears() {
         assert!(t.get("blocked_by").is_none(), "{t}");
     }
 }
+
+/// The profiler out of its own picture: on Node Workers reading files (the demo's workload),
+/// with --blockers and default stack sampling, the profiler's own acquisitions of the
+/// target's lock (its reads of /proc and of the process's memory) are its own role, counted
+/// apart from the process's totals, at most 1% of the lock's acquisitions, and never a
+/// blocker.
+#[test]
+fn the_profilers_own_acquisitions_are_apart_and_never_blockers() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    let workload =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler/demo/workload.js");
+    let mut cmd = std::process::Command::new("node");
+    cmd.current_dir(dir.path())
+        .arg(workload)
+        .args(["workers", "4"])
+        .arg(&file)
+        .arg("6000");
+    let mut w = Workload::spawn(cmd);
+    let out = profile_workload(&mut w, &["--blockers", "-i", "0"]);
+    let s = out.summary();
+    let p = process(s, w.pid).expect("the workload is in the summary");
+    let threads = p["threads"].as_array().unwrap();
+    let own: Vec<&Value> = threads.iter().filter(|t| t["role"] == "profiler").collect();
+    let own_reads: u64 = own
+        .iter()
+        .map(|t| t["read"]["count"].as_u64().unwrap())
+        .sum();
+    let own_writes: u64 = own
+        .iter()
+        .map(|t| t["write"]["count"].as_u64().unwrap())
+        .sum();
+    // Its threads are the profiler's, and no thread of another process is called that.
+    for t in &own {
+        assert_ne!(t["pid"], w.pid, "{t}");
+        assert_eq!(t["comm"].as_str().unwrap(), "mmaplock-prof", "{t}");
+    }
+    // Counted apart: the process's totals are the other threads' exactly.
+    let others = |side: &str| -> u64 {
+        threads
+            .iter()
+            .filter(|t| t["role"] != "profiler")
+            .map(|t| t[side]["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(p["read"]["count"].as_u64().unwrap(), others("read"));
+    assert_eq!(p["write"]["count"].as_u64().unwrap(), others("write"));
+    let all = others("read") + others("write") + own_reads + own_writes;
+    let share = (own_reads + own_writes) as f64 / all as f64;
+    eprintln!(
+        "profiler's own: {own_reads} reads, {own_writes} writes of {all} acquisitions ({:.3}%)",
+        share * 100.0
+    );
+    if own_reads + own_writes > 0 {
+        let reported = &p["profiler"];
+        assert_eq!(reported["read"]["count"], own_reads, "{reported}");
+        assert!((reported["share"].as_f64().unwrap() - share).abs() < 1e-9);
+    }
+    assert!(
+        share <= 0.01,
+        "the profiler took {:.2}% of the lock",
+        share * 100.0
+    );
+    // Never offered as a blocker.
+    let blockers = p["blockers"].as_array().expect("blockers with --blockers");
+    assert!(!blockers.is_empty(), "the Workers made one another wait");
+    for b in blockers {
+        assert_ne!(b["role"], "profiler", "{b}");
+        assert_ne!(b["comm"], "mmaplock-prof", "{b}");
+    }
+}

@@ -71,7 +71,7 @@ fn thread_churn_polled_every_100ms_loses_no_write() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|t| t["tid"] != w.pid && t["role"] != "foreign")
+            .filter(|t| t["tid"] != w.pid && t["role"] != "foreign" && t["role"] != "profiler")
             .collect();
         assert_eq!(workers.len() as u64, waves * threads, "{shape}: threads");
         for t in workers {
@@ -201,7 +201,7 @@ fn munmap_downgrades_are_not_reads() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["tid"] != w.pid && t["role"] != "foreign")
+        .find(|t| t["tid"] != w.pid && t["role"] != "foreign" && t["role"] != "profiler")
         .expect("the worker thread");
     assert_eq!(stats(worker, "downgrade").0, n + 1, "{worker}");
 }

@@ -231,6 +231,8 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
             // --v8-pool-size=2 platform workers and the delayed-task scheduler.
             "v8" => assert!(before.contains(&tid) && !workers.contains(&tid)),
             "foreign" => assert_ne!(t["pid"], w.pid),
+            // mmaplock-prof's own reads (the threads' start routines, the process's maps).
+            "profiler" => assert_ne!(t["pid"], w.pid),
             // The thread that happens to run the process's exit (exit_mmap) after the others
             // are gone can no longer be read; nothing else is unclassified.
             "other" => {
@@ -283,7 +285,8 @@ fn check_report(r: &Value) {
                     "inspector",
                     "addon",
                     "other",
-                    "foreign"
+                    "foreign",
+                    "profiler"
                 ]
                 .contains(&role),
                 "{role}"
@@ -654,7 +657,7 @@ fn exited_threads_free_their_entries_and_stay_in_the_summary() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|t| t["tid"] != w.pid && t["role"] != "foreign")
+        .filter(|t| t["tid"] != w.pid && t["role"] != "foreign" && t["role"] != "profiler")
         .collect();
     assert_eq!(workers.len() as u64, waves * threads, "{workers:?}");
     for t in workers {

@@ -41,6 +41,7 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         write,
     };
     ProcessReport {
+        profiler: None,
         pid,
         start_ticks: 5,
         comm: comm.into(),

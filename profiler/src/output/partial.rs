@@ -141,6 +141,7 @@ impl Summed {
                     .collect();
                 threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
                 ProcessReport {
+                    profiler: None,
                     pid,
                     start_ticks,
                     comm: p.comm.clone(),

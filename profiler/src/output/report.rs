@@ -181,8 +181,23 @@ pub struct ProcessReport {
     /// With blockers: "who made whom wait" by role (waiter role, holder role, holder cause).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_by_role: Option<Vec<RoleBlock>>,
+    /// The profiler's own acquisitions of this process's lock (its reads of the process's
+    /// /proc files and memory: maps, start routines, stacks), apart from `read` and
+    /// `write`, which are the process's own and other processes' (`foreign`); present when
+    /// there were any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiler: Option<ProfilerShare>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
+}
+
+/// The profiler's own part of a process's lock acquisitions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProfilerShare {
+    pub read: Stats,
+    pub write: Stats,
+    /// Its acquisitions over all acquisitions of the lock (its own included).
+    pub share: f64,
 }
 
 /// What the profile does not contain, by reason (docs/report-format.md).
@@ -454,20 +469,26 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         });
         let blocked_by_role =
             pairs.map(|(_, pairs)| by_role(proc_id, pairs, Some(threads_agg), attribution));
+        let (mut own_read, mut own_write) = (SideStats::default(), SideStats::default());
         for (&thread, t) in threads_agg {
             let tw = t.write();
-            read.merge(&t.read);
-            write.merge(&tw);
-            downgrade.merge(&t.downgrade);
-            for (c, s) in t.writes.iter() {
-                causes.entry(c).or_default().merge(s);
-            }
             let r = attribution.role(proc_id, thread, t);
+            if r == Role::Profiler {
+                own_read.merge(&t.read);
+                own_write.merge(&tw);
+            } else {
+                read.merge(&t.read);
+                write.merge(&tw);
+                downgrade.merge(&t.downgrade);
+                for (c, s) in t.writes.iter() {
+                    causes.entry(c).or_default().merge(s);
+                }
+            }
             threads.push(ThreadReport {
                 tid: thread.tid,
                 role: r,
                 comm: comm_str(&t.comm),
-                pid: (r == Role::Foreign).then_some(t.tgid),
+                pid: matches!(r, Role::Foreign | Role::Profiler).then_some(t.tgid),
                 write: Stats::new(&tw),
                 read: Stats::new(&t.read),
                 downgrade: Stats::new(&t.downgrade),
@@ -484,7 +505,14 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 b.tid,
             ))
         });
+        let own = own_read.count + own_write.count;
+        let profiler = (own > 0).then(|| ProfilerShare {
+            read: Stats::new(&own_read),
+            write: Stats::new(&own_write),
+            share: own as f64 / (own + read.count + write.count) as f64,
+        });
         processes.push(ProcessReport {
+            profiler,
             pid,
             start_ticks: proc_id.start,
             comm,

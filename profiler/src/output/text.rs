@@ -231,6 +231,15 @@ fn process_text(p: &ProcessReport) -> String {
     if p.downgrade.count > 0 {
         out.push_str(&stats_row("downgrade", &p.downgrade));
     }
+    if let Some(own) = &p.profiler {
+        let _ = writeln!(
+            out,
+            "  (not counted above: mmaplock-prof's own {} reads and {} writes of this lock, {:.2}% of its acquisitions)",
+            own.read.count,
+            own.write.count,
+            own.share * 100.0
+        );
+    }
     if !p.causes.is_empty() {
         let _ = writeln!(out, "\n  writes by cause:");
         for c in &p.causes {

@@ -39,6 +39,9 @@ pub enum Role {
     Addon,
     Other,
     Foreign,
+    /// The profiler's own threads (reading a target's /proc files and memory): counted apart
+    /// from the process's own acquisitions, never offered as blockers.
+    Profiler,
 }
 
 /// Read back from a report, a role this build does not know (a later addition) is `other`.
@@ -53,6 +56,7 @@ impl<'de> Deserialize<'de> for Role {
             Role::Inspector,
             Role::Addon,
             Role::Foreign,
+            Role::Profiler,
         ]
         .into_iter()
         .find(|r| r.as_str() == name)
@@ -71,6 +75,7 @@ impl Role {
             Role::Addon => "addon",
             Role::Other => "other",
             Role::Foreign => "foreign",
+            Role::Profiler => "profiler",
         }
     }
 }
@@ -82,7 +87,16 @@ pub fn comm_str(comm: &[u8; COMM_LEN]) -> String {
 }
 
 /// Role from ids and names alone; None when the start routine must decide.
-fn role_from_ids_and_name(owner: u32, tid: u32, tgid: u32, comm: &str) -> Option<Role> {
+fn role_from_ids_and_name(
+    owner: u32,
+    tid: u32,
+    tgid: u32,
+    comm: &str,
+    profiler: u32,
+) -> Option<Role> {
+    if tgid == profiler {
+        return Some(Role::Profiler);
+    }
     if tgid != owner {
         return Some(Role::Foreign);
     }
@@ -159,6 +173,9 @@ pub struct Roles {
     our_libc: Option<(u64, u64)>,
     processes: HashMap<ProcId, ProcessEntry>,
     symbolizer: Symbolizer,
+    /// The profiler's own pid: its threads are `profiler` (settable for tests, which use
+    /// their own process as a target).
+    pub(super) profiler: u32,
 }
 
 impl Default for Roles {
@@ -176,6 +193,7 @@ impl Default for Roles {
                 .and_then(|m| libc_identity(std::process::id(), &m)),
             processes: HashMap::new(),
             symbolizer: Symbolizer::new(),
+            profiler: std::process::id(),
         }
     }
 }
@@ -199,7 +217,13 @@ impl Roles {
         {
             return;
         }
-        let known = match role_from_ids_and_name(owner.pid, thread.tid, tgid, &comm_str(comm)) {
+        let known = match role_from_ids_and_name(
+            owner.pid,
+            thread.tid,
+            tgid,
+            &comm_str(comm),
+            self.profiler,
+        ) {
             Some(r) => ThreadRole::Known(r),
             // Here tgid == owner.pid: the thread is the owner's own.
             None => match self.start_site(owner, fsbase) {

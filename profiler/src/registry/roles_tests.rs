@@ -22,23 +22,32 @@ fn comm(name: &str) -> [u8; COMM_LEN] {
 #[test]
 fn roles_from_ids() {
     assert_eq!(
-        role_from_ids_and_name(100, 100, 100, "node"),
+        role_from_ids_and_name(100, 100, 100, "node", 0),
         Some(Role::Main)
     );
-    assert_eq!(role_from_ids_and_name(100, 101, 100, "node"), None);
+    assert_eq!(role_from_ids_and_name(100, 101, 100, "node", 0), None);
     assert_eq!(
-        role_from_ids_and_name(100, 200, 200, "node"),
+        role_from_ids_and_name(100, 200, 200, "node", 0),
         Some(Role::Foreign)
     );
     assert_eq!(
-        role_from_ids_and_name(100, 200, 200, "WorkerThread"),
+        role_from_ids_and_name(100, 200, 200, "WorkerThread", 0),
         Some(Role::Foreign)
+    );
+    // The profiler's own threads, whoever's lock they take (their own included).
+    assert_eq!(
+        role_from_ids_and_name(100, 200, 200, "mmaplock-prof", 200),
+        Some(Role::Profiler)
+    );
+    assert_eq!(
+        role_from_ids_and_name(200, 200, 200, "mmaplock-prof", 200),
+        Some(Role::Profiler)
     );
 }
 
 #[test]
 fn roles_from_runtime_thread_names() {
-    let r = |c| role_from_ids_and_name(1, 2, 1, c);
+    let r = |c| role_from_ids_and_name(1, 2, 1, c, 0);
     assert_eq!(r("WorkerThread"), Some(Role::Worker));
     assert_eq!(r("libuv-worker"), Some(Role::Libuv));
     assert_eq!(r("V8Worker"), Some(Role::V8));
@@ -160,7 +169,11 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
         std::thread::sleep(std::time::Duration::from_millis(300));
         std::ptr::null_mut()
     }
-    let mut roles = Roles::default();
+    // This test process stands for a target: not the profiler.
+    let mut roles = Roles {
+        profiler: 0,
+        ..Roles::default()
+    };
     let offset = roles.offset.expect("glibc start_routine offset");
     assert!(offset > 0 && offset < 4096);
     // A second thread of this process, with a start routine we know.
