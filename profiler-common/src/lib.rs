@@ -148,8 +148,8 @@ pub mod counter {
 /// Written for the BPF side, where it runs twice per accumulated acquisition: BPF has no
 /// count-leading-zeros instruction (LLVM expands `leading_zeros` into some forty
 /// instructions), and a binary search with branches makes the verifier walk every
-/// combination of them. This is a branch-free binary search: at each step, the sign of
-/// `2^k - 1 - v` says whether `v >= 2^k`.
+/// combination of them. This narrows the value to its top byte without branches (at each
+/// step, the sign of `2^k - 1 - v` says whether `v >= 2^k`), then looks the byte up.
 #[inline(always)]
 pub fn bucket_index(ns: u64) -> usize {
     // Below 2^63 first (a halving counted in b), for the sign trick below.
@@ -165,17 +165,25 @@ pub fn bucket_index(ns: u64) -> usize {
     step(32);
     step(16);
     step(8);
-    step(4);
-    step(2);
-    step(1);
-    // v is 1 here, or 0 for ns == 0.
-    let idx = (b + (v & 1)) as usize;
+    // v < 256 here.
+    let idx = (b + BIT_LENGTH[(v & 0xff) as usize] as u64) as usize;
     if idx >= HIST_BUCKETS {
         HIST_BUCKETS - 1
     } else {
         idx
     }
 }
+
+/// The bit length of each byte value (0 for 0).
+static BIT_LENGTH: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 1;
+    while i < 256 {
+        t[i] = (8 - (i as u8).leading_zeros()) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// Aggregated acquisitions of one lock side (read or write) by one thread.
 ///
