@@ -91,6 +91,27 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::C
 #[map]
 pub static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 
+/// Set when some thread has acquisitions for the flush iterator to hand over (its ring went
+/// from empty to not, or a contended wait awaits its charge); userspace clears it before
+/// running the iterator, and skips the iterator while it stays clear (idle threads cost
+/// nothing).
+#[map]
+pub static ACTIVITY: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Notes that the iterator has work (a store only when the flag was clear).
+#[inline(always)]
+pub fn note_activity() {
+    if let Some(p) = ACTIVITY.get_ptr_mut(0) {
+        // SAFETY: an array element, valid for the map's life; a racy store of 1 is fine (any
+        // writer writes 1, userspace writes 0 before it runs the iterator).
+        unsafe {
+            if ptr::read_volatile(p) == 0 {
+                ptr::write_volatile(p, 1);
+            }
+        }
+    }
+}
+
 /// Keys of entries that changed in the current epoch, each once.
 #[map]
 pub static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
