@@ -112,17 +112,23 @@ pub fn note_activity() {
     }
 }
 
-/// Keys of entries that changed in the current epoch, each once.
-#[map]
-pub static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+// The rings' sizes count twice in the profiler's resident memory (their pages are mapped
+// twice, for records that wrap around), and each of them has a fallback when it overflows.
 
-/// Threads with profiler state that are exiting or freed (`ExitedThread`).
+/// Keys of entries that changed in the current epoch, each once (13,000 a reading; more, and
+/// userspace reads the whole map instead).
 #[map]
-pub static EXITED: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+pub static DIRTY: RingBuf = RingBuf::with_byte_size(512 * 1024, 0);
 
-/// Threads whose first acquisitions were flushed (one event per thread), to classify.
+/// Threads with profiler state that are exiting or freed (`ExitedThread`; 2,700 between two
+/// readings; more, and userspace looks for exited processes itself).
 #[map]
-pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+pub static EXITED: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
+
+/// Threads whose first acquisitions were flushed (one event per thread), to classify early
+/// (2,000 between two drains; the others are classified at the next reading).
+#[map]
+pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
 
 /// Sampled write stacks and their outcomes (sized by userspace for the sampling rate).
 #[map]
