@@ -295,13 +295,19 @@ pub mod exit_record {
     /// time and deleted. Sent again if it takes a lock after that (the last thread's
     /// exit_mmap).
     pub const FREED: u32 = 2;
+    /// A profiled (or newly selected) process has exec'd: its name, maps and code are new
+    /// (`tid` is the process's pid, `tid_start` its start time).
+    pub const EXEC: u32 = 3;
+    /// A process was selected as it forked from a selected one (`tid` is its pid,
+    /// `tid_start` its start time): it runs its parent's image, in its parent's cgroup.
+    pub const FORK: u32 = 4;
 }
 
 /// A record of the `EXITED` ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct ExitedThread {
-    /// [`exit_record::EXITING`] or [`exit_record::FREED`].
+    /// An [`exit_record`] tag.
     pub tag: u32,
     pub tid: u32,
     pub tgid: u32,
@@ -311,6 +317,9 @@ pub struct ExitedThread {
     pub cpu_ns: u64,
     /// When the notice was sent, ns since boot (the clock of `tid_start`).
     pub at_ns: u64,
+    /// EXEC and FORK: the process's cgroup (v2 id), so that one gone before userspace could
+    /// read its /proc entry is still labelled by its cgroup.
+    pub cgroup_id: u64,
 }
 
 /// A profiled thread's CPU time, written by the flush iterator into its output (read by
@@ -434,6 +443,15 @@ pub struct KernelLayout {
     /// acquisitions, accumulators and holder slots are then verified once, not per
     /// iteration, which is most of the attach time.
     pub has_bpf_loop: u32,
+    /// The executable a process runs, for `--exe` selectors matched at exec:
+    /// `mm_struct.exe_file`, `file.f_path.dentry`, `dentry.d_name.len`, `dentry.d_name.name`
+    /// and `dentry.d_parent`.
+    pub mm_exe_file: u32,
+    pub file_dentry: u32,
+    pub dentry_name_len: u32,
+    pub dentry_name: u32,
+    pub dentry_parent: u32,
+    pub _pad: u32,
 }
 
 /// Holder slots per lock: a holder (thread and kind of hold) adds its hold times to slot
@@ -535,6 +553,54 @@ pub struct Filter {
     pub _pad: u32,
 }
 
+/// In `SELECTED`'s values (start ticks), the mark of a process the kernel selected by the
+/// selectors (at exec, or as the child of one): its forks are selected too, and an exec into
+/// something the selectors do not match deselects it. Processes selected by pid have no mark.
+pub const SELECTED_BY_RULE: u64 = 1 << 63;
+
+/// Executable selectors (`--exe`) the kernel matches at exec: up to this many...
+pub const MAX_EXE_SELECTORS: u32 = 16;
+/// ...of up to this many path components...
+pub const EXE_COMPONENTS: usize = 4;
+/// ...each shorter than this (bytes, the kernel's inline dentry names).
+pub const EXE_COMPONENT_LEN: usize = 32;
+/// Cgroup subtrees (`--cgroup`) the kernel matches at exec.
+pub const MAX_CGROUP_SELECTORS: u32 = 16;
+
+/// An executable selector: the last components of the executable's path (the file it runs,
+/// `mm->exe_file`), innermost first: `node` is `["node"]`, `*/bin/node` `["node", "bin"]`,
+/// `/usr/bin/node` the same, anchored at the root of its file system.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct ExeSelector {
+    /// Components in use.
+    pub n: u32,
+    /// Non-zero: the path has no other component (its file system's root comes next).
+    pub anchored: u32,
+    pub lens: [u32; EXE_COMPONENTS],
+    /// NUL-padded.
+    pub comps: [[u8; EXE_COMPONENT_LEN]; EXE_COMPONENTS],
+}
+
+/// A cgroup subtree selector: the cgroup (v2) id of its root and that root's depth.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct CgroupSelector {
+    pub id: u64,
+    pub level: u32,
+    pub _pad: u32,
+}
+
+/// How many of each selector are in use (the `SEL_COUNTS` map: changes on SIGHUP).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct SelectorCounts {
+    pub exes: u32,
+    pub cgroups: u32,
+    pub comms: u32,
+    pub _pad: u32,
+}
+
 impl Filter {
     /// Everything passes.
     pub const ALL: Filter = Filter {
@@ -577,6 +643,9 @@ mod user {
         Settings,
         KernelLayout,
         Filter,
+        ExeSelector,
+        CgroupSelector,
+        SelectorCounts,
         HolderId,
         LockAcc,
         BlockedKey,
@@ -595,13 +664,13 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
         assert_eq!(size_of::<StatsKey>(), 32);
-        assert_eq!(size_of::<ExitedThread>(), 40);
+        assert_eq!(size_of::<ExitedThread>(), 48);
         assert_eq!(size_of::<ThreadCpu>(), 32);
         assert_eq!(
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 16 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 22 * 4);
         assert_eq!(size_of::<HolderId>(), 24);
         assert_eq!(size_of::<LockAcc>(), 64 + HOLDER_SLOTS * (8 + 24));
         assert_eq!(size_of::<BlockedKey>(), 6 * 4 + 3 * 8);

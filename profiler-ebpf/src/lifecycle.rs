@@ -11,7 +11,10 @@
 use core::{ffi::c_void, ptr};
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_boot_ns, generated::bpf_seq_write},
+    helpers::{
+        bpf_ktime_get_boot_ns,
+        generated::{bpf_get_current_cgroup_id, bpf_seq_write},
+    },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
@@ -42,6 +45,32 @@ fn notify(st: &ThreadState, task: Task, tag: u32) {
         tid_start: st.tid_start,
         cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
         at_ns: boot_ns(),
+        cgroup_id: 0,
+    };
+    if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
+        bump(counter::EXITS_LOST);
+    }
+}
+
+/// The current task's cgroup (v2 id).
+#[inline(always)]
+fn current_cgroup() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_get_current_cgroup_id() }
+}
+
+/// Announces that process `tgid` (whose leader is `task`, the current thread) has exec'd.
+#[inline(always)]
+pub fn notify_exec(task: Task, tgid: u32) {
+    let rec = ExitedThread {
+        tag: exit_record::EXEC,
+        tid: tgid,
+        tgid,
+        _pad: 0,
+        tid_start: task.u64_at(konst(&KERNEL.task_start_boottime)),
+        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        at_ns: boot_ns(),
+        cgroup_id: current_cgroup(),
     };
     if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
         bump(counter::EXITS_LOST);
@@ -82,21 +111,26 @@ pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// `--children`: a process forked by a selected process is selected too, before it runs
-/// (fires in the parent once the child exists; its acquisitions inside fork are the parent's
-/// or uncounted). Threads are not processes: only a new thread group counts.
+/// A process forked by a selected one is selected too, before it runs, when it is followed
+/// (`--children`) or was selected by the agent's rules (a child has its parent's comm,
+/// executable and cgroup until it execs). Fires in the parent once the child exists; its
+/// acquisitions inside fork are the parent's or uncounted. Threads are not processes: only
+/// a new thread group counts.
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
-    if konst(&FILTER.follow_children) == 0 {
+    if konst(&FILTER.use_selection) == 0 {
         return 0;
     }
     let parent: u64 = ctx.arg(0);
     let child: u64 = ctx.arg(1);
     let parent_tgid = kread::u32_at(parent + konst(&KERNEL.task_tgid) as u64);
-    // SAFETY: only the presence of the entry is used.
-    if unsafe { SELECTED.get(parent_tgid) }.is_none() {
+    // SAFETY: the value is copied out at once.
+    let Some(&parent_value) = (unsafe { SELECTED.get(parent_tgid) }) else {
         return 0;
-    }
+    };
+    let Some(mark) = crate::selection::inherited(parent_value) else {
+        return 0;
+    };
     let pid = kread::u32_at(child + konst(&KERNEL.task_pid) as u64);
     let tgid = kread::u32_at(child + konst(&KERNEL.task_tgid) as u64);
     if pid == 0 || pid != tgid {
@@ -106,9 +140,24 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     if per_tick == 0 {
         return 0;
     }
-    let ticks = kread::u64_at(child + konst(&KERNEL.task_start_boottime) as u64) / per_tick;
-    if SELECTED.insert(pid, ticks, 0).is_err() {
+    let start = kread::u64_at(child + konst(&KERNEL.task_start_boottime) as u64);
+    if SELECTED.insert(pid, (start / per_tick) | mark, 0).is_err() {
         bump(counter::MAP_FULL);
+        return 0;
+    }
+    let rec = ExitedThread {
+        tag: exit_record::FORK,
+        tid: pid,
+        tgid: pid,
+        _pad: 0,
+        tid_start: start,
+        cpu_ns: 0,
+        at_ns: boot_ns(),
+        // The parent's, which the child has until it moves.
+        cgroup_id: current_cgroup(),
+    };
+    if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
+        bump(counter::EXITS_LOST);
     }
     0
 }

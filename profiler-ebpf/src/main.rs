@@ -12,8 +12,8 @@
 //! settings), [`kread`] (reading kernel memory), [`state`] (per-thread state), [`owner`] (whose
 //! lock, and is it profiled), [`timing`] (the three tracepoints), [`accum`] (pending
 //! acquisitions into per-thread accumulators, and those into `STATS`), [`blockers`] (who made
-//! whom wait), [`sampling`] (user stacks), [`lifecycle`] (exit, fork, the flush iterator) and
-//! [`floors`] (the benchmark's reference programs).
+//! whom wait), [`sampling`] (user stacks), [`lifecycle`] (exit, fork, the flush iterator),
+//! [`selection`] (the agent's selectors, matched at exec and fork) and [`floors`] (the benchmark's reference programs).
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // Atomics (flush claims, counters of shared accumulators): the bpfel target has no atomic
@@ -39,6 +39,8 @@ mod maps;
 mod owner;
 #[cfg(target_arch = "bpf")]
 mod sampling;
+#[cfg(target_arch = "bpf")]
+mod selection;
 #[cfg(target_arch = "bpf")]
 mod state;
 #[cfg(target_arch = "bpf")]

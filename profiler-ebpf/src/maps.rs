@@ -34,6 +34,12 @@ pub static KERNEL: KernelLayout = KernelLayout {
     mm_lock_count: 0,
     task_cpu_ns: 0,
     has_bpf_loop: 0,
+    mm_exe_file: 0,
+    file_dentry: 0,
+    dentry_name_len: 0,
+    dentry_name: 0,
+    dentry_parent: 0,
+    _pad: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).

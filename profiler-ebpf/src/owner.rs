@@ -3,7 +3,7 @@
 //! owner, once per thread for its own mm (cached), and each time for another process's mm
 //! (rare, and a cached mm address could be reused once freed).
 
-use profiler_common::{MAX_FILTER_COMMS, MAX_FILTER_PIDS, cause};
+use profiler_common::{MAX_FILTER_COMMS, MAX_FILTER_PIDS, SELECTED_BY_RULE, cause};
 
 use crate::{
     kread::{self, Task},
@@ -42,6 +42,7 @@ pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
             return false;
         };
         let per_tick = konst(&FILTER.ns_per_tick) as u64;
+        let ticks = ticks & !SELECTED_BY_RULE;
         return owner_task != 0 && per_tick != 0 && process_start(owner_task) / per_tick == ticks;
     }
     let n_pids = konst(&FILTER.n_pids) as usize;

@@ -19,7 +19,7 @@ use crate::{
         report,
         rotate::Rotating,
     },
-    registry::ids::ProcId,
+    registry::{Attribution, ids::ProcId},
     run::{Driver, LoopConfig, Profile, Rings, SessionError, run_loop},
 };
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
@@ -88,40 +88,75 @@ struct Agent<'a> {
     selection: Selection,
     metrics: Shared,
     ndjson: Option<Rotating>,
+    /// Readings so far: the first scans /proc for the processes already running.
+    polls: u64,
+    /// Whether the kernel matches every selector (else the scans run every interval).
+    kernel_complete: bool,
 }
 
+/// Besides the first, a scan of /proc every this many readings: for what the kernel does
+/// not see at exec or fork (a process renamed with prctl, moved to another cgroup).
+const RESCAN_EVERY: u64 = 30;
+
 impl Agent<'_> {
-    fn labels(&self, p: ProcId, name: String) -> (String, String) {
-        let cgroup = match self.selection.get(p) {
-            Some(s) => s.cgroup.clone(),
-            None => cgroup_of(p.pid).unwrap_or_default(),
-        };
+    /// A process's labels: its cgroup as the registry knows it (read while it lived, or
+    /// reported by the kernel at its exec or fork, for a process gone before anyone could
+    /// read its /proc entry), else as it was selected.
+    fn labels(&self, p: ProcId, name: String, attribution: &Attribution) -> (String, String) {
+        let cgroup = attribution
+            .cgroup(p)
+            .map(str::to_string)
+            .or_else(|| {
+                self.selection
+                    .get(p)
+                    .map(|s| s.cgroup.clone())
+                    .filter(|c| !c.is_empty())
+            })
+            .or_else(|| cgroup_of(p.pid))
+            .unwrap_or_default();
         (name, cgroup)
     }
 }
 
 impl Driver for Agent<'_> {
     fn before_poll(&mut self, profile: &mut Profile) -> Result<(), SessionError> {
-        let changes = self.selection.scan();
-        let add: Vec<(u32, u64)> = changes.added.iter().map(|p| (p.pid, p.start)).collect();
-        let remove: Vec<u32> = changes
-            .removed
+        self.polls += 1;
+        let scan =
+            self.polls == 1 || !self.kernel_complete || self.polls.is_multiple_of(RESCAN_EVERY);
+        let (added, removed) = if scan {
+            let c = self.selection.scan();
+            (c.added, c.removed)
+        } else {
+            self.selection.clear_departed();
+            (Vec::new(), self.selection.prune_exited())
+        };
+        let add: Vec<(u32, u64, bool)> = added
+            .iter()
+            .map(|p| (p.pid, p.start, self.selection.selectors.by_rule(p.pid)))
+            .collect();
+        let remove: Vec<u32> = removed
             .iter()
             .map(|p| p.pid)
             // A pid removed as one process and added as another (reused) stays selected.
-            .filter(|pid| !add.iter().any(|(a, _)| a == pid))
+            .filter(|pid| !add.iter().any(|(a, ..)| a == pid))
             .collect();
         profile.collector.update_selection(&add, &remove)?;
+        // What the kernel selected at exec or fork since: labelled now, while it lives.
+        self.selection.adopt(&profile.collector.selected());
         Ok(())
     }
 
     fn after_poll(&mut self, profile: &mut Profile) -> Result<(), SessionError> {
+        // A selected process that exec'd is labelled after its new image.
+        for p in profile.take_execs() {
+            self.selection.relabel(p);
+        }
         let (window, attribution, meta) = profile.take_interval();
         {
             let mut m = self.metrics.0.lock().expect("metrics lock");
             m.add(&window, &attribution, |p| {
                 let name = attribution.name(p, &window.processes[&p]);
-                self.labels(p, name)
+                self.labels(p, name, &attribution)
             });
             m.set_health(profile.lost_so_far(), profile.program_stats());
             m.tracked_processes = self.selection.len() as u64;
@@ -138,13 +173,18 @@ impl Driver for Agent<'_> {
         Ok(())
     }
 
-    fn hangup(&mut self, _profile: &mut Profile) -> Result<bool, SessionError> {
+    fn hangup(&mut self, profile: &mut Profile) -> Result<bool, SessionError> {
         match self.cfg.selectors() {
             Ok(s) => {
                 if !self.cfg.quiet {
                     eprintln!("mmaplock-prof agent: SIGHUP, selection re-read");
                 }
+                let (kernel, complete) = s.kernel();
+                profile.collector.set_selectors(&kernel)?;
+                self.kernel_complete = complete;
                 self.selection.reload(s);
+                // The next reading scans /proc with the new selectors.
+                self.polls = 0;
             }
             // A bad file on reload keeps the running selection.
             Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current selection"),
@@ -186,6 +226,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         kernel,
         collector.kernel.tracepoints.to_string(),
     ))));
+    // The kernel selects at exec and fork from now on; the first reading adds the processes
+    // already running.
+    let (kernel_selectors, kernel_complete) = selectors.kernel();
+    collector.set_selectors(&kernel_selectors)?;
     let attach_ms = collector.attach_time.as_secs_f64() * 1e3;
     let mut rings = Rings::open(&mut collector).map_err(AgentError::Session)?;
     let mut profile = Profile::new(collector, true);
@@ -196,6 +240,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         selection: Selection::new(selectors),
         metrics,
         ndjson,
+        polls: 0,
+        kernel_complete,
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut profile)?;

@@ -1,6 +1,11 @@
 //! Which processes the agent profiles: selectors (command name, executable glob, cgroup
-//! subtree, pid) matched against /proc each interval. The result goes to the kernel's
-//! `SELECTED` map, so the selection changes without reloading any program.
+//! subtree, pid). The kernel matches them itself at every exec and fork (see
+//! `kernel/selectors.rs`), so that a process is profiled from its first instruction; here,
+//! a scan of /proc at start (and now and then, for what the kernel cannot see: a renamed
+//! process, one moved to another cgroup, an executable glob it cannot match) selects the
+//! processes already running, and the processes the kernel selected are labelled. The
+//! result is the kernel's `SELECTED` map: the selection changes without reloading any
+//! program.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -8,7 +13,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::registry::ids::{ProcId, stat_start_ticks};
+use crate::{
+    kernel::selectors::{KernelSelectors, cgroup_selector, comm_key, exe_selector},
+    registry::ids::{self, ProcId, stat_start_ticks},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SelectionError {
@@ -79,6 +87,44 @@ impl Selectors {
             && self.exes.is_empty()
             && self.cgroups.is_empty()
             && self.pids.is_empty()
+    }
+
+    /// What the kernel matches at exec and fork (no selector: executables named `node`), and
+    /// whether that is all of it (else an executable glob it cannot match, or a cgroup that
+    /// does not exist yet, is left to the scans).
+    pub fn kernel(&self) -> (KernelSelectors, bool) {
+        let mut k = KernelSelectors::default();
+        let mut complete = true;
+        let exes: Vec<&str> = if self.is_default() {
+            vec!["node"]
+        } else {
+            self.exes.iter().map(String::as_str).collect()
+        };
+        for e in exes {
+            match exe_selector(e) {
+                Some(sel) => k.exes.push(sel),
+                None => complete = false,
+            }
+        }
+        for c in &self.comms {
+            match comm_key(c) {
+                Some(key) => k.comms.push(key),
+                None => complete = false,
+            }
+        }
+        for c in &self.cgroups {
+            match cgroup_selector(c) {
+                Ok(sel) => k.cgroups.push(sel),
+                Err(_) => complete = false,
+            }
+        }
+        (k, complete)
+    }
+
+    /// Was a process selected by a rule (comm, executable, cgroup), not by its pid? Its
+    /// children are then selected too, and a later exec decides again.
+    pub fn by_rule(&self, pid: u32) -> bool {
+        !self.pids.contains(&pid)
     }
 
     /// Does a process with this name, executable and cgroup match?
@@ -230,6 +276,70 @@ impl Selection {
         }
         self.rejected.retain(|p, _| seen.contains(p));
         changes
+    }
+}
+
+impl Selection {
+    /// Takes in the processes the kernel selected at exec or fork since the last call (the
+    /// pids in its map the selection does not know), reading their labels while they live;
+    /// returns them.
+    pub fn adopt(&mut self, in_kernel: &[(u32, u64)]) -> Vec<ProcId> {
+        let mut added = Vec::new();
+        for &(pid, start) in in_kernel {
+            let p = ProcId::new(pid, start);
+            if self.selected.contains_key(&p) || !ids::is_alive(p) {
+                continue;
+            }
+            let labels = labels_of(pid);
+            // Gone while it was read: its labels come from the kernel's notices instead.
+            if labels.cgroup.is_empty() && !ids::is_alive(p) {
+                continue;
+            }
+            self.selected.insert(p, labels);
+            added.push(p);
+        }
+        added
+    }
+
+    /// Drops the processes that have exited (their pid's start time changed, or it is
+    /// gone); returns them.
+    pub fn prune_exited(&mut self) -> Vec<ProcId> {
+        let gone: Vec<ProcId> = self
+            .selected
+            .keys()
+            .filter(|p| !ids::is_alive(**p))
+            .copied()
+            .collect();
+        for p in &gone {
+            if let Some(s) = self.selected.remove(p) {
+                self.departed.insert(*p, s);
+            }
+        }
+        gone
+    }
+
+    /// A selected process exec'd: its labels are its new image's (a container's node, not
+    /// runc's init).
+    pub fn relabel(&mut self, p: ProcId) {
+        if let Some(s) = self.selected.get_mut(&p) {
+            *s = labels_of(p.pid);
+        }
+    }
+
+    /// Forgets the processes that left at the last reading (their last interval is
+    /// labelled).
+    pub fn clear_departed(&mut self) {
+        self.departed.clear();
+    }
+}
+
+/// A process's labels, read from /proc (neither takes its mmap_lock).
+fn labels_of(pid: u32) -> Selected {
+    Selected {
+        comm: fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_default(),
+        cgroup: cgroup_of(pid).unwrap_or_default(),
     }
 }
 

@@ -138,6 +138,8 @@ pub struct Window {
     pub processes: BTreeMap<ProcId, BTreeMap<ThreadId, ThreadAgg>>,
     /// Names of processes that are gone (live ones are looked up when reporting).
     pub names: BTreeMap<ProcId, String>,
+    /// Cgroups of processes that are gone, likewise.
+    pub cgroups: BTreeMap<ProcId, String>,
     /// Waits charged to the holds that made them wait; None when blockers are off.
     pub blocked: Option<blocked::Blocked>,
 }
@@ -185,8 +187,9 @@ pub struct Totals {
     owners: HashMap<ThreadId, SmallVec<[ProcId; 1]>>,
     /// Threads whose kernel entries were deleted after they exited.
     retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
-    /// Names of processes that are gone.
+    /// Names and cgroups of processes that are gone.
     names: BTreeMap<ProcId, String>,
+    cgroups: BTreeMap<ProcId, String>,
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
@@ -200,6 +203,7 @@ impl Default for Totals {
             owners: HashMap::default(),
             retired: Vec::new(),
             names: BTreeMap::new(),
+            cgroups: BTreeMap::new(),
             keep_retired: true,
         }
     }
@@ -328,6 +332,13 @@ impl Totals {
         }
     }
 
+    /// A gone process's cgroup, kept for the summary (like its name).
+    pub fn cgroup_process(&mut self, owner: ProcId, cgroup: String) {
+        if self.keep_retired {
+            self.cgroups.insert(owner, cgroup);
+        }
+    }
+
     /// Kernel entries of live threads.
     pub fn live_entries(&self) -> usize {
         self.entries.len()
@@ -360,6 +371,7 @@ impl Totals {
             w.add_thread(*owner, *tid, t);
         }
         w.names = self.names.clone();
+        w.cgroups = self.cgroups.clone();
         w
     }
 }

@@ -150,6 +150,13 @@ impl KernelInfo {
             },
             // The helper's implementation is a kernel function of that name (5.17+).
             has_bpf_loop: func_id(btf, "bpf_loop").is_some() as u32,
+            mm_exe_file: off("mm_struct", "exe_file")?,
+            file_dentry: off("file", "f_path")? + off("path", "dentry")?,
+            // struct qstr { union { struct { u32 hash; u32 len; }; u64 hash_len; }; name }
+            dentry_name_len: off("dentry", "d_name")? + off("qstr", "len")?,
+            dentry_name: off("dentry", "d_name")? + off("qstr", "name")?,
+            dentry_parent: off("dentry", "d_parent")?,
+            _pad: 0,
         };
         Ok(KernelInfo {
             tracepoints,

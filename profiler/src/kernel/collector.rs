@@ -9,14 +9,16 @@ use aya::{
     programs::{Iter, ProgramError, RawTracePoint},
 };
 use profiler_common::{
-    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread,
-    StatsKey, ThreadCpu, ThreadStats, counter,
+    BlockedKey, BlockedVal, COMM_LEN, CgroupSelector, ExeSelector, ExitedThread,
+    MAX_CGROUP_SELECTORS, MAX_EXE_SELECTORS, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread,
+    SELECTED_BY_RULE, SelectorCounts, StatsKey, ThreadCpu, ThreadStats, counter,
 };
 
 use crate::kernel::{
     batch,
     btf::{KernelError, KernelInfo},
     load::{self, FLUSH_ITER, LoadReport},
+    selectors::KernelSelectors,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +172,17 @@ pub struct Collector {
     selected: BpfHashMap<MapData, u32, u64>,
     selection_gen: Array<MapData, u32>,
     generation: u32,
+}
+
+/// A map of the loaded object, typed, borrowed (for maps written now and then).
+fn map_of<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<T, CollectorError>
+where
+    T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+{
+    ebpf.map_mut(name)
+        .ok_or_else(|| CollectorError::Load(format!("map {name} missing")))?
+        .try_into()
+        .map_err(|e: aya::maps::MapError| CollectorError::Map(name, error_chain(&e)))
 }
 
 /// A map of the loaded object, typed.
@@ -419,11 +432,12 @@ impl Collector {
         Ok(())
     }
 
-    /// Sets the selected processes (the agent): those in `add` are profiled from now on,
-    /// those in `remove` no more. Threads drop their cached verdicts.
+    /// Sets the selected processes (the agent, `--children`): those in `add` (pid, start
+    /// ticks, selected by a rule rather than by pid) are profiled from now on, those in
+    /// `remove` no more. Threads drop their cached verdicts.
     pub fn update_selection(
         &mut self,
-        add: &[(u32, u64)],
+        add: &[(u32, u64, bool)],
         remove: &[u32],
     ) -> Result<(), CollectorError> {
         if add.is_empty() && remove.is_empty() {
@@ -432,9 +446,14 @@ impl Collector {
         for pid in remove {
             let _ = self.selected.remove(pid);
         }
-        for (pid, ticks) in add {
+        for &(pid, ticks, by_rule) in add {
+            let value = if by_rule {
+                ticks | SELECTED_BY_RULE
+            } else {
+                ticks
+            };
             self.selected
-                .insert(pid, ticks, 0)
+                .insert(pid, value, 0)
                 .map_err(|e| CollectorError::Map("SELECTED", error_chain(&e)))?;
         }
         self.generation = self.generation.wrapping_add(1);
@@ -444,9 +463,66 @@ impl Collector {
     }
 
     /// The processes in the kernel's selection now (pid, start ticks): with `--children`, the
-    /// targets and the descendants the kernel added at fork.
+    /// targets and the descendants the kernel added at fork; for the agent, also those the
+    /// kernel selected by its selectors at exec and fork.
     pub fn selected(&self) -> Vec<(u32, u64)> {
-        self.selected.iter().filter_map(Result::ok).collect()
+        self.selected
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(pid, v)| (pid, v & !SELECTED_BY_RULE))
+            .collect()
+    }
+
+    /// Gives the kernel the agent's selectors, matched at every exec and fork from now on (a
+    /// process they select is profiled from its first instruction). The counts go last, so
+    /// that a half-written list is never matched.
+    pub fn set_selectors(&mut self, s: &KernelSelectors) -> Result<(), CollectorError> {
+        let map_err =
+            |name| move |e: aya::maps::MapError| CollectorError::Map(name, error_chain(&e));
+        let mut counts: Array<&mut MapData, SelectorCounts> = map_of(&mut self.ebpf, "SEL_COUNTS")?;
+        counts
+            .set(0, SelectorCounts::default(), 0)
+            .map_err(map_err("SEL_COUNTS"))?;
+        let mut exes: Array<&mut MapData, ExeSelector> = map_of(&mut self.ebpf, "SEL_EXES")?;
+        for (i, e) in s.exes.iter().take(MAX_EXE_SELECTORS as usize).enumerate() {
+            exes.set(i as u32, *e, 0).map_err(map_err("SEL_EXES"))?;
+        }
+        let mut cgroups: Array<&mut MapData, CgroupSelector> =
+            map_of(&mut self.ebpf, "SEL_CGROUPS")?;
+        for (i, c) in s
+            .cgroups
+            .iter()
+            .take(MAX_CGROUP_SELECTORS as usize)
+            .enumerate()
+        {
+            cgroups
+                .set(i as u32, *c, 0)
+                .map_err(map_err("SEL_CGROUPS"))?;
+        }
+        let mut comms: BpfHashMap<&mut MapData, [u64; 2], u8> =
+            map_of(&mut self.ebpf, "SEL_COMMS")?;
+        let old: Vec<[u64; 2]> = comms.keys().filter_map(Result::ok).collect();
+        for k in old {
+            let _ = comms.remove(&k);
+        }
+        for c in &s.comms {
+            comms
+                .insert(bytemuck::cast::<_, [u64; 2]>(*c), 1, 0)
+                .map_err(map_err("SEL_COMMS"))?;
+        }
+        let mut counts: Array<&mut MapData, SelectorCounts> = map_of(&mut self.ebpf, "SEL_COUNTS")?;
+        counts
+            .set(
+                0,
+                SelectorCounts {
+                    exes: s.exes.len().min(MAX_EXE_SELECTORS as usize) as u32,
+                    cgroups: s.cgroups.len().min(MAX_CGROUP_SELECTORS as usize) as u32,
+                    comms: s.comms.len() as u32,
+                    _pad: 0,
+                },
+                0,
+            )
+            .map_err(map_err("SEL_COUNTS"))
     }
 
     /// One in how many writes has its stack sampled (0: none).

@@ -163,23 +163,29 @@ pub fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
     Ok(f)
 }
 
-/// A stand-in for the kernel's BTF that holds one function, `name`, under the id the kernel
-/// gave it. Loading an iterator is the only thing aya needs the kernel's BTF for, and all it
-/// looks up there is that id; we found it already while reading the offsets, so parsing the
-/// whole BTF a second time (~20 ms, a fifth of our attach budget) would buy nothing.
-fn btf_with_func(name: &str, id: u32) -> Btf {
+/// A stand-in for the kernel's BTF that holds a few functions, each under the id the kernel
+/// gave it. Loading an iterator (or a program on a kernel function) is the only thing aya
+/// needs the kernel's BTF for, and all it looks up there is that id; we found it already while reading the
+/// offsets, so parsing the whole BTF a second time (~20 ms, a fifth of our attach budget)
+/// would buy nothing.
+fn btf_with_funcs(funcs: &[(&str, u32)]) -> Btf {
+    let mut funcs: Vec<(&str, u32)> = funcs.iter().copied().filter(|f| f.1 != 0).collect();
+    funcs.sort_by_key(|f| f.1);
     let mut btf = Btf::new();
-    let name_off = btf.add_string(name);
     // Ids count from 1 (0 is void); fillers of another kind are skipped by the lookup.
     let mut next = 1;
-    while next < id {
-        next = btf.add_type(BtfType::Unknown) + 1;
+    for (name, id) in funcs {
+        let name_off = btf.add_string(name);
+        while next < id {
+            next = btf.add_type(BtfType::Unknown) + 1;
+        }
+        next = btf.add_type(BtfType::Func(Func::new(name_off, 0, FuncLinkage::Global))) + 1;
     }
-    btf.add_type(BtfType::Func(Func::new(name_off, 0, FuncLinkage::Global)));
     btf
 }
 
 fn load_error(e: &(dyn std::error::Error + 'static)) -> CollectorError {
+    log::debug!("load error: {}", error_chain(e));
     if is_permission(e) {
         CollectorError::Permission
     } else {
@@ -260,7 +266,7 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
                 "bpf_iter_task (the task iterator, Linux 5.8+)".into(),
             )));
         }
-        let btf = btf_with_func("bpf_iter_task", kernel.iter_task_btf_id);
+        let btf = btf_with_funcs(&[("bpf_iter_task", kernel.iter_task_btf_id)]);
         let iter: &mut Iter = program(&mut ebpf, FLUSH_ITER)?;
         iter.load("task", &btf).map_err(|e| load_error(&e))?;
         let insns = iter
@@ -275,15 +281,20 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     // it ends, so that no thread is left with a slot that never completes while the programs
     // attach one by one; an acquire seen before start_locking is attached counts as a trylock.
     let exit_prog = (!cfg.floor.is_on()).then_some(("sched_process_exit", "sched_process_exit"));
-    let fork_prog = cfg
-        .children
-        .then_some(("sched_process_fork", "sched_process_fork"));
-    let attach = exit_prog.into_iter().chain(fork_prog).chain(
-        TRACEPOINTS
-            .into_iter()
-            .zip(programs_for(&kernel, cfg.floor))
-            .rev(),
-    );
+    // Execs (a profiled process's new name and image; the agent's selection at exec).
+    let exec_prog = (!cfg.floor.is_on()).then_some(("sched_process_exec", "sched_process_exec"));
+    let fork_prog =
+        (cfg.children || cfg.selection).then_some(("sched_process_fork", "sched_process_fork"));
+    let attach = exit_prog
+        .into_iter()
+        .chain(exec_prog)
+        .chain(fork_prog)
+        .chain(
+            TRACEPOINTS
+                .into_iter()
+                .zip(programs_for(&kernel, cfg.floor))
+                .rev(),
+        );
     for (tp, name) in attach {
         if cancelled() {
             return Err(CollectorError::Cancelled);
@@ -360,17 +371,19 @@ mod tests {
         ));
     }
 
-    /// The stand-in BTF gives aya the kernel's id for the iterator's function.
+    /// The stand-in BTF gives aya the kernel's ids for the functions it looks up.
     #[test]
-    fn stand_in_btf_has_the_function_under_the_given_id() {
+    fn stand_in_btf_has_the_functions_under_the_given_ids() {
         use aya_obj::btf::BtfKind;
-        for id in [1, 2, 7, 91_234] {
-            let btf = btf_with_func("bpf_iter_task", id);
-            assert_eq!(
-                btf.id_by_type_name_kind("bpf_iter_task", BtfKind::Func)
-                    .unwrap(),
-                id
-            );
+        let id = |btf: &Btf, name: &str| btf.id_by_type_name_kind(name, BtfKind::Func).ok();
+        for n in [1, 2, 7, 91_234] {
+            let btf = btf_with_funcs(&[("bpf_iter_task", n)]);
+            assert_eq!(id(&btf, "bpf_iter_task"), Some(n));
         }
+        // In any order; an absent one (id 0) is left out.
+        let btf = btf_with_funcs(&[("b", 76_016), ("a", 60_365), ("c", 0)]);
+        assert_eq!(id(&btf, "a"), Some(60_365));
+        assert_eq!(id(&btf, "b"), Some(76_016));
+        assert_eq!(id(&btf, "c"), None);
     }
 }

@@ -7,3 +7,4 @@ pub mod btf;
 pub mod collector;
 pub mod load;
 pub mod minkernel;
+pub mod selectors;

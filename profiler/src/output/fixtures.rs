@@ -42,6 +42,7 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
     };
     ProcessReport {
         profiler: None,
+        cgroup: None,
         pid,
         start_ticks: 5,
         comm: comm.into(),

@@ -142,6 +142,7 @@ impl Summed {
                 threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
                 ProcessReport {
                     profiler: None,
+                    cgroup: None,
                     pid,
                     start_ticks,
                     comm: p.comm.clone(),

@@ -144,6 +144,9 @@ pub struct ProcessReport {
     #[serde(default)]
     pub start_ticks: u64,
     pub comm: String,
+    /// Its cgroup (v2 path), when known: which container or service it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     pub write: Stats,
     /// Real read acquisitions (downgrades are apart).
     pub read: Stats,
@@ -513,6 +516,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         });
         processes.push(ProcessReport {
             profiler,
+            cgroup: attribution.cgroup(proc_id).map(str::to_string),
             pid,
             start_ticks: proc_id.start,
             comm,

@@ -2,6 +2,7 @@
 //! (start routines), mappings, unwinders and sampled stacks. Filled while processes live,
 //! evicted when they exit; it attributes what the kernel side counted.
 
+pub mod cgroups;
 pub mod ids;
 pub mod perfmap;
 pub mod procmaps;
@@ -16,30 +17,40 @@ use crate::aggregation::{ThreadAgg, Window};
 use ids::{ProcId, ThreadId};
 use roles::{ProcessNames, Role, Roles, comm_str};
 
-/// The registry's caches that reports draw on: process names and thread roles.
+/// The registry's caches that reports draw on: process names and cgroups, thread roles.
 #[derive(Default)]
 pub struct Registry {
     pub names: ProcessNames,
+    pub cgroups: cgroups::CgroupNames,
     pub roles: Roles,
 }
 
-/// Names and roles for one window, resolved by the registry (which reads /proc and
+/// Names, cgroups and roles for one window, resolved by the registry (which reads /proc and
 /// symbolizes) before a report is built from them.
 #[derive(Clone, Debug, Default)]
 pub struct Attribution {
     names: BTreeMap<ProcId, String>,
+    cgroups: BTreeMap<ProcId, String>,
     roles: HashMap<(ProcId, ThreadId), Role>,
 }
 
 impl Attribution {
+    /// A process's cgroup (v2 path), when known.
+    pub fn cgroup(&self, p: ProcId) -> Option<&str> {
+        self.cgroups.get(&p).map(String::as_str)
+    }
+
     /// A process's name: resolved, else its main thread's name as the kernel saw it.
     pub fn name(&self, p: ProcId, threads: &BTreeMap<ThreadId, ThreadAgg>) -> String {
         if let Some(n) = self.names.get(&p) {
             return n.clone();
         }
+        // Its main thread's name, else any of its own threads' (a process gone before its
+        // name was read).
         threads
             .iter()
             .find(|(t, _)| t.tid == p.pid)
+            .or_else(|| threads.iter().find(|(_, a)| a.tgid == p.pid))
             .map_or_else(|| "?".to_string(), |(_, t)| comm_str(&t.comm))
     }
 
@@ -59,6 +70,7 @@ impl Attribution {
     pub fn with(names: &[(ProcId, &str)], roles: &[(ProcId, ThreadId, Role)]) -> Self {
         Attribution {
             names: names.iter().map(|(p, n)| (*p, n.to_string())).collect(),
+            cgroups: BTreeMap::new(),
             roles: roles.iter().map(|(p, t, r)| ((*p, *t), *r)).collect(),
         }
     }
@@ -83,6 +95,14 @@ impl Registry {
                 }
             };
             a.names.insert(p, name);
+            if let Some(c) = window
+                .cgroups
+                .get(&p)
+                .map(String::as_str)
+                .or(self.cgroups.get(p))
+            {
+                a.cgroups.insert(p, c.to_string());
+            }
             for (&t, agg) in threads {
                 // Live threads were observed as they came; retired ones carry their role.
                 // Never `role()` here: it would note a forgotten thread again, for good.

@@ -246,12 +246,12 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     let mut collector = collector;
     if cfg.collector.children {
         // The targets head the selection; the kernel adds their descendants as they fork.
-        let targets: Vec<(u32, u64)> = cfg
+        let targets: Vec<(u32, u64, bool)> = cfg
             .collector
             .pids
             .iter()
             .filter_map(|&pid| ProcId::of_live(pid))
-            .map(|p| (p.pid, p.start))
+            .map(|p| (p.pid, p.start, false))
             .collect();
         collector.update_selection(&targets, &[])?;
     }

@@ -55,6 +55,8 @@ pub struct Profile {
     blocked_total: Blocked,
     /// Profiled threads' CPU times, as the kernel reported them.
     pub cpu: CpuTimes,
+    /// Processes that exec'd since [`Profile::take_execs`] was last called.
+    execs: Vec<ProcId>,
 }
 
 /// Every this many readings, all entries are read (see `Profile::poll`).
@@ -115,6 +117,7 @@ impl Profile {
             blocked_readings: BlockedReadings::default(),
             blocked_total: Blocked::default(),
             cpu: CpuTimes::default(),
+            execs: Vec::new(),
         }
         .with_blocked_interval()
     }
@@ -175,8 +178,9 @@ impl Profile {
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
                 let (owner, thread) = ids_of(&d.key);
-                // Learn a process's name and a thread's role while they are alive.
+                // Learn a process's name and cgroup and a thread's role while they are alive.
                 registry.names.prime(owner);
+                registry.cgroups.prime(owner);
                 registry
                     .roles
                     .observe(owner, thread, d.tgid, &d.comm, d.fsbase);
@@ -210,9 +214,11 @@ impl Profile {
         }
     }
 
-    /// Drains the exit notices: remembers exiting threads, returns the freed ones.
+    /// Drains the exit notices: remembers exiting threads, returns the freed ones; a process
+    /// that exec'd is learnt anew.
     fn take_exit_notices(&mut self) -> Vec<ThreadId> {
         let mut freed = Vec::new();
+        let mut execs = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
             self.cpu.note(t, e.cpu_ns, e.at_ns);
@@ -224,10 +230,42 @@ impl Profile {
                     self.exiting.remove(&t);
                     freed.push(t);
                 }
+                exit_record::EXEC => {
+                    let p = ProcId::new(e.tgid, t.start);
+                    self.registry.cgroups.note_id(p, e.cgroup_id);
+                    execs.push(p);
+                }
+                exit_record::FORK => {
+                    let p = ProcId::new(e.tgid, t.start);
+                    self.registry.cgroups.note_id(p, e.cgroup_id);
+                    self.registry.names.prime(p);
+                }
                 _ => {}
             }
         }
+        for p in execs {
+            self.process_exec(p);
+        }
         freed
+    }
+
+    /// The processes that exec'd since the last call (the agent relabels them).
+    pub fn take_execs(&mut self) -> Vec<ProcId> {
+        std::mem::take(&mut self.execs)
+    }
+
+    /// A profiled process has exec'd: same pid and start time, a new image. Its name is read
+    /// again (a container's process is named `node`, not `runc:[2:INIT]`, once runc has
+    /// exec'd it), and what was learnt from its old image is dropped: thread roles, maps,
+    /// unwinders, perf map.
+    fn process_exec(&mut self, p: ProcId) {
+        self.execs.push(p);
+        self.registry.names.forget(p);
+        self.registry.names.prime(p);
+        self.registry.roles.forget_process(p);
+        if let Some(stacks) = self.stacks.as_mut() {
+            stacks.forget_process(p);
+        }
     }
 
     /// A thread is gone: reads its entries one last time, deletes them, keeps its totals with
@@ -333,7 +371,16 @@ impl Profile {
         if let Some(name) = self.registry.names.cached(owner) {
             self.totals.name_process(owner, name.to_string());
         }
+        // Its cgroup too, and in the interval it leaves in (its last report is still to
+        // come: the agent labels it by its cgroup).
+        if let Some(c) = self.registry.cgroups.get(owner) {
+            self.totals.cgroup_process(owner, c.to_string());
+            if let Some(w) = self.interval.as_mut() {
+                w.cgroups.insert(owner, c.to_string());
+            }
+        }
         self.registry.names.forget(owner);
+        self.registry.cgroups.forget(owner);
         self.registry.roles.forget_process(owner);
         if let Some(stacks) = self.stacks.as_mut() {
             stacks.forget_process(owner);
