@@ -82,10 +82,20 @@ pub static STATS: HashMap<StatsKey, ThreadStats> =
 #[map]
 pub static SELECTED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
-/// Bumped by userspace whenever `SELECTED` changes: threads then resolve their own process's
-/// verdict again instead of trusting their cached one.
+/// Bumped whenever `SELECTED` changes, by userspace (element 0, which it sets) or by the
+/// kernel (element 1, an atomic add: a rename selected a process): threads then resolve
+/// their own process's verdict again instead of trusting their cached one. Two elements, so
+/// that neither side's bump can overwrite the other's.
 #[map]
-pub static SELECTION_GEN: Array<u32> = Array::with_max_entries(1, 0);
+pub static SELECTION_GEN: Array<u32> = Array::with_max_entries(2, 0);
+
+/// The selection's generation (both sides' bumps).
+#[inline(always)]
+pub fn selection_generation() -> u32 {
+    let user = SELECTION_GEN.get(0).copied().unwrap_or(0);
+    let kernel = SELECTION_GEN.get(1).copied().unwrap_or(0);
+    user.wrapping_add(kernel)
+}
 
 /// Health counters, see `profiler_common::counter`.
 #[map]

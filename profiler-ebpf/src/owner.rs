@@ -7,7 +7,7 @@ use profiler_common::{MAX_FILTER_COMMS, MAX_FILTER_PIDS, SELECTED_BY_RULE, cause
 
 use crate::{
     kread::{self, Task},
-    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, konst},
+    maps::{FILTER, KERNEL, SELECTED, konst, selection_generation},
     state::{HELD, NOT_TRACKED, OwnCache, Slot, TRACKED},
 };
 
@@ -35,18 +35,24 @@ pub fn process_start(task: u64) -> u64 {
 /// is a task of that process (a kernel address; 0 if unknown).
 #[inline(always)]
 pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
-    if konst(&FILTER.use_selection) != 0 {
-        // The pid with the same start: a reused pid is not the selected process.
-        // SAFETY: the value is copied out at once; entries are plain u64s.
-        let Some(&ticks) = (unsafe { SELECTED.get(owner) }) else {
-            return false;
-        };
-        let per_tick = konst(&FILTER.ns_per_tick) as u64;
-        let ticks = ticks & !SELECTED_BY_RULE;
-        return owner_task != 0 && per_tick != 0 && process_start(owner_task) / per_tick == ticks;
-    }
     let n_pids = konst(&FILTER.n_pids) as usize;
     let n_comms = konst(&FILTER.n_comms) as usize;
+    // The agent's selection; with `--comm`, also the processes a rename selected.
+    let use_selection = konst(&FILTER.use_selection) != 0;
+    if use_selection || n_comms != 0 {
+        // The pid with the same start: a reused pid is not the selected process.
+        // SAFETY: the value is copied out at once; entries are plain u64s.
+        if let Some(&ticks) = unsafe { SELECTED.get(owner) } {
+            let per_tick = konst(&FILTER.ns_per_tick) as u64;
+            let ticks = ticks & !SELECTED_BY_RULE;
+            if owner_task != 0 && per_tick != 0 && process_start(owner_task) / per_tick == ticks {
+                return true;
+            }
+        }
+        if use_selection {
+            return false;
+        }
+    }
     if n_pids == 0 && n_comms == 0 {
         return true;
     }
@@ -82,7 +88,7 @@ pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
 /// `slots`: the thread's lock slots, if it has any (a held fork slot tells dup_mmap's child).
 #[inline(always)]
 pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner {
-    let generation = SELECTION_GEN.get(0).copied().unwrap_or(0);
+    let generation = selection_generation();
     if mm == own.mm && own.tracked != 0 && own.generation == generation {
         return if own.tracked == TRACKED {
             Owner::Tracked(own.owner, own.owner_start)

@@ -1,29 +1,34 @@
-//! The agent's selection, decided in the kernel when a process begins: at exec (its comm, its
-//! executable, its cgroup subtree) and at fork (the child of a selected process, or of a
-//! process followed with `--children`), so that a selected process is profiled from its
-//! first instruction. (Not from within its exec: the kernel's own writes while it maps the
-//! new image come before the exec's tracepoint, the only one there is; an fexit program on
-//! `do_open_execat` would see them, but this machine kind refuses fentry/fexit programs.) Userspace writes the selectors (and changes them on SIGHUP), and adds
-//! the processes that already run when it starts; every exec of a selected process is
-//! announced, so that userspace names it after its new image, never its runtime's init.
+//! The agent's selection, decided in the kernel when a process begins: inside its exec (at
+//! the exec's rename, once its new mm is installed and before its image is mapped: its
+//! comm, its executable, its cgroup subtree; confirmed or undone when the exec is over), at
+//! fork (the child of a selected process, or of a process followed with `--children`), and
+//! when it renames itself to a selected name, so that a selected process is profiled from its
+//! first instruction, its image's loading included. Userspace writes the selectors (and
+//! changes them on SIGHUP), and adds the processes that already run when it starts; every
+//! exec of a selected process is announced, so that userspace names it after its new image,
+//! never its runtime's init.
 
-use core::{ffi::c_void, ptr};
+use core::{
+    ffi::c_void,
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr,
+};
 
 use aya_ebpf::{
-    helpers::generated::bpf_get_current_ancestor_cgroup_id,
+    helpers::generated::{bpf_get_current_ancestor_cgroup_id, bpf_probe_read_kernel_str},
     macros::{map, raw_tracepoint},
     maps::{Array, HashMap},
     programs::RawTracePointContext,
 };
 use profiler_common::{
     CgroupSelector, EXE_COMPONENT_LEN, EXE_COMPONENTS, ExeSelector, MAX_CGROUP_SELECTORS,
-    MAX_EXE_SELECTORS, SELECTED_BY_RULE, SelectorCounts, counter,
+    MAX_EXE_SELECTORS, MAX_FILTER_COMMS, SELECTED_BY_RULE, SelectorCounts, counter,
 };
 
 use crate::{
     kread::{self, Comm, Task},
     lifecycle,
-    maps::{FILTER, KERNEL, SELECTED, bump, for_each, konst},
+    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, bump, for_each, konst},
     owner,
     state::{THREAD_STATE, VERDICT},
 };
@@ -138,10 +143,10 @@ fn exe_matches(dentry: u64, counts: &SelectorCounts) -> bool {
     unsafe { ptr::read_volatile(&(*c).matched) != 0 }
 }
 
-/// Does the current process (just exec'd) match the selectors?
+/// Does the current process (exec'ing or just exec'd), named `comm`, match the agent's
+/// selectors?
 #[inline(always)]
-fn matches(task: Task, counts: &SelectorCounts) -> bool {
-    let comm = kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64);
+fn matches(task: Task, comm: Comm, counts: &SelectorCounts) -> bool {
     // SAFETY: the value is only tested for presence.
     if counts.comms != 0 && unsafe { SEL_COMMS.get(comm) }.is_some() {
         return true;
@@ -174,10 +179,14 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     }
     let ticks = owner::process_start(task.addr()) / per_tick;
     let profiled = if konst(&FILTER.use_selection) != 0 {
-        // SAFETY: the value is copied out at once.
-        let was = unsafe { SELECTED.get(tgid) }.copied();
+        // SAFETY: the value is copied out at once. (A value left by an earlier process with
+        // this pid is no selection of this one.)
+        let was = unsafe { SELECTED.get(tgid) }
+            .copied()
+            .filter(|v| v & !SELECTED_BY_RULE == ticks);
         let counts = SEL_COUNTS.get(0).copied().unwrap_or_default();
-        if matches(task, &counts) {
+        let comm = kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64);
+        if matches(task, comm, &counts) {
             if SELECTED.insert(tgid, ticks | SELECTED_BY_RULE, 0).is_err() {
                 bump(counter::MAP_FULL);
             }
@@ -194,6 +203,11 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
             }
         }
     } else {
+        // A rename's selection was for the old image: the new one is judged by its name.
+        // SAFETY: as above.
+        if unsafe { SELECTED.get(tgid) }.is_some() {
+            let _ = SELECTED.remove(tgid);
+        }
         owner::passes_filter(tgid, task.addr())
     };
     // The verdict this thread cached for its new mm was decided while exec was loading it,
@@ -206,6 +220,98 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     }
     if profiled {
         lifecycle::notify_exec(task, tgid);
+    }
+    0
+}
+
+/// Is `comm` a selected command name: the agent's (`--comm` selectors) or the one-shot
+/// profiler's (`--comm`)?
+#[inline(always)]
+fn name_selected(comm: Comm) -> bool {
+    let counts = SEL_COUNTS.get(0).map_or(0, |c| c.comms);
+    // SAFETY: the value is only tested for presence.
+    if counts != 0 && unsafe { SEL_COMMS.get(comm) }.is_some() {
+        return true;
+    }
+    let n = konst(&FILTER.n_comms) as usize;
+    for i in 0..MAX_FILTER_COMMS {
+        if i >= n {
+            break;
+        }
+        if konst(kread::as_comm(&FILTER.comms[i])) == comm {
+            return true;
+        }
+    }
+    false
+}
+
+/// A process renamed itself to a selected command name (prctl `PR_SET_NAME` from its main
+/// thread, a write to `/proc/PID/comm`, Node's `process.title`): selected from now on, marked
+/// as selected by the rules, as the agent's scan of /proc would select it (and, as there, a
+/// rename away does not deselect it); with the one-shot profiler's `--comm`, its threads
+/// stop trusting the verdict they cached under the old name. Exec renames too, after the new
+/// image's mm replaced the old one and before the image is mapped: a process exec'd under a
+/// selected name is profiled from there, its loading included.
+#[raw_tracepoint(tracepoint = "task_rename")]
+pub fn task_rename(ctx: RawTracePointContext) -> i32 {
+    let task: u64 = ctx.arg(0);
+    let new_name: u64 = ctx.arg(1);
+    // A process's name is its main thread's.
+    let tgid = kread::u32_at(task + konst(&KERNEL.task_tgid) as u64);
+    if tgid == 0 || kread::u32_at(task + konst(&KERNEL.task_pid) as u64) != tgid {
+        return 0;
+    }
+    let mut comm: Comm = [1; 2];
+    // Zeroed with two stores (an initializer of zeros becomes a call of memset).
+    kread::set_comm(&mut comm, &[0, 0]);
+    // SAFETY: reads at most 16 bytes (15 and a NUL) of the new name, a kernel string, into
+    // `comm`, zero-filled beyond them as the kernel pads a task's comm.
+    let n = unsafe {
+        bpf_probe_read_kernel_str(
+            ptr::from_mut(&mut comm).cast(),
+            size_of::<Comm>() as u32,
+            new_name as *const c_void,
+        )
+    };
+    if n <= 0 {
+        return 0;
+    }
+    // Inside exec, the agent's other selectors too: the new executable is the mm's already,
+    // and the task (current, the exec'ing thread) is in its cgroup. (After a prctl rename,
+    // they match only a process that was selected already, or will be at the next scan.)
+    let agent = konst(&FILTER.use_selection) != 0;
+    let current = Task::current();
+    let selected = name_selected(comm)
+        || (agent
+            && current.addr() == task
+            && matches(
+                current,
+                comm,
+                &SEL_COUNTS.get(0).copied().unwrap_or_default(),
+            ));
+    if !selected {
+        return 0;
+    }
+    let per_tick = konst(&FILTER.ns_per_tick) as u64;
+    if per_tick == 0 {
+        return 0;
+    }
+    let ticks = owner::process_start(task) / per_tick;
+    // SAFETY: the value is copied out at once.
+    if let Some(&v) = unsafe { SELECTED.get(tgid) }
+        && v & !SELECTED_BY_RULE == ticks
+    {
+        return 0;
+    }
+    // (A value left by an earlier process with this pid is replaced.)
+    if SELECTED.insert(tgid, ticks | SELECTED_BY_RULE, 0).is_err() {
+        bump(counter::MAP_FULL);
+        return 0;
+    }
+    // Its threads cached "not profiled" for its lock: every thread resolves its lock again.
+    if let Some(g) = SELECTION_GEN.get_ptr_mut(1) {
+        // SAFETY: an atomic add to the kernel's element of the map; BPF_ADD with fetch.
+        unsafe { atomic_xadd::<u32, u32, { AtomicOrdering::SeqCst }>(g, 1) };
     }
     0
 }

@@ -205,3 +205,49 @@ fn munmap_downgrades_are_not_reads() {
         .expect("the worker thread");
     assert_eq!(stats(worker, "downgrade").0, n + 1, "{worker}");
 }
+
+/// A thread's exit notice is not its end: the last thread goes on to take the lock in exit_mm
+/// and in exit_mmap, which frees the process's memory (here 2 GiB: a few hundred
+/// milliseconds, many readings 10 ms apart). Its reads are counted once, in the summary and
+/// over the intervals, however many readings fall in that time. (Before: a reading during
+/// exit_mmap retired the thread, whose next release put its cumulative reads back into a
+/// fresh entry, counted a second time.)
+#[test]
+fn a_thread_that_takes_the_lock_after_its_exit_notice_is_counted_once() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let reads = 3000u64;
+    let mut w = Workload::helper("slow-exit", [reads, 2048]);
+    let out = profile_workload(&mut w, &["-i", "0.01"]);
+    let s = out.summary();
+    assert_eq!(check_lost(s), 0, "{}", s["lost"]);
+    let p = process(s, w.pid).expect("the target is in the summary");
+    // (The profiler's own reading of the target's /proc files is apart, role "profiler".)
+    let threads: Vec<&Value> = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"] != "profiler")
+        .collect();
+    assert_eq!(threads.len(), 1, "one thread, listed once: {threads:?}");
+    let (got, _) = stats(threads[0], "read");
+    assert_eq!(
+        stats(p, "read").0,
+        got,
+        "the process's reads are its thread's"
+    );
+    // The mincore calls, exit_mm's and exit_mmap's reads, and the few a page fault may take.
+    assert!(
+        (reads..reads + 10).contains(&got),
+        "{got} reads for {reads} mincore calls"
+    );
+    let over_intervals: u64 = out
+        .intervals()
+        .iter()
+        .filter_map(|l| process(l, w.pid))
+        .map(|p| stats(p, "read").0)
+        .sum();
+    assert_eq!(over_intervals, got, "the intervals add up to the summary");
+    eprintln!("{got} reads, over {} intervals", out.intervals().len());
+}

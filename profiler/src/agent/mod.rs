@@ -95,7 +95,7 @@ struct Agent<'a> {
 }
 
 /// Besides the first, a scan of /proc every this many readings: for what the kernel does
-/// not see at exec or fork (a process renamed with prctl, moved to another cgroup).
+/// not see at exec, fork or rename (a process moved to another cgroup).
 const RESCAN_EVERY: u64 = 30;
 
 impl Agent<'_> {
@@ -134,12 +134,9 @@ impl Driver for Agent<'_> {
             .iter()
             .map(|p| (p.pid, p.start, self.selection.selectors.by_rule(p.pid)))
             .collect();
-        let remove: Vec<u32> = removed
-            .iter()
-            .map(|p| p.pid)
-            // A pid removed as one process and added as another (reused) stays selected.
-            .filter(|pid| !add.iter().any(|(a, ..)| a == pid))
-            .collect();
+        // (A pid removed as one process and added as another, reused, stays selected: only
+        // the value of the process removed is.)
+        let remove: Vec<(u32, u64)> = removed.iter().map(|p| (p.pid, p.start)).collect();
         profile.collector.update_selection(&add, &remove)?;
         // What the kernel selected at exec or fork since: labelled now, while it lives.
         self.selection.adopt(&profile.collector.selected());

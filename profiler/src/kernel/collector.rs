@@ -438,13 +438,13 @@ impl Collector {
     pub fn update_selection(
         &mut self,
         add: &[(u32, u64, bool)],
-        remove: &[u32],
+        remove: &[(u32, u64)],
     ) -> Result<(), CollectorError> {
         if add.is_empty() && remove.is_empty() {
             return Ok(());
         }
-        for pid in remove {
-            let _ = self.selected.remove(pid);
+        for &(pid, ticks) in remove {
+            self.deselect(pid, ticks);
         }
         for &(pid, ticks, by_rule) in add {
             let value = if by_rule {
@@ -460,6 +460,17 @@ impl Collector {
         self.selection_gen
             .set(0, self.generation, 0)
             .map_err(|e| CollectorError::Map("SELECTION_GEN", error_chain(&e)))
+    }
+
+    /// Drops process (`pid`, `ticks`) from the kernel's selection, if it is there under its
+    /// own start time: the kernel may have selected a new process under the same pid since
+    /// (at its exec, fork or rename), which stays.
+    pub fn deselect(&mut self, pid: u32, ticks: u64) {
+        if let Ok(v) = self.selected.get(&pid, 0)
+            && v & !SELECTED_BY_RULE == ticks
+        {
+            let _ = self.selected.remove(&pid);
+        }
     }
 
     /// The processes in the kernel's selection now (pid, start ticks): with `--children`, the

@@ -285,10 +285,14 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     let exec_prog = (!cfg.floor.is_on()).then_some(("sched_process_exec", "sched_process_exec"));
     let fork_prog =
         (cfg.children || cfg.selection).then_some(("sched_process_fork", "sched_process_fork"));
+    // Renames (selection by command name, for a process that names itself).
+    let rename_prog =
+        (cfg.selection || !cfg.comms.is_empty()).then_some(("task_rename", "task_rename"));
     let attach = exit_prog
         .into_iter()
         .chain(exec_prog)
         .chain(fork_prog)
+        .chain(rename_prog)
         .chain(
             TRACEPOINTS
                 .into_iter()

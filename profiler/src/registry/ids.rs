@@ -76,6 +76,23 @@ pub fn thread_is_alive(pid: u32, t: ThreadId) -> bool {
     matches_proc(&format!("/proc/{pid}/task/{}/stat", t.tid), t.start)
 }
 
+/// Has this thread of process `pid` run its last instruction: gone from /proc (or its tid
+/// reused), or a zombie? Until then, even after its exit notice, it may still take its
+/// process's lock (exit_mm; the last thread's exit_mmap).
+pub fn thread_has_exited(pid: u32, t: ThreadId) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{}/stat", t.tid)) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat_start_ticks(&stat) != Some(t.start) || matches!(stat_state(&stat), Some('Z' | 'X'))
+        }
+    }
+}
+
+/// Field 3 of a `/proc/PID/stat` line: the state (R, S, D, Z, X...).
+pub fn stat_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
 fn matches_proc(path: &str, start: u64) -> bool {
     std::fs::read_to_string(path)
         .ok()
@@ -92,6 +109,31 @@ mod tests {
         let line = "1234 (we (ird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 98765 1000000 200 18446744073709551615";
         assert_eq!(stat_start_ticks(line), Some(98765));
         assert_eq!(stat_start_ticks("garbage"), None);
+        assert_eq!(stat_state(line), Some('S'));
+        assert_eq!(stat_state("1 (x) Z 0"), Some('Z'));
+    }
+
+    #[test]
+    fn a_zombie_thread_has_exited_a_running_one_has_not() {
+        let me = std::process::id();
+        let tid = ThreadId::new(me, ProcId::of_live(me).unwrap().start);
+        assert!(!thread_has_exited(me, tid));
+        assert!(thread_has_exited(me, ThreadId::new(me, tid.start + 1)));
+        // A child that exited and is not waited for yet: a zombie.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = ProcId::of_live(pid).map(|p| p.start);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            && stat_state(&stat) != Some('Z')
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if let Some(start) = start {
+            assert!(thread_has_exited(pid, ThreadId::new(pid, start)));
+        }
+        child.wait().unwrap();
     }
 
     #[test]

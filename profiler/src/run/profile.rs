@@ -40,6 +40,10 @@ pub struct Profile {
     /// Threads that began exiting and are not freed yet (their last acquisitions are still
     /// to be flushed), with their process.
     exiting: HashMap<ThreadId, u32>,
+    /// Threads whose entries are final once they have run their last instruction (they may
+    /// still take the lock after their notice: exit_mm, the last thread's exit_mmap), with
+    /// their process. Retired by the first reading after /proc shows them gone.
+    freeing: HashMap<ThreadId, u32>,
     /// Threads still exiting when the run ended (see `Lost::exit_pending`).
     exit_pending: u64,
     /// Processes whose own threads are all gone but which were not reaped yet.
@@ -108,6 +112,7 @@ impl Profile {
             counters: Counters::default(),
             exits_lost: 0,
             exiting: HashMap::default(),
+            freeing: HashMap::default(),
             exit_pending: 0,
             dying: Default::default(),
             programs_at_interval: None,
@@ -169,7 +174,10 @@ impl Profile {
         self.note_cpu_times();
         // Exit notices before the reading: a freed thread's last acquisitions were flushed
         // and noted before its notice was sent, so the reading below has them.
-        let freed = self.take_exit_notices();
+        self.take_exit_notices();
+        // Freed threads that have run their last instruction before the reading below: what
+        // they did after their notice (exit_mm, exit_mmap) is in it too.
+        let done = self.exited_freeing();
         // Read once per poll: a lost DIRTY note means reading every entry.
         let counters = self.collector.counters()?;
         let all = all || counters.dirty_lost != self.counters.dirty_lost;
@@ -195,7 +203,8 @@ impl Profile {
             .collector
             .bpf_stats_on()
             .then(|| self.collector.program_stats());
-        for t in freed {
+        for t in done {
+            self.freeing.remove(&t);
             self.retire_thread(t)?;
         }
         self.reap_dying()?;
@@ -214,10 +223,18 @@ impl Profile {
         }
     }
 
-    /// Drains the exit notices: remembers exiting threads, returns the freed ones; a process
-    /// that exec'd is learnt anew.
-    fn take_exit_notices(&mut self) -> Vec<ThreadId> {
-        let mut freed = Vec::new();
+    /// The freed threads /proc shows gone (or zombies).
+    fn exited_freeing(&self) -> Vec<ThreadId> {
+        self.freeing
+            .iter()
+            .filter(|&(&t, &tgid)| ids::thread_has_exited(tgid, t))
+            .map(|(&t, _)| t)
+            .collect()
+    }
+
+    /// Drains the exit notices: remembers exiting and freed threads; a process that exec'd is
+    /// learnt anew.
+    fn take_exit_notices(&mut self) {
         let mut execs = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
@@ -228,7 +245,7 @@ impl Profile {
                 }
                 exit_record::FREED => {
                     self.exiting.remove(&t);
-                    freed.push(t);
+                    self.freeing.insert(t, e.tgid);
                 }
                 exit_record::EXEC => {
                     let p = ProcId::new(e.tgid, t.start);
@@ -246,7 +263,6 @@ impl Profile {
         for p in execs {
             self.process_exec(p);
         }
-        freed
     }
 
     /// The processes that exec'd since the last call (the agent relabels them).
@@ -299,6 +315,9 @@ impl Profile {
     /// that took it (a monitoring agent reading its /proc files).
     fn process_gone(&mut self, owner: ProcId) -> Result<(), SessionError> {
         self.dying.remove(&owner);
+        // Out of the kernel's selection (a rename's, a followed child's; the agent drops its
+        // own too).
+        self.collector.deselect(owner.pid, owner.start);
         for other in self.totals.threads_on(owner) {
             self.retire_on(owner, other)?;
         }
@@ -407,17 +426,20 @@ impl Profile {
     pub async fn finish(&mut self) -> Result<(), SessionError> {
         self.collector.flush_pending(true)?;
         let waited_since = tokio::time::Instant::now();
-        let mut freed = self.take_exit_notices();
-        // An exiting thread is freed within an RCU grace period of being reaped; only an
-        // unreaped zombie leader keeps us waiting the whole time.
-        while !self.exiting.is_empty() && waited_since.elapsed() < EXIT_WAIT {
+        self.take_exit_notices();
+        // An exiting thread is freed within an RCU grace period of being reaped, and done
+        // with the lock once its exit_mmap is; only an unreaped zombie leader keeps us waiting
+        // the whole time.
+        while (!self.exiting.is_empty() || self.exited_freeing().len() < self.freeing.len())
+            && waited_since.elapsed() < EXIT_WAIT
+        {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            freed.extend(self.take_exit_notices());
+            self.take_exit_notices();
         }
         // A thread still listed in /proc (an unreaped zombie) was flushed by the iterator;
         // one that is gone from /proc but not freed yet may still hold acquisitions back.
         self.collector.flush_pending(true)?;
-        freed.extend(self.take_exit_notices());
+        self.take_exit_notices();
         self.exit_pending = self
             .exiting
             .iter()
@@ -425,9 +447,10 @@ impl Profile {
                 !std::path::Path::new(&format!("/proc/{tgid}/task/{}", t.tid)).exists()
             })
             .count() as u64;
-        // The freed threads are retired by the poll (their notices were taken here).
+        // The last reading retires the freed threads that are done; the rest (still in a
+        // long exit_mmap) are retired as they stand: the run is over.
         self.poll(true)?;
-        for t in freed {
+        for t in std::mem::take(&mut self.freeing).into_keys() {
             self.retire_thread(t)?;
         }
         Ok(())
