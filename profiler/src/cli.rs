@@ -140,9 +140,16 @@ pub struct ReportArgs {
     /// The NDJSON of a run (`-f json -o RUN.json`), a demo's line, or a study's results.json.
     #[arg(value_name = "RUN.json", value_parser = parse_path)]
     pub input: PathBuf,
-    /// Where the page goes.
+    /// Where the page goes (without it, only the findings are printed).
     #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
-    pub html: PathBuf,
+    pub html: Option<PathBuf>,
+    /// The findings printed: text (default on a terminal) or a JSON line.
+    #[arg(short, long, value_enum)]
+    pub format: Option<Format>,
+    /// A study of this host (`mmaplock-prof study`'s results.json): each finding quotes what
+    /// its mitigation measured there.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
 }
 
 /// `mmaplock-prof compare BEFORE.json AFTER.json`.
@@ -160,6 +167,9 @@ pub struct CompareArgs {
     /// Also write the comparison as an HTML page.
     #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
     pub html: Option<PathBuf>,
+    /// A study of this host (results.json): the findings quote its measured effects.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
 }
 
 /// `mmaplock-prof agent`: the contract is shared/design/agent-and-metrics.md.
@@ -261,6 +271,10 @@ pub struct ProfileArgs {
     /// time, roles, causes, the flame graph of the sampled writes).
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub html: Option<PathBuf>,
+    /// A study of this host (`mmaplock-prof study`'s results.json): the summary's findings
+    /// quote what each mitigation measured there.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
     /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
     /// a few instructions each, for hosts with extreme fault rates. Reports have no read
     /// statistics, and a downgraded write (munmap) counts as held until its final release.

@@ -135,6 +135,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 output: p.output.output,
                 stacks_file: p.stacks,
                 html: p.html,
+                study: p.study,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
             }))?

@@ -3,10 +3,12 @@
 
 pub mod blockers;
 pub mod compare;
+pub mod findings;
 pub mod html;
 pub mod prometheus;
 pub mod report;
 pub mod rotate;
+pub mod share;
 pub mod sink;
 pub mod text;
 

@@ -16,6 +16,7 @@ use crate::{
     },
     kernel::collector::{Collector, Counters, ProgramStats},
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
+    registry::cputime,
     registry::ids::{self, ProcId, ThreadId},
     registry::stacks::StackAttribution,
     registry::{Attribution, Registry},
@@ -154,6 +155,8 @@ impl Profile {
     /// `Collector::read_stats`); done every few readings and at the end.
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
+        // Only the end of a run asks for everything: every live thread's CPU time is read then.
+        let end = all;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
         self.collector.flush_pending(false)?;
         // Exit notices before the reading: a freed thread's last acquisitions were flushed
@@ -178,6 +181,13 @@ impl Profile {
             }
         })?;
         self.counters = counters;
+        // The threads' time alive and on CPU, before the exited ones are retired.
+        self.totals.tick(
+            cputime::now_ns(),
+            end,
+            cputime::thread_cpu_ns,
+            self.interval.as_mut(),
+        );
         self.read_blocked()?;
         self.programs = self
             .collector
@@ -197,8 +207,10 @@ impl Profile {
     /// Drains the exit notices: remembers exiting threads, returns the freed ones.
     fn take_exit_notices(&mut self) -> Vec<ThreadId> {
         let mut freed = Vec::new();
+        let now = cputime::now_ns();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
+            self.totals.note_exit(t, now);
             match e.tag {
                 exit_record::EXITING => {
                     self.exiting.insert(t, e.tgid);

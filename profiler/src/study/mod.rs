@@ -174,7 +174,7 @@ async fn build_addon(dir: &Path) -> Result<PathBuf, StudyError> {
     Ok(out)
 }
 
-fn size_name(kib: f64) -> String {
+pub(crate) fn size_name(kib: f64) -> String {
     if kib < 1.0 {
         format!("{} B", (kib * 1024.0).round())
     } else if kib >= 1024.0 {
