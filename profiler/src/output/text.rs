@@ -318,9 +318,15 @@ fn process_text(p: &ProcessReport) -> String {
     out
 }
 
-/// A share as people read it: `6.1%`.
+/// A share as people read it: `6.1%`, `0.042%` (small ones keep two significant digits).
 pub fn fmt_share(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
+    let pct = x * 100.0;
+    if pct == 0.0 || pct >= 0.1 {
+        format!("{pct:.1}%")
+    } else {
+        let digits = (1 - pct.log10().floor() as i32).clamp(2, 6) as usize;
+        format!("{pct:.digits$}%")
+    }
 }
 
 /// What the lock cost the process's threads: `worker threads spent 6.1% of their time

@@ -125,7 +125,12 @@ pub fn find(summary: &Value, study: Option<&StudyEffects>) -> Vec<Finding> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for p in &s.processes {
+    // The processes that waited most first; within each, "not your bottleneck" first, then
+    // by severity and wait.
+    let mut procs: Vec<&view::Process> = s.processes.iter().collect();
+    procs.sort_by_key(|p| std::cmp::Reverse(p.wait()));
+    for p in procs {
+        let start = out.len();
         for pattern in PATTERNS {
             if let Some(mut f) = (pattern.detect)(&s, p) {
                 f.id = pattern.id.to_string();
@@ -141,12 +146,11 @@ pub fn find(summary: &Value, study: Option<&StudyEffects>) -> Vec<Finding> {
                 out.push(f);
             }
         }
+        out[start..].sort_by(|a, b| {
+            let nb = |f: &Finding| f.id == patterns::NOT_A_BOTTLENECK;
+            (nb(b), b.severity, b.wait_ns).cmp(&(nb(a), a.severity, a.wait_ns))
+        });
     }
-    // "Not your bottleneck" heads its process's findings; then by severity and wait.
-    out.sort_by(|a, b| {
-        let nb = |f: &Finding| f.id == patterns::NOT_A_BOTTLENECK;
-        (nb(b), b.severity, b.wait_ns).cmp(&(nb(a), a.severity, a.wait_ns))
-    });
     out
 }
 
@@ -159,11 +163,7 @@ pub fn attach(report: &mut Report, study: Option<&StudyEffects>) {
 }
 
 fn pct(x: f64) -> String {
-    if x >= 0.1 {
-        format!("{:.0}%", x * 100.0)
-    } else {
-        format!("{:.1}%", x * 100.0)
-    }
+    crate::output::text::fmt_share(x)
 }
 
 /// A study's effect in one line: `arena-1 at 64 KiB: 1.24x throughput (1.10-1.31, 3 runs,
@@ -186,6 +186,13 @@ pub fn effect_text(e: &Effect) -> String {
 
 /// The share line of a finding: `12% of the worker threads' time, 58% of the wait`.
 pub fn share_text(f: &Finding) -> String {
+    if f.id == patterns::NOT_A_BOTTLENECK {
+        return format!(
+            "{} of its threads' time ({} of wait)",
+            pct(f.time_share.unwrap_or(0.0)),
+            fmt_ns(f.wait_ns)
+        );
+    }
     let time = match (f.time_share, f.time_share_bound) {
         (Some(s), _) => format!("{} of the time of the threads involved, ", pct(s)),
         (None, Some(b)) => format!("at least {} of the threads' time, ", pct(b)),
@@ -215,6 +222,10 @@ pub fn to_text(findings: &[Finding]) -> String {
             f.title
         );
         let _ = writeln!(out, "      cost: {}", share_text(f));
+        // A pattern that costs next to nothing: its title and cost say enough.
+        if f.severity == Severity::Info && f.id != patterns::NOT_A_BOTTLENECK {
+            continue;
+        }
         for fact in &f.evidence.facts {
             let _ = writeln!(out, "      evidence: {fact}");
         }

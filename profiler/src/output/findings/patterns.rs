@@ -114,7 +114,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
+    crate::output::text::fmt_share(x)
 }
 
 /// A finding of `wait_ns` in `p`, costing the threads of `roles`.
@@ -165,16 +165,29 @@ fn roles_text(per_role: &BTreeMap<String, u64>) -> (Vec<String>, String) {
     )
 }
 
-/// A function name without its parameters, and its file: `malloc (libc.so.6)`.
+/// A function name without its template arguments and parameters, and its file:
+/// `v8::internal::Heap::AllocateRaw (node)`.
 fn short(frame: &str) -> String {
-    let f = view::function(frame);
-    let f = match f.find('(') {
-        Some(i) if i > 0 => &f[..i],
-        _ => f,
-    };
+    let name = view::function(frame);
+    let mut f = String::new();
+    let mut depth = 0usize;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth = depth.saturating_sub(1),
+            '(' if depth == 0
+                && !f.is_empty()
+                && !name[i..].starts_with("(anonymous namespace)") =>
+            {
+                break;
+            }
+            c if depth == 0 => f.push(c),
+            _ => {}
+        }
+    }
     let file = view::file(frame);
     if file.is_empty() {
-        f.to_string()
+        f
     } else {
         format!("{f} ({file})")
     }
@@ -634,4 +647,31 @@ fn profiler_presence(s: &Summary, p: &Process) -> Option<Finding> {
     f.evidence.roles = vec![ours[0].role.clone()];
     f.evidence.causes = vec!["read".into()];
     Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_shortened_to_their_function_and_file() {
+        assert_eq!(
+            short(
+                "v8::internal::Heap::AllocateExternalBackingStore(std::function<void* (unsigned long)> const&, unsigned long) (node)"
+            ),
+            "v8::internal::Heap::AllocateExternalBackingStore (node)"
+        );
+        assert_eq!(
+            short(
+                "heap::base::Worklist<std::pair<v8::internal::HeapObject, int>, 64ul>::Local::Publish() (node)"
+            ),
+            "heap::base::Worklist::Local::Publish (node)"
+        );
+        assert_eq!(
+            short("node::(anonymous namespace)::PlatformWorkerThread(void*) (node)"),
+            "node::(anonymous namespace)::PlatformWorkerThread (node)"
+        );
+        assert_eq!(short("malloc (libc.so.6)"), "malloc (libc.so.6)");
+        assert_eq!(short("[jit]"), "[jit]");
+    }
 }

@@ -129,6 +129,13 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
     if let Some(b) = p["blocked_wait_ns"].as_u64() {
         kpi(&mut out, "wait charged to blockers", &fmt_ns(b));
     }
+    if let Some(share) = p["time_share"]["wall"].as_f64() {
+        kpi(
+            &mut out,
+            "of its threads' time waiting",
+            &crate::output::text::fmt_share(share),
+        );
+    }
     out.push_str(r#"</div><div class="grid">"#);
     panel(
         &mut out,
@@ -253,6 +260,7 @@ fn process_section(p: &Value, intervals: &[Value], t0: Option<f64>) -> String {
         out.push_str("</table></div>");
     }
     blockers_table(&mut out, p);
+    out.push_str(&super::verdict::time_share_table(p));
     out.push_str("</div>");
     code_tables(&mut out, p);
     if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), &p["flame"]) {
@@ -360,6 +368,10 @@ pub fn run_page(name: &str, run: &RunLines) -> String {
         .flatten()
         .collect();
     procs.sort_by_key(|p| std::cmp::Reverse(u(&p["write"]["wait_ns"]["sum"])));
+    // The verdict first: what was found and what to change.
+    body.push_str(&super::verdict::findings_section(
+        &super::verdict::findings_of(&sources),
+    ));
     if procs.is_empty() {
         body.push_str(r#"<p class="note">No mmap_lock activity by the selected processes.</p>"#);
     }
