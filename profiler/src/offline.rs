@@ -89,11 +89,13 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
+    let study = study(args.study.as_deref())?;
     let before = RunLines::read(&args.before)?;
     let after = RunLines::read(&args.after)?;
     let c = compare::compare(
         (&args.before.display().to_string(), &before),
         (&args.after.display().to_string(), &after),
+        study.as_ref(),
     );
     if let Some(path) = &args.html {
         write(path, &html::compare::compare_page(&c))?;

@@ -21,7 +21,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Spread {
+    pub(crate) fn of(values: &[f64]) -> Spread {
         if values.is_empty() {
             return Spread {
                 mean: 0.0,
@@ -52,7 +52,7 @@ pub struct Change {
 }
 
 impl Change {
-    fn of(before: &[f64], after: &[f64]) -> Change {
+    pub(crate) fn of(before: &[f64], after: &[f64]) -> Change {
         let (b, a) = (Spread::of(before), Spread::of(after));
         let ratio = (b.mean > 0.0).then(|| a.mean / b.mean);
         let verdict = if b.runs < 2 || a.runs < 2 {
@@ -93,6 +93,9 @@ pub struct Comparison {
     pub before: Side,
     pub after: Side,
     pub rows: Vec<Row>,
+    /// Per finding (process name and pattern): found before, after, and whether the
+    /// after-runs removed it.
+    pub findings: Vec<super::compare_findings::FindingChange>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -169,10 +172,16 @@ fn figures(summary: &Value) -> BTreeMap<Key, Fig> {
     m
 }
 
-/// Compares the runs of two files.
-pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Comparison {
-    let runs_b: Vec<BTreeMap<Key, Fig>> = before.1.run_summaries().iter().map(figures).collect();
-    let runs_a: Vec<BTreeMap<Key, Fig>> = after.1.run_summaries().iter().map(figures).collect();
+/// Compares the runs of two files (with a study of the host, the findings quote its
+/// measured effects).
+pub fn compare(
+    before: (&str, &RunLines),
+    after: (&str, &RunLines),
+    study: Option<&super::findings::StudyEffects>,
+) -> Comparison {
+    let (summaries_b, summaries_a) = (before.1.run_summaries(), after.1.run_summaries());
+    let runs_b: Vec<BTreeMap<Key, Fig>> = summaries_b.iter().map(figures).collect();
+    let runs_a: Vec<BTreeMap<Key, Fig>> = summaries_a.iter().map(figures).collect();
     let mut keys: Vec<Key> = runs_b
         .iter()
         .chain(&runs_a)
@@ -212,6 +221,7 @@ pub fn compare(before: (&str, &RunLines), after: (&str, &RunLines)) -> Compariso
             runs: runs_a.len(),
         },
         rows,
+        findings: super::compare_findings::changes(&summaries_b, &summaries_a, study),
     }
 }
 
@@ -271,6 +281,7 @@ pub fn to_text(c: &Comparison) -> String {
             r.wait_ns.verdict
         ));
     }
+    out.push_str(&super::compare_findings::to_text(&c.findings));
     if c.before.runs < 2 || c.after.runs < 2 {
         out.push_str(
             "\n  One run per side: run-to-run noise cannot be judged. Concatenate the NDJSON of\n  several runs per side (each ends with its summary) to have it judged.\n",
@@ -301,17 +312,21 @@ mod tests {
     fn ratios_and_noise_verdicts() {
         let before = runs(&[(1000, 5000), (1100, 5200)]);
         let after = runs(&[(400, 900), (420, 1000)]);
-        let c = compare(("b", &before), ("a", &after));
+        let c = compare(("b", &before), ("a", &after), None);
         let all = c.rows.iter().find(|r| r.group == "all").unwrap();
         assert_eq!(all.writes.before.mean, 1050.0);
         assert_eq!(all.writes.verdict, "changed");
         assert!((all.writes.ratio.unwrap() - 410.0 / 1050.0).abs() < 1e-9);
         assert_eq!(all.p99_wait_ns.before.mean, 1024.0);
         // Overlapping ranges: noise.
-        let same = compare(("b", &before), ("a", &runs(&[(1050, 5100), (990, 4900)])));
+        let same = compare(
+            ("b", &before),
+            ("a", &runs(&[(1050, 5100), (990, 4900)])),
+            None,
+        );
         assert_eq!(same.rows[0].writes.verdict, "within noise");
         // One run each: not judged.
-        let one = compare(("b", &runs(&[(10, 1)])), ("a", &runs(&[(20, 1)])));
+        let one = compare(("b", &runs(&[(10, 1)])), ("a", &runs(&[(20, 1)])), None);
         assert_eq!(one.rows[0].writes.verdict, "one run");
         assert!(to_text(&one).contains("cannot be judged"));
         // Roles and causes are rows of their own.
@@ -341,7 +356,7 @@ mod tests {
                 proc(4, "node", 40, 1024), proc(5, "new", 7, 64)]})],
             ..RunLines::default()
         };
-        let c = compare(("b", &before), ("a", &after));
+        let c = compare(("b", &before), ("a", &after), None);
         let row = |p: &str, g: &str, k: &str| {
             c.rows
                 .iter()
@@ -383,7 +398,7 @@ mod tests {
             intervals: vec![line(30), line(20)],
             ..RunLines::default()
         };
-        let c = compare(("cut", &cut), ("a", &runs(&[(100, 1)])));
+        let c = compare(("cut", &cut), ("a", &runs(&[(100, 1)])), None);
         assert_eq!(c.before.runs, 1);
         assert_eq!(c.rows[0].writes.before.mean, 50.0);
         assert_eq!(c.rows[0].writes.ratio, Some(2.0));

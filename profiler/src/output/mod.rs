@@ -3,6 +3,7 @@
 
 pub mod blockers;
 pub mod compare;
+pub mod compare_findings;
 pub mod findings;
 pub mod html;
 pub mod prometheus;

@@ -195,7 +195,8 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
             .collect(),
         ..RunLines::default()
     };
-    let c = crate::output::compare::compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])));
+    let c =
+        crate::output::compare::compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])), None);
     let page = super::compare::compare_page(&c);
     for chart in [
         "writes-by-role",
