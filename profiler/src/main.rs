@@ -84,6 +84,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             scenarios: s.scenarios,
             node: s.node,
             iterations: s.iterations,
+            repeat: s.repeat,
         }))?,
         Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
             listen: a.listen,

@@ -106,6 +106,27 @@ fn a_long_holder_is_charged_the_bulk_of_the_waits_behind_it() {
             .any(|r| r["holder_role"] == "other" && r["cause"] == "mprotect"),
         "{roles:?}"
     );
+    // The verdict: one thread's long holds, the call and the holder named.
+    let long = s["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "long-holds" && f["pid"] == w.pid)
+        .unwrap_or_else(|| panic!("no long-holds finding in {}", s["findings"]));
+    let named = &long["evidence"]["threads"][0];
+    assert_eq!(named["tid"], holder, "{long}");
+    assert_eq!(named["cause"], "mprotect");
+    assert_eq!(named["comm"], "long-holder");
+    let title = long["title"].as_str().unwrap();
+    assert!(
+        title.contains(&format!("thread {holder} ")) && title.contains("in mprotect"),
+        "{title}"
+    );
+    assert_eq!(long["wait_ns"], top["wait_ns"], "the wait charged to it");
+    assert!(
+        ["high", "medium"].contains(&long["severity"].as_str().unwrap()),
+        "{long}"
+    );
 }
 
 /// Without `--blockers` nothing is charged and no field says otherwise.

@@ -8,6 +8,8 @@
 
 mod patterns;
 pub mod study;
+#[cfg(test)]
+mod tests;
 mod view;
 
 use std::fmt::Write as _;
@@ -70,6 +72,7 @@ pub struct ThreadRef {
 
 /// Why the pattern was recognised.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Evidence {
     /// Thread roles involved, most involved first.
     pub roles: Vec<String>,
@@ -101,13 +104,16 @@ pub struct Finding {
     /// The wait it explains over the wall time alive of the threads involved; None when the
     /// report has no time share (an older build): then severity comes from
     /// `time_share_bound`.
+    #[serde(default)]
     pub time_share: Option<f64>,
     /// Without a time share: the wait over the run's duration times the threads involved (a
     /// lower bound of the share).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_share_bound: Option<f64>,
+    #[serde(default)]
     pub evidence: Evidence,
     /// What to change, most effective first.
+    #[serde(default)]
     pub advice: Vec<String>,
     /// With `--study`: what those changes measured on the study's host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -116,6 +122,7 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_on: Option<String>,
     /// Where the pattern and its advice come from.
+    #[serde(default)]
     pub source: String,
 }
 
@@ -144,6 +151,21 @@ pub fn find(summary: &Value, study: Option<&StudyEffects>) -> Vec<Finding> {
                     }
                 }
                 out.push(f);
+            }
+        }
+        // Where the lock is not the bottleneck, patterns that cost next to nothing are noise.
+        if out[start..]
+            .iter()
+            .any(|f| f.id == patterns::NOT_A_BOTTLENECK)
+        {
+            let mut i = start;
+            while i < out.len() {
+                let always = PATTERNS.iter().any(|p| p.id == out[i].id && p.always);
+                if out[i].severity == Severity::Info && !always {
+                    out.remove(i);
+                } else {
+                    i += 1;
+                }
             }
         }
         out[start..].sort_by(|a, b| {

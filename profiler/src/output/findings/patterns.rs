@@ -16,6 +16,9 @@ pub struct Pattern {
     pub advice: &'static [&'static str],
     /// The study's scenarios that measure the advice (`mmaplock-prof study`).
     pub study: &'static [&'static str],
+    /// Reported at `info` severity in a process whose verdict is "not your bottleneck" (what
+    /// is there, rather than what to change).
+    pub always: bool,
     pub detect: fn(&Summary, &Process) -> Option<Finding>,
 }
 
@@ -28,6 +31,7 @@ pub const PATTERNS: &[Pattern] = &[
             "Look elsewhere (a CPU profile, I/O): removing all of this wait would give back at most this share of the threads' time",
         ],
         study: &[],
+        always: true,
         detect: not_a_bottleneck,
     },
     Pattern {
@@ -38,6 +42,7 @@ pub const PATTERNS: &[Pattern] = &[
             "Reuse Buffers instead of allocating one per operation (read into one preallocated Buffer with fs.readSync)",
         ],
         study: &["arena-1", "arena-2", "jemalloc", "reuse"],
+        always: false,
         detect: arena_growth,
     },
     Pattern {
@@ -47,6 +52,7 @@ pub const PATTERNS: &[Pattern] = &[
             "Carve small Buffers out of larger slabs, so that allocations stay under the threshold",
         ],
         study: &["reuse", "slab", "pool-256k", "finalization-pool"],
+        always: false,
         detect: mmap_threshold,
     },
     Pattern {
@@ -56,6 +62,7 @@ pub const PATTERNS: &[Pattern] = &[
             "Copy in smaller pieces (read a large file in chunks into a reused Buffer, or stream it): shorter read holds, shorter waits for the writers behind them",
         ],
         study: &["reuse", "slab"],
+        always: false,
         detect: fault_reads,
     },
     Pattern {
@@ -64,6 +71,7 @@ pub const PATTERNS: &[Pattern] = &[
             "Make that call shorter or rarer: fork or spawn from a small helper process instead of a large one; change the protection of, unmap or advise large regions once or in smaller pieces; populate memory before other threads start",
         ],
         study: &[],
+        always: false,
         detect: long_holds,
     },
     Pattern {
@@ -73,6 +81,7 @@ pub const PATTERNS: &[Pattern] = &[
             "If it cannot change, run it in a process of its own (child_process): its writes then take that process's lock",
         ],
         study: &[],
+        always: true,
         detect: addon_threads,
     },
     Pattern {
@@ -81,6 +90,7 @@ pub const PATTERNS: &[Pattern] = &[
             "Fewer short-lived large Buffers and ArrayBuffers (reuse or pool them): V8's platform threads unmap each one's memory when the garbage collector frees it",
         ],
         study: &["reuse", "pool-256k"],
+        always: false,
         detect: v8_gc_unmap,
     },
     Pattern {
@@ -89,6 +99,7 @@ pub const PATTERNS: &[Pattern] = &[
             "This is the profiler itself reading the process's /proc files (maps, for thread roles and stacks): it is gone when the profiler is; sample fewer stacks (--stack-sample 0) to read them less",
         ],
         study: &[],
+        always: true,
         detect: profiler_presence,
     },
 ];

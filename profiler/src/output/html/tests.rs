@@ -168,7 +168,16 @@ fn the_study_page_draws_scenarios_beside_each_other_per_file_size_and_k() {
         study_run("default", "processes", 64.0, 2, 1500.0),
         study_run("reuse", "processes", 64.0, 2, 2500.0),
         study_run("default", "workers", 0.125, 1, 9000.0),
-    ], "ranking_text": "1. reuse <best>"});
+        // A second run of the cell: the bars draw the mean.
+        study_run("reuse", "workers", 64.0, 2, 3400.0),
+    ], "repeat": 2,
+    "ranking": [{"file_kib": 64.0, "scenario": "reuse <best>", "throughput_ratio": 3.2, "writes_ratio": 0.2,
+                 "throughput": {"mean": 3.2, "min": 3.0, "max": 3.4, "runs": 2}, "throughput_verdict": "changed",
+                 "writes": {"mean": 0.2, "min": 0.2, "max": 0.2, "runs": 2}, "writes_verdict": "changed"},
+                {"file_kib": 64.0, "scenario": "default", "throughput_ratio": 1.0, "writes_ratio": 1.0}],
+    "claims": [{"scenario": "arena-1", "claim": "a marginal effect", "verdict": "within noise",
+                "throughput": {"mean": 1.1, "min": 0.95, "max": 1.3, "runs": 2},
+                "writes": {"mean": 0.5, "min": 0.4, "max": 0.6, "runs": 2}}]});
     let page = study_page(&study);
     assert_eq!(charts(&page, "throughput-64000-2"), 1);
     assert_eq!(charts(&page, "throughput-125-1"), 1);
@@ -177,10 +186,17 @@ fn the_study_page_draws_scenarios_beside_each_other_per_file_size_and_k() {
     // Two scenarios x (workers, processes).
     assert_eq!(chart.matches("class=\"bar\"").count(), 4);
     assert_eq!(chart.matches(">reuse</text>").count(), 1);
-    assert!(chart.contains(">3000/s</text>"));
+    assert!(
+        chart.contains(">3200/s</text>"),
+        "the mean of 3000 and 3400: {chart}"
+    );
     assert_eq!(charts(&page, "wait-histogram-reuse-64000-2"), 1);
     assert!(page.contains("128 B files, k = 1") && page.contains("64 KiB files, k = 2"));
-    assert!(page.contains("1. reuse &lt;best&gt;"));
+    // The ranking and the claims are tables, with the runs' spread and the verdicts.
+    assert!(page.contains("<td>reuse &lt;best&gt;</td><td>3.20x <small>(3.00-3.40)</small></td><td class=\"good\">changed</td>"), "{page}");
+    assert!(page.contains("<td>default</td><td>1.00x</td>"));
+    assert!(page.contains("<td>a marginal effect</td><td>1.10x <small>(0.95-1.30)</small></td><td>0.50x <small>(0.40-0.60)</small></td><td class=\"within\">within noise</td>"));
+    assert!(!page.contains("<pre>"));
     // `report results.json --html` finds the study line.
     let run = RunLines::parse("results.json", &study.to_string()).unwrap();
     assert_eq!(run_page("results.json", &run), page);
@@ -225,4 +241,42 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
         "{page}"
     );
     assert!(!page.contains("cannot be judged"));
+}
+
+#[test]
+fn the_findings_come_first_on_a_run_page_with_what_to_change() {
+    // Worker threads whose writes are mprotects (arena growth), 400 ms of wait in 4 s alive.
+    let mut p = process(7, "node", 400_000_000, false);
+    p["threads"][1]["write"] = stats(2000, 400_000_000, &[(1 << 20, 2000)]);
+    p["threads"][1]["causes"] =
+        json!([{"cause": "mprotect", "write": stats(2000, 400_000_000, &[])}]);
+    p["write"] = stats(2004, 400_000_000, &[(1 << 20, 2004)]);
+    p["time_share_by_role"] = json!([
+        {"role": "worker", "wait_ns": 400_000_000u64, "alive_ns": 4_000_000_000u64, "wall": 0.1, "threads": 1},
+        {"role": "main", "wait_ns": 1, "alive_ns": 4_000_000_000u64, "wall": 0.0, "threads": 1}]);
+    p["time_share"] = json!({"wait_ns": 400_000_001u64, "alive_ns": 8_000_000_000u64, "wall": 0.05, "threads": 2});
+    let run = RunLines::parse("run.json", &ndjson(&[summary(vec![p])])).unwrap();
+    let page = run_page("run.json", &run);
+    let finding = page
+        .find("data-finding=\"arena-growth\"")
+        .expect("the finding");
+    assert!(
+        finding < page.find("data-pid=\"7\"><h2>").unwrap(),
+        "findings first"
+    );
+    assert!(page.contains("<span class=\"sev\">high</span>"));
+    assert!(page.contains("MALLOC_ARENA_MAX=2"));
+    // The process's time share, as a KPI and per role.
+    assert!(
+        page.contains("<b>5.0%</b><span>of its threads&#39; time waiting</span>"),
+        "{page}"
+    );
+    assert!(page.contains("data-table=\"time-share\""));
+    // A summary that carries its findings is shown as it is (`report` recomputes them).
+    let mut s = summary(vec![process(8, "node", 10, false)]);
+    s["findings"] = json!([{"id": "long-holds", "pid": 8, "comm": "node", "severity": "medium",
+        "title": "thread 9 holds it", "wait_ns": 5, "share_of_wait": 0.5, "time_share": 0.03,
+        "evidence": {"facts": ["a fact"]}, "advice": ["do this"], "source": "docs/findings.md#long-holds"}]);
+    let page = run_page("x", &RunLines::parse("x", &ndjson(&[s])).unwrap());
+    assert!(page.contains("data-finding=\"long-holds\"") && page.contains("<li>a fact</li>"));
 }
