@@ -202,6 +202,9 @@ pub struct Totals {
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
+    /// Read threads' CPU time at the readings (`tick`); an agent on a host of thousands of
+    /// threads does not (one /proc file per active thread per interval).
+    pub read_cpu: bool,
     /// The run's start and its last reading (boot-time clock, ns): threads' time is counted
     /// between them.
     epoch_ns: u64,
@@ -222,6 +225,7 @@ impl Default for Totals {
             retired: Vec::new(),
             names: BTreeMap::new(),
             keep_retired: true,
+            read_cpu: true,
             epoch_ns: now,
             last_tick_ns: now,
             early_exits: HashMap::default(),
@@ -329,7 +333,7 @@ impl Totals {
         for (&(owner, tid), info) in &mut self.threads {
             let life = &mut info.life;
             let alive = life.alive_within(from, now_ns);
-            let cpu = (life.active || all)
+            let cpu = (self.read_cpu && (life.active || all))
                 .then(|| cpu_of(info.tgid, tid))
                 .flatten()
                 .map(|c| life.cpu_reading(c, epoch));

@@ -500,6 +500,9 @@ impl Profile {
     /// counts): memory stays bounded whatever the churn.
     pub fn forget_history(&mut self) {
         self.totals.keep_retired = false;
+        // Nor does it read threads' CPU time from /proc: one file per active thread per
+        // interval is too much on a host of thousands (the kernel's reading will be free).
+        self.totals.read_cpu = false;
     }
 
     pub fn summary(&mut self) -> Report {
