@@ -6,6 +6,8 @@
 //! for files of any build) and of an optional study. The patterns are data: the table in
 //! [`patterns`], each with its sources in docs/findings.md.
 
+mod detect;
+mod evidence;
 mod patterns;
 pub mod study;
 #[cfg(test)]
