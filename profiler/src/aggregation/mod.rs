@@ -24,10 +24,13 @@ use smallvec::SmallVec;
 pub mod blocked;
 pub mod cputime;
 mod hist;
+pub mod time;
 
 #[cfg(test)]
 use hist::bucket_lower_ns;
 pub use hist::{DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns};
+use time::Life;
+pub use time::ThreadTime;
 
 /// What one thread did to one process's lock, for one kind, since the previous reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +83,8 @@ pub struct ThreadAgg {
     pub downgrade: SideStats,
     /// Decided when the thread was retired (its caches are gone by the report).
     pub role: Option<Role>,
+    /// Its time alive and on CPU in the window (the denominators of its time share).
+    pub time: ThreadTime,
 }
 
 impl ThreadAgg {
@@ -92,7 +97,13 @@ impl ThreadAgg {
             writes: Causes::default(),
             downgrade: SideStats::default(),
             role: None,
+            time: ThreadTime::default(),
         }
+    }
+
+    /// Took no lock in the window (listed only for its time).
+    pub fn is_idle(&self) -> bool {
+        self.read.is_empty() && self.downgrade.is_empty() && self.writes.0.is_empty()
     }
 
     fn kind_mut(&mut self, kind: u32) -> &mut SideStats {
@@ -121,6 +132,7 @@ impl ThreadAgg {
         if self.role.is_none() {
             self.role = o.role;
         }
+        self.time.merge(&o.time);
     }
 }
 
@@ -174,6 +186,7 @@ struct ThreadInfo {
     comm: [u8; COMM_LEN],
     fsbase: u64,
     kinds: SmallVec<[u32; 4]>,
+    life: Life,
 }
 
 /// The run's totals: live kernel entries mirrored one for one (flat, so that a reading of
@@ -190,10 +203,22 @@ pub struct Totals {
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
+    /// Read threads' CPU time at the readings (`tick`); an agent on a host of thousands of
+    /// threads does not (one /proc file per active thread per interval).
+    pub read_cpu: bool,
+    /// The run's start and its last reading (boot-time clock, ns): threads' time is counted
+    /// between them.
+    epoch_ns: u64,
+    last_tick_ns: u64,
+    /// Exits noticed of threads not known yet (their last acquisitions are in the reading to
+    /// come); forgotten at the next tick.
+    early_exits: HashMap<ThreadId, u64>,
 }
 
 impl Default for Totals {
+    /// Totals of a run starting now.
     fn default() -> Self {
+        let now = crate::registry::cputime::now_ns();
         Totals {
             entries: HashMap::default(),
             threads: HashMap::default(),
@@ -201,6 +226,10 @@ impl Default for Totals {
             retired: Vec::new(),
             names: BTreeMap::new(),
             keep_retired: true,
+            read_cpu: true,
+            epoch_ns: now,
+            last_tick_ns: now,
+            early_exits: HashMap::default(),
         }
     }
 }
@@ -223,7 +252,7 @@ impl Totals {
                 stats: SideStats::delta(&cur.stats, prev),
             };
             self.entries.entry(*key).or_default().merge(&d.stats);
-            let owners = &mut self.owners;
+            let (owners, early_exits) = (&mut self.owners, &self.early_exits);
             let (owner, tid) = ids_of(key);
             let info = self.threads.entry((owner, tid)).or_insert_with(|| {
                 owners.entry(tid).or_default().push(owner);
@@ -234,11 +263,13 @@ impl Totals {
                     comm: cur.comm,
                     fsbase: cur.fsbase,
                     kinds: SmallVec::new(),
+                    life: Life::new(key.tid_start, early_exits.get(&tid).copied()),
                 }
             });
             if !info.kinds.contains(&key.kind) {
                 info.kinds.push(key.kind);
             }
+            info.life.active = true;
             out.push(d);
         }
         out
@@ -266,7 +297,65 @@ impl Totals {
                 t.kind_mut(key.kind).merge(s);
             }
         }
+        t.time = info.life.in_run(self.epoch_ns, self.last_tick_ns);
         t
+    }
+
+    /// Thread `tid` exited (its exit notice was taken at `at_ns`, boot-time clock): its time
+    /// alive ends there.
+    pub fn note_exit(&mut self, tid: ThreadId, at_ns: u64) {
+        match self.owners.get(&tid) {
+            Some(owners) => {
+                for owner in owners {
+                    if let Some(info) = self.threads.get_mut(&(*owner, tid)) {
+                        info.life.exit_ns.get_or_insert(at_ns);
+                    }
+                }
+            }
+            None => {
+                self.early_exits.entry(tid).or_insert(at_ns);
+            }
+        }
+    }
+
+    /// A reading at `now_ns` (boot-time clock) of the live threads' time: their CPU time from
+    /// `cpu_of(tgid, thread)` for those that took a lock since the last reading (for all of
+    /// them when `all`: the end of a run), and every live thread's time since the last
+    /// reading added to `interval` (idle threads too: they are alive in it, and the shares of
+    /// their process and role count them).
+    pub fn tick(
+        &mut self,
+        now_ns: u64,
+        all: bool,
+        cpu_of: impl Fn(u32, ThreadId) -> Option<u64>,
+        mut interval: Option<&mut Window>,
+    ) {
+        let (from, epoch) = (self.last_tick_ns, self.epoch_ns);
+        for (&(owner, tid), info) in &mut self.threads {
+            let life = &mut info.life;
+            let alive = life.alive_within(from, now_ns);
+            let cpu = (self.read_cpu && (life.active || all))
+                .then(|| cpu_of(info.tgid, tid))
+                .flatten()
+                .map(|c| life.cpu_reading(c, epoch));
+            life.active = false;
+            if let Some(w) = interval.as_deref_mut() {
+                let t = w
+                    .processes
+                    .entry(owner)
+                    .or_default()
+                    .entry(tid)
+                    .or_insert_with(|| ThreadAgg::new(info.tgid, info.comm, info.fsbase));
+                t.time.merge(&ThreadTime {
+                    alive_ns: alive,
+                    // A reading may cover earlier intervals too (a thread is read when it
+                    // takes a lock): never more than it lived in this one.
+                    cpu_ns: cpu.map(|c| c.min(alive)),
+                });
+            }
+        }
+        self.last_tick_ns = self.last_tick_ns.max(now_ns);
+        self.early_exits.clear();
     }
 
     /// What the kernel said of a live thread: (tgid, comm, fsbase).
@@ -520,6 +609,96 @@ mod tests {
         let new = &w.processes[&P10][&ThreadId::new(11, 9000)];
         assert_eq!(new.writes.get(cause::MPROTECT).unwrap().count, 1);
         assert_eq!(new.role, None);
+    }
+
+    #[test]
+    fn threads_time_is_counted_from_their_start_or_the_runs_to_their_exit() {
+        const S: u64 = 1_000_000_000;
+        let mut tot = Totals {
+            epoch_ns: 100 * S,
+            last_tick_ns: 100 * S,
+            ..Totals::default()
+        };
+        // Thread 11 started before the run (20 s), thread 12 during it (101 s).
+        let young = StatsKey {
+            tid: 12,
+            tid_start: 101 * S,
+            ..W
+        };
+        tot.update(&[
+            (W, kernel_entry(&[(5, 5)])),
+            (young, kernel_entry(&[(7, 7)])),
+        ]);
+        // CPU readings: 11 has run 50 s before the run, 12 0.2 s since it started.
+        let cpu = |_, t: ThreadId| Some(if t.tid == 11 { 50 * S } else { S / 5 });
+        let mut interval = Window::default();
+        tot.tick(102 * S, false, cpu, Some(&mut interval));
+        let iv = &interval.processes[&P10];
+        assert_eq!(iv[&T11].time.alive_ns, 2 * S, "the run's start to now");
+        assert_eq!(
+            iv[&T11].time.cpu_ns,
+            Some(0),
+            "counted from its first reading"
+        );
+        let t12 = ThreadId::new(12, 10100);
+        assert_eq!(iv[&t12].time.alive_ns, S);
+        assert_eq!(iv[&t12].time.cpu_ns, Some(S / 5));
+        // Idle threads are alive in an interval too; 12 exits at 103.5 s.
+        tot.note_exit(t12, 103 * S + S / 2);
+        let mut next = Window::default();
+        tot.tick(
+            104 * S,
+            false,
+            |_, t: ThreadId| Some(if t.tid == 11 { 51 * S } else { S }),
+            Some(&mut next),
+        );
+        let nx = &next.processes[&P10];
+        assert!(nx[&T11].is_idle());
+        assert_eq!(
+            nx[&T11].time,
+            ThreadTime {
+                alive_ns: 2 * S,
+                cpu_ns: None
+            }
+        );
+        assert_eq!(nx[&t12].time.alive_ns, 3 * S / 2);
+        // The run: 11 alive 4 s, 1 s of CPU (the last reading, at the end); 12 alive 2.5 s.
+        tot.tick(
+            104 * S,
+            true,
+            |_, t: ThreadId| Some(if t.tid == 11 { 51 * S } else { S }),
+            None,
+        );
+        tot.retire(P10, t12, None);
+        let w = tot.window();
+        assert_eq!(
+            w.processes[&P10][&T11].time,
+            ThreadTime {
+                alive_ns: 4 * S,
+                cpu_ns: Some(S)
+            }
+        );
+        assert_eq!(
+            w.processes[&P10][&t12].time,
+            ThreadTime {
+                alive_ns: 5 * S / 2,
+                cpu_ns: Some(S)
+            }
+        );
+        // An exit noticed before the thread's first entry is read is not lost.
+        tot.note_exit(ThreadId::new(13, 10100), 103 * S);
+        let late = StatsKey {
+            tid: 13,
+            tid_start: 101 * S,
+            ..W
+        };
+        tot.update(&[(late, kernel_entry(&[(1, 1)]))]);
+        tot.tick(105 * S, false, |_, _| None, None);
+        let w = tot.window();
+        assert_eq!(
+            w.processes[&P10][&ThreadId::new(13, 10100)].time.alive_ns,
+            2 * S
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         downgrade: Stats::default(),
         causes: Vec::new(),
         blocked_by: None,
+        time_share: None,
     };
     let cause = |name: &'static str, write| CauseReport {
         cause: name.into(),
@@ -71,6 +72,8 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         blockers: None,
         blocked_wait_ns: None,
         blocked_by_role: None,
+        time_share: None,
+        time_share_by_role: None,
         threads: vec![
             thread(pid, Role::Main, comm, stats(4, 1, 900, &[(1024, 4)])),
             thread(

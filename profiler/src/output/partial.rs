@@ -137,6 +137,7 @@ impl Summed {
                         downgrade: Stats::new(&t.sides.downgrade),
                         causes: cause_reports(&t.sides.causes),
                         blocked_by: None,
+                        time_share: None,
                     })
                     .collect();
                 threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
@@ -158,6 +159,8 @@ impl Summed {
                     blocked_wait_ns: p.blocked_wait_ns,
                     blocked_by_role: None,
                     threads,
+                    time_share: None,
+                    time_share_by_role: None,
                 }
             })
             .collect();
@@ -173,6 +176,7 @@ impl Summed {
             uncounted: self.uncounted,
             overhead: None,
             stack_sample: None,
+            findings: None,
         }
     }
 }

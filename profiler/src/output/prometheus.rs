@@ -66,6 +66,9 @@ type BlockedKey = (
     Option<u32>,
 );
 
+/// The labels of `mmaplock_thread_seconds_total` and its CPU twin.
+type ThreadKey = (String, String, &'static str, Option<u32>);
+
 /// Classic buckets of a cumulative histogram, `(le in seconds, count)`, not cumulative (the
 /// encoder adds up).
 fn classic(h: &DurationHist) -> Vec<(f64, u64)> {
@@ -120,6 +123,9 @@ pub struct Metrics {
     /// Wait charged to blockers, ns: (process, cgroup, waiter role, holder role, holder
     /// cause, pid).
     blocked: BTreeMap<BlockedKey, u64>,
+    /// Threads' wall time alive and CPU time, ns, by (process, cgroup, role, pid): the
+    /// denominators of the lock's share of their time.
+    thread_time: BTreeMap<ThreadKey, (u64, u64)>,
     lost: Lost,
     programs: Vec<ProgramStats>,
     pub tracked_processes: u64,
@@ -154,6 +160,14 @@ impl Metrics {
             let pid = self.pid_label.then_some(p.pid);
             for (&t, agg) in threads {
                 let role = attribution.role(p, t, agg).as_str();
+                if agg.time.alive_ns > 0 || agg.time.cpu_ns.is_some() {
+                    let e = self
+                        .thread_time
+                        .entry((process.clone(), cgroup.clone(), role, pid))
+                        .or_default();
+                    e.0 += agg.time.alive_ns;
+                    e.1 += agg.time.cpu_ns.unwrap_or(0);
+                }
                 let key = |op| SeriesKey {
                     process: process.clone(),
                     cgroup: cgroup.clone(),
@@ -217,6 +231,7 @@ impl Metrics {
             + self.acquisitions.len()
             + self.failed.len()
             + self.blocked.len()
+            + 2 * self.thread_time.len()
     }
 }
 
@@ -377,6 +392,39 @@ impl Collector for Shared {
                     .encode_counter::<NoLabelSet, _, f64>(&(*ns as f64 * 1e-9), None)?;
             }
         }
+        for (name, help, cpu) in [
+            (
+                "mmaplock_thread_seconds",
+                "Wall time alive of the threads that took a profiled lock, by role: the lock's \
+                 wait over it (rate of mmaplock_wait_seconds_sum over rate of this) is the share \
+                 of their time spent waiting.",
+                false,
+            ),
+            (
+                "mmaplock_thread_cpu_seconds",
+                "CPU time of the threads that took a profiled lock, by role, as read when they \
+                 took it (a thread's CPU after its last acquisition is not counted).",
+                true,
+            ),
+        ] {
+            if m.thread_time.is_empty() {
+                break;
+            }
+            let mut f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for ((process, cgroup, role, pid), (alive, cpu_ns)) in &m.thread_time {
+                let mut labels = vec![
+                    ("process", process.clone()),
+                    ("cgroup", cgroup.clone()),
+                    ("role", role.to_string()),
+                ];
+                if let Some(pid) = pid {
+                    labels.push(("pid", pid.to_string()));
+                }
+                let ns = if cpu { *cpu_ns } else { *alive };
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, f64>(&(ns as f64 * 1e-9), None)?;
+            }
+        }
         if !m.programs.is_empty() {
             let mut f = encoder.encode_descriptor(
                 "mmaplock_bpf_run_seconds",
@@ -535,6 +583,15 @@ mod tests {
             s.hold.add(bucket_index(50), 2);
             s.hold.sum = 100;
             m.add_side(key, &s, "mprotect");
+            m.thread_time.insert(
+                (
+                    "node".into(),
+                    "/system.slice/api.service".into(),
+                    "worker",
+                    None,
+                ),
+                (2_500_000_000, 500_000_000),
+            );
         }
         let text = encode_text(&registry(shared)).unwrap();
         for needle in [
@@ -548,6 +605,8 @@ mod tests {
             "mmaplock_failed_trylocks_total{process=\"node\",cgroup=\"/system.slice/api.service\",op=\"write\"} 1",
             "mmaplock_lost_total{reason=\"events\"} 0",
             "mmaplock_tracked_processes 0",
+            "mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\"} 2.5",
+            "mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\"} 0.5",
             "mmaplock_build_info{version=",
         ] {
             assert!(text.contains(needle), "{needle}\n{text}");

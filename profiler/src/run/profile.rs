@@ -17,6 +17,7 @@ use crate::{
     },
     kernel::collector::{Collector, Counters, ProgramStats},
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
+    registry::cputime,
     registry::ids::{self, ProcId, ThreadId},
     registry::stacks::StackAttribution,
     registry::{Attribution, Registry},
@@ -161,6 +162,8 @@ impl Profile {
     /// `Collector::read_stats`); done every few readings and at the end.
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
+        // Only the end of a run asks for everything: every live thread's CPU time is read then.
+        let end = all;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
         self.collector.flush_pending()?;
         self.note_cpu_times();
@@ -186,6 +189,13 @@ impl Profile {
             }
         })?;
         self.counters = counters;
+        // The threads' time alive and on CPU, before the exited ones are retired.
+        self.totals.tick(
+            cputime::now_ns(),
+            end,
+            cputime::thread_cpu_ns,
+            self.interval.as_mut(),
+        );
         self.read_blocked()?;
         self.programs = self
             .collector
@@ -216,6 +226,7 @@ impl Profile {
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
             self.cpu.note(t, e.cpu_ns, e.at_ns);
+            self.totals.note_exit(t, e.at_ns);
             match e.tag {
                 exit_record::EXITING => {
                     self.exiting.insert(t, e.tgid);
@@ -508,6 +519,9 @@ impl Profile {
     /// counts): memory stays bounded whatever the churn.
     pub fn forget_history(&mut self) {
         self.totals.keep_retired = false;
+        // Nor does it read threads' CPU time from /proc: one file per active thread per
+        // interval is too much on a host of thousands (the kernel's reading will be free).
+        self.totals.read_cpu = false;
     }
 
     pub fn summary(&mut self) -> Report {
