@@ -22,15 +22,14 @@ use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
 pub mod blocked;
-pub mod cputime;
 mod hist;
 pub mod time;
 
 #[cfg(test)]
 use hist::bucket_lower_ns;
 pub use hist::{DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns};
-use time::Life;
-pub use time::ThreadTime;
+use time::{CpuTimes, Life};
+pub use time::{ThreadTime, now_ns};
 
 /// What one thread did to one process's lock, for one kind, since the previous reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,9 +202,6 @@ pub struct Totals {
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
-    /// Read threads' CPU time at the readings (`tick`); an agent on a host of thousands of
-    /// threads does not (one /proc file per active thread per interval).
-    pub read_cpu: bool,
     /// The run's start and its last reading (boot-time clock, ns): threads' time is counted
     /// between them.
     epoch_ns: u64,
@@ -213,12 +209,16 @@ pub struct Totals {
     /// Exits noticed of threads not known yet (their last acquisitions are in the reading to
     /// come); forgotten at the next tick.
     early_exits: HashMap<ThreadId, u64>,
+    /// The kernel's reports of live threads' CPU time, and those of threads not known yet
+    /// (their first entries are in the reading to come; forgotten at the next tick).
+    cpu: CpuTimes,
+    early_cpu: CpuTimes,
 }
 
 impl Default for Totals {
     /// Totals of a run starting now.
     fn default() -> Self {
-        let now = crate::registry::cputime::now_ns();
+        let now = now_ns();
         Totals {
             entries: HashMap::default(),
             threads: HashMap::default(),
@@ -226,10 +226,11 @@ impl Default for Totals {
             retired: Vec::new(),
             names: BTreeMap::new(),
             keep_retired: true,
-            read_cpu: true,
             epoch_ns: now,
             last_tick_ns: now,
             early_exits: HashMap::default(),
+            cpu: CpuTimes::default(),
+            early_cpu: CpuTimes::default(),
         }
     }
 }
@@ -253,9 +254,17 @@ impl Totals {
             };
             self.entries.entry(*key).or_default().merge(&d.stats);
             let (owners, early_exits) = (&mut self.owners, &self.early_exits);
+            let (cpu, early_cpu) = (&mut self.cpu, &mut self.early_cpu);
             let (owner, tid) = ids_of(key);
             let info = self.threads.entry((owner, tid)).or_insert_with(|| {
-                owners.entry(tid).or_default().push(owner);
+                let thread_owners = owners.entry(tid).or_default();
+                // A thread new to the totals: its CPU reports of this reading come with it.
+                if thread_owners.is_empty()
+                    && let Some(seen) = early_cpu.take(tid)
+                {
+                    cpu.insert(tid, seen);
+                }
+                thread_owners.push(owner);
                 ThreadInfo {
                     owner_start_ns: key.owner_start,
                     tid_start_ns: key.tid_start,
@@ -269,7 +278,6 @@ impl Totals {
             if !info.kinds.contains(&key.kind) {
                 info.kinds.push(key.kind);
             }
-            info.life.active = true;
             out.push(d);
         }
         out
@@ -318,27 +326,27 @@ impl Totals {
         }
     }
 
-    /// A reading at `now_ns` (boot-time clock) of the live threads' time: their CPU time from
-    /// `cpu_of(tgid, thread)` for those that took a lock since the last reading (for all of
-    /// them when `all`: the end of a run), and every live thread's time since the last
+    /// The kernel reported thread `tid`'s CPU time: `cpu_ns` at `at_ns` (boot-time clock),
+    /// at a reading (the flush iterator's, for a thread that ran since the last one) or at its
+    /// exit (its notice).
+    pub fn note_cpu(&mut self, tid: ThreadId, cpu_ns: u64, at_ns: u64) {
+        if self.owners.contains_key(&tid) {
+            self.cpu.note(tid, cpu_ns, at_ns);
+        } else {
+            self.early_cpu.note(tid, cpu_ns, at_ns);
+        }
+    }
+
+    /// A reading at `now_ns` (boot-time clock) of the live threads' time: their CPU time as
+    /// the kernel last reported it (see [`time`]), and every live thread's time since the last
     /// reading added to `interval` (idle threads too: they are alive in it, and the shares of
     /// their process and role count them).
-    pub fn tick(
-        &mut self,
-        now_ns: u64,
-        all: bool,
-        cpu_of: impl Fn(u32, ThreadId) -> Option<u64>,
-        mut interval: Option<&mut Window>,
-    ) {
+    pub fn tick(&mut self, now_ns: u64, mut interval: Option<&mut Window>) {
         let (from, epoch) = (self.last_tick_ns, self.epoch_ns);
         for (&(owner, tid), info) in &mut self.threads {
             let life = &mut info.life;
             let alive = life.alive_within(from, now_ns);
-            let cpu = (self.read_cpu && (life.active || all))
-                .then(|| cpu_of(info.tgid, tid))
-                .flatten()
-                .map(|c| life.cpu_reading(c, epoch));
-            life.active = false;
+            let cpu = life.cpu_tick(self.cpu.get(tid), from, epoch);
             if let Some(w) = interval.as_deref_mut() {
                 let t = w
                     .processes
@@ -346,16 +354,18 @@ impl Totals {
                     .or_default()
                     .entry(tid)
                     .or_insert_with(|| ThreadAgg::new(info.tgid, info.comm, info.fsbase));
+                // (Not clipped to its time alive: the CPU is read by the kernel a little
+                // before the tick, so a window's CPU may exceed it by that much, and the next
+                // window's falls short by as much; the windows add up to the run's.)
                 t.time.merge(&ThreadTime {
                     alive_ns: alive,
-                    // A reading may cover earlier intervals too (a thread is read when it
-                    // takes a lock): never more than it lived in this one.
-                    cpu_ns: cpu.map(|c| c.min(alive)),
+                    cpu_ns: cpu,
                 });
             }
         }
         self.last_tick_ns = self.last_tick_ns.max(now_ns);
         self.early_exits.clear();
+        self.early_cpu.clear();
     }
 
     /// What the kernel said of a live thread: (tgid, comm, fsbase).
@@ -381,6 +391,7 @@ impl Totals {
             o.retain(|x| *x != owner);
             if o.is_empty() {
                 self.owners.remove(&tid);
+                self.cpu.take(tid);
             }
         }
         if let Some(info) = self.threads.remove(&(owner, tid)) {
@@ -611,6 +622,8 @@ mod tests {
         assert_eq!(new.role, None);
     }
 
+    /// As a poll does it: the kernel's CPU reports (the iterator's, and exit notices'), the
+    /// entries read, then the tick.
     #[test]
     fn threads_time_is_counted_from_their_start_or_the_runs_to_their_exit() {
         const S: u64 = 1_000_000_000;
@@ -625,50 +638,52 @@ mod tests {
             tid_start: 101 * S,
             ..W
         };
+        let t12 = ThreadId::new(12, 10100);
+        // 11 has run 50 s before the run, 12 0.2 s since it started; reported before their
+        // first entries are read.
+        tot.note_cpu(T11, 50 * S, 102 * S);
+        tot.note_cpu(t12, S / 5, 102 * S);
         tot.update(&[
             (W, kernel_entry(&[(5, 5)])),
             (young, kernel_entry(&[(7, 7)])),
         ]);
-        // CPU readings: 11 has run 50 s before the run, 12 0.2 s since it started.
-        let cpu = |_, t: ThreadId| Some(if t.tid == 11 { 50 * S } else { S / 5 });
         let mut interval = Window::default();
-        tot.tick(102 * S, false, cpu, Some(&mut interval));
+        tot.tick(102 * S, Some(&mut interval));
         let iv = &interval.processes[&P10];
         assert_eq!(iv[&T11].time.alive_ns, 2 * S, "the run's start to now");
         assert_eq!(
             iv[&T11].time.cpu_ns,
             Some(0),
-            "counted from its first reading"
+            "counted from its first report"
         );
-        let t12 = ThreadId::new(12, 10100);
         assert_eq!(iv[&t12].time.alive_ns, S);
-        assert_eq!(iv[&t12].time.cpu_ns, Some(S / 5));
-        // Idle threads are alive in an interval too; 12 exits at 103.5 s.
+        assert_eq!(iv[&t12].time.cpu_ns, Some(S / 5), "counted from its start");
+        // 11 runs 1 s more without taking the lock (idle threads are alive in an interval
+        // too); 12 is reported at 0.5 s, then exits at 103.5 s having run 1 s: its exit
+        // notice carries what it ran after its last report.
+        tot.note_cpu(T11, 51 * S, 104 * S);
+        tot.note_cpu(t12, S / 2, 103 * S);
+        tot.note_cpu(t12, S, 103 * S + S / 2);
         tot.note_exit(t12, 103 * S + S / 2);
         let mut next = Window::default();
-        tot.tick(
-            104 * S,
-            false,
-            |_, t: ThreadId| Some(if t.tid == 11 { 51 * S } else { S }),
-            Some(&mut next),
-        );
+        tot.tick(104 * S, Some(&mut next));
         let nx = &next.processes[&P10];
         assert!(nx[&T11].is_idle());
         assert_eq!(
             nx[&T11].time,
             ThreadTime {
                 alive_ns: 2 * S,
-                cpu_ns: None
+                cpu_ns: Some(S)
             }
         );
-        assert_eq!(nx[&t12].time.alive_ns, 3 * S / 2);
-        // The run: 11 alive 4 s, 1 s of CPU (the last reading, at the end); 12 alive 2.5 s.
-        tot.tick(
-            104 * S,
-            true,
-            |_, t: ThreadId| Some(if t.tid == 11 { 51 * S } else { S }),
-            None,
+        assert_eq!(
+            nx[&t12].time,
+            ThreadTime {
+                alive_ns: 3 * S / 2,
+                cpu_ns: Some(S - S / 5)
+            }
         );
+        // The run: 11 alive 4 s, 1 s of CPU; 12 alive 2.5 s, 1 s of CPU.
         tot.retire(P10, t12, None);
         let w = tot.window();
         assert_eq!(
@@ -685,19 +700,29 @@ mod tests {
                 cpu_ns: Some(S)
             }
         );
-        // An exit noticed before the thread's first entry is read is not lost.
-        tot.note_exit(ThreadId::new(13, 10100), 103 * S);
+        // A gone thread's reports are forgotten with it, and one arriving late (an iterator
+        // pass that saw it exiting) at the next tick.
+        assert!(tot.cpu.get(t12).is_none());
+        tot.note_cpu(t12, S + 1, 104 * S);
+        // An exit (and CPU) noticed before the thread's first entry is read is not lost.
+        let t13 = ThreadId::new(13, 10100);
+        tot.note_cpu(t13, 7, 103 * S);
+        tot.note_exit(t13, 103 * S);
         let late = StatsKey {
             tid: 13,
             tid_start: 101 * S,
             ..W
         };
         tot.update(&[(late, kernel_entry(&[(1, 1)]))]);
-        tot.tick(105 * S, false, |_, _| None, None);
+        tot.tick(105 * S, None);
+        assert_eq!((tot.cpu.len(), tot.early_cpu.len()), (2, 0));
         let w = tot.window();
         assert_eq!(
-            w.processes[&P10][&ThreadId::new(13, 10100)].time.alive_ns,
-            2 * S
+            w.processes[&P10][&t13].time,
+            ThreadTime {
+                alive_ns: 2 * S,
+                cpu_ns: Some(7)
+            }
         );
     }
 

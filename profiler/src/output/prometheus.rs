@@ -125,7 +125,8 @@ pub struct Metrics {
     blocked: BTreeMap<BlockedKey, u64>,
     /// Threads' wall time alive and CPU time, ns, by (process, cgroup, role, pid): the
     /// denominators of the lock's share of their time.
-    thread_time: BTreeMap<ThreadKey, (u64, u64)>,
+    /// (CPU time: None while the kernel reported none of theirs.)
+    thread_time: BTreeMap<ThreadKey, (u64, Option<u64>)>,
     lost: Lost,
     programs: Vec<ProgramStats>,
     pub tracked_processes: u64,
@@ -166,7 +167,9 @@ impl Metrics {
                         .entry((process.clone(), cgroup.clone(), role, pid))
                         .or_default();
                     e.0 += agg.time.alive_ns;
-                    e.1 += agg.time.cpu_ns.unwrap_or(0);
+                    if let Some(c) = agg.time.cpu_ns {
+                        e.1 = Some(e.1.unwrap_or(0) + c);
+                    }
                 }
                 let key = |op| SeriesKey {
                     process: process.clone(),
@@ -231,7 +234,8 @@ impl Metrics {
             + self.acquisitions.len()
             + self.failed.len()
             + self.blocked.len()
-            + 2 * self.thread_time.len()
+            + self.thread_time.len()
+            + self.thread_time.values().filter(|t| t.1.is_some()).count()
     }
 }
 
@@ -402,8 +406,9 @@ impl Collector for Shared {
             ),
             (
                 "mmaplock_thread_cpu_seconds",
-                "CPU time of the threads that took a profiled lock, by role, as read when they \
-                 took it (a thread's CPU after its last acquisition is not counted).",
+                "CPU time of the threads that took a profiled lock, by role, as the kernel \
+                 reports it (at each reading and at their exit): the lock's wait over it is their \
+                 wait per CPU-second.",
                 true,
             ),
         ] {
@@ -412,6 +417,11 @@ impl Collector for Shared {
             }
             let mut f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             for ((process, cgroup, role, pid), (alive, cpu_ns)) in &m.thread_time {
+                let ns = match (cpu, cpu_ns) {
+                    (false, _) => *alive,
+                    (true, Some(c)) => *c,
+                    (true, None) => continue,
+                };
                 let mut labels = vec![
                     ("process", process.clone()),
                     ("cgroup", cgroup.clone()),
@@ -420,7 +430,6 @@ impl Collector for Shared {
                 if let Some(pid) = pid {
                     labels.push(("pid", pid.to_string()));
                 }
-                let ns = if cpu { *cpu_ns } else { *alive };
                 f.encode_family(&labels)?
                     .encode_counter::<NoLabelSet, _, f64>(&(ns as f64 * 1e-9), None)?;
             }
@@ -590,7 +599,17 @@ mod tests {
                     "worker",
                     None,
                 ),
-                (2_500_000_000, 500_000_000),
+                (2_500_000_000, Some(500_000_000)),
+            );
+            // Threads whose CPU time the kernel did not report: their wall time only.
+            m.thread_time.insert(
+                (
+                    "node".into(),
+                    "/system.slice/api.service".into(),
+                    "libuv",
+                    None,
+                ),
+                (1_000_000_000, None),
             );
         }
         let text = encode_text(&registry(shared)).unwrap();
@@ -612,5 +631,7 @@ mod tests {
             assert!(text.contains(needle), "{needle}\n{text}");
         }
         assert!(!text.contains("pid="), "no pid label unless asked");
+        assert!(text.contains("mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"} 1"));
+        assert!(!text.contains("mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"}"));
     }
 }

@@ -2,7 +2,6 @@
 //! (start routines), mappings, unwinders and sampled stacks. Filled while processes live,
 //! evicted when they exit; it attributes what the kernel side counted.
 
-pub mod cputime;
 pub mod ids;
 pub mod perfmap;
 pub mod procmaps;

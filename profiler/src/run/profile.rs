@@ -12,12 +12,10 @@ use crate::{
     aggregation::{
         Totals, Window,
         blocked::{Blocked, BlockedReadings},
-        cputime::CpuTimes,
         ids_of,
     },
     kernel::collector::{Collector, Counters, ProgramStats},
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
-    registry::cputime,
     registry::ids::{self, ProcId, ThreadId},
     registry::stacks::StackAttribution,
     registry::{Attribution, Registry},
@@ -54,8 +52,6 @@ pub struct Profile {
     /// With blockers: the kernel's charged waits as last read, and their run totals.
     blocked_readings: BlockedReadings,
     blocked_total: Blocked,
-    /// Profiled threads' CPU times, as the kernel reported them.
-    pub cpu: CpuTimes,
 }
 
 /// Every this many readings, all entries are read (see `Profile::poll`).
@@ -115,7 +111,6 @@ impl Profile {
             polls: 0,
             blocked_readings: BlockedReadings::default(),
             blocked_total: Blocked::default(),
-            cpu: CpuTimes::default(),
         }
         .with_blocked_interval()
     }
@@ -162,8 +157,6 @@ impl Profile {
     /// `Collector::read_stats`); done every few readings and at the end.
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
-        // Only the end of a run asks for everything: every live thread's CPU time is read then.
-        let end = all;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
         self.collector.flush_pending()?;
         self.note_cpu_times();
@@ -190,12 +183,8 @@ impl Profile {
         })?;
         self.counters = counters;
         // The threads' time alive and on CPU, before the exited ones are retired.
-        self.totals.tick(
-            cputime::now_ns(),
-            end,
-            cputime::thread_cpu_ns,
-            self.interval.as_mut(),
-        );
+        self.totals
+            .tick(crate::aggregation::now_ns(), self.interval.as_mut());
         self.read_blocked()?;
         self.programs = self
             .collector
@@ -216,7 +205,7 @@ impl Profile {
     fn note_cpu_times(&mut self) {
         for c in self.collector.take_cpu_times() {
             let t = ThreadId::new(c.tid, ids::ticks_of_ns(c.tid_start));
-            self.cpu.note(t, c.cpu_ns, c.at_ns);
+            self.totals.note_cpu(t, c.cpu_ns, c.at_ns);
         }
     }
 
@@ -225,7 +214,7 @@ impl Profile {
         let mut freed = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
-            self.cpu.note(t, e.cpu_ns, e.at_ns);
+            self.totals.note_cpu(t, e.cpu_ns, e.at_ns);
             self.totals.note_exit(t, e.at_ns);
             match e.tag {
                 exit_record::EXITING => {
@@ -250,9 +239,6 @@ impl Profile {
             self.collector.remove_blocked(&k);
         }
         self.blocked_total.holder_comms.remove(&thread);
-        if !self.totals.keep_retired {
-            self.cpu.forget(thread);
-        }
         for owner in self.totals.owners_of(thread) {
             self.retire_on(owner, thread)?;
             // (Owner 0, "unknown" on kernels without mm->owner, is no process.)
@@ -519,9 +505,6 @@ impl Profile {
     /// counts): memory stays bounded whatever the churn.
     pub fn forget_history(&mut self) {
         self.totals.keep_retired = false;
-        // Nor does it read threads' CPU time from /proc: one file per active thread per
-        // interval is too much on a host of thousands (the kernel's reading will be free).
-        self.totals.read_cpu = false;
     }
 
     pub fn summary(&mut self) -> Report {
