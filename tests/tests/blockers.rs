@@ -159,8 +159,8 @@ fn without_blockers_no_blocker_field_appears() {
 /// The profiler out of its own picture: on Node Workers reading files (the demo's workload),
 /// with --blockers and default stack sampling, the profiler's own acquisitions of the
 /// target's lock (its reads of /proc and of the process's memory) are its own role, counted
-/// apart from the process's totals, at most 1% of the lock's acquisitions, and never a
-/// blocker.
+/// apart from the process's totals, at most 1% of the lock's acquisitions, in no time share,
+/// and never a blocker.
 #[test]
 fn the_profilers_own_acquisitions_are_apart_and_never_blockers() {
     if !require_root_and_tracepoints() {
@@ -222,6 +222,28 @@ fn the_profilers_own_acquisitions_are_apart_and_never_blockers() {
         "the profiler took {:.2}% of the lock",
         share * 100.0
     );
+    // Its threads' time is not the process's: in no time share, the process's or a role's.
+    let roles = p["time_share_by_role"].as_array().expect("time shares");
+    assert!(roles.iter().all(|r| r["role"] != "profiler"), "{roles:?}");
+    let own_threads = threads
+        .iter()
+        .filter(|t| t["role"] != "profiler" && t["role"] != "foreign")
+        .count() as u64;
+    assert_eq!(
+        p["time_share"]["threads"], own_threads,
+        "{}",
+        p["time_share"]
+    );
+    // A finding of its presence, if any, is about that role.
+    for f in s["findings"].as_array().unwrap() {
+        if f["id"] == "profiler-presence" {
+            assert_eq!(
+                f["evidence"]["roles"],
+                serde_json::json!(["profiler"]),
+                "{f}"
+            );
+        }
+    }
     // Never offered as a blocker.
     let blockers = p["blockers"].as_array().expect("blockers with --blockers");
     assert!(!blockers.is_empty(), "the Workers made one another wait");
