@@ -85,6 +85,25 @@ impl ShareSum {
     pub fn total(&self) -> Option<TimeShare> {
         self.share(Some(self.threads))
     }
+
+    /// Adds a share a report gave for a window (summing a run's interval lines): its wait
+    /// over its CPU time gives back the wait of the threads whose CPU time was known (to
+    /// the ratio's 6 decimals); its thread count is the most any window had.
+    pub fn add_reported(&mut self, s: &TimeShare) {
+        self.wait = self.wait.saturating_add(s.wait_ns);
+        self.alive = self.alive.saturating_add(s.alive_ns);
+        if let Some(c) = s.cpu_ns {
+            let w = s.cpu.map_or(0.0, |r| (r * c as f64).round());
+            self.cpu_wait = self.cpu_wait.saturating_add(w as u64);
+            self.cpu = Some(self.cpu.unwrap_or(0).saturating_add(c));
+        }
+        self.threads = self.threads.max(s.threads.unwrap_or(1));
+    }
+
+    /// The share of one thread's windows added up.
+    pub fn thread(&self) -> Option<TimeShare> {
+        self.share(None)
+    }
 }
 
 /// Shares by role, in the order of [`Role`]; None when no time is known.
@@ -126,6 +145,15 @@ mod tests {
             ShareSum::of_thread(5, &t(0, Some(3))).is_none(),
             "no time, no share"
         );
+        // Windows of a report added up give the share of their sum.
+        let mut sum = ShareSum::default();
+        sum.add_reported(&share);
+        let other = ShareSum::of_thread(100, &t(1000, Some(100))).unwrap();
+        sum.add_reported(&other);
+        let both = sum.total().unwrap();
+        assert_eq!((both.wait_ns, both.alive_ns, both.wall), (500, 5000, 0.1));
+        assert_eq!((both.cpu_ns, both.cpu), (Some(500), Some(0.4)));
+        assert_eq!(both.threads, Some(2), "the most of a window");
         let json = serde_json::to_value(&share).unwrap();
         assert_eq!(json["wall"], 0.1);
         assert_eq!(json["cpu_ns"], 400);
