@@ -309,65 +309,6 @@ impl Totals {
         t
     }
 
-    /// Thread `tid` exited (its exit notice was taken at `at_ns`, boot-time clock): its time
-    /// alive ends there.
-    pub fn note_exit(&mut self, tid: ThreadId, at_ns: u64) {
-        match self.owners.get(&tid) {
-            Some(owners) => {
-                for owner in owners {
-                    if let Some(info) = self.threads.get_mut(&(*owner, tid)) {
-                        info.life.exit_ns.get_or_insert(at_ns);
-                    }
-                }
-            }
-            None => {
-                self.early_exits.entry(tid).or_insert(at_ns);
-            }
-        }
-    }
-
-    /// The kernel reported thread `tid`'s CPU time: `cpu_ns` at `at_ns` (boot-time clock),
-    /// at a reading (the flush iterator's, for a thread that ran since the last one) or at its
-    /// exit (its notice).
-    pub fn note_cpu(&mut self, tid: ThreadId, cpu_ns: u64, at_ns: u64) {
-        if self.owners.contains_key(&tid) {
-            self.cpu.note(tid, cpu_ns, at_ns);
-        } else {
-            self.early_cpu.note(tid, cpu_ns, at_ns);
-        }
-    }
-
-    /// A reading at `now_ns` (boot-time clock) of the live threads' time: their CPU time as
-    /// the kernel last reported it (see [`time`]), and every live thread's time since the last
-    /// reading added to `interval` (idle threads too: they are alive in it, and the shares of
-    /// their process and role count them).
-    pub fn tick(&mut self, now_ns: u64, mut interval: Option<&mut Window>) {
-        let (from, epoch) = (self.last_tick_ns, self.epoch_ns);
-        for (&(owner, tid), info) in &mut self.threads {
-            let life = &mut info.life;
-            let alive = life.alive_within(from, now_ns);
-            let cpu = life.cpu_tick(self.cpu.get(tid), from, epoch);
-            if let Some(w) = interval.as_deref_mut() {
-                let t = w
-                    .processes
-                    .entry(owner)
-                    .or_default()
-                    .entry(tid)
-                    .or_insert_with(|| ThreadAgg::new(info.tgid, info.comm, info.fsbase));
-                // (Not clipped to its time alive: the CPU is read by the kernel a little
-                // before the tick, so a window's CPU may exceed it by that much, and the next
-                // window's falls short by as much; the windows add up to the run's.)
-                t.time.merge(&ThreadTime {
-                    alive_ns: alive,
-                    cpu_ns: cpu,
-                });
-            }
-        }
-        self.last_tick_ns = self.last_tick_ns.max(now_ns);
-        self.early_exits.clear();
-        self.early_cpu.clear();
-    }
-
     /// What the kernel said of a live thread: (tgid, comm, fsbase).
     pub fn identity(&self, owner: ProcId, tid: ThreadId) -> Option<(u32, [u8; COMM_LEN], u64)> {
         self.threads
@@ -471,7 +412,7 @@ mod tests {
 
     /// A kernel entry after the given (wait, hold) acquisitions, aggregated exactly as the
     /// eBPF side does.
-    fn kernel_entry(events: &[(u64, u64)]) -> ThreadStats {
+    pub(super) fn kernel_entry(events: &[(u64, u64)]) -> ThreadStats {
         let mut t = ThreadStats::ZERO;
         let s = &mut t.stats;
         for &(wait, hold) in events {
@@ -497,7 +438,7 @@ mod tests {
         }
     }
 
-    const W: StatsKey = StatsKey {
+    pub(super) const W: StatsKey = StatsKey {
         owner: 10,
         tid: 11,
         kind: cause::MPROTECT,
@@ -507,8 +448,8 @@ mod tests {
     };
 
     /// The same start times in clock ticks (100 per second).
-    const P10: ProcId = ProcId::new(10, 1000);
-    const T11: ThreadId = ThreadId::new(11, 2000);
+    pub(super) const P10: ProcId = ProcId::new(10, 1000);
+    pub(super) const T11: ThreadId = ThreadId::new(11, 2000);
 
     #[test]
     fn bucket_bounds_cover_the_index_function() {
@@ -620,110 +561,6 @@ mod tests {
         let new = &w.processes[&P10][&ThreadId::new(11, 9000)];
         assert_eq!(new.writes.get(cause::MPROTECT).unwrap().count, 1);
         assert_eq!(new.role, None);
-    }
-
-    /// As a poll does it: the kernel's CPU reports (the iterator's, and exit notices'), the
-    /// entries read, then the tick.
-    #[test]
-    fn threads_time_is_counted_from_their_start_or_the_runs_to_their_exit() {
-        const S: u64 = 1_000_000_000;
-        let mut tot = Totals {
-            epoch_ns: 100 * S,
-            last_tick_ns: 100 * S,
-            ..Totals::default()
-        };
-        // Thread 11 started before the run (20 s), thread 12 during it (101 s).
-        let young = StatsKey {
-            tid: 12,
-            tid_start: 101 * S,
-            ..W
-        };
-        let t12 = ThreadId::new(12, 10100);
-        // 11 has run 50 s before the run, 12 0.2 s since it started; reported before their
-        // first entries are read.
-        tot.note_cpu(T11, 50 * S, 102 * S);
-        tot.note_cpu(t12, S / 5, 102 * S);
-        tot.update(&[
-            (W, kernel_entry(&[(5, 5)])),
-            (young, kernel_entry(&[(7, 7)])),
-        ]);
-        let mut interval = Window::default();
-        tot.tick(102 * S, Some(&mut interval));
-        let iv = &interval.processes[&P10];
-        assert_eq!(iv[&T11].time.alive_ns, 2 * S, "the run's start to now");
-        assert_eq!(
-            iv[&T11].time.cpu_ns,
-            Some(0),
-            "counted from its first report"
-        );
-        assert_eq!(iv[&t12].time.alive_ns, S);
-        assert_eq!(iv[&t12].time.cpu_ns, Some(S / 5), "counted from its start");
-        // 11 runs 1 s more without taking the lock (idle threads are alive in an interval
-        // too); 12 is reported at 0.5 s, then exits at 103.5 s having run 1 s: its exit
-        // notice carries what it ran after its last report.
-        tot.note_cpu(T11, 51 * S, 104 * S);
-        tot.note_cpu(t12, S / 2, 103 * S);
-        tot.note_cpu(t12, S, 103 * S + S / 2);
-        tot.note_exit(t12, 103 * S + S / 2);
-        let mut next = Window::default();
-        tot.tick(104 * S, Some(&mut next));
-        let nx = &next.processes[&P10];
-        assert!(nx[&T11].is_idle());
-        assert_eq!(
-            nx[&T11].time,
-            ThreadTime {
-                alive_ns: 2 * S,
-                cpu_ns: Some(S)
-            }
-        );
-        assert_eq!(
-            nx[&t12].time,
-            ThreadTime {
-                alive_ns: 3 * S / 2,
-                cpu_ns: Some(S - S / 5)
-            }
-        );
-        // The run: 11 alive 4 s, 1 s of CPU; 12 alive 2.5 s, 1 s of CPU.
-        tot.retire(P10, t12, None);
-        let w = tot.window();
-        assert_eq!(
-            w.processes[&P10][&T11].time,
-            ThreadTime {
-                alive_ns: 4 * S,
-                cpu_ns: Some(S)
-            }
-        );
-        assert_eq!(
-            w.processes[&P10][&t12].time,
-            ThreadTime {
-                alive_ns: 5 * S / 2,
-                cpu_ns: Some(S)
-            }
-        );
-        // A gone thread's reports are forgotten with it, and one arriving late (an iterator
-        // pass that saw it exiting) at the next tick.
-        assert!(tot.cpu.get(t12).is_none());
-        tot.note_cpu(t12, S + 1, 104 * S);
-        // An exit (and CPU) noticed before the thread's first entry is read is not lost.
-        let t13 = ThreadId::new(13, 10100);
-        tot.note_cpu(t13, 7, 103 * S);
-        tot.note_exit(t13, 103 * S);
-        let late = StatsKey {
-            tid: 13,
-            tid_start: 101 * S,
-            ..W
-        };
-        tot.update(&[(late, kernel_entry(&[(1, 1)]))]);
-        tot.tick(105 * S, None);
-        assert_eq!((tot.cpu.len(), tot.early_cpu.len()), (2, 0));
-        let w = tot.window();
-        assert_eq!(
-            w.processes[&P10][&t13].time,
-            ThreadTime {
-                alive_ns: 2 * S,
-                cpu_ns: Some(7)
-            }
-        );
     }
 
     #[test]
