@@ -12,7 +12,8 @@ use std::{
 };
 
 use integration_tests::{
-    Workload, churn_bin, metric_gauge, metric_sum, profiler_bin, require_root_and_tracepoints,
+    Workload, churn_bin, metric_f64, metric_gauge, metric_sum, profiler_bin,
+    require_root_and_tracepoints,
 };
 use serde_json::Value;
 
@@ -317,15 +318,6 @@ fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
         .value("histogram_sum(sum(mmaplock_wait_seconds{op=\"write\"}))")
         .expect("sum");
     assert!(sum > 0.0);
-}
-
-/// The sum, as a float, of a metric's samples that have all of `with` among their labels.
-fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| with.iter().all(|w| l.contains(w)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// The threads' time from the kernel: a thread spinning on the CPU for 1.5 s (an mmap and
