@@ -173,7 +173,7 @@ mod tests {
         output::{
             fixtures,
             report::{CauseReport, Stats},
-            share::{RoleShare, TimeShare},
+            share::RoleShare,
         },
         registry::roles::Role,
     };
@@ -187,14 +187,7 @@ mod tests {
             wait: DurationHist::from_upper_bounds(wait_ns, wait_ns, [(1 << 20, mprotects)]),
             hold: DurationHist::default(),
         });
-        let share = TimeShare {
-            wait_ns,
-            alive_ns: 4_000_000_000,
-            wall: wait_ns as f64 / 4e9,
-            cpu_ns: None,
-            cpu: None,
-            threads: Some(1),
-        };
+        let share = fixtures::time_share(wait_ns, 4_000_000_000, 1);
         let mut p = fixtures::process(1, "node", 0, false);
         p.write = stats.clone();
         p.read = Stats::default();

@@ -7,11 +7,12 @@ use super::{Severity, StudyEffects, find, to_text};
 use crate::{
     aggregation::{DurationHist, SideStats},
     output::{
+        fixtures::time_share as share,
         report::{
             BlockerReport, CauseReport, DsoReport, FlameStack, ProcessReport, ProfilerShare,
             Report, RoleBlock, Stats, ThreadReport,
         },
-        share::{RoleShare, TimeShare},
+        share::RoleShare,
     },
     registry::roles::Role,
 };
@@ -67,17 +68,6 @@ fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -
             .collect(),
         blocked_by: None,
         time_share: None,
-    }
-}
-
-fn share(wait_ns: u64, alive_ns: u64, threads: u64) -> TimeShare {
-    TimeShare {
-        wait_ns,
-        alive_ns,
-        wall: wait_ns as f64 / alive_ns as f64,
-        cpu_ns: None,
-        cpu: None,
-        threads: Some(threads),
     }
 }
 

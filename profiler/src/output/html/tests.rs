@@ -266,20 +266,13 @@ fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
 
 #[test]
 fn the_findings_come_first_on_a_run_page_with_what_to_change() {
+    use crate::output::fixtures::time_share as share;
     use crate::{
         output::{
             findings::{Finding, Severity},
-            report::{CauseReport, RoleShare, TimeShare},
+            report::{CauseReport, RoleShare},
         },
         registry::roles::Role,
-    };
-    let share = |wait_ns, alive_ns, threads| TimeShare {
-        wait_ns,
-        alive_ns,
-        wall: wait_ns as f64 / alive_ns as f64,
-        cpu_ns: None,
-        cpu: None,
-        threads: Some(threads),
     };
     // Worker threads whose writes are mprotects (arena growth), 400 ms of wait in 4 s alive.
     let mut p = process(7, "node", 400_000_000, false);
