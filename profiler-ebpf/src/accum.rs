@@ -118,7 +118,7 @@ fn acc_for(st: &mut ThreadState, kind: u32) -> Option<usize> {
         return None;
     }
     let i = used as usize & (ACCS as usize - 1);
-    st.accs[i].kind = kind;
+    st.accs[i].kind = kind as u8;
     st.acc_of_kind[k] = (i + 1) as u8;
     st.accs_used = used + 1;
     Some(i)
@@ -230,7 +230,7 @@ fn record(st: &mut ThreadState, d: &Done) {
                 wait_ns: d.wait,
                 hold_ns: d.hold,
             },
-            0,
+            crate::sampling::wakeup_flags(),
         );
     }
 }
@@ -340,7 +340,7 @@ extern "C" fn copy_one(i: u64, ctx: *mut c_void) -> i64 {
     let st = unsafe { &mut *(*ctx.cast::<FlushCtx>()).st };
     let i = i as usize & (ACCS as usize - 1);
     let (kind, dirty, lost) = match st.accs.get(i) {
-        Some(a) => (a.kind, a.dirty, a.lost),
+        Some(a) => (a.kind as u32, a.dirty, a.lost),
         None => return 1,
     };
     if dirty == 0 {
@@ -372,11 +372,11 @@ extern "C" fn copy_one(i: u64, ctx: *mut c_void) -> i64 {
             a.lost = 1;
             count_map_full(
                 kind,
-                a.stats.count.wrapping_sub(a.lost_acquired),
-                a.stats.failed.wrapping_sub(a.lost_failed),
+                (a.stats.count as u32).wrapping_sub(a.lost_acquired) as u64,
+                (a.stats.failed as u32).wrapping_sub(a.lost_failed) as u64,
             );
-            a.lost_acquired = a.stats.count;
-            a.lost_failed = a.stats.failed;
+            a.lost_acquired = a.stats.count as u32;
+            a.lost_failed = a.stats.failed as u32;
         }
     }
     0

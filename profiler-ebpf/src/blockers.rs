@@ -277,6 +277,7 @@ pub fn take_charge(st: &mut ThreadState, task: Task, s: Slot, now: u64, write: b
     c.owner_start = s.owner_start;
     c.op = write as u32;
     st.charge_pending = 1;
+    crate::maps::note_activity();
 }
 
 /// Charges the thread's last contended wait to the holders, outside any lock, under the

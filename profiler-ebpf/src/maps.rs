@@ -91,17 +91,44 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::C
 #[map]
 pub static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Keys of entries that changed in the current epoch, each once.
+/// Set when some thread has acquisitions for the flush iterator to hand over (its ring went
+/// from empty to not, or a contended wait awaits its charge); userspace clears it before
+/// running the iterator, and skips the iterator while it stays clear (idle threads cost
+/// nothing).
 #[map]
-pub static DIRTY: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+pub static ACTIVITY: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Threads with profiler state that are exiting or freed (`ExitedThread`).
-#[map]
-pub static EXITED: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+/// Notes that the iterator has work (a store only when the flag was clear).
+#[inline(always)]
+pub fn note_activity() {
+    if let Some(p) = ACTIVITY.get_ptr_mut(0) {
+        // SAFETY: an array element, valid for the map's life; a racy store of 1 is fine (any
+        // writer writes 1, userspace writes 0 before it runs the iterator).
+        unsafe {
+            if ptr::read_volatile(p) == 0 {
+                ptr::write_volatile(p, 1);
+            }
+        }
+    }
+}
 
-/// Threads whose first acquisitions were flushed (one event per thread), to classify.
+// The rings' sizes count twice in the profiler's resident memory (their pages are mapped
+// twice, for records that wrap around), and each of them has a fallback when it overflows.
+
+/// Keys of entries that changed in the current epoch, each once (13,000 a reading; more, and
+/// userspace reads the whole map instead).
 #[map]
-pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+pub static DIRTY: RingBuf = RingBuf::with_byte_size(512 * 1024, 0);
+
+/// Threads with profiler state that are exiting or freed (`ExitedThread`; 2,700 between two
+/// readings; more, and userspace looks for exited processes itself).
+#[map]
+pub static EXITED: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
+
+/// Threads whose first acquisitions were flushed (one event per thread), to classify early
+/// (2,000 between two drains; the others are classified at the next reading).
+#[map]
+pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
 
 /// Sampled write stacks and their outcomes (sized by userspace for the sampling rate).
 #[map]

@@ -68,26 +68,27 @@ pub struct Done {
 #[repr(C)]
 pub struct Acc {
     pub stats: LockStats,
-    pub kind: u32,
+    pub kind: u8,
     /// 1: changed since it was last copied to `STATS`.
-    pub dirty: u32,
+    pub dirty: u8,
     /// 1: its `STATS` entry could not be created (the map was full): it is never copied, and
     /// what it gains is counted as lost.
-    pub lost: u32,
-    pub _pad: u32,
+    pub lost: u8,
+    pub _pad: u8,
     /// Acquisitions and failed trylocks already counted as lost (`lost`), so that each is
-    /// counted once.
-    pub lost_acquired: u64,
-    pub lost_failed: u64,
+    /// counted once (low 32 bits: only differences are used).
+    pub lost_acquired: u32,
+    pub lost_failed: u32,
+    pub _pad2: u32,
 }
 
 /// Completed acquisitions a thread can keep pending (a power of two).
-pub const RING: u32 = 32;
+pub const RING: u32 = 16;
 /// A thread accumulates its pending acquisitions at `start_locking` once this many are
-/// pending (a quarter of the ring, so that trylocks in between, or the iterator holding
+/// pending (well under the ring's size, so that trylocks in between, or the iterator holding
 /// the ring a moment, rarely fill it): the claim and the call are paid once per batch, not
 /// per acquisition. The iterator takes the rest.
-pub const FLUSH_AT: u32 = 8;
+pub const FLUSH_AT: u32 = 6;
 /// Accumulators per thread (a power of two): a thread's first this-many kinds of acquisition
 /// on its own process's lock; further kinds and other processes' locks go to `STATS`
 /// directly (rare).
@@ -172,6 +173,10 @@ pub struct ThreadState {
     pub ring: [Done; RING as usize],
     pub accs: [Acc; ACCS as usize],
 }
+
+// A thread's state must fit the allocator's 4 KiB class with the storage element's header
+// (72 bytes): one byte over doubles the kernel memory every profiled thread costs.
+const _: () = assert!(size_of::<ThreadState>() + 72 <= 4096);
 
 /// Blockers' part of a slot: what the lock's holders had held when its wait began.
 #[repr(C)]

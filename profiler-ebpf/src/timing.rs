@@ -21,7 +21,7 @@ use crate::{
     accum, blockers,
     kread::Task,
     lifecycle,
-    maps::{KERNEL, SETTINGS, blockers_on, bump, konst},
+    maps::{KERNEL, SETTINGS, blockers_on, bump, konst, note_activity},
     owner::{self, Owner},
     sampling,
     state::{Done, FLUSH_AT, FREE, HELD, RING, Slot, THREAD_STATE, ThreadState, VERDICT, WAITING},
@@ -378,6 +378,10 @@ fn complete(st: &mut ThreadState, task: Task, d: Done) {
             bump(counter::RING_FULL);
             return;
         }
+    }
+    if head == tail {
+        // The first pending acquisition since the ring was last emptied.
+        note_activity();
     }
     st.ring[(head & (RING - 1)) as usize] = d;
     // The record before the index that publishes it (x86-64 keeps stores in order; the

@@ -234,8 +234,9 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         .override_global("FILTER", &filter, true)
         .override_global("SETTINGS", &settings, true)
         // The sampled stacks' ring (16 KiB a sample): room for 512 at high rates (every
-        // write, --stacks), 64 at the default rate, a page when off. Its pages count in
-        // our RSS once written, so it is no bigger than the rate needs.
+        // write, --stacks), 32 at the default rate (userspace is woken at 8), a page when
+        // off. Its pages count twice in our RSS once written, so it is no bigger than the
+        // rate needs.
         .map_max_entries("STACKS", stacks_ring_bytes(cfg.stack_sample))
         .map_max_entries(
             "STATS",
@@ -316,7 +317,7 @@ fn stacks_ring_bytes(stack_sample: u32) -> u32 {
     match stack_sample {
         0 => 4096,
         1..=8 => 8 << 20,
-        _ => 1 << 20,
+        _ => 512 << 10,
     }
 }
 

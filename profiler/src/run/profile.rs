@@ -158,7 +158,7 @@ impl Profile {
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
-        self.collector.flush_pending()?;
+        self.collector.flush_pending(all)?;
         self.note_cpu_times();
         // Exit notices before the reading: a freed thread's last acquisitions were flushed
         // and noted before its notice was sent, so the reading below has them.
@@ -355,7 +355,7 @@ impl Profile {
     /// threads that began exiting are waited for (briefly) until they are freed, so that
     /// their last acquisitions are in; then everything is read.
     pub async fn finish(&mut self) -> Result<(), SessionError> {
-        self.collector.flush_pending()?;
+        self.collector.flush_pending(true)?;
         let waited_since = tokio::time::Instant::now();
         let mut freed = self.take_exit_notices();
         // An exiting thread is freed within an RCU grace period of being reaped; only an
@@ -366,7 +366,7 @@ impl Profile {
         }
         // A thread still listed in /proc (an unreaped zombie) was flushed by the iterator;
         // one that is gone from /proc but not freed yet may still hold acquisitions back.
-        self.collector.flush_pending()?;
+        self.collector.flush_pending(true)?;
         freed.extend(self.take_exit_notices());
         self.exit_pending = self
             .exiting

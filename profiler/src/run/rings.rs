@@ -13,6 +13,10 @@ use crate::run::{SessionError, profile::Profile};
 /// Stack records handled between two looks at the new threads.
 const STACK_BATCH: usize = 32;
 
+/// How often the sampled stacks' ring is drained: the kernel side wakes us only once it is
+/// a quarter full (a wakeup per sample costs the traced thread microseconds).
+const STACKS_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
 /// stacks. Records are drained as soon as they arrive, so that threads are classified while
 /// they run and the stacks buffer never fills.
@@ -43,8 +47,9 @@ impl Rings {
         })
     }
 
-    /// Waits until a ring buffer has records. Readiness is cleared before returning, so that
-    /// records arriving after the following [`drain`](Self::drain) wake us again.
+    /// Waits until a ring buffer has records (or, with sampled stacks, [`STACKS_EVERY`]).
+    /// Readiness is cleared before returning, so that records arriving after the following
+    /// [`drain`](Self::drain) wake us again.
     pub async fn ready(&self) -> io::Result<()> {
         let stacks = async {
             match &self.stacks {
@@ -52,9 +57,16 @@ impl Rings {
                 None => std::future::pending().await,
             }
         };
+        let every = async {
+            match &self.stacks {
+                Some(_) => tokio::time::sleep(STACKS_EVERY).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             g = self.new_threads.readable() => g?.clear_ready(),
             g = stacks => g?.clear_ready(),
+            () = every => {}
         }
         Ok(())
     }

@@ -59,8 +59,9 @@ pub(super) fn render(
     let _ = writeln!(
         s,
         "Every figure is the median over the rounds, with (min - max). Ratios (`x`) are taken \
-         per round against the floor (mmaplock-prof's empty programs) on the same workload in \
-         the same round; slowdowns per round against the same round's run without tracing.\n"
+         per round against the clock floor (mmaplock-prof's programs that only read the clock) \
+         on the same workload in the same round; slowdowns per round against the same round's \
+         run without tracing.\n"
     );
     let _ = writeln!(s, "### Throughput\n");
     let _ = writeln!(
@@ -79,7 +80,7 @@ pub(super) fn render(
     }
     let _ = writeln!(
         s,
-        "\n### BPF time per event and per program run (ns, kernel statistics), and x floor\n"
+        "\n### BPF time per event and per program run (ns, kernel statistics), and x clock floor\n"
     );
     let _ = writeln!(
         s,
@@ -124,6 +125,28 @@ pub(super) fn render(
             r.lost.map_or("-".into(), |l| l.to_string())
         );
     }
+    if let Some((w, l)) = rows
+        .iter()
+        .find_map(|(w, m, r)| (*m == Mode::Prof).then_some((w, r.load.as_ref()?)))
+    {
+        let _ = writeln!(
+            s,
+            "\n### Attach: where the time goes (mmaplock-prof's own account, `overhead.load`, {})\n",
+            w.name()
+        );
+        let _ = writeln!(s, "Total: {} ms.\n", show(l.total_ms, 1));
+        let _ = writeln!(s, "| step | ms |\n|---|---:|");
+        for (n, ms) in &l.steps {
+            let _ = writeln!(s, "| {n} | {} |", show(*ms, 1));
+        }
+        let _ = writeln!(
+            s,
+            "\n| program | instructions verified | verification and attach, ms |\n|---|---:|---:|"
+        );
+        for (n, i, ms) in &l.programs {
+            let _ = writeln!(s, "| {n} | {} | {} |", show(*i, 0), show(*ms, 1));
+        }
+    }
     let _ = writeln!(
         s,
         "\n### Many threads: {} threads, mmaplock-prof -p PID --interval 1, {} s steady window\n",
@@ -131,12 +154,12 @@ pub(super) fn render(
     );
     let _ = writeln!(
         s,
-        "| round | threads tracked | warm-up s (settled) | warm-up CPU % | steady CPU % | steady RSS MiB, max (median) | peak RSS MiB | largest report: before / in window | lost |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "| round | threads tracked | warm-up s (settled) | warm-up CPU % | steady CPU % | steady RSS MiB, max (median) | peak RSS MiB | largest report: before / in window | kernel memory per thread | lost |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for (i, r) in scale.iter().enumerate() {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} ({}) | {:.1} | {:.2} | {:.1} ({:.1}) | {:.1} | {} / {} | {} |",
+            "| {} | {} | {:.1} ({}) | {:.1} | {:.2} | {:.1} ({:.1}) | {:.1} | {} / {} | {} | {} |",
             i + 1,
             r.threads_tracked,
             r.warmup.as_secs_f64(),
@@ -148,6 +171,8 @@ pub(super) fn render(
             r.peak_rss_mib,
             r.largest_report_threads,
             r.window_report_threads,
+            r.kernel_bytes_per_thread
+                .map_or("-".into(), |b| format!("{:.0} B", b)),
             r.lost
         );
     }

@@ -38,16 +38,82 @@ pub(super) struct Row {
     pub(super) cpu_pct: Option<Spread>,
     pub(super) peak_rss_mib: Option<Spread>,
     pub(super) lost: Option<u64>,
+    /// mmaplock-prof's own account of its attach: total, each step, and each program's
+    /// verification (instructions the verifier processed, ms), over the rounds.
+    pub(super) load: Option<LoadFigures>,
 }
 
-/// Per round, a cost of mode `m` over the same cost of the floor in the same round.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LoadFigures {
+    pub(super) total_ms: Option<Spread>,
+    pub(super) steps: Vec<(String, Option<Spread>)>,
+    pub(super) programs: Vec<(String, Option<Spread>, Option<Spread>)>,
+}
+
+/// The medians of the summaries' `overhead.load` over the rounds.
+fn load_figures(loads: &[&serde_json::Value]) -> Option<LoadFigures> {
+    let first = loads.first()?;
+    let names = |key: &str, field: &str| -> Vec<String> {
+        first[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| {
+                        if field.is_empty() {
+                            x[0].as_str()
+                        } else {
+                            x[field].as_str()
+                        }
+                        .map(String::from)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let step_ms = |name: &str| {
+        Spread::of(
+            loads
+                .iter()
+                .filter_map(|l| l["steps"].as_array()?.iter().find(|x| x[0] == name)?[1].as_f64()),
+        )
+    };
+    let prog = |name: &str, field: &str| {
+        Spread::of(loads.iter().filter_map(|l| {
+            l["programs"]
+                .as_array()?
+                .iter()
+                .find(|x| x["name"] == name)?[field]
+                .as_f64()
+        }))
+    };
+    Some(LoadFigures {
+        total_ms: Spread::of(loads.iter().filter_map(|l| l["total_ms"].as_f64())),
+        steps: names("steps", "")
+            .into_iter()
+            .map(|n| {
+                let s = step_ms(&n);
+                (n, s)
+            })
+            .collect(),
+        programs: names("programs", "name")
+            .into_iter()
+            .map(|n| {
+                let (i, m) = (prog(&n, "verified_insns"), prog(&n, "ms"));
+                (n, i, m)
+            })
+            .collect(),
+    })
+}
+
+/// Per round, a cost of mode `m` over the same cost of the clock floor in the same round
+/// (the reference of every target: any program that times acquisitions reads the clock).
 fn floor_ratios(
     samples: &[Sample],
     w: Workload,
     m: Mode,
     f: &dyn Fn(&TracerCost) -> f64,
 ) -> Vec<f64> {
-    ratios(samples, w, m, Mode::Floor, f)
+    ratios(samples, w, m, Mode::FloorClock, f)
 }
 
 /// Per round, a cost of mode `m` over the same cost of mode `base` in the same round.
@@ -130,6 +196,11 @@ fn row(samples: &[Sample], w: Workload, m: Mode) -> Row {
     });
     r.peak_rss_mib = spread(&|s, _| Some(s.cost.as_ref()?.peak_rss_kib as f64 / 1024.0));
     r.lost = mine.iter().filter_map(|s| s.cost.as_ref()?.lost).max();
+    let loads: Vec<&Value> = mine
+        .iter()
+        .filter_map(|s| s.cost.as_ref()?.load.as_ref())
+        .collect();
+    r.load = load_figures(&loads);
     r
 }
 
@@ -181,46 +252,63 @@ pub fn summarize(
             .expect("every workload and mode has a row")
     };
 
+    // The targets (issue 14), on the medians, each ratio taken per round against the same
+    // round's clock floor (programs that only read the clock: the least any program timing
+    // acquisitions pays under the lock) or against the mode an option adds to.
     let mut targets = Vec::new();
+    let vs_clock = |w: Workload, m: Mode, f: &dyn Fn(&TracerCost) -> f64| {
+        ratios(samples, w, m, Mode::FloorClock, f)
+    };
     for w in Workload::ALL {
         let prof = find(w, Mode::Prof);
-        for tp in [Tp::Acquire, Tp::Released] {
+        for (tp, limit) in [(Tp::Acquire, 1.25), (Tp::Released, 1.25), (Tp::Start, 1.5)] {
             targets.push(ratio_target(
                 format!(
-                    "{}: {} ns per run at most 1.3x the floor's",
+                    "{}: {} ns per run at most {limit}x the clock floor's",
                     w.name(),
                     tp.name()
                 ),
-                &floor_ratios(samples, w, Mode::Prof, &|c| c.ns_per_run(tp)),
-                1.3,
+                &vs_clock(w, Mode::Prof, &|c| c.ns_per_run(tp)),
+                limit,
             ));
         }
         targets.push(ratio_target(
             format!(
-                "{}: full profile, BPF ns per event at most 2x the floor's",
+                "{}: full profile, BPF ns per event at most 1.6x the clock floor's",
                 w.name()
             ),
-            &floor_ratios(samples, w, Mode::Prof, &|c| c.ns_per_event()),
-            2.0,
+            &vs_clock(w, Mode::Prof, &|c| c.ns_per_event()),
+            1.6,
         ));
         targets.push(ratio_target(
             format!(
-                "{}: --writes-only, BPF ns per event at most 1.5x the floor's",
+                "{}: --writes-only, BPF ns per event at most 1.25x the clock floor's",
                 w.name()
             ),
-            &floor_ratios(samples, w, Mode::ProfWritesOnly, &|c| c.ns_per_event()),
-            1.5,
+            &vs_clock(w, Mode::ProfWritesOnly, &|c| c.ns_per_event()),
+            1.25,
         ));
         targets.push(slowdown_target(samples, w, prof, find(w, Mode::Bpftrace)));
-        targets.push(option_cost(
+        targets.push(ratio_target(
             format!(
-                "{}: default code attribution (1 write in {} sampled), BPF ns per event, ratio to --stack-sample 0",
+                "{}: --blockers, BPF ns per event at most 1.15x the full profile's",
+                w.name()
+            ),
+            &ratios(samples, w, Mode::ProfBlockers, Mode::Prof, &|c| {
+                c.ns_per_event()
+            }),
+            1.15,
+        ));
+        targets.push(ratio_target(
+            format!(
+                "{}: default code attribution (1 write in {} sampled), BPF ns per event at most 1.05x --stack-sample 0's",
                 w.name(),
                 DEFAULT_STACK_SAMPLE
             ),
             &ratios(samples, w, Mode::Prof, Mode::ProfNoStacks, &|c| {
                 c.ns_per_event()
             }),
+            1.05,
         ));
         targets.push(option_cost(
             format!(
@@ -240,15 +328,6 @@ pub fn summarize(
         ));
         targets.push(option_cost(
             format!(
-                "{}: --blockers, BPF ns per event, ratio to the full profile's (its cost; no target)",
-                w.name()
-            ),
-            &ratios(samples, w, Mode::ProfBlockers, Mode::Prof, &|c| {
-                c.ns_per_event()
-            }),
-        ));
-        targets.push(option_cost(
-            format!(
                 "{}: --blockers, released ns per run (under the lock), ratio to the full profile's",
                 w.name()
             ),
@@ -262,9 +341,9 @@ pub fn summarize(
         .filter_map(|&w| find(w, Mode::Prof).attach_ms)
         .max_by(|a, b| a.median.total_cmp(&b.median));
     targets.push(Target {
-        what: "attach (start until each mmap_lock program has run) under 100 ms".into(),
+        what: "attach (start until each mmap_lock program has run) at most 100 ms".into(),
         measured: show(attach, 1) + " ms",
-        met: attach.map(|a| a.median < 100.0),
+        met: attach.map(|a| a.median <= 100.0),
         rounds: None,
     });
     let n = scale.first().map_or(0, |r| r.threads_tracked);
@@ -361,12 +440,19 @@ fn row_json(w: Workload, m: Mode, r: &Row) -> Value {
         "ops_per_s": json_of(r.ops_per_s, 0),
         "slowdown_pct": json_of(r.slowdown_pct, 1),
         "bpf_ns_per_event": json_of(r.ns_per_event, 1),
-        "bpf_ns_per_event_vs_floor": json_of(r.ns_per_event_vs_floor, 2),
+        "bpf_ns_per_event_vs_clock_floor": json_of(r.ns_per_event_vs_floor, 2),
         "programs": r.programs.iter().map(|(tp, f)| json!({
             "tracepoint": tp.name(),
             "ns_per_run": json_of(f.ns_per_run, 1),
-            "vs_floor": json_of(f.vs_floor, 2),
+            "vs_clock_floor": json_of(f.vs_floor, 2),
         })).collect::<Vec<_>>(),
+        "load": r.load.as_ref().map(|l| json!({
+            "total_ms": json_of(l.total_ms, 1),
+            "steps": l.steps.iter().map(|(n, ms)| json!({"step": n, "ms": json_of(*ms, 1)})).collect::<Vec<_>>(),
+            "programs": l.programs.iter().map(|(n, i, ms)| json!({
+                "program": n, "verified_insns": json_of(*i, 0), "ms": json_of(*ms, 1),
+            })).collect::<Vec<_>>(),
+        })),
         "events_per_s": json_of(r.events_per_s, 0),
         "attach_ms": json_of(r.attach_ms, 1),
         "tracer_cpu_pct": json_of(r.cpu_pct, 2),

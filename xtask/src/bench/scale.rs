@@ -59,6 +59,9 @@ pub struct ScaleRound {
     /// Largest interval report inside the window.
     pub window_report_threads: usize,
     pub lost: Value,
+    /// Kernel memory the profiler's per-thread state took, per thread: the kmalloc caches'
+    /// growth from before the threads' work to the end of the warm-up, over the threads.
+    pub kernel_bytes_per_thread: Option<f64>,
 }
 
 impl ScaleRound {
@@ -76,6 +79,7 @@ impl ScaleRound {
             "peak_rss_mib": round(self.peak_rss_mib, 1),
             "window_report_threads": self.window_report_threads,
             "lost": self.lost,
+            "kernel_bytes_per_thread": self.kernel_bytes_per_thread.map(|b| round(b, 0)),
         })
     }
 }
@@ -184,6 +188,7 @@ pub fn run(args: &BenchArgs, prof: &Path, dir: &Path, round_no: usize) -> Result
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut tail = Tail::open(&report)?;
+    let slab0 = procfs::slab_bytes();
     helper.0.stdin.take().context("stdin")?.write_all(b"go\n")?;
     let mut l = String::new();
     out.read_line(&mut l)?; // "done": every thread has taken the lock
@@ -215,6 +220,9 @@ pub fn run(args: &BenchArgs, prof: &Path, dir: &Path, round_no: usize) -> Result
     };
     let warmup = done.elapsed();
     let cpu0 = procfs::cpu_time(tpid);
+    let kernel_bytes_per_thread = slab0
+        .zip(procfs::slab_bytes())
+        .map(|(a, b)| b.saturating_sub(a) as f64 / f64::from(args.scale_threads.max(1)));
     let warmup_cpu_pct = (cpu0 - cpu_done).as_secs_f64() / warmup.as_secs_f64() * 100.0;
 
     // The steady window.
@@ -256,6 +264,7 @@ pub fn run(args: &BenchArgs, prof: &Path, dir: &Path, round_no: usize) -> Result
         peak_rss_mib: mib(peak),
         window_report_threads,
         lost: lost_of(last),
+        kernel_bytes_per_thread,
     })
 }
 

@@ -163,6 +163,9 @@ pub struct TracerCost {
     pub wall: Duration,
     /// mmaplock-prof's summary: acquisitions it reports as lost (all reasons).
     pub lost: Option<u64>,
+    /// mmaplock-prof's summary: where its attach time went (`overhead.load`: steps, and each
+    /// program's verification with the instructions the verifier processed).
+    pub load: Option<Value>,
 }
 
 impl TracerCost {
@@ -334,9 +337,14 @@ pub fn stop(mut t: Running) -> Result<TracerCost> {
             false
         }
     };
-    let lost = (stopped && t.mode.prof_args().is_some())
-        .then(|| summary_lost(&t.output))
+    let summary = (stopped && t.mode.prof_args().is_some())
+        .then(|| last_report(&t.output))
         .flatten();
+    let lost = summary.as_ref().and_then(summary_lost);
+    let load = summary
+        .as_ref()
+        .map(|s| s["overhead"]["load"].clone())
+        .filter(|l| !l.is_null());
     Ok(TracerCost {
         attach: t.attach,
         programs,
@@ -344,6 +352,7 @@ pub fn stop(mut t: Running) -> Result<TracerCost> {
         peak_rss_kib,
         wall,
         lost,
+        load,
     })
 }
 
@@ -375,8 +384,7 @@ pub fn last_report(path: &Path) -> Option<Value> {
 
 /// Acquisitions the summary reports as lost: `lost.events` (every reason but a full map, added
 /// up) and `lost.map_full`.
-fn summary_lost(path: &Path) -> Option<u64> {
-    let s = last_report(path)?;
+fn summary_lost(s: &Value) -> Option<u64> {
     let lost = &s["lost"];
     Some(lost["events"].as_u64()? + lost["map_full"].as_u64().unwrap_or(0))
 }
