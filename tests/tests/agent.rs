@@ -322,8 +322,8 @@ fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
 
 /// The threads' time from the kernel: a thread spinning on the CPU for 1.5 s (an mmap and
 /// munmap of its own every 10 ms) is exported with its CPU time, reported by the kernel at
-/// each reading and at its exit, within 5% of what it measured itself
-/// (CLOCK_THREAD_CPUTIME_ID), and its time alive within 5% of its life.
+/// each reading and at its exit, all of it (within 2% of what it measured itself with
+/// CLOCK_THREAD_CPUTIME_ID), and its time alive within 5% of its life.
 #[test]
 fn the_agent_exports_a_threads_cpu_time_as_the_kernel_reports_it() {
     if !require_root_and_tracepoints() {
@@ -352,8 +352,9 @@ fn the_agent_exports_a_threads_cpu_time_as_the_kernel_reports_it() {
     let got_cpu = metric_f64(&text, "mmaplock_thread_cpu_seconds_total", &spinner);
     let got_alive = metric_f64(&text, "mmaplock_thread_seconds_total", &spinner);
     eprintln!("CPU {got_cpu} s (measured {cpu} s), alive {got_alive} s ({alive} s)");
+    // All of it: born after the agent attached, it is counted from 0 to its exit notice.
     assert!(
-        (got_cpu - cpu).abs() <= 0.05 * cpu,
+        got_cpu >= cpu - 1e-4 && got_cpu <= cpu * 1.02 + 1e-3,
         "CPU {got_cpu} s, the thread measured {cpu} s\n{text}"
     );
     assert!(

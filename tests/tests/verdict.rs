@@ -32,7 +32,8 @@ fn findings<'a>(s: &'a Value, pid: u32, id: &str) -> Vec<&'a Value> {
 /// another thread's long write holds: the profiler's share of its time spent waiting is
 /// within a tenth of what the thread measured itself (the time inside its mmap and munmap
 /// calls over its life), its time alive within 5%, and its CPU time, which the kernel reports
-/// at each reading and at its exit, within 2%; the interval lines' CPU times add up to it.
+/// at each reading and at its exit, all of it (within 2%); the interval lines' CPU times add up
+/// to it.
 #[test]
 fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
     if !require_root_and_tracepoints() {
@@ -67,11 +68,12 @@ fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
         "alive {share}"
     );
     // Its CPU time, all of it: born in the run, counted from 0 to its exit notice (which
-    // also has what it ran after the last reading, and the few microseconds of its exit).
+    // also has what it ran after the last reading, and the few microseconds of its exit): not
+    // less than it measured at its end (but for 0.1 ms), at most 2% more.
     let cpu = f(&truth, "waiter_cpu_ns");
     let got_cpu = f(share, "cpu_ns");
     assert!(
-        (got_cpu - cpu).abs() <= 0.02 * cpu + 1e6,
+        got_cpu >= cpu - 1e5 && got_cpu <= cpu * 1.02 + 1e6,
         "CPU {got_cpu}, the thread measured {cpu}"
     );
     assert!(f(share, "cpu") > got / 2.0, "{share}");

@@ -28,8 +28,8 @@ pub mod time;
 #[cfg(test)]
 use hist::bucket_lower_ns;
 pub use hist::{DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns};
+pub use time::ThreadTime;
 use time::{CpuTimes, Life};
-pub use time::{ThreadTime, now_ns};
 
 /// What one thread did to one process's lock, for one kind, since the previous reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,7 +218,14 @@ pub struct Totals {
 impl Default for Totals {
     /// Totals of a run starting now.
     fn default() -> Self {
-        let now = now_ns();
+        Totals::starting_at(crate::registry::ids::boot_ns())
+    }
+}
+
+impl Totals {
+    /// Totals of a run that started at `epoch_ns` (boot-time clock: when the kernel began
+    /// counting), the start of its threads' time.
+    pub fn starting_at(epoch_ns: u64) -> Self {
         Totals {
             entries: HashMap::default(),
             threads: HashMap::default(),
@@ -226,16 +233,14 @@ impl Default for Totals {
             retired: Vec::new(),
             names: BTreeMap::new(),
             keep_retired: true,
-            epoch_ns: now,
-            last_tick_ns: now,
+            epoch_ns,
+            last_tick_ns: epoch_ns,
             early_exits: HashMap::default(),
             cpu: CpuTimes::default(),
             early_cpu: CpuTimes::default(),
         }
     }
-}
 
-impl Totals {
     /// Folds a kernel reading into the totals; returns what changed since the previous one.
     pub fn update(&mut self, snapshot: &[(StatsKey, ThreadStats)]) -> Vec<ThreadDelta> {
         let zero = SideStats::default();

@@ -37,17 +37,6 @@ impl ThreadTime {
     }
 }
 
-/// Now, on the clock of the kernel's start times and readings (`CLOCK_BOOTTIME`, ns).
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// One thread's CPU time as the kernel reported it, the first and the last time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuSeen {
@@ -338,8 +327,6 @@ mod tests {
             cpu_ns: Some(2),
         });
         assert_eq!(a.cpu_ns, Some(5));
-        let (n1, n2) = (now_ns(), now_ns());
-        assert!(n1 > 0 && n2 >= n1);
     }
 
     /// As a poll does it: the kernel's CPU reports (the iterator's, and exit notices'), the

@@ -92,9 +92,11 @@ impl Profile {
     /// `intervals`: whether interval reports are wanted (otherwise no interval window is kept).
     pub fn new(collector: Collector, intervals: bool) -> Self {
         let now = SystemTime::now();
+        // Threads' time counts from when the kernel began counting their acquisitions.
+        let totals = Totals::starting_at(collector.attached_ns);
         Profile {
             collector,
-            totals: Totals::default(),
+            totals,
             interval: intervals.then(Window::default),
             registry: Registry::default(),
             start: now,
@@ -183,8 +185,7 @@ impl Profile {
         })?;
         self.counters = counters;
         // The threads' time alive and on CPU, before the exited ones are retired.
-        self.totals
-            .tick(crate::aggregation::now_ns(), self.interval.as_mut());
+        self.totals.tick(ids::boot_ns(), self.interval.as_mut());
         self.read_blocked()?;
         self.programs = self
             .collector
