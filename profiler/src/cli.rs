@@ -20,6 +20,9 @@ impl Config {
     pub const DEMO_WORKERS: u32 = 4;
     pub const DEMO_FILE_KIB: u32 = 64;
     pub const DEMO_ITERATIONS: u32 = 2_000;
+    /// Three runs per cell: two ranges of three runs of one distribution fail to overlap 1
+    /// time in 10 (of two runs, 1 in 3), and `--quick` stays around two minutes.
+    pub const STUDY_REPEAT: u32 = 3;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -80,7 +83,8 @@ pub struct StudyArgs {
     /// Where results.json, results.md and report.html go.
     #[arg(long, value_name = "DIR", default_value = "study-out", value_parser = parse_path)]
     pub out: PathBuf,
-    /// Every scenario at 64 KiB with k = 2 and 4 (about a minute); -k and --size still apply.
+    /// Every scenario at 64 KiB with k = 4, three times (about two minutes); -k, --size and
+    /// --repeat still apply.
     #[arg(long)]
     pub quick: bool,
     /// Worker threads / processes per run; repeatable or a list, `-k 2,4` (default 1, 2, 4).
@@ -93,7 +97,7 @@ pub struct StudyArgs {
           value_parser = parse_kib)]
     pub sizes: Vec<f64>,
     /// Only these scenarios, repeatable or a list: default, pool-256k, reuse, async, arena-1,
-    /// finalization-pool, slab, dispose.
+    /// arena-2, jemalloc, finalization-pool, slab, dispose.
     #[arg(long = "scenario", visible_alias = "scenarios", value_name = "ID",
           value_delimiter = ',', value_parser = parse_scenario)]
     pub scenarios: Vec<String>,
@@ -103,6 +107,11 @@ pub struct StudyArgs {
     /// Reads per thread or process (default: by file size, about 0.25 s of `default`).
     #[arg(short = 'n', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: Option<u32>,
+    /// Runs of every cell of the matrix, interleaved: each verdict and ranking rests on their
+    /// spread, and a difference within it is called within noise.
+    #[arg(long, value_name = "N", default_value_t = Config::STUDY_REPEAT,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
 }
 
 /// A scenario id of the study's (the message lists them: the error is shown on one line).
@@ -140,9 +149,16 @@ pub struct ReportArgs {
     /// The NDJSON of a run (`-f json -o RUN.json`), a demo's line, or a study's results.json.
     #[arg(value_name = "RUN.json", value_parser = parse_path)]
     pub input: PathBuf,
-    /// Where the page goes.
+    /// Where the page goes (without it, only the findings are printed).
     #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
-    pub html: PathBuf,
+    pub html: Option<PathBuf>,
+    /// The findings printed: text (default on a terminal) or a JSON line.
+    #[arg(short, long, value_enum)]
+    pub format: Option<Format>,
+    /// A study of this host (`mmaplock-prof study`'s results.json): each finding quotes what
+    /// its mitigation measured there.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
 }
 
 /// `mmaplock-prof compare BEFORE.json AFTER.json`.
@@ -160,6 +176,9 @@ pub struct CompareArgs {
     /// Also write the comparison as an HTML page.
     #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
     pub html: Option<PathBuf>,
+    /// A study of this host (results.json): the findings quote its measured effects.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
 }
 
 /// `mmaplock-prof agent`: the contract is shared/design/agent-and-metrics.md.
@@ -261,6 +280,10 @@ pub struct ProfileArgs {
     /// time, roles, causes, the flame graph of the sampled writes).
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub html: Option<PathBuf>,
+    /// A study of this host (`mmaplock-prof study`'s results.json): the summary's findings
+    /// quote what each mitigation measured there.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
     /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
     /// a few instructions each, for hosts with extreme fault rates. Reports have no read
     /// statistics, and a downgraded write (munmap) counts as held until its final release.
@@ -492,6 +515,7 @@ mod tests {
         assert_eq!(s.scenarios, ["reuse", "default", "dispose"]);
         assert_eq!(s.out, PathBuf::from("study-out"));
         assert!(!s.quick && s.iterations.is_none());
+        assert_eq!(s.repeat, Config::STUDY_REPEAT);
     }
 
     #[test]
@@ -508,6 +532,7 @@ mod tests {
             (&["study", "--size", "2GiB"], "not a file size"),
             (&["study", "--size", "64parsecs"], "not a file size"),
             (&["study", "-n", "0"], "'0' for '-n <N>'"),
+            (&["study", "--repeat", "0"], "'0' for '--repeat <N>'"),
             (&["study", "--out", ""], "a path cannot be empty"),
         ] {
             let e = parse(args).unwrap_err();

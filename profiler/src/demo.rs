@@ -212,6 +212,13 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
     }
     out.push('\n');
     out.push_str(&side_by_side(&cols, width));
+    // What it means and what to change, for the Workers' process.
+    if let Some(f) = w.report.findings.as_ref().filter(|f| !f.is_empty()) {
+        out.push_str(&crate::output::findings::to_text(f).replace(
+            "findings (docs/findings.md):",
+            "findings for the Worker threads' process (docs/findings.md):",
+        ));
+    }
     // Who made the Workers wait (the processes' locks are each their own).
     for proc in &w.report.processes {
         let _ = write!(out, "\nworkers (pid {}):", proc.pid);

@@ -84,6 +84,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             scenarios: s.scenarios,
             node: s.node,
             iterations: s.iterations,
+            repeat: s.repeat,
         }))?,
         Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
             listen: a.listen,
@@ -135,6 +136,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 output: p.output.output,
                 stacks_file: p.stacks,
                 html: p.html,
+                study: p.study,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
             }))?

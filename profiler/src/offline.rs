@@ -7,6 +7,7 @@ use crate::{
     cli::{CompareArgs, Format, ReportArgs},
     output::{
         compare::{self, Runs},
+        findings::{self, StudyEffects, StudyFileError},
         html::{self, RunLines},
         reading::{InputError, Keep},
     },
@@ -16,6 +17,8 @@ use crate::{
 pub enum OfflineError {
     #[error(transparent)]
     Input(#[from] InputError),
+    #[error(transparent)]
+    Study(#[from] StudyFileError),
     #[error("cannot write {0}: {1}")]
     Write(String, #[source] std::io::Error),
 }
@@ -32,21 +35,56 @@ fn write(path: &Path, text: &str) -> Result<(), OfflineError> {
     std::fs::write(path, text).map_err(|e| OfflineError::Write(path.display().to_string(), e))
 }
 
+fn study(path: Option<&Path>) -> Result<Option<StudyEffects>, OfflineError> {
+    Ok(path.map(StudyEffects::load).transpose()?)
+}
+
+/// Prints to standard output; a closed reader is not an error of ours.
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// `report`: the findings of the run, recomputed (with the study's effects, if given), printed
+/// and put first on the page.
 pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
+    let study = study(args.study.as_deref())?;
     let run = RunLines::read_file(&args.input)?;
     let name = args
         .input
         .file_name()
         .map_or("run".into(), |n| n.to_string_lossy().into_owned());
-    write(&args.html, &html::run_page(&name, &run))
+    // A demo's line holds a summary per run, shown together; otherwise the last run's.
+    let all = run.findings(study.as_ref());
+    if let Some(path) = &args.html {
+        write(path, &html::run_page_with_findings(&name, &run, &all))?;
+    }
+    print(&match Format::resolve(args.format, None) {
+        Format::Json => {
+            serde_json::json!({"type": "findings", "schema_version": crate::output::report::SCHEMA_VERSION,
+                "file": args.input.display().to_string(), "findings": all})
+            .to_string()
+                + "\n"
+        }
+        Format::Text => {
+            let t = findings::to_text(&all);
+            if t.is_empty() {
+                "no findings\n".to_string()
+            } else {
+                t.trim_start().to_string()
+            }
+        }
+    });
+    Ok(())
 }
 
 pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
+    let study = study(args.study.as_deref())?;
     let before = Runs::read_file(&args.before)?;
     let after = Runs::read_file(&args.after)?;
     let c = compare::compare(
         (&args.before.display().to_string(), &before),
         (&args.after.display().to_string(), &after),
+        study.as_ref(),
     );
     if let Some(path) = &args.html {
         write(path, &html::compare::compare_page(&c))?;
@@ -55,8 +93,6 @@ pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
         Format::Json => serde_json::to_string(&c).expect("plain data") + "\n",
         Format::Text => compare::to_text(&c),
     };
-    let mut stdout = std::io::stdout().lock();
-    // A closed reader is not an error of ours.
-    let _ = stdout.write_all(out.as_bytes());
+    print(&out);
     Ok(())
 }

@@ -27,6 +27,10 @@ const SCENARIOS = {
   async: (file) => () => fs.promises.readFile(file),
   // readFileSync with MALLOC_ARENA_MAX=1 in the environment (set by the study).
   'arena-1': (file) => () => fs.readFileSync(file),
+  // readFileSync with MALLOC_ARENA_MAX=2 (set by the study).
+  'arena-2': (file) => () => fs.readFileSync(file),
+  // readFileSync with jemalloc instead of glibc's malloc (LD_PRELOAD, set by the study).
+  jemalloc: (file) => () => fs.readFileSync(file),
   // Buffers taken from a pool and given back by a FinalizationRegistry when the object that
   // lent them is collected.
   'finalization-pool': (file, size) => {

@@ -664,13 +664,18 @@ pub fn check_lost(report: &Value) -> u64 {
 }
 
 /// The sum of a metric's samples in a Prometheus text exposition whose labels contain all of
-/// `with` (e.g. `process="node"`).
+/// `with` (e.g. `process="node"`), as a count.
 pub fn metric_sum(text: &str, metric: &str, with: &[&str]) -> u64 {
+    metric_f64(text, metric, with) as u64
+}
+
+/// The same, as a number (seconds and the like).
+pub fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(&format!("{metric}{{")))
         .filter(|l| with.iter().all(|w| l.contains(w)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+        .sum()
 }
 
 /// The value of an unlabelled gauge in a Prometheus text exposition.

@@ -12,7 +12,8 @@ use std::{
 };
 
 use integration_tests::{
-    Workload, churn_bin, metric_gauge, metric_sum, profiler_bin, require_root_and_tracepoints,
+    Workload, churn_bin, metric_f64, metric_gauge, metric_sum, profiler_bin,
+    require_root_and_tracepoints,
 };
 use serde_json::Value;
 
@@ -343,6 +344,49 @@ fn one_shot_mmaps(n: u64, name: &str) -> u64 {
     // The work, and a few of its setup's (the thread's stack and signal stack).
     assert!((n..n + 8).contains(&mmaps), "{mmaps} mmaps for {n}");
     mmaps
+}
+
+/// The threads' time from the kernel: a thread spinning on the CPU for 1.5 s (an mmap and
+/// munmap of its own every 10 ms) is exported with its CPU time, reported by the kernel at
+/// each reading and at its exit, all of it (within 2% of what it measured itself with
+/// CLOCK_THREAD_CPUTIME_ID), and its time alive within 5% of its life.
+#[test]
+fn the_agent_exports_a_threads_cpu_time_as_the_kernel_reports_it() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let mut w = Workload::helper("time-share", ["spin", "1.5"]);
+    let agent = Agent::start(&["--pid", &w.pid.to_string(), "-i", "0.2"]);
+    w.go();
+    assert!(w.wait().success());
+    let truth = w.report();
+    let secs = |k: &str| truth[k].as_f64().unwrap() / 1e9;
+    let (cpu, alive) = (secs("spinner_cpu_ns"), secs("spinner_alive_ns"));
+    // Once the agent has seen the process go, its threads' exit notices were taken (they
+    // were sent before it was reaped).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = agent.metrics();
+        if metric_gauge(&text, "mmaplock_tracked_processes") == 0 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the process was not dropped");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The spinner is the process's one thread of the role `other` (its main thread starts it).
+    let spinner = ["process=\"time-share\"", "role=\"other\""];
+    let got_cpu = metric_f64(&text, "mmaplock_thread_cpu_seconds_total", &spinner);
+    let got_alive = metric_f64(&text, "mmaplock_thread_seconds_total", &spinner);
+    eprintln!("CPU {got_cpu} s (measured {cpu} s), alive {got_alive} s ({alive} s)");
+    // All of it: born after the agent attached, it is counted from 0 to its exit notice.
+    assert!(
+        got_cpu >= cpu - 1e-4 && got_cpu <= cpu * 1.02 + 1e-3,
+        "CPU {got_cpu} s, the thread measured {cpu} s\n{text}"
+    );
+    assert!(
+        (got_alive - alive).abs() <= 0.05 * alive,
+        "alive {got_alive} s, the thread measured {alive} s"
+    );
 }
 
 #[test]

@@ -610,6 +610,28 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
         .collect();
     assert_eq!(addon_threads.len(), 1, "{:?}", p["threads"]);
     assert_eq!(addon_threads[0]["write"]["count"].as_u64().unwrap(), 2 * n);
+    // The verdict names the addon's file.
+    let finding = s["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "addon-threads" && f["pid"] == w.pid)
+        .unwrap_or_else(|| panic!("no addon-threads finding in {}", s["findings"]));
+    assert!(
+        finding["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("churn.node "),
+        "{finding}"
+    );
+    assert!(
+        finding["evidence"]["code"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().ends_with("/churn.node")),
+        "{finding}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

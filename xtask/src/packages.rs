@@ -15,6 +15,18 @@ pub fn ensure_chromium() -> Result<()> {
     ensure("chromium", &["/usr/bin/chromium"])
 }
 
+/// Debian's `libjemalloc2`, for the study's `jemalloc` scenario (LD_PRELOAD).
+pub fn ensure_jemalloc() -> Result<()> {
+    ensure(
+        "libjemalloc2",
+        &[if cfg!(target_arch = "aarch64") {
+            "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2"
+        } else {
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+        }],
+    )
+}
+
 fn ensure(package: &str, files: &[&str]) -> Result<()> {
     if files.iter().all(|f| Path::new(f).exists()) || !crate::is_root() {
         return Ok(());

@@ -22,12 +22,14 @@ use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
 pub mod blocked;
-pub mod cputime;
 mod hist;
+pub mod time;
 
 #[cfg(test)]
 use hist::bucket_lower_ns;
 pub use hist::{DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns};
+pub use time::ThreadTime;
+use time::{CpuTimes, Life};
 
 /// What one thread did to one process's lock, for one kind, since the previous reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +82,8 @@ pub struct ThreadAgg {
     pub downgrade: SideStats,
     /// Decided when the thread was retired (its caches are gone by the report).
     pub role: Option<Role>,
+    /// Its time alive and on CPU in the window (the denominators of its time share).
+    pub time: ThreadTime,
 }
 
 impl ThreadAgg {
@@ -92,7 +96,13 @@ impl ThreadAgg {
             writes: Causes::default(),
             downgrade: SideStats::default(),
             role: None,
+            time: ThreadTime::default(),
         }
+    }
+
+    /// Took no lock in the window (listed only for its time).
+    pub fn is_idle(&self) -> bool {
+        self.read.is_empty() && self.downgrade.is_empty() && self.writes.0.is_empty()
     }
 
     fn kind_mut(&mut self, kind: u32) -> &mut SideStats {
@@ -121,6 +131,7 @@ impl ThreadAgg {
         if self.role.is_none() {
             self.role = o.role;
         }
+        self.time.merge(&o.time);
     }
 }
 
@@ -176,6 +187,7 @@ struct ThreadInfo {
     comm: [u8; COMM_LEN],
     fsbase: u64,
     kinds: SmallVec<[u32; 4]>,
+    life: Life,
 }
 
 /// The run's totals: live kernel entries mirrored one for one (flat, so that a reading of
@@ -193,10 +205,30 @@ pub struct Totals {
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
+    /// The run's start and its last reading (boot-time clock, ns): threads' time is counted
+    /// between them.
+    epoch_ns: u64,
+    last_tick_ns: u64,
+    /// Exits noticed of threads not known yet (their last acquisitions are in the reading to
+    /// come); forgotten at the next tick.
+    early_exits: HashMap<ThreadId, u64>,
+    /// The kernel's reports of live threads' CPU time, and those of threads not known yet
+    /// (their first entries are in the reading to come; forgotten at the next tick).
+    cpu: CpuTimes,
+    early_cpu: CpuTimes,
 }
 
 impl Default for Totals {
+    /// Totals of a run starting now.
     fn default() -> Self {
+        Totals::starting_at(crate::registry::ids::boot_ns())
+    }
+}
+
+impl Totals {
+    /// Totals of a run that started at `epoch_ns` (boot-time clock: when the kernel began
+    /// counting), the start of its threads' time.
+    pub fn starting_at(epoch_ns: u64) -> Self {
         Totals {
             entries: HashMap::default(),
             threads: HashMap::default(),
@@ -205,11 +237,14 @@ impl Default for Totals {
             names: BTreeMap::new(),
             cgroups: BTreeMap::new(),
             keep_retired: true,
+            epoch_ns,
+            last_tick_ns: epoch_ns,
+            early_exits: HashMap::default(),
+            cpu: CpuTimes::default(),
+            early_cpu: CpuTimes::default(),
         }
     }
-}
 
-impl Totals {
     /// Folds a kernel reading into the totals; returns what changed since the previous one.
     pub fn update(&mut self, snapshot: &[(StatsKey, ThreadStats)]) -> Vec<ThreadDelta> {
         let zero = SideStats::default();
@@ -227,10 +262,18 @@ impl Totals {
                 stats: SideStats::delta(&cur.stats, prev),
             };
             self.entries.entry(*key).or_default().merge(&d.stats);
-            let owners = &mut self.owners;
+            let (owners, early_exits) = (&mut self.owners, &self.early_exits);
+            let (cpu, early_cpu) = (&mut self.cpu, &mut self.early_cpu);
             let (owner, tid) = ids_of(key);
             let info = self.threads.entry((owner, tid)).or_insert_with(|| {
-                owners.entry(tid).or_default().push(owner);
+                let thread_owners = owners.entry(tid).or_default();
+                // A thread new to the totals: its CPU reports of this reading come with it.
+                if thread_owners.is_empty()
+                    && let Some(seen) = early_cpu.take(tid)
+                {
+                    cpu.insert(tid, seen);
+                }
+                thread_owners.push(owner);
                 ThreadInfo {
                     owner_start_ns: key.owner_start,
                     tid_start_ns: key.tid_start,
@@ -238,6 +281,7 @@ impl Totals {
                     comm: cur.comm,
                     fsbase: cur.fsbase,
                     kinds: SmallVec::new(),
+                    life: Life::new(key.tid_start, early_exits.get(&tid).copied()),
                 }
             });
             if !info.kinds.contains(&key.kind) {
@@ -270,6 +314,7 @@ impl Totals {
                 t.kind_mut(key.kind).merge(s);
             }
         }
+        t.time = info.life.in_run(self.epoch_ns, self.last_tick_ns);
         t
     }
 
@@ -296,6 +341,7 @@ impl Totals {
             o.retain(|x| *x != owner);
             if o.is_empty() {
                 self.owners.remove(&tid);
+                self.cpu.take(tid);
             }
         }
         if let Some(info) = self.threads.remove(&(owner, tid)) {
@@ -383,7 +429,7 @@ mod tests {
 
     /// A kernel entry after the given (wait, hold) acquisitions, aggregated exactly as the
     /// eBPF side does.
-    fn kernel_entry(events: &[(u64, u64)]) -> ThreadStats {
+    pub(super) fn kernel_entry(events: &[(u64, u64)]) -> ThreadStats {
         let mut t = ThreadStats::ZERO;
         let s = &mut t.stats;
         for &(wait, hold) in events {
@@ -409,7 +455,7 @@ mod tests {
         }
     }
 
-    const W: StatsKey = StatsKey {
+    pub(super) const W: StatsKey = StatsKey {
         owner: 10,
         tid: 11,
         kind: cause::MPROTECT,
@@ -419,8 +465,8 @@ mod tests {
     };
 
     /// The same start times in clock ticks (100 per second).
-    const P10: ProcId = ProcId::new(10, 1000);
-    const T11: ThreadId = ThreadId::new(11, 2000);
+    pub(super) const P10: ProcId = ProcId::new(10, 1000);
+    pub(super) const T11: ThreadId = ThreadId::new(11, 2000);
 
     #[test]
     fn bucket_bounds_cover_the_index_function() {

@@ -142,6 +142,8 @@ pub struct Collector {
     pub kernel: KernelInfo,
     /// From the start of loading to all programs attached.
     pub attach_time: Duration,
+    /// When the programs were attached (boot-time clock, ns): the kernel counts from then.
+    pub attached_ns: u64,
     /// Where that time went, step by step and program by program.
     pub load_report: LoadReport,
     /// Keeps the kernel's BPF statistics on while we run (`--bpf-stats`); closing it
@@ -284,6 +286,7 @@ impl Collector {
             blockers: cfg.blockers && !cfg.floor.is_on(),
             kernel: loaded.kernel,
             attach_time: Duration::from_secs_f64(loaded.report.total_ms / 1e3),
+            attached_ns: crate::registry::ids::boot_ns(),
             load_report: loaded.report,
             _stats_fd: stats_fd,
             stack_sample: cfg.stack_sample,

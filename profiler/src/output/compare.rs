@@ -6,11 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     aggregation::SideStats,
     output::{
+        compare_findings::{self, RunFindings},
+        findings::StudyEffects,
         partial::Summed,
         reading::{Keep, Line},
         report::{Report, SCHEMA_VERSION, Stats},
@@ -19,7 +21,7 @@ use crate::{
 };
 
 /// One figure over the runs of one side.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
     pub mean: f64,
     pub min: f64,
@@ -28,7 +30,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Spread {
+    pub(crate) fn of(values: &[f64]) -> Spread {
         if values.is_empty() {
             return Spread {
                 mean: 0.0,
@@ -59,7 +61,7 @@ pub struct Change {
 }
 
 impl Change {
-    fn of(before: &[f64], after: &[f64]) -> Change {
+    pub(crate) fn of(before: &[f64], after: &[f64]) -> Change {
         let (b, a) = (Spread::of(before), Spread::of(after));
         let ratio = (b.mean > 0.0).then(|| a.mean / b.mean);
         let verdict = if b.runs < 2 || a.runs < 2 {
@@ -100,6 +102,9 @@ pub struct Comparison {
     pub before: Side,
     pub after: Side,
     pub rows: Vec<Row>,
+    /// Per finding (process name and pattern): found before, after, and whether the
+    /// after-runs removed it.
+    pub findings: Vec<compare_findings::FindingChange>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -143,12 +148,28 @@ fn figures(summary: &Report) -> BTreeMap<Key, Fig> {
     m
 }
 
-/// What `compare` keeps of a file, read one line at a time: the figures of each run (a
-/// summary line, or each run of a demo line), and while there is none, the interval lines
-/// summed (a file without any summary is one run, its interval lines summed).
+/// One run as `compare` keeps it: its figures and its findings.
+#[derive(Clone)]
+struct Run {
+    figures: BTreeMap<Key, Fig>,
+    findings: RunFindings,
+}
+
+impl Run {
+    fn of(summary: &Report) -> Run {
+        Run {
+            figures: figures(summary),
+            findings: compare_findings::per_run(summary),
+        }
+    }
+}
+
+/// What `compare` keeps of a file, read one line at a time: the figures and findings of each
+/// run (a summary line, or each run of a demo line), and while there is none, the interval
+/// lines summed (a file without any summary is one run, its interval lines summed).
 #[derive(Default)]
 pub struct Runs {
-    runs: Vec<BTreeMap<Key, Fig>>,
+    runs: Vec<Run>,
     summed: Summed,
 }
 
@@ -156,28 +177,36 @@ impl Keep for Runs {
     fn add(&mut self, line: Line) {
         match line {
             Line::Interval(r) if self.runs.is_empty() => self.summed.add(&r),
-            Line::Summary(r) => self.runs.push(figures(&r)),
-            Line::Demo(d) => self.runs.extend(d.runs.iter().map(|r| figures(&r.report))),
+            Line::Summary(r) => self.runs.push(Run::of(&r)),
+            Line::Demo(d) => self.runs.extend(d.runs.iter().map(|r| Run::of(&r.report))),
             Line::Interval(_) | Line::Study(_) => {}
         }
     }
 }
 
 impl Runs {
-    /// Each run's figures.
-    fn figures(&self) -> Vec<BTreeMap<Key, Fig>> {
+    /// Each run.
+    fn runs(&self) -> Vec<Run> {
         if self.runs.is_empty() && self.summed.lines() > 0 {
-            vec![figures(&self.summed.report())]
+            vec![Run::of(&self.summed.report())]
         } else {
             self.runs.clone()
         }
     }
 }
 
-/// Compares the runs of two files.
-pub fn compare(before: (&str, &Runs), after: (&str, &Runs)) -> Comparison {
-    let runs_b = before.1.figures();
-    let runs_a = after.1.figures();
+/// Compares the runs of two files (with a study of the host, the findings quote its
+/// measured effects).
+pub fn compare(
+    before: (&str, &Runs),
+    after: (&str, &Runs),
+    study: Option<&StudyEffects>,
+) -> Comparison {
+    let (b, a) = (before.1.runs(), after.1.runs());
+    let runs_b: Vec<BTreeMap<Key, Fig>> = b.iter().map(|r| r.figures.clone()).collect();
+    let runs_a: Vec<BTreeMap<Key, Fig>> = a.iter().map(|r| r.figures.clone()).collect();
+    let findings_b: Vec<RunFindings> = b.into_iter().map(|r| r.findings).collect();
+    let findings_a: Vec<RunFindings> = a.into_iter().map(|r| r.findings).collect();
     let mut keys: Vec<Key> = runs_b
         .iter()
         .chain(&runs_a)
@@ -217,6 +246,7 @@ pub fn compare(before: (&str, &Runs), after: (&str, &Runs)) -> Comparison {
             runs: runs_a.len(),
         },
         rows,
+        findings: compare_findings::changes(&findings_b, &findings_a, study),
     }
 }
 
@@ -280,6 +310,7 @@ pub fn to_text(c: &Comparison) -> String {
             r.wait_ns.verdict
         ));
     }
+    out.push_str(&compare_findings::to_text(&c.findings));
     if c.before.runs < 2 || c.after.runs < 2 {
         out.push_str(
             "\n  One run per side: run-to-run noise cannot be judged. Concatenate the NDJSON of\n  several runs per side (each ends with its summary) to have it judged.\n",
@@ -326,7 +357,7 @@ mod tests {
     fn ratios_and_noise_verdicts() {
         let before = summaries(&[(1000, 5000), (1100, 5200)]);
         let after = summaries(&[(400, 900), (420, 1000)]);
-        let c = compare(("b", &before), ("a", &after));
+        let c = compare(("b", &before), ("a", &after), None);
         let all = c.rows.iter().find(|r| r.group == "all").unwrap();
         assert_eq!(all.writes.before.mean, 1050.0);
         assert_eq!(all.writes.verdict, "changed");
@@ -339,10 +370,15 @@ mod tests {
         let same = compare(
             ("b", &before),
             ("a", &summaries(&[(1050, 5100), (990, 4900)])),
+            None,
         );
         assert_eq!(same.rows[0].writes.verdict, "within noise");
         // One run each: not judged.
-        let one = compare(("b", &summaries(&[(10, 1)])), ("a", &summaries(&[(20, 1)])));
+        let one = compare(
+            ("b", &summaries(&[(10, 1)])),
+            ("a", &summaries(&[(20, 1)])),
+            None,
+        );
         assert_eq!(one.rows[0].writes.verdict, "one run");
         assert!(to_text(&one).contains("cannot be judged"));
         // Roles and causes are rows of their own.
@@ -372,7 +408,7 @@ mod tests {
             proc(4, "node", 40, 1024),
             proc(5, "new", 7, 64),
         ]))]);
-        let c = compare(("b", &before), ("a", &after));
+        let c = compare(("b", &before), ("a", &after), None);
         let row = |p: &str, g: &str, k: &str| {
             c.rows
                 .iter()
@@ -422,13 +458,13 @@ mod tests {
             Line::Interval(s)
         };
         let cut = runs([line(30), line(20)]);
-        let c = compare(("cut", &cut), ("a", &summaries(&[(100, 1)])));
+        let c = compare(("cut", &cut), ("a", &summaries(&[(100, 1)])), None);
         assert_eq!(c.before.runs, 1);
         assert_eq!(c.rows[0].writes.before.mean, 50.0);
         assert_eq!(c.rows[0].writes.ratio, Some(2.0));
         // Once a run's summary came, interval lines are that run's, already in it.
         let both = runs([line(30), Line::Summary(summary("node", 30, 30)), line(7)]);
-        let c = compare(("b", &both), ("a", &summaries(&[(60, 1)])));
+        let c = compare(("b", &both), ("a", &summaries(&[(60, 1)])), None);
         assert_eq!((c.before.runs, c.rows[0].writes.before.mean), (1, 30.0));
     }
 }

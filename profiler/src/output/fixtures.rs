@@ -3,7 +3,7 @@
 
 use crate::{
     aggregation::{DurationHist, SideStats},
-    output::report::{CauseReport, Kind, ProcessReport, Report, Stats, ThreadReport},
+    output::report::{CauseReport, Kind, ProcessReport, Report, Stats, ThreadReport, TimeShare},
     registry::roles::Role,
 };
 
@@ -35,6 +35,7 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         downgrade: Stats::default(),
         causes: Vec::new(),
         blocked_by: None,
+        time_share: None,
     };
     let cause = |name: &'static str, write| CauseReport {
         cause: name.into(),
@@ -72,6 +73,8 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         blockers: None,
         blocked_wait_ns: None,
         blocked_by_role: None,
+        time_share: None,
+        time_share_by_role: None,
         threads: vec![
             thread(pid, Role::Main, comm, stats(4, 1, 900, &[(1024, 4)])),
             thread(
@@ -128,4 +131,16 @@ pub fn base_contract_line() -> String {
     format!(
         r#"{{"type":"summary","schema_version":1,"start":"2025-01-01T00:00:00.000Z","end":"2025-01-01T00:00:01.000Z","duration_s":1.0,"processes":[{{"pid":9,"comm":"node","write":{stats},"read":{stats},"threads":[{{"tid":9,"role":"main","write":{stats},"read":{stats}}}]}}],"lost":{{"events":0,"map_full":0}}}}"#
     )
+}
+
+/// A time share of `wait_ns` waited in `alive_ns` alive by `threads` threads, without CPU time.
+pub fn time_share(wait_ns: u64, alive_ns: u64, threads: u64) -> TimeShare {
+    TimeShare {
+        wait_ns,
+        alive_ns,
+        wall: wait_ns as f64 / alive_ns as f64,
+        cpu_ns: None,
+        cpu: None,
+        threads: Some(threads),
+    }
 }

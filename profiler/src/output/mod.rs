@@ -3,6 +3,8 @@
 
 pub mod blockers;
 pub mod compare;
+pub mod compare_findings;
+pub mod findings;
 #[cfg(test)]
 mod fixtures;
 pub mod html;
@@ -11,6 +13,7 @@ pub mod prometheus;
 pub mod reading;
 pub mod report;
 pub mod rotate;
+pub mod share;
 pub mod sink;
 pub mod stats;
 pub mod text;

@@ -1,15 +1,19 @@
 //! A run without its summary line (the profiler was killed hard): its interval lines partition
 //! the run, so summed per process they give the summary's figures, as far as interval lines
-//! carry them (not the sampled stacks, which only the summary has). Lines are added one at a
+//! carry them (not the sampled stacks, which only the summary has; the time shares, whose
+//! windows partition the run too, with their thread counts the most of any line). Lines are added one at a
 //! time: what is kept grows with the processes and threads seen, not with the lines.
 
 use std::collections::BTreeMap;
 
 use crate::{
     aggregation::SideStats,
-    output::report::{
-        CauseReport, Kind, Lost, ProcessReport, Report, SCHEMA_VERSION, Stats, ThreadReport,
-        Uncounted,
+    output::{
+        report::{
+            CauseReport, Kind, Lost, ProcessReport, Report, SCHEMA_VERSION, Stats, ThreadReport,
+            Uncounted,
+        },
+        share::{self, ShareSum},
     },
     registry::roles::Role,
 };
@@ -61,6 +65,7 @@ struct Thread {
     role: Role,
     comm: String,
     sides: Sides,
+    time: Option<ShareSum>,
 }
 
 #[derive(Default)]
@@ -70,6 +75,15 @@ struct Process {
     blocked_wait_ns: Option<u64>,
     /// By (tid, the taker's pid for a foreign thread).
     threads: BTreeMap<(u32, Option<u32>), Thread>,
+    time: Option<ShareSum>,
+    time_by_role: BTreeMap<Role, ShareSum>,
+}
+
+/// Adds a line's share, if it has one.
+fn add_share(sum: &mut Option<ShareSum>, share: Option<&crate::output::report::TimeShare>) {
+    if let Some(s) = share {
+        sum.get_or_insert_default().add_reported(s);
+    }
 }
 
 /// Interval lines summed into one line in the summary's shape.
@@ -104,16 +118,25 @@ impl Summed {
                 let sum = e.blocked_wait_ns.get_or_insert(0);
                 *sum = sum.saturating_add(b);
             }
+            add_share(&mut e.time, p.time_share.as_ref());
+            for r in p.time_share_by_role.iter().flatten() {
+                e.time_by_role
+                    .entry(r.role)
+                    .or_default()
+                    .add_reported(&r.share);
+            }
             for t in &p.threads {
                 let th = e.threads.entry((t.tid, t.pid)).or_insert_with(|| Thread {
                     role: t.role,
                     comm: String::new(),
                     sides: Sides::default(),
+                    time: None,
                 });
                 // The last line's role is the latest known (a thread may be named later).
                 th.role = t.role;
                 th.comm.clone_from(&t.comm);
                 th.sides.add(&t.write, &t.read, &t.downgrade, &t.causes);
+                add_share(&mut th.time, t.time_share.as_ref());
             }
         }
     }
@@ -137,6 +160,7 @@ impl Summed {
                         downgrade: Stats::new(&t.sides.downgrade),
                         causes: cause_reports(&t.sides.causes),
                         blocked_by: None,
+                        time_share: t.time.and_then(|s| s.thread()),
                     })
                     .collect();
                 threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
@@ -159,6 +183,8 @@ impl Summed {
                     blocked_wait_ns: p.blocked_wait_ns,
                     blocked_by_role: None,
                     threads,
+                    time_share: p.time.and_then(|s| s.total()),
+                    time_share_by_role: share::by_role(&p.time_by_role),
                 }
             })
             .collect();
@@ -174,6 +200,7 @@ impl Summed {
             uncounted: self.uncounted,
             overhead: None,
             stack_sample: None,
+            findings: None,
         }
     }
 }
@@ -226,5 +253,58 @@ mod tests {
         assert_eq!(p.threads[0].role, Role::Libuv);
         assert_eq!(p.threads[0].write.count, 12);
         assert_eq!((r.lost.nested, r.uncounted.fork_child), (5, 4));
+    }
+
+    /// The time shares of the lines add up: waits and times summed, the ratios of the sums.
+    #[test]
+    fn interval_lines_time_shares_add_up() {
+        use crate::output::report::{RoleShare, TimeShare};
+        let share = |wait_ns, alive_ns, cpu_ns: Option<u64>, threads| TimeShare {
+            wait_ns,
+            alive_ns,
+            wall: wait_ns as f64 / alive_ns as f64,
+            cpu_ns,
+            cpu: cpu_ns.map(|c| wait_ns as f64 / c as f64),
+            threads,
+        };
+        let mut lines = Vec::new();
+        for (wait, cpu) in [(100, Some(400)), (300, None)] {
+            let mut l = interval("2026-01-01T00:00:01.000Z", 100);
+            let p = &mut l.processes[0];
+            p.threads[1].time_share = Some(share(wait, 1000, cpu, None));
+            p.time_share = Some(share(wait, 2000, cpu, Some(2)));
+            p.time_share_by_role = Some(vec![RoleShare {
+                role: Role::Worker,
+                share: share(wait, 1000, cpu, Some(1)),
+            }]);
+            lines.push(l);
+        }
+        // A line from before time shares: nothing to add.
+        lines.push(interval("2026-01-01T00:00:02.000Z", 100));
+        let mut s = Summed::default();
+        lines.iter().for_each(|l| s.add(l));
+        let r = s.report();
+        let p = &r.processes[0];
+        let all = p.time_share.as_ref().unwrap();
+        assert_eq!((all.wait_ns, all.alive_ns, all.wall), (400, 4000, 0.1));
+        // Over CPU: only the line whose CPU time was known.
+        assert_eq!(
+            (all.cpu_ns, all.cpu, all.threads),
+            (Some(400), Some(0.25), Some(2))
+        );
+        let w = &p.time_share_by_role.as_ref().unwrap()[0];
+        assert_eq!(
+            (w.role, w.share.wall, w.share.threads),
+            (Role::Worker, 0.2, Some(1))
+        );
+        let t = p.threads.iter().find(|t| t.role == Role::Worker).unwrap();
+        let ts = t.time_share.as_ref().unwrap();
+        assert_eq!((ts.wait_ns, ts.alive_ns, ts.threads), (400, 2000, None));
+        // A thread whose lines had no share has none.
+        assert!(
+            p.threads
+                .iter()
+                .any(|t| t.role == Role::Main && t.time_share.is_none())
+        );
     }
 }

@@ -66,6 +66,9 @@ type BlockedKey = (
     Option<u32>,
 );
 
+/// The labels of `mmaplock_thread_seconds_total` and its CPU twin.
+type ThreadKey = (String, String, &'static str, Option<u32>);
+
 /// Classic buckets of a cumulative histogram, `(le in seconds, count)`, not cumulative (the
 /// encoder adds up).
 fn classic(h: &DurationHist) -> Vec<(f64, u64)> {
@@ -120,6 +123,10 @@ pub struct Metrics {
     /// Wait charged to blockers, ns: (process, cgroup, waiter role, holder role, holder
     /// cause, pid).
     blocked: BTreeMap<BlockedKey, u64>,
+    /// Threads' wall time alive and CPU time, ns, by (process, cgroup, role, pid): the
+    /// denominators of the lock's share of their time.
+    /// (CPU time: None while the kernel reported none of theirs.)
+    thread_time: BTreeMap<ThreadKey, (u64, Option<u64>)>,
     lost: Lost,
     programs: Vec<ProgramStats>,
     pub tracked_processes: u64,
@@ -154,6 +161,16 @@ impl Metrics {
             let pid = self.pid_label.then_some(p.pid);
             for (&t, agg) in threads {
                 let role = attribution.role(p, t, agg).as_str();
+                if agg.time.alive_ns > 0 || agg.time.cpu_ns.is_some() {
+                    let e = self
+                        .thread_time
+                        .entry((process.clone(), cgroup.clone(), role, pid))
+                        .or_default();
+                    e.0 += agg.time.alive_ns;
+                    if let Some(c) = agg.time.cpu_ns {
+                        e.1 = Some(e.1.unwrap_or(0) + c);
+                    }
+                }
                 let key = |op| SeriesKey {
                     process: process.clone(),
                     cgroup: cgroup.clone(),
@@ -217,6 +234,8 @@ impl Metrics {
             + self.acquisitions.len()
             + self.failed.len()
             + self.blocked.len()
+            + self.thread_time.len()
+            + self.thread_time.values().filter(|t| t.1.is_some()).count()
     }
 }
 
@@ -377,6 +396,44 @@ impl Collector for Shared {
                     .encode_counter::<NoLabelSet, _, f64>(&(*ns as f64 * 1e-9), None)?;
             }
         }
+        for (name, help, cpu) in [
+            (
+                "mmaplock_thread_seconds",
+                "Wall time alive of the threads that took a profiled lock, by role: the lock's \
+                 wait over it (rate of mmaplock_wait_seconds_sum over rate of this) is the share \
+                 of their time spent waiting.",
+                false,
+            ),
+            (
+                "mmaplock_thread_cpu_seconds",
+                "CPU time of the threads that took a profiled lock, by role, as the kernel \
+                 reports it (at each reading and at their exit): the lock's wait over it is their \
+                 wait per CPU-second.",
+                true,
+            ),
+        ] {
+            if m.thread_time.is_empty() {
+                break;
+            }
+            let mut f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for ((process, cgroup, role, pid), (alive, cpu_ns)) in &m.thread_time {
+                let ns = match (cpu, cpu_ns) {
+                    (false, _) => *alive,
+                    (true, Some(c)) => *c,
+                    (true, None) => continue,
+                };
+                let mut labels = vec![
+                    ("process", process.clone()),
+                    ("cgroup", cgroup.clone()),
+                    ("role", role.to_string()),
+                ];
+                if let Some(pid) = pid {
+                    labels.push(("pid", pid.to_string()));
+                }
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, f64>(&(ns as f64 * 1e-9), None)?;
+            }
+        }
         if !m.programs.is_empty() {
             let mut f = encoder.encode_descriptor(
                 "mmaplock_bpf_run_seconds",
@@ -535,6 +592,25 @@ mod tests {
             s.hold.add(bucket_index(50), 2);
             s.hold.sum = 100;
             m.add_side(key, &s, "mprotect");
+            m.thread_time.insert(
+                (
+                    "node".into(),
+                    "/system.slice/api.service".into(),
+                    "worker",
+                    None,
+                ),
+                (2_500_000_000, Some(500_000_000)),
+            );
+            // Threads whose CPU time the kernel did not report: their wall time only.
+            m.thread_time.insert(
+                (
+                    "node".into(),
+                    "/system.slice/api.service".into(),
+                    "libuv",
+                    None,
+                ),
+                (1_000_000_000, None),
+            );
         }
         let text = encode_text(&registry(shared)).unwrap();
         for needle in [
@@ -548,10 +624,14 @@ mod tests {
             "mmaplock_failed_trylocks_total{process=\"node\",cgroup=\"/system.slice/api.service\",op=\"write\"} 1",
             "mmaplock_lost_total{reason=\"events\"} 0",
             "mmaplock_tracked_processes 0",
+            "mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\"} 2.5",
+            "mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\"} 0.5",
             "mmaplock_build_info{version=",
         ] {
             assert!(text.contains(needle), "{needle}\n{text}");
         }
         assert!(!text.contains("pid="), "no pid label unless asked");
+        assert!(text.contains("mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"} 1"));
+        assert!(!text.contains("mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"}"));
     }
 }

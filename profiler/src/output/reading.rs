@@ -15,7 +15,10 @@ use std::{
 
 use serde::{Deserialize, de::DeserializeOwned};
 
-use super::report::{Report, SCHEMA_VERSION, Stats, unsupported_version};
+use super::{
+    compare::Spread,
+    report::{Report, SCHEMA_VERSION, Stats, unsupported_version},
+};
 
 /// The longest line read: far beyond any summary (tens of megabytes for ten thousand
 /// threads), and a bound on what one line can cost.
@@ -60,12 +63,61 @@ pub struct DemoRun {
     pub report: Report,
 }
 
-/// A study's `results.json`, as far as its page draws it.
+/// A study's `results.json`, as far as its page draws it and the findings quote it.
 #[derive(Deserialize)]
 pub struct StudyLine {
     pub runs: Vec<StudyRun>,
     #[serde(default)]
     pub ranking_text: Option<String>,
+    /// The study's host.
+    #[serde(default)]
+    pub machine: StudyMachine,
+    /// Runs of every cell (absent before repeats: one).
+    #[serde(default)]
+    pub repeat: Option<u32>,
+    /// Each scenario against `default`, with Worker threads, per file size.
+    #[serde(default)]
+    pub ranking: Vec<StudyRanked>,
+    /// The investigation's claims judged (absent from studies without repeats).
+    #[serde(default)]
+    pub claims: Option<Vec<StudyClaim>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub struct StudyMachine {
+    pub kernel: String,
+    pub node: String,
+    pub cpus: u64,
+}
+
+/// One row of a study's ranking. Studies without repeats have the ratios alone.
+#[derive(Deserialize)]
+pub struct StudyRanked {
+    pub file_kib: f64,
+    pub scenario: String,
+    pub throughput_ratio: f64,
+    pub writes_ratio: f64,
+    #[serde(default)]
+    pub throughput: Option<Spread>,
+    #[serde(default)]
+    pub writes: Option<Spread>,
+    #[serde(default)]
+    pub throughput_verdict: Option<String>,
+    #[serde(default)]
+    pub writes_verdict: Option<String>,
+}
+
+/// One of the investigation's claims, judged on the study's runs.
+#[derive(Deserialize)]
+pub struct StudyClaim {
+    pub scenario: String,
+    pub claim: String,
+    pub verdict: String,
+    #[serde(default)]
+    pub throughput: Option<Spread>,
+    #[serde(default)]
+    pub writes: Option<Spread>,
 }
 
 #[derive(Deserialize)]
@@ -424,7 +476,7 @@ mod tests {
         };
         // A newer minor version: fields and line types this build does not know.
         let s = summary_line().replacen("{", "{\"findings\":[{\"new\":1}],", 1);
-        let s = s.replace("\"role\":\"main\"", "\"role\":\"gc\",\"time_share\":0.5");
+        let s = s.replace("\"role\":\"main\"", "\"role\":\"gc\",\"wait_share\":0.5");
         let r = only_summary(&format!(
             "{{\"type\":\"later\",\"schema_version\":1}}\n\n{s}\n"
         ));

@@ -21,6 +21,8 @@ use crate::{
 
 pub use super::blockers::{BlockerReport, RoleBlock};
 use super::blockers::{by_role, lock_blockers};
+use super::share::ShareSum;
+pub use super::share::{RoleShare, TimeShare};
 pub use super::stats::{Dist, Stats};
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
@@ -134,6 +136,9 @@ pub struct ThreadReport {
     /// With blockers: the threads whose holds this thread waited behind, largest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<Vec<BlockerReport>>,
+    /// Its wait for this lock as a share of its time alive and on CPU in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share: Option<TimeShare>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -192,6 +197,13 @@ pub struct ProcessReport {
     pub profiler: Option<ProfilerShare>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
+    /// The process's own threads' wait for its lock as a share of their time (foreign
+    /// takers left out), idle threads of an interval included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share: Option<TimeShare>,
+    /// The same per thread role (foreign takers as the role `foreign`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share_by_role: Option<Vec<RoleShare>>,
 }
 
 /// The profiler's own part of a process's lock acquisitions.
@@ -397,6 +409,11 @@ pub struct Report {
     /// With stack sampling: one in how many writes per thread had its stack taken.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack_sample: Option<u32>,
+    /// Summary: the patterns recognised in it, what they cost and what to change
+    /// (docs/findings.md). Never read back: derived from the rest of the summary, they are
+    /// recomputed by whatever reads a file (`report`, `compare`), with this build's patterns.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<Vec<crate::output::findings::Finding>>,
 }
 
 impl Report {
@@ -415,6 +432,7 @@ impl Report {
             uncounted: Uncounted::default(),
             overhead: None,
             stack_sample: None,
+            findings: None,
         }
     }
 }
@@ -473,9 +491,25 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         let blocked_by_role =
             pairs.map(|(_, pairs)| by_role(proc_id, pairs, Some(threads_agg), attribution));
         let (mut own_read, mut own_write) = (SideStats::default(), SideStats::default());
+        let (mut own_time, mut role_time) = (ShareSum::default(), BTreeMap::new());
         for (&thread, t) in threads_agg {
             let tw = t.write();
             let r = attribution.role(proc_id, thread, t);
+            let wait = tw.wait.sum + t.read.wait.sum;
+            // The profiler's threads are in no share: their time is not the process's.
+            if r != Role::Profiler {
+                if r != Role::Foreign {
+                    own_time.add(wait, &t.time);
+                }
+                role_time
+                    .entry(r)
+                    .or_insert_with(ShareSum::default)
+                    .add(wait, &t.time);
+            }
+            // Alive in the window without taking the lock: counted in the shares only.
+            if t.is_idle() {
+                continue;
+            }
             if r == Role::Profiler {
                 own_read.merge(&t.read);
                 own_write.merge(&tw);
@@ -499,7 +533,12 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 blocked_by: blockers
                     .as_mut()
                     .map(|b| b.threads.remove(&thread).unwrap_or_default()),
+                time_share: ShareSum::of_thread(wait, &t.time),
             });
+        }
+        // A process whose threads were only alive in the window took no lock in it.
+        if threads.is_empty() {
+            continue;
         }
         threads.sort_by(|a, b| {
             (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
@@ -533,6 +572,8 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             blocked_by_role,
             blockers: blockers.map(|b| b.process),
             threads,
+            time_share: own_time.total(),
+            time_share_by_role: super::share::by_role(&role_time),
         });
     }
     Report {
@@ -547,6 +588,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         uncounted,
         overhead,
         stack_sample: None,
+        findings: None,
     }
 }
 
@@ -757,6 +799,82 @@ mod tests {
         let buckets = p["write"]["wait_ns"]["buckets"].as_array().unwrap();
         assert_eq!(buckets.len(), 3);
         assert!(buckets.iter().all(|b| b[1].as_u64().unwrap() > 0));
+    }
+
+    #[test]
+    fn time_shares_per_thread_process_and_role_count_idle_threads_and_leave_foreign_out() {
+        let mut w = window();
+        let p = ProcId::new(10, 0);
+        let t = |tid| crate::registry::ids::ThreadId::new(tid, 0);
+        let set = |w: &mut Window, tid, alive_ns, cpu_ns| {
+            w.processes
+                .get_mut(&p)
+                .unwrap()
+                .get_mut(&t(tid))
+                .unwrap()
+                .time = crate::aggregation::ThreadTime { alive_ns, cpu_ns };
+        };
+        // 10 (main) waited 800 ns of 8000; 11 (other) 45000 of 90000, 30000 on CPU.
+        set(&mut w, 10, 8_000, None);
+        set(&mut w, 11, 90_000, Some(30_000));
+        set(&mut w, 77, 1_000, None);
+        // A thread alive but idle in the window (role other: the attribution does not know it).
+        let mut idle = crate::aggregation::Window::default();
+        idle.processes
+            .entry(p)
+            .or_default()
+            .insert(t(12), w.processes[&p][&t(10)].clone());
+        let i = idle.processes.get_mut(&p).unwrap().get_mut(&t(12)).unwrap();
+        (i.read, i.writes, i.downgrade) = Default::default();
+        i.time.alive_ns = 2_000;
+        w.add_thread(p, t(12), &idle.processes[&p][&t(12)].clone());
+        let t0 = SystemTime::now();
+        let r = test_build(Kind::Summary, &w, t0, t0);
+        let v: serde_json::Value = serde_json::from_str(&to_json_line(&r)).unwrap();
+        let proc = &v["processes"][0];
+        assert!(
+            proc["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|x| x["tid"] != 12),
+            "an idle thread is not listed"
+        );
+        let th = |tid| {
+            proc["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["tid"] == tid)
+                .unwrap()
+        };
+        assert_eq!(th(11)["time_share"]["wall"], 0.5);
+        assert_eq!(th(11)["time_share"]["cpu"], 1.5);
+        assert!(th(10)["time_share"].get("cpu").is_none());
+        // The process: its own threads (10, 11 and the idle 12), not the foreign 77.
+        let all = &proc["time_share"];
+        assert_eq!(all["alive_ns"], 100_000);
+        assert_eq!(all["wait_ns"], 45_800);
+        assert_eq!(all["threads"], 3);
+        let role = |r: &str| {
+            proc["time_share_by_role"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["role"] == r)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(role("main")["wall"], 0.1);
+        assert_eq!(role("other")["alive_ns"], 92_000);
+        assert_eq!(role("foreign")["wait_ns"], 50);
+        // Text: the process's and the roles' shares.
+        let text = to_text(&r);
+        assert!(
+            text.contains("its threads spent 45.8% of their time"),
+            "{text}"
+        );
+        assert!(text.contains("other threads spent 48.9% of their time waiting for mmap_lock (150.0% of their CPU time)"), "{text}");
     }
 
     #[test]

@@ -170,6 +170,9 @@ pub fn to_text(r: &Report) -> String {
             if r.processes.is_empty() {
                 out.push_str("no mmap_lock activity by the selected processes\n");
             }
+            if let Some(f) = &r.findings {
+                out.push_str(&crate::output::findings::to_text(f));
+            }
             for p in &r.processes {
                 out.push_str(&process_text(p));
             }
@@ -240,6 +243,7 @@ fn process_text(p: &ProcessReport) -> String {
             own.share * 100.0
         );
     }
+    out.push_str(&time_share_text(p));
     if !p.causes.is_empty() {
         let _ = writeln!(out, "\n  writes by cause:");
         for c in &p.causes {
@@ -334,6 +338,55 @@ fn process_text(p: &ProcessReport) -> String {
         }
         out.push('\n');
         out.push_str(&side_by_side(&cols, width));
+    }
+    out
+}
+
+/// A share as people read it: `6.1%`, `0.042%` (small ones keep two significant digits).
+pub fn fmt_share(x: f64) -> String {
+    let pct = x * 100.0;
+    if pct == 0.0 || pct >= 0.1 {
+        format!("{pct:.1}%")
+    } else {
+        let digits = (1 - pct.log10().floor() as i32).clamp(2, 6) as usize;
+        format!("{pct:.digits$}%")
+    }
+}
+
+/// What the lock cost the process's threads: `worker threads spent 6.1% of their time
+/// waiting for mmap_lock (18.0% of their CPU time)`, per role, then for the process.
+pub fn time_share_text(p: &ProcessReport) -> String {
+    let mut out = String::new();
+    let Some(all) = &p.time_share else {
+        return out;
+    };
+    let cpu = |s: &crate::output::report::TimeShare| {
+        s.cpu.map_or(String::new(), |c| {
+            format!(" ({} of their CPU time)", fmt_share(c))
+        })
+    };
+    let _ = writeln!(
+        out,
+        "\n  time share: its threads spent {} of their time waiting for mmap_lock{} ({} of {} alive)",
+        fmt_share(all.wall),
+        cpu(all),
+        fmt_ns(all.wait_ns),
+        fmt_ns(all.alive_ns)
+    );
+    let mut roles: Vec<_> = p.time_share_by_role.iter().flatten().collect();
+    roles.sort_by(|a, b| b.share.wall.total_cmp(&a.share.wall));
+    for r in roles
+        .iter()
+        .filter(|r| r.share.wait_ns > 0)
+        .take(TOP_THREADS)
+    {
+        let _ = writeln!(
+            out,
+            "    {} threads spent {} of their time waiting for mmap_lock{}",
+            r.role.as_str(),
+            fmt_share(r.share.wall),
+            cpu(&r.share)
+        );
     }
     out
 }

@@ -35,6 +35,18 @@ impl ProcId {
     }
 }
 
+/// Now, on the clock of the kernel's start times (`CLOCK_BOOTTIME`, ns since boot): that of
+/// threads' start and exit, and of the kernel's CPU time readings.
+pub fn boot_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// A kernel start time (`start_boottime`, ns since boot) in clock ticks, as /proc shows it.
 pub fn ticks_of_ns(ns: u64) -> u64 {
     ns / (1_000_000_000 / clock_ticks())

@@ -139,13 +139,15 @@ pub enum SessionError {
     Signals(io::Error),
     #[error(transparent)]
     Collector(#[from] CollectorError),
+    #[error(transparent)]
+    Study(#[from] crate::output::findings::StudyFileError),
 }
 
 impl SessionError {
     /// 2 for bad usage, 1 for an environment the tool cannot run in.
     pub fn exit_code(&self) -> u8 {
         match self {
-            SessionError::NoSuchPid(_) | SessionError::OpenOutput(..) => 2,
+            SessionError::NoSuchPid(_) | SessionError::OpenOutput(..) | SessionError::Study(_) => 2,
             SessionError::Collector(
                 CollectorError::TooManyPids
                 | CollectorError::TooManyComms
@@ -168,6 +170,8 @@ pub struct SessionConfig {
     pub stacks_file: Option<PathBuf>,
     /// The HTML report goes there at the end.
     pub html: Option<PathBuf>,
+    /// A study of this host, for the findings' measured effects.
+    pub study: Option<PathBuf>,
     pub verbose: bool,
     pub quiet: bool,
 }
@@ -195,6 +199,11 @@ fn describe_targets(c: &CollectorConfig) -> String {
 pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // Validate everything the user gave before touching the kernel.
     let targets = Targets::open(&cfg.collector.pids)?;
+    let study = cfg
+        .study
+        .as_deref()
+        .map(crate::output::findings::StudyEffects::load)
+        .transpose()?;
     let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
     // Say now, not at the end, if the folded stacks cannot be written.
     for path in cfg.stacks_file.iter().chain(&cfg.html) {
@@ -320,7 +329,8 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         let r = profile.interval_report();
         sink.write_report(r)?;
     }
-    let summary = profile.summary();
+    let mut summary = profile.summary();
+    crate::output::findings::attach(&mut summary, study.as_ref());
     // Folded stacks name processes as the summary does: an exited process's name has left
     // the registry by now.
     let comms: std::collections::HashMap<ProcId, String> = match cfg.stacks_file {

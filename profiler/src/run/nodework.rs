@@ -193,6 +193,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
     rings.drain(&mut profile);
     let mut report = profile.summary();
     report.processes.retain(|p| pids.contains(&p.pid));
+    crate::output::findings::attach(&mut report, None);
     let write = pooled_writes(&profile.total_window(), &pids);
     let elapsed_s = elapsed_ms / 1e3;
     Ok(NodeRun {
@@ -258,6 +259,7 @@ mod tests {
             writes: Default::default(),
             downgrade: SideStats::default(),
             role: None,
+            time: Default::default(),
         };
         for (c, s) in writes {
             t.writes.entry(*c).merge(s);

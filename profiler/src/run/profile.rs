@@ -12,7 +12,6 @@ use crate::{
     aggregation::{
         Totals, Window,
         blocked::{Blocked, BlockedReadings},
-        cputime::CpuTimes,
         ids_of,
     },
     kernel::collector::{Collector, Counters, ProgramStats},
@@ -57,8 +56,6 @@ pub struct Profile {
     /// With blockers: the kernel's charged waits as last read, and their run totals.
     blocked_readings: BlockedReadings,
     blocked_total: Blocked,
-    /// Profiled threads' CPU times, as the kernel reported them.
-    pub cpu: CpuTimes,
     /// Processes that exec'd since [`Profile::take_execs`] was last called.
     execs: Vec<ProcId>,
 }
@@ -101,9 +98,11 @@ impl Profile {
     /// `intervals`: whether interval reports are wanted (otherwise no interval window is kept).
     pub fn new(collector: Collector, intervals: bool) -> Self {
         let now = SystemTime::now();
+        // Threads' time counts from when the kernel began counting their acquisitions.
+        let totals = Totals::starting_at(collector.attached_ns);
         Profile {
             collector,
-            totals: Totals::default(),
+            totals,
             interval: intervals.then(Window::default),
             registry: Registry::default(),
             start: now,
@@ -121,7 +120,6 @@ impl Profile {
             polls: 0,
             blocked_readings: BlockedReadings::default(),
             blocked_total: Blocked::default(),
-            cpu: CpuTimes::default(),
             execs: Vec::new(),
         }
         .with_blocked_interval()
@@ -198,6 +196,8 @@ impl Profile {
             }
         })?;
         self.counters = counters;
+        // The threads' time alive and on CPU, before the exited ones are retired.
+        self.totals.tick(ids::boot_ns(), self.interval.as_mut());
         self.read_blocked()?;
         self.programs = self
             .collector
@@ -219,7 +219,7 @@ impl Profile {
     fn note_cpu_times(&mut self) {
         for c in self.collector.take_cpu_times() {
             let t = ThreadId::new(c.tid, ids::ticks_of_ns(c.tid_start));
-            self.cpu.note(t, c.cpu_ns, c.at_ns);
+            self.totals.note_cpu(t, c.cpu_ns, c.at_ns);
         }
     }
 
@@ -238,7 +238,8 @@ impl Profile {
         let mut execs = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
-            self.cpu.note(t, e.cpu_ns, e.at_ns);
+            self.totals.note_cpu(t, e.cpu_ns, e.at_ns);
+            self.totals.note_exit(t, e.at_ns);
             match e.tag {
                 exit_record::EXITING => {
                     self.exiting.insert(t, e.tgid);
@@ -293,9 +294,6 @@ impl Profile {
             self.collector.remove_blocked(&k);
         }
         self.blocked_total.holder_comms.remove(&thread);
-        if !self.totals.keep_retired {
-            self.cpu.forget(thread);
-        }
         for owner in self.totals.owners_of(thread) {
             self.retire_on(owner, thread)?;
             // (Owner 0, "unknown" on kernels without mm->owner, is no process.)

@@ -26,15 +26,26 @@ const STUDY_JS: &str = include_str!("../../study/study.js");
 const DISPOSE_C: &str = include_str!("../../study/dispose.c");
 
 /// The scenarios, named as results and tests use them.
-pub const SCENARIOS: [&str; 8] = [
+pub const SCENARIOS: [&str; 10] = [
     "default",
     "pool-256k",
     "reuse",
     "async",
     "arena-1",
+    "arena-2",
+    "jemalloc",
     "finalization-pool",
     "slab",
     "dispose",
+];
+
+/// Where Debian's libjemalloc2 (and other distributions' jemalloc) put the library.
+const JEMALLOC: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib64/libjemalloc.so.2",
+    "/usr/lib/libjemalloc.so.2",
+    "/usr/local/lib/libjemalloc.so.2",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +62,10 @@ pub enum StudyError {
     UnknownScenario(String),
     #[error("cannot draw the study's page: {0}")]
     Page(String),
+    #[error(
+        "no libjemalloc.so.2 for the jemalloc scenario: install it (Debian: apt-get install libjemalloc2), or leave jemalloc out with --scenarios"
+    )]
+    NoJemalloc,
 }
 
 impl StudyError {
@@ -73,14 +88,16 @@ pub struct StudyConfig {
     pub node: PathBuf,
     /// Reads per thread or process (default: by file size).
     pub iterations: Option<u32>,
+    /// Runs of every cell, interleaved.
+    pub repeat: u32,
 }
 
 impl StudyConfig {
     /// The matrix to run: file sizes 128 B, 64 KiB and 1 MiB with k = 1, 2 and 4, or with
-    /// `--quick` 64 KiB with k = 2 and 4; `-k` and `--size` replace either default.
+    /// `--quick` 64 KiB with k = 4; `-k` and `--size` replace either default.
     fn matrix(&self) -> (Vec<f64>, Vec<u32>) {
         let (sizes, ks) = if self.quick {
-            (vec![64.0], vec![2, 4])
+            (vec![64.0], vec![4])
         } else {
             (vec![0.125, 64.0, 1024.0], vec![1, 2, 4])
         };
@@ -120,6 +137,8 @@ pub struct StudyRun {
     pub mode: &'static str,
     pub k: u32,
     pub file_kib: f64,
+    /// Which of the `--repeat` runs of this cell (from 0).
+    pub repeat: u32,
     pub ops_per_s: f64,
     /// Write acquisitions pooled over the run's processes.
     pub write: Stats,
@@ -133,8 +152,12 @@ struct Results<'a> {
     kind: &'static str,
     schema_version: u32,
     machine: serde_json::Value,
+    /// Runs of every cell.
+    repeat: u32,
     runs: &'a [StudyRun],
     ranking: &'a [rank::Ranked],
+    /// The investigation's claims, judged on this machine's runs.
+    claims: &'a [rank::ClaimVerdict],
     ranking_text: String,
 }
 
@@ -176,7 +199,7 @@ async fn build_addon(dir: &Path) -> Result<PathBuf, StudyError> {
     Ok(out)
 }
 
-fn size_name(kib: f64) -> String {
+pub(crate) fn size_name(kib: f64) -> String {
     if kib < 1.0 {
         format!("{} B", (kib * 1024.0).round())
     } else if kib >= 1024.0 {
@@ -186,94 +209,128 @@ fn size_name(kib: f64) -> String {
     }
 }
 
+/// A file error in `dir`.
+fn files_err(dir: &Path) -> impl Fn(io::Error) -> StudyError + '_ {
+    move |e| StudyError::Files(dir.to_path_buf(), e)
+}
+
 pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
     let scenarios = cfg.scenarios()?;
-    let files = |e| StudyError::Files(cfg.out.clone(), e);
-    std::fs::create_dir_all(&cfg.out).map_err(files)?;
-    let work = tempfile::tempdir().map_err(files)?;
+    let files = files_err(&cfg.out);
+    std::fs::create_dir_all(&cfg.out).map_err(&files)?;
+    let work = tempfile::tempdir().map_err(&files)?;
     let script = work.path().join("study.js");
-    std::fs::write(&script, STUDY_JS).map_err(files)?;
+    std::fs::write(&script, STUDY_JS).map_err(&files)?;
     let addon = if scenarios.contains(&"dispose") {
         Some(build_addon(work.path()).await?)
     } else {
         None
     };
+    let jemalloc = if scenarios.contains(&"jemalloc") {
+        Some(
+            JEMALLOC
+                .iter()
+                .find(|p| Path::new(p).is_file())
+                .ok_or(StudyError::NoJemalloc)?,
+        )
+    } else {
+        None
+    };
     let (sizes, ks) = cfg.matrix();
-    let total = sizes.len() * ks.len() * scenarios.len() * 2;
+    let repeat = cfg.repeat.max(1);
+    let total = sizes.len() * ks.len() * scenarios.len() * 2 * repeat as usize;
     let mut runs = Vec::new();
+    let mut data_files = Vec::new();
     for &kib in &sizes {
         let file = work.path().join(format!("data-{kib}.bin"));
         let data: Vec<u8> = (0..(kib * 1024.0) as usize)
             .map(|i| (i % 251) as u8)
             .collect();
-        std::fs::write(&file, data).map_err(files)?;
-        let iterations = cfg.iterations.unwrap_or_else(|| iterations_for(kib));
-        for &k in &ks {
-            for &scenario in &scenarios {
-                for mode in ["workers", "processes"] {
-                    let mut args = vec![
-                        file.to_string_lossy().into_owned(),
-                        iterations.to_string(),
-                        scenario.to_string(),
-                    ];
-                    if let Some(a) = &addon {
-                        args.push(a.to_string_lossy().into_owned());
+        std::fs::write(&file, data).map_err(&files)?;
+        data_files.push((kib, file));
+    }
+    // The repeats interleaved: a slow minute of the machine touches every scenario alike,
+    // not the runs of one.
+    for r in 0..repeat {
+        for (kib, file) in &data_files {
+            let kib = *kib;
+            let iterations = cfg.iterations.unwrap_or_else(|| iterations_for(kib));
+            for &k in &ks {
+                for &scenario in &scenarios {
+                    for mode in ["workers", "processes"] {
+                        let mut args = vec![
+                            file.to_string_lossy().into_owned(),
+                            iterations.to_string(),
+                            scenario.to_string(),
+                        ];
+                        if let Some(a) = &addon {
+                            args.push(a.to_string_lossy().into_owned());
+                        }
+                        let env = match scenario {
+                            "arena-1" => vec![("MALLOC_ARENA_MAX".to_string(), "1".to_string())],
+                            "arena-2" => vec![("MALLOC_ARENA_MAX".to_string(), "2".to_string())],
+                            "jemalloc" => vec![(
+                                "LD_PRELOAD".to_string(),
+                                jemalloc.map_or(String::new(), |p| p.to_string()),
+                            )],
+                            _ => vec![],
+                        };
+                        let run: NodeRun = run_node(&NodeSpec {
+                            node: &cfg.node,
+                            script: &script,
+                            mode,
+                            k,
+                            args,
+                            env,
+                            stack_sample: 0,
+                            blockers: false,
+                        })
+                        .await?;
+                        eprintln!(
+                            "[{:>3}/{total}] {:<18} {:<9} k={k} {:>8} #{}: {:>9.0} reads/s, {:>6} writes, write wait {}",
+                            runs.len() + 1,
+                            scenario,
+                            mode,
+                            size_name(kib),
+                            r + 1,
+                            run.reads_per_s,
+                            run.write.count,
+                            crate::output::text::fmt_ns(run.write.wait.sum),
+                        );
+                        runs.push(StudyRun {
+                            scenario: scenario.to_string(),
+                            mode,
+                            k,
+                            file_kib: kib,
+                            repeat: r,
+                            ops_per_s: run.reads_per_s,
+                            write: Stats::new(&run.write),
+                            report: run.report,
+                        });
                     }
-                    let env = if scenario == "arena-1" {
-                        vec![("MALLOC_ARENA_MAX".to_string(), "1".to_string())]
-                    } else {
-                        vec![]
-                    };
-                    let r: NodeRun = run_node(&NodeSpec {
-                        node: &cfg.node,
-                        script: &script,
-                        mode,
-                        k,
-                        args,
-                        env,
-                        stack_sample: 0,
-                        blockers: false,
-                    })
-                    .await?;
-                    eprintln!(
-                        "[{:>3}/{total}] {:<18} {:<9} k={k} {:>8}: {:>9.0} reads/s, {:>6} writes, write wait {}",
-                        runs.len() + 1,
-                        scenario,
-                        mode,
-                        size_name(kib),
-                        r.reads_per_s,
-                        r.write.count,
-                        crate::output::text::fmt_ns(r.write.wait.sum),
-                    );
-                    runs.push(StudyRun {
-                        scenario: scenario.to_string(),
-                        mode,
-                        k,
-                        file_kib: kib,
-                        ops_per_s: r.reads_per_s,
-                        write: Stats::new(&r.write),
-                        report: r.report,
-                    });
                 }
             }
         }
     }
     let ranking = rank::rank(&runs);
-    let markdown = rank::markdown(&runs, &ranking);
+    let claims = rank::claims(&ranking);
+    let markdown = rank::markdown(&runs, &ranking, &claims);
     let results = Results {
         kind: "study",
         schema_version: crate::output::report::SCHEMA_VERSION,
         machine: machine(&cfg.node).await,
+        repeat,
         runs: &runs,
         ranking: &ranking,
-        ranking_text: rank::ranking_text(&ranking),
+        claims: &claims,
+        ranking_text: rank::ranking_text(&ranking, &claims),
     };
     let json = serde_json::to_string(&results).expect("plain data");
-    std::fs::write(cfg.out.join("results.json"), &json).map_err(files)?;
-    std::fs::write(cfg.out.join("results.md"), &markdown).map_err(files)?;
+    std::fs::write(cfg.out.join("results.json"), &json).map_err(&files)?;
+    std::fs::write(cfg.out.join("results.md"), &markdown).map_err(&files)?;
     // Drawn from the file as `report results.json --html` draws it.
     let page = study_page_of("results.json", &json).map_err(|e| StudyError::Page(e.to_string()))?;
-    std::fs::write(cfg.out.join("report.html"), page).map_err(files)?;
+    std::fs::write(cfg.out.join("report.html"), page).map_err(&files)?;
     println!("{markdown}");
     eprintln!(
         "mmaplock-prof study: results.json, results.md and report.html in {}",
@@ -310,6 +367,7 @@ mod tests {
             scenarios: scenarios.iter().map(|s| s.to_string()).collect(),
             node: "node".into(),
             iterations: None,
+            repeat: 3,
         }
     }
 
@@ -319,7 +377,7 @@ mod tests {
             cfg(false, &[], &[], &[]).matrix(),
             (vec![0.125, 64.0, 1024.0], vec![1, 2, 4])
         );
-        assert_eq!(cfg(true, &[], &[], &[]).matrix(), (vec![64.0], vec![2, 4]));
+        assert_eq!(cfg(true, &[], &[], &[]).matrix(), (vec![64.0], vec![4]));
         assert_eq!(cfg(true, &[8], &[], &[]).matrix(), (vec![64.0], vec![8]));
         assert_eq!(
             cfg(false, &[], &[1.0], &[]).matrix(),

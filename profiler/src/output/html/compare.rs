@@ -7,7 +7,10 @@ use super::{
     page,
     svg::{Unit, bars, esc},
 };
-use crate::output::compare::{Change, Comparison, Row, runs_label, value};
+use crate::output::{
+    compare::{Change, Comparison, Row, runs_label, value},
+    text::fmt_share,
+};
 
 fn cell(c: &Change, ns: bool) -> String {
     let v = |x: f64| value(x, ns);
@@ -33,8 +36,51 @@ fn cell(c: &Change, ns: bool) -> String {
     )
 }
 
+/// The findings before and after, first on the page: did the change remove them?
+fn findings_table(c: &Comparison) -> String {
+    if c.findings.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<section class=\"process findings\" id=\"findings\"><h2>Findings, before and after</h2><table data-table=\"findings\"><tr><th>process</th><th>finding</th><th>share of the threads' time before</th><th>after</th><th>verdict</th></tr>",
+    );
+    for f in &c.findings {
+        let side = |p: &crate::output::compare_findings::Presence| {
+            if p.present == 0 {
+                "absent".to_string()
+            } else {
+                format!(
+                    "{} <small>({} of {} runs{})</small>",
+                    fmt_share(p.share.mean),
+                    p.present,
+                    p.runs,
+                    p.severity
+                        .map_or(String::new(), |s| format!(", {}", s.as_str()))
+                )
+            }
+        };
+        let class = match f.verdict {
+            "removed" | "reduced" => "good",
+            "worse" | "new" => "bad",
+            _ => "",
+        };
+        let _ = write!(
+            out,
+            r#"<tr data-finding="{id}"><td>{}</td><td>{id}<br><small>{}</small></td><td>{}</td><td>{}</td><td class="{class}">{}</td></tr>"#,
+            esc(&f.process),
+            esc(&f.title),
+            side(&f.before),
+            side(&f.after),
+            f.verdict,
+            id = esc(&f.id),
+        );
+    }
+    out.push_str("</table></section>");
+    out
+}
+
 pub fn compare_page(c: &Comparison) -> String {
-    let mut body = String::new();
+    let mut body = findings_table(c);
     let mut processes: Vec<&str> = c.rows.iter().map(|r| r.process.as_str()).collect();
     processes.dedup();
     for name in processes {

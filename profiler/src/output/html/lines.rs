@@ -3,9 +3,10 @@
 //! and per process its figures over time, at most [`MAX_POINTS`] of them. Memory therefore
 //! follows the processes and threads of the run, not the number of its lines.
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap};
 
 use crate::output::{
+    findings::{self, Finding, StudyEffects},
     partial::Summed,
     reading::{Keep, Line, StudyLine},
     report::{Kind, Report},
@@ -80,6 +81,36 @@ impl RunLines {
     /// The interval lines summed into a summary, when no summary line came.
     pub fn summed(&self) -> Option<Report> {
         (self.summary.is_none() && self.summed.lines() > 0).then(|| self.summed.report())
+    }
+
+    /// The summaries a page draws and `report` finds patterns in: a demo's runs (and a
+    /// summary line, if the file has one too), else the last summary, else the interval lines
+    /// summed.
+    pub fn shown(&self) -> Vec<Cow<'_, Report>> {
+        if !self.demo.is_empty() {
+            return self
+                .demo
+                .iter()
+                .chain(&self.summary)
+                .map(Cow::Borrowed)
+                .collect();
+        }
+        match &self.summary {
+            Some(s) => vec![Cow::Borrowed(s)],
+            None => self.summed().map(Cow::Owned).into_iter().collect(),
+        }
+    }
+
+    /// The findings of the summaries shown: those a summary carries (the profiler's own, with
+    /// its `--study`; never a file's, which are not read), else recomputed with `study`.
+    pub fn findings(&self, study: Option<&StudyEffects>) -> Vec<Finding> {
+        self.shown()
+            .iter()
+            .flat_map(|s| match &s.findings {
+                Some(f) => f.clone(),
+                None => findings::find(s, study),
+            })
+            .collect()
     }
 }
 

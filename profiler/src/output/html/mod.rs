@@ -9,9 +9,10 @@ pub mod study;
 pub mod svg;
 #[cfg(test)]
 mod tests;
+mod verdict;
 
 pub use lines::RunLines;
-pub use run::run_page;
+pub use run::{run_page, run_page_with_findings};
 
 use std::{
     fmt::Write as _,
@@ -33,7 +34,14 @@ min-width:120px}.kpi b{display:block;font-size:18px}.kpi span{color:#5b6578;font
 td,th{padding:3px 10px;text-align:right;border-bottom:1px solid #e6e9ef}td:first-child,th:first-child\
 {text-align:left}th{color:#5b6578;font-weight:600}svg.chart text{font-size:11px;fill:#33394a}\
 svg.chart .axis{stroke:#9aa3b5}svg.chart .tick{font-size:10px}p.note{color:#5b6578}\
-.good{color:#2e7d4f}.bad{color:#b8475d}.flame{width:100%;border:0;display:block}";
+.good{color:#2e7d4f}.bad{color:#b8475d}.flame{width:100%;border:0;display:block}\
+.finding{border-left:5px solid #9aa3b5;background:#f8f9fb;padding:6px 14px;margin:10px 0;border-radius:4px}\
+.finding h3{text-transform:none;letter-spacing:0;color:#1d2330;font-size:15px;margin:6px 0}\
+.finding .sev{display:inline-block;border-radius:3px;padding:0 6px;margin-right:6px;color:#fff;background:#9aa3b5;\
+font-size:12px;text-transform:uppercase}.sev-high{border-color:#b8475d}.sev-high .sev{background:#b8475d}\
+.sev-medium{border-color:#d08a2e}.sev-medium .sev{background:#d08a2e}.sev-low{border-color:#4f7fb8}\
+.sev-low .sev{background:#4f7fb8}.finding ul{margin:4px 0 8px;padding-left:20px}p.cost{margin:2px 0;font-weight:600}\
+td.within,span.within{color:#8a6d1d}";
 
 /// A whole page around `body`.
 pub fn page(title: &str, subtitle: &str, body: &str) -> String {

@@ -11,7 +11,8 @@ use super::{
     svg::{Unit, bars, esc, histogram, lines},
 };
 use crate::output::{
-    report::{FlameStack, ProcessReport, Report},
+    findings::Finding,
+    report::{FlameStack, ProcessReport},
     text::fmt_ns,
 };
 
@@ -111,6 +112,13 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
     kpi(&mut out, "total read wait", &fmt_ns(r.wait_ns.sum));
     if let Some(b) = p.blocked_wait_ns {
         kpi(&mut out, "wait charged to blockers", &fmt_ns(b));
+    }
+    if let Some(share) = &p.time_share {
+        kpi(
+            &mut out,
+            "of its threads' time waiting",
+            &crate::output::text::fmt_share(share.wall),
+        );
     }
     out.push_str(r#"</div><div class="grid">"#);
     panel(
@@ -223,6 +231,7 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
         out.push_str("</table></div>");
     }
     blockers_table(&mut out, p);
+    out.push_str(&super::verdict::time_share_table(p));
     out.push_str("</div>");
     code_tables(&mut out, p);
     let flame = p.flame.as_deref().unwrap_or_default();
@@ -290,8 +299,14 @@ fn code_tables(out: &mut String, p: &ProcessReport) {
 }
 
 /// The page of a run: per process (the largest write wait first), from its last summary, and
-/// its interval lines for the charts over time.
+/// its interval lines for the charts over time; first, the findings of what it draws (as
+/// the summaries carry them, else recomputed).
 pub fn run_page(name: &str, run: &RunLines) -> String {
+    run_page_with_findings(name, run, &run.findings(None))
+}
+
+/// The page of a run, with these findings first (`report` recomputes them, with a study).
+pub fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
     if let Some(study) = &run.study {
         return super::study::study_page(study);
     }
@@ -301,22 +316,19 @@ pub fn run_page(name: &str, run: &RunLines) -> String {
     let t0 = summary
         .and_then(|s| seconds_of(&s.start))
         .or_else(|| run.first_start.as_deref().and_then(seconds_of));
-    let summed = run.summed();
-    if summed.is_some() {
+    // A demo line holds two runs (Worker threads, then processes): both are shown.
+    let sources = run.shown();
+    if summary.is_none() && !sources.is_empty() {
         let _ = write!(
             body,
             r#"<p class="note partial">No summary line (the run was cut short): the figures below are the sums of its {} interval lines, percentiles at the resolution of the log2 buckets.</p>"#,
             run.intervals
         );
     }
-    // A demo line holds two runs (Worker threads, then processes): both are shown.
-    let sources: Vec<&Report> = if run.demo.is_empty() {
-        summary.or(summed.as_ref()).into_iter().collect()
-    } else {
-        run.demo.iter().chain(&run.summary).collect()
-    };
     let mut procs: Vec<&ProcessReport> = sources.iter().flat_map(|s| &s.processes).collect();
     procs.sort_by_key(|p| std::cmp::Reverse(p.write.wait_ns.sum));
+    // The verdict first: what was found and what to change.
+    body.push_str(&super::verdict::findings_section(findings));
     if procs.is_empty() {
         body.push_str(r#"<p class="note">No mmap_lock activity by the selected processes.</p>"#);
     }

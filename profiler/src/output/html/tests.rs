@@ -52,7 +52,7 @@ fn several_runs_and_demo_lines_each_give_a_summary() {
     assert!(r.summary.is_some() && r.study.is_none());
     // compare takes each summary as a run, and each run of a demo line.
     let runs = Runs::parse("f", &text).unwrap();
-    assert_eq!(compare(("f", &runs), ("f", &runs)).before.runs, 4);
+    assert_eq!(compare(("f", &runs), ("f", &runs), None).before.runs, 4);
 }
 
 #[test]
@@ -149,11 +149,21 @@ fn the_study_page_draws_scenarios_beside_each_other_per_file_size_and_k() {
         study_run("default", "processes", 64.0, 2, 1500.0),
         study_run("reuse", "processes", 64.0, 2, 2500.0),
         study_run("default", "workers", 0.125, 1, 9000.0),
+        // A second run of the cell: the bars draw the mean.
+        study_run("reuse", "workers", 64.0, 2, 3400.0),
     ];
     let study = format!(
-        r#"{{"type":"study","schema_version":1,"machine":{{}},"runs":[{}],"ranking_text":"1. reuse <best>"}}"#,
-        runs.join(",")
-    );
+        r#"{{"type":"study","schema_version":1,"machine":{{}},"runs":[{}],"repeat":2,{}}}"#,
+        runs.join(","),
+        r#""ranking": [{"file_kib": 64.0, "scenario": "reuse <best>", "throughput_ratio": 3.2, "writes_ratio": 0.2,
+                 "throughput": {"mean": 3.2, "min": 3.0, "max": 3.4, "runs": 2}, "throughput_verdict": "changed",
+                 "writes": {"mean": 0.2, "min": 0.2, "max": 0.2, "runs": 2}, "writes_verdict": "changed"},
+                {"file_kib": 64.0, "scenario": "default", "throughput_ratio": 1.0, "writes_ratio": 1.0}],
+    "claims": [{"scenario": "arena-1", "claim": "a marginal effect", "verdict": "within noise",
+                "throughput": {"mean": 1.1, "min": 0.95, "max": 1.3, "runs": 2},
+                "writes": {"mean": 0.5, "min": 0.4, "max": 0.6, "runs": 2}}]"#
+    )
+    .replace('\n', " ");
     let page = study_page_of("results.json", &study).unwrap();
     assert_eq!(charts(&page, "throughput-64000-2"), 1);
     assert_eq!(charts(&page, "throughput-125-1"), 1);
@@ -162,10 +172,17 @@ fn the_study_page_draws_scenarios_beside_each_other_per_file_size_and_k() {
     // Two scenarios x (workers, processes).
     assert_eq!(chart.matches("class=\"bar\"").count(), 4);
     assert_eq!(chart.matches(">reuse</text>").count(), 1);
-    assert!(chart.contains(">3000/s</text>"));
+    assert!(
+        chart.contains(">3200/s</text>"),
+        "the mean of 3000 and 3400: {chart}"
+    );
     assert_eq!(charts(&page, "wait-histogram-reuse-64000-2"), 1);
     assert!(page.contains("128 B files, k = 1") && page.contains("64 KiB files, k = 2"));
-    assert!(page.contains("1. reuse &lt;best&gt;"));
+    // The ranking and the claims are tables, with the runs' spread and the verdicts.
+    assert!(page.contains("<td>reuse &lt;best&gt;</td><td>3.20x <small>(3.00-3.40)</small></td><td class=\"good\">changed</td>"), "{page}");
+    assert!(page.contains("<td>default</td><td>1.00x</td>"));
+    assert!(page.contains("<td>a marginal effect</td><td>1.10x <small>(0.95-1.30)</small></td><td>0.50x <small>(0.40-0.60)</small></td><td class=\"within\">within noise</td>"));
+    assert!(!page.contains("<pre>"));
     // `report results.json --html` finds the study line.
     let run = RunLines::parse("results.json", &study).unwrap();
     assert_eq!(run_page("results.json", &run), page);
@@ -180,7 +197,7 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
         }
         r
     };
-    let c = compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])));
+    let c = compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])), None);
     let page = super::compare::compare_page(&c);
     for chart in [
         "writes-by-role",
@@ -210,7 +227,7 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
     );
     assert!(!page.contains("cannot be judged"));
     assert!(page.contains("b (2 runs) → a (2 runs)"), "{page}");
-    let one = compare(("b", &side(&[900])), ("a", &side(&[90])));
+    let one = compare(("b", &side(&[900])), ("a", &side(&[90])), None);
     assert!(super::compare::compare_page(&one).contains("b (1 run) → a (1 run)"));
 }
 
@@ -233,7 +250,7 @@ fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
         let at = page.find("<span>p99 write wait</span>").unwrap();
         let b = page[..at].rfind("<b>").unwrap();
         let runs = Runs::parse(name, text).unwrap();
-        let c = compare((name, &runs), (name, &runs));
+        let c = compare((name, &runs), (name, &runs), None);
         let all = c.rows.iter().find(|r| r.group == "all").unwrap();
         (page[b + 3..at - 4].to_string(), all.p99_wait_ns.before.mean)
     };
@@ -245,4 +262,82 @@ fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
     a.processes[0].write = stats(460, 50_000_000, 4_740_000, &[(1024, 450), (1 << 23, 10)]);
     b.processes[0].write = stats(460, 50_000_000, 4_500_000, &[(1024, 450), (1 << 23, 10)]);
     assert_eq!(p99_of("cut.json", &ndjson(&[&a, &b])), want);
+}
+
+#[test]
+fn the_findings_come_first_on_a_run_page_with_what_to_change() {
+    use crate::output::fixtures::time_share as share;
+    use crate::{
+        output::{
+            findings::{Finding, Severity},
+            report::{CauseReport, RoleShare},
+        },
+        registry::roles::Role,
+    };
+    // Worker threads whose writes are mprotects (arena growth), 400 ms of wait in 4 s alive.
+    let mut p = process(7, "node", 400_000_000, false);
+    let mprotects = stats(2000, 400_000_000, 600_000, &[(1 << 20, 2000)]);
+    p.threads[1].write = mprotects.clone();
+    p.threads[1].causes = vec![CauseReport {
+        cause: "mprotect".into(),
+        write: mprotects,
+    }];
+    p.write = stats(2004, 400_000_000, 600_000, &[(1 << 20, 2004)]);
+    p.time_share_by_role = Some(vec![
+        RoleShare {
+            role: Role::Worker,
+            share: share(400_000_000, 4_000_000_000, 1),
+        },
+        RoleShare {
+            role: Role::Main,
+            share: share(1, 4_000_000_000, 1),
+        },
+    ]);
+    p.time_share = Some(share(400_000_001, 8_000_000_000, 2));
+    // Read back from its file, as `report` reads it.
+    let run = RunLines::parse("run.json", &ndjson(&[&summary(vec![p])])).unwrap();
+    let page = run_page("run.json", &run);
+    let finding = page
+        .find("data-finding=\"arena-growth\"")
+        .expect("the finding");
+    assert!(
+        finding < page.find("data-pid=\"7\"><h2>").unwrap(),
+        "findings first"
+    );
+    assert!(page.contains("<span class=\"sev\">high</span>"));
+    assert!(page.contains("MALLOC_ARENA_MAX=2"));
+    // The process's time share, as a KPI and per role.
+    assert!(
+        page.contains("<b>5.0%</b><span>of its threads&#39; time waiting</span>"),
+        "{page}"
+    );
+    assert!(page.contains("data-table=\"time-share\""));
+    // A summary the profiler made, carrying its findings (with its --study), is shown as it
+    // is; a file's findings are not read, but recomputed.
+    let mut s = summary(vec![process(8, "node", 10, false)]);
+    s.findings = Some(vec![Finding {
+        id: "long-holds".into(),
+        pid: 8,
+        comm: "node".into(),
+        severity: Severity::Medium,
+        title: "thread 9 holds it".into(),
+        wait_ns: 5,
+        share_of_wait: 0.5,
+        time_share: Some(0.03),
+        time_share_bound: None,
+        evidence: crate::output::findings::Evidence {
+            facts: vec!["a fact".into()],
+            ..Default::default()
+        },
+        advice: vec!["do this".into()],
+        measured: Vec::new(),
+        measured_on: None,
+        source: "docs/findings.md#long-holds".into(),
+    }]);
+    let mut recorded = RunLines::default();
+    recorded.add_report(&s);
+    let page = run_page("x", &recorded);
+    assert!(page.contains("data-finding=\"long-holds\"") && page.contains("<li>a fact</li>"));
+    let page = run_page("x", &RunLines::parse("x", &ndjson(&[&s])).unwrap());
+    assert!(!page.contains("data-finding=\"long-holds\""), "{page}");
 }

@@ -1,0 +1,422 @@
+//! The detectors of the patterns (the table is in `patterns`): each reads one process of a
+//! summary and returns its finding, or None.
+
+use std::collections::BTreeMap;
+
+use super::{
+    Finding, Severity, ThreadRef,
+    evidence::{finding, js_functions, pct, ratio, roles_text, stacks_of},
+    patterns::*,
+    view::{cause, own, thread_wait, wait, writes_by},
+};
+use crate::{
+    output::{
+        report::{DsoReport, ProcessReport, Report, ThreadReport},
+        text::fmt_ns,
+    },
+    registry::roles::Role,
+};
+
+pub(super) fn not_a_bottleneck(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let share = p.time_share.as_ref()?;
+    let cpu_small = share.cpu.is_none_or(|c| c < NOT_A_BOTTLENECK_SHARE);
+    let roles_small = p.time_share_by_role.iter().flatten().all(|r| {
+        matches!(r.role, Role::Foreign | Role::Profiler)
+            || r.share.wall < NOT_A_BOTTLENECK_ROLE_SHARE
+    });
+    if share.wall >= NOT_A_BOTTLENECK_SHARE || !cpu_small || !roles_small {
+        return None;
+    }
+    let cpu = share.cpu.map_or(String::new(), |c| {
+        format!(" ({} of their CPU time)", pct(c))
+    });
+    let mut f = Finding {
+        severity: Severity::Info,
+        time_share: Some(share.wall),
+        ..finding(
+            s,
+            p,
+            format!(
+                "mmap_lock is not this process's bottleneck: its threads waited {} of their time for it{cpu}",
+                pct(share.wall)
+            ),
+            share.wait_ns,
+            &[],
+        )
+    };
+    f.evidence.facts.push(format!(
+        "{} of wait against {} of its {} threads' time alive{}",
+        fmt_ns(share.wait_ns),
+        fmt_ns(share.alive_ns),
+        share.threads.unwrap_or(0),
+        share
+            .cpu_ns
+            .map_or(String::new(), |c| format!(" and {} of CPU time", fmt_ns(c)))
+    ));
+    Some(f)
+}
+
+pub(super) fn arena_growth(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let (n, w, per_role) = writes_by(p, "mprotect", NON_MAIN);
+    if n < MIN_WRITES || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
+        return None;
+    }
+    let (sampled, malloc, code) = stacks_of(p, "mprotect", true);
+    // Sampled stacks that are mostly not malloc's: mprotect for another reason (JIT code).
+    if sampled >= 10 && malloc * 2 < sampled {
+        return None;
+    }
+    let (roles, by_role) = roles_text(&per_role);
+    let involved = involved(&per_role);
+    let mut f = finding(
+        s,
+        p,
+        format!(
+            "glibc's malloc arenas of the {} threads grow and shrink: {n} mprotect writes",
+            roles.first().map_or("non-main", String::as_str)
+        ),
+        w,
+        &involved,
+    );
+    f.evidence.roles = roles;
+    f.evidence.causes = vec!["mprotect".into()];
+    f.evidence.code = code;
+    f.evidence.js_functions = js_functions(p);
+    f.evidence.facts.push(format!(
+        "mprotect writes by thread role: {by_role}; they waited {} ({} of the process's wait)",
+        fmt_ns(w),
+        pct(ratio(w, wait(p)))
+    ));
+    if sampled > 0 {
+        f.evidence.facts.push(format!(
+            "{malloc} of {sampled} sampled mprotect stacks are malloc's (a thread's arena growing)"
+        ));
+    }
+    Some(f)
+}
+
+pub(super) fn mmap_threshold(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let (mmaps, w1, r1) = writes_by(p, "mmap", JS);
+    let (munmaps, w2, r2) = writes_by(p, "munmap", JS);
+    let (n, w) = (mmaps + munmaps, w1 + w2);
+    if n < MIN_WRITES || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
+        return None;
+    }
+    let (sampled, malloc, code) = stacks_of(p, "mmap", true);
+    if sampled >= 10 && malloc * 2 < sampled {
+        return None;
+    }
+    let mut per_role = r1;
+    for (r, k) in r2 {
+        *per_role.entry(r).or_default() += k;
+    }
+    let (roles, by_role) = roles_text(&per_role);
+    let involved = involved(&per_role);
+    let mut f = finding(
+        s,
+        p,
+        format!(
+            "large allocations map and unmap memory of their own: {mmaps} mmap and {munmaps} munmap writes"
+        ),
+        w,
+        &involved,
+    );
+    f.evidence.roles = roles;
+    f.evidence.causes = vec!["mmap".into(), "munmap".into()];
+    f.evidence.code = code;
+    f.evidence.js_functions = js_functions(p);
+    f.evidence.facts.push(format!(
+        "mmap and munmap writes by thread role: {by_role}; they waited {}",
+        fmt_ns(w)
+    ));
+    if sampled > 0 {
+        f.evidence.facts.push(format!(
+            "{malloc} of {sampled} sampled mmap stacks are malloc's (an allocation above glibc's mmap threshold)"
+        ));
+    }
+    Some(f)
+}
+
+pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let roles = p.blocked_by_role.as_ref()?;
+    let mut waiters: BTreeMap<Role, u64> = BTreeMap::new();
+    let mut holders: BTreeMap<Role, u64> = BTreeMap::new();
+    let mut w = 0;
+    for r in roles
+        .iter()
+        .filter(|r| r.cause == "read" && r.write_wait_ns > 0)
+    {
+        w += r.write_wait_ns;
+        *waiters.entry(r.waiter_role).or_default() += r.write_wait_ns;
+        *holders.entry(r.holder_role).or_default() += r.write_wait_ns;
+    }
+    if ratio(w, p.write.wait_ns.sum) < 0.25 || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
+        return None;
+    }
+    let (waiter_roles, _) = roles_text(&waiters);
+    let (holder_roles, _) = roles_text(&holders);
+    let mut f = finding(
+        s,
+        p,
+        format!(
+            "writers wait behind page faults' read holds: {} of the write wait",
+            pct(ratio(w, p.write.wait_ns.sum))
+        ),
+        w,
+        &involved(&waiters),
+    );
+    f.evidence.facts.push(format!(
+        "{} of the writers' {} wait was charged to read holds (by {} threads), {} read acquisitions in all",
+        fmt_ns(w),
+        fmt_ns(p.write.wait_ns.sum),
+        holder_roles.join(", "),
+        p.read.count
+    ));
+    f.evidence.roles = waiter_roles;
+    f.evidence.causes = vec!["read".into()];
+    f.evidence.js_functions = js_functions(p);
+    Some(f)
+}
+
+const WRITE_CAUSES: &[&str] = &[
+    "mmap",
+    "munmap",
+    "mprotect",
+    "brk",
+    "madvise",
+    "mremap",
+    "fork",
+    "exit",
+    "page_fault",
+    "other",
+];
+
+pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    // With blockers: the thread whose holds were charged the most, if one thread's writes.
+    let (holder, cause_, charged, waits) = match p.blockers.as_ref() {
+        Some(b) => {
+            let top = b
+                .iter()
+                .find(|b| WRITE_CAUSES.contains(&b.cause.as_ref()))?;
+            if ratio(top.wait_ns, wait(p)) < 0.3 {
+                return None;
+            }
+            (top.tid, top.cause.to_string(), top.wait_ns, Some(top.waits))
+        }
+        // Without: the thread holding the lock for write longest in one cause.
+        None => {
+            let (t, c) = own(p)
+                .flat_map(|t| t.causes.iter().map(move |c| (t, c)))
+                .max_by_key(|(_, c)| c.write.hold_ns.sum)?;
+            let others: u64 = own(p).filter(|o| o.tid != t.tid).map(thread_wait).sum();
+            if ratio(c.write.hold_ns.sum, wait(p)) < 0.3 || others == 0 {
+                return None;
+            }
+            (
+                t.tid,
+                c.cause.to_string(),
+                c.write.hold_ns.sum.min(others),
+                None,
+            )
+        }
+    };
+    let t = p.threads.iter().find(|t| t.tid == holder)?;
+    let holds = cause(t, &cause_)?;
+    if holds.count == 0 || holds.hold_ns.mean < LONG_HOLD_NS {
+        return None;
+    }
+    let roles: Vec<Role> = own(p).filter(|o| o.tid != holder).map(|o| o.role).collect();
+    let mut f = finding(
+        s,
+        p,
+        format!(
+            "thread {holder} ({}, {}) holds mmap_lock for write in {cause_} for {} at a time: the others wait behind it",
+            t.comm,
+            t.role.as_str(),
+            fmt_ns(holds.hold_ns.mean as u64)
+        ),
+        charged,
+        &roles,
+    );
+    f.evidence.facts.push(format!(
+        "{} {cause_} calls held the lock {} in all (up to {} each)",
+        holds.count,
+        fmt_ns(holds.hold_ns.sum),
+        fmt_ns(holds.hold_ns.max)
+    ));
+    f.evidence.facts.push(match waits {
+        Some(w) => format!(
+            "{} of the others' wait ({w} waits) is charged to its holds",
+            fmt_ns(charged)
+        ),
+        None => format!(
+            "without --blockers, who waited behind it is not measured: up to {} of the others' wait",
+            fmt_ns(charged)
+        ),
+    });
+    f.evidence.threads.push(ThreadRef {
+        tid: holder,
+        role: t.role.as_str().to_string(),
+        comm: t.comm.clone(),
+        cause: cause_.clone(),
+    });
+    f.evidence.causes = vec![cause_];
+    f.evidence.roles = vec![t.role.as_str().to_string()];
+    Some(f)
+}
+
+pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let addon: Vec<&ThreadReport> = own(p).filter(|t| t.role == Role::Addon).collect();
+    let (writes, w): (u64, u64) = addon
+        .iter()
+        .fold((0, 0), |a, t| (a.0 + t.write.count, a.1 + thread_wait(t)));
+    let sampled: u64 = p.dsos.iter().flatten().map(|d| d.write.count).sum();
+    let files: Vec<&DsoReport> = p
+        .dsos
+        .iter()
+        .flatten()
+        .filter(|d| d.dso.ends_with(".node"))
+        .collect();
+    let file_writes: u64 = files.iter().map(|d| d.write.count).sum();
+    if writes < MIN_WRITES && (file_writes < MIN_WRITES || ratio(file_writes, sampled) < 0.1) {
+        return None;
+    }
+    // Sampled writes' wait, scaled to all writes by the sampling rate.
+    let scale = u64::from(s.stack_sample.unwrap_or(1).max(1));
+    let file_wait: u64 = files.iter().map(|d| d.write.wait_ns.sum * scale).sum();
+    let names: Vec<String> = files
+        .iter()
+        .map(|d| {
+            std::path::Path::new(&d.dso)
+                .file_name()
+                .map_or(d.dso.clone(), |n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    let what = if names.is_empty() {
+        "a native addon (sample stacks to name its .node file)".to_string()
+    } else {
+        names.join(", ")
+    };
+    let explained = w.max(file_wait);
+    let mut roles = vec![Role::Addon];
+    if !files.is_empty() {
+        roles.extend(JS);
+    }
+    let mut f = finding(
+        s,
+        p,
+        format!("{what} takes the lock for write itself: {writes} writes by its own threads"),
+        explained,
+        &roles,
+    );
+    f.evidence.facts.push(format!(
+        "{} addon thread(s): {writes} writes, {} of wait",
+        addon.len(),
+        fmt_ns(w)
+    ));
+    for d in &files {
+        f.evidence.facts.push(format!(
+            "{} of {sampled} sampled writes came from {}",
+            d.write.count, d.dso
+        ));
+    }
+    f.evidence.code = files.iter().map(|d| d.dso.clone()).collect();
+    f.evidence.roles = vec!["addon".into()];
+    f.evidence.causes = addon
+        .iter()
+        .flat_map(|t| t.causes.iter().map(|c| c.cause.to_string()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    Some(f)
+}
+
+pub(super) fn v8_gc_unmap(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let (n, w, _) = writes_by(p, "munmap", &[Role::V8]);
+    // With blockers: the wait V8's unmaps made others wait (the write hold, and the read
+    // hold a munmap keeps after downgrading).
+    let charged: u64 = p
+        .blocked_by_role
+        .iter()
+        .flatten()
+        .filter(|r| r.holder_role == Role::V8 && (r.cause == "munmap" || r.cause == "downgrade"))
+        .map(|r| r.wait_ns)
+        .sum();
+    let explained = w + charged;
+    if n < MIN_WRITES || ratio(explained, wait(p)) < MIN_SHARE_OF_WAIT {
+        return None;
+    }
+    let (_, _, code) = stacks_of(p, "munmap", false);
+    let mut f = finding(
+        s,
+        p,
+        format!("V8's platform threads unmap freed memory: {n} munmap writes"),
+        explained,
+        &[Role::V8, Role::Worker, Role::Main],
+    );
+    f.evidence.facts.push(format!(
+        "v8 threads' munmap writes waited {}{}",
+        fmt_ns(w),
+        if charged > 0 {
+            format!(
+                "; {} of other threads' wait is charged to them",
+                fmt_ns(charged)
+            )
+        } else {
+            String::new()
+        }
+    ));
+    f.evidence.roles = vec!["v8".into()];
+    f.evidence.causes = vec!["munmap".into()];
+    f.evidence.code = code;
+    Some(f)
+}
+
+/// The profiler's own acquisitions of the process's lock (`profiler` in the summary, its
+/// threads of the role `profiler`): what it may have made the process's threads wait. The
+/// kernel never charges waits to its holds, so their length is the bound.
+pub(super) fn profiler_presence(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    let ours = p.profiler.as_ref()?;
+    let (reads, writes) = (ours.read.count, ours.write.count);
+    let holds = ours.read.hold_ns.sum + ours.write.hold_ns.sum;
+    if ratio(holds, wait(p)) < 0.01 && holds < 1_000_000 {
+        return None;
+    }
+    let roles: Vec<Role> = own(p).map(|t| t.role).collect();
+    let writes_text = if writes > 0 {
+        format!(" and {writes} writes")
+    } else {
+        String::new()
+    };
+    let mut f = finding(
+        s,
+        p,
+        format!(
+            "the profiler's own reads of the process's memory map: {reads} read acquisitions{writes_text}"
+        ),
+        holds,
+        &roles,
+    );
+    f.evidence.facts.push(format!(
+        "its holds lasted {} in all: an upper bound of what it made the process's threads wait; {} of the lock's acquisitions were its own (not counted in the process's)",
+        fmt_ns(holds),
+        pct(ours.share)
+    ));
+    f.evidence.roles = vec![Role::Profiler.as_str().to_string()];
+    f.evidence.causes = if writes > 0 {
+        vec!["read".into(), "write".into()]
+    } else {
+        vec!["read".into()]
+    };
+    Some(f)
+}
+
+/// The roles of a count per role, as a finding costs them.
+fn involved(per_role: &BTreeMap<Role, u64>) -> Vec<Role> {
+    let total: u64 = per_role.values().sum();
+    per_role
+        .iter()
+        .filter(|r| *r.1 > 0 && *r.1 * 10 >= total)
+        .map(|r| *r.0)
+        .collect()
+}

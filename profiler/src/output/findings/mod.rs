@@ -1,0 +1,279 @@
+//! From numbers to a verdict: the patterns recognised in a summary (`findings`), each with
+//! its evidence, what it costs the threads involved (severity from their time share), what
+//! to change, and, given a study of this host, what that change measured there.
+//!
+//! A pure function of a summary (the report's own type, as the profiler builds it or as
+//! `report` and `compare` read it back from a file of any build, so that they recompute it)
+//! and of an optional study. The patterns are data: the table in [`patterns`], each with its
+//! sources in docs/findings.md.
+
+mod detect;
+mod evidence;
+mod patterns;
+pub mod study;
+#[cfg(test)]
+mod tests;
+mod view;
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+pub use patterns::PATTERNS;
+pub use study::{Effect, StudyEffects, StudyFileError};
+
+use crate::output::{
+    report::{ProcessReport, Report},
+    text::fmt_ns,
+};
+
+/// How much a finding costs the threads involved: from its time share (the wait it explains
+/// over their wall time alive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Under 0.5% of their time.
+    Info,
+    /// 0.5% to 2%.
+    Low,
+    /// 2% to 10%.
+    Medium,
+    /// 10% and more.
+    High,
+}
+
+impl Severity {
+    pub fn of_share(share: f64) -> Severity {
+        if share >= 0.10 {
+            Severity::High
+        } else if share >= 0.02 {
+            Severity::Medium
+        } else if share >= 0.005 {
+            Severity::Low
+        } else {
+            Severity::Info
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+        }
+    }
+}
+
+/// A thread a finding names (the holder of long holds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRef {
+    pub tid: u32,
+    pub role: String,
+    pub comm: String,
+    /// What it held the lock for.
+    pub cause: String,
+}
+
+/// Why the pattern was recognised.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Evidence {
+    /// Thread roles involved, most involved first.
+    pub roles: Vec<String>,
+    /// Write causes (or `read`) involved.
+    pub causes: Vec<String>,
+    /// Code that asked for memory (sampled stacks: a function or a file).
+    pub code: Vec<String>,
+    /// JavaScript functions on the sampled stacks.
+    pub js_functions: Vec<String>,
+    /// Threads named (e.g. the holder).
+    pub threads: Vec<ThreadRef>,
+    /// The figures behind it, one sentence each.
+    pub facts: Vec<String>,
+}
+
+/// One pattern recognised in one process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The pattern (docs/findings.md#ID).
+    pub id: String,
+    pub pid: u32,
+    pub comm: String,
+    pub severity: Severity,
+    /// What was found, in one line.
+    pub title: String,
+    /// The wait it explains, ns, and as a share of the process's wait (write and read).
+    pub wait_ns: u64,
+    pub share_of_wait: f64,
+    /// The wait it explains over the wall time alive of the threads involved; None when the
+    /// report has no time share (an older build): then severity comes from
+    /// `time_share_bound`.
+    #[serde(default)]
+    pub time_share: Option<f64>,
+    /// Without a time share: the wait over the run's duration times the threads involved (a
+    /// lower bound of the share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share_bound: Option<f64>,
+    #[serde(default)]
+    pub evidence: Evidence,
+    /// What to change, most effective first.
+    #[serde(default)]
+    pub advice: Vec<String>,
+    /// With `--study`: what those changes measured on the study's host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<Effect>,
+    /// The study's host, when `measured` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_on: Option<String>,
+    /// Where the pattern and its advice come from.
+    #[serde(default)]
+    pub source: String,
+}
+
+/// The findings of a summary, most severe first.
+pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // The processes that waited most first; within each, "not your bottleneck" first, then
+    // by severity and wait.
+    let mut procs: Vec<&ProcessReport> = s.processes.iter().collect();
+    procs.sort_by_key(|p| std::cmp::Reverse(view::wait(p)));
+    for p in procs {
+        let start = out.len();
+        for pattern in PATTERNS {
+            if let Some(mut f) = (pattern.detect)(s, p) {
+                f.id = pattern.id.to_string();
+                f.advice
+                    .extend(pattern.advice.iter().map(|a| a.to_string()));
+                f.source = format!("docs/findings.md#{}", pattern.id);
+                f.add_measured(study);
+                out.push(f);
+            }
+        }
+        // Where the lock is not the bottleneck, patterns that cost next to nothing are noise.
+        if out[start..]
+            .iter()
+            .any(|f| f.id == patterns::NOT_A_BOTTLENECK)
+        {
+            let mut i = start;
+            while i < out.len() {
+                let always = PATTERNS.iter().any(|p| p.id == out[i].id && p.always);
+                if out[i].severity == Severity::Info && !always {
+                    out.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        out[start..].sort_by(|a, b| {
+            let nb = |f: &Finding| f.id == patterns::NOT_A_BOTTLENECK;
+            (nb(b), b.severity, b.wait_ns).cmp(&(nb(a), a.severity, a.wait_ns))
+        });
+    }
+    out
+}
+
+impl Finding {
+    /// With a study: what the pattern's advice measured on its host.
+    pub fn add_measured(&mut self, study: Option<&StudyEffects>) {
+        let (Some(st), Some(pattern)) = (study, PATTERNS.iter().find(|p| p.id == self.id)) else {
+            return;
+        };
+        self.measured = st.of(pattern.study);
+        if !self.measured.is_empty() {
+            self.measured_on = Some(st.machine.clone());
+        }
+    }
+}
+
+/// Adds its findings to a summary.
+pub fn attach(report: &mut Report, study: Option<&StudyEffects>) {
+    report.findings = Some(find(report, study));
+}
+
+fn pct(x: f64) -> String {
+    crate::output::text::fmt_share(x)
+}
+
+/// A study's effect in one line: `arena-1 at 64 KiB: 1.24x throughput (1.10-1.31, 3 runs,
+/// changed), 0.46x writes`.
+pub fn effect_text(e: &Effect) -> String {
+    let size = crate::study::size_name(e.file_kib);
+    let spread = if e.throughput.runs > 1 {
+        format!(
+            " ({:.2}-{:.2}, {} runs, {})",
+            e.throughput.min, e.throughput.max, e.throughput.runs, e.verdict
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{} at {size}: {:.2}x throughput{spread}, {:.2}x writes",
+        e.scenario, e.throughput.mean, e.writes.mean
+    )
+}
+
+/// The share line of a finding: `12% of the worker threads' time, 58% of the wait`.
+pub fn share_text(f: &Finding) -> String {
+    if f.id == patterns::NOT_A_BOTTLENECK {
+        return format!(
+            "{} of its threads' time ({} of wait)",
+            pct(f.time_share.unwrap_or(0.0)),
+            fmt_ns(f.wait_ns)
+        );
+    }
+    let time = match (f.time_share, f.time_share_bound) {
+        (Some(s), _) => format!("{} of the time of the threads involved, ", pct(s)),
+        (None, Some(b)) => format!("at least {} of the threads' time, ", pct(b)),
+        _ => String::new(),
+    };
+    format!(
+        "{time}{} of the process's lock wait ({})",
+        pct(f.share_of_wait),
+        fmt_ns(f.wait_ns)
+    )
+}
+
+/// The findings section at the top of the text view.
+pub fn to_text(findings: &[Finding]) -> String {
+    let mut out = String::new();
+    if findings.is_empty() {
+        return out;
+    }
+    out.push_str("\nfindings (docs/findings.md):\n");
+    for f in findings {
+        let _ = writeln!(
+            out,
+            "  [{}] {} (pid {}): {}",
+            f.severity.as_str(),
+            f.comm,
+            f.pid,
+            f.title
+        );
+        let _ = writeln!(out, "      cost: {}", share_text(f));
+        // A pattern that costs next to nothing: its title and cost say enough.
+        if f.severity == Severity::Info && f.id != patterns::NOT_A_BOTTLENECK {
+            continue;
+        }
+        for fact in &f.evidence.facts {
+            let _ = writeln!(out, "      evidence: {fact}");
+        }
+        if !f.evidence.code.is_empty() {
+            let _ = writeln!(out, "      code: {}", f.evidence.code.join("; "));
+        }
+        if !f.evidence.js_functions.is_empty() {
+            let _ = writeln!(
+                out,
+                "      JavaScript: {}",
+                f.evidence.js_functions.join("; ")
+            );
+        }
+        for a in &f.advice {
+            let _ = writeln!(out, "      change: {a}");
+        }
+        for e in &f.measured {
+            let _ = writeln!(out, "      measured here: {}", effect_text(e));
+        }
+    }
+    out
+}

@@ -1,0 +1,126 @@
+//! The patterns, as data: each with its id (its section in docs/findings.md, which gives
+//! its sources), its advice, the study scenarios that measure that advice, and the test that
+//! recognises it in one process of a summary.
+
+use super::{Finding, detect::*};
+use crate::{
+    output::report::{ProcessReport, Report},
+    registry::roles::Role,
+};
+
+pub struct Pattern {
+    pub id: &'static str,
+    /// What to change, most effective first (a detector may put a more specific line first).
+    pub advice: &'static [&'static str],
+    /// The study's scenarios that measure the advice (`mmaplock-prof study`).
+    pub study: &'static [&'static str],
+    /// Reported at `info` severity in a process whose verdict is "not your bottleneck" (what
+    /// is there, rather than what to change).
+    pub always: bool,
+    pub detect: fn(&Report, &ProcessReport) -> Option<Finding>,
+}
+
+pub const NOT_A_BOTTLENECK: &str = "not-your-bottleneck";
+
+pub const PATTERNS: &[Pattern] = &[
+    Pattern {
+        id: NOT_A_BOTTLENECK,
+        advice: &[
+            "Look elsewhere (a CPU profile, I/O): removing all of this wait would give back at most this share of the threads' time",
+        ],
+        study: &[],
+        always: true,
+        detect: not_a_bottleneck,
+    },
+    Pattern {
+        id: "arena-growth",
+        advice: &[
+            "Cap glibc's malloc arenas: MALLOC_ARENA_MAX=2 in the process's environment (threads then share a few arenas, which seldom grow or shrink)",
+            "Or preload jemalloc (Debian's libjemalloc2: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2), whose arenas grow by large chunks",
+            "Reuse Buffers instead of allocating one per operation (read into one preallocated Buffer with fs.readSync)",
+        ],
+        study: &["arena-1", "arena-2", "jemalloc", "reuse"],
+        always: false,
+        detect: arena_growth,
+    },
+    Pattern {
+        id: "mmap-threshold",
+        advice: &[
+            "Reuse large Buffers (one per thread, read into with fs.readSync) or take them from a pool of your own: each fresh one at or above glibc's mmap threshold is an mmap, and freeing it an munmap",
+            "Carve small Buffers out of larger slabs, so that allocations stay under the threshold",
+        ],
+        study: &["reuse", "slab", "pool-256k", "finalization-pool"],
+        always: false,
+        detect: mmap_threshold,
+    },
+    Pattern {
+        id: "fault-reads",
+        advice: &[
+            "Touch (or fill) buffers before the hot path and reuse them: the first write to a fresh page is a page fault that holds the lock for read while the kernel copies into it",
+            "Copy in smaller pieces (read a large file in chunks into a reused Buffer, or stream it): shorter read holds, shorter waits for the writers behind them",
+        ],
+        study: &["reuse", "slab"],
+        always: false,
+        detect: fault_reads,
+    },
+    Pattern {
+        id: "long-holds",
+        advice: &[
+            "Make that call shorter or rarer: fork or spawn from a small helper process instead of a large one; change the protection of, unmap or advise large regions once or in smaller pieces; populate memory before other threads start",
+        ],
+        study: &[],
+        always: false,
+        detect: long_holds,
+    },
+    Pattern {
+        id: "addon-threads",
+        advice: &[
+            "The addon maps and unmaps memory itself: have it reuse its buffers or allocate larger blocks at once, and tell its maintainers",
+            "If it cannot change, run it in a process of its own (child_process): its writes then take that process's lock",
+        ],
+        study: &[],
+        always: true,
+        detect: addon_threads,
+    },
+    Pattern {
+        id: "v8-gc-unmap",
+        advice: &[
+            "Fewer short-lived large Buffers and ArrayBuffers (reuse or pool them): V8's platform threads unmap each one's memory when the garbage collector frees it",
+        ],
+        study: &["reuse", "pool-256k"],
+        always: false,
+        detect: v8_gc_unmap,
+    },
+    Pattern {
+        id: "profiler-presence",
+        advice: &[
+            "This is the profiler itself reading the process's /proc files (maps, for thread roles and stacks): it is gone when the profiler is; sample fewer stacks (--stack-sample 0) to read them less",
+        ],
+        study: &[],
+        always: true,
+        detect: profiler_presence,
+    },
+];
+
+/// A pattern must explain at least this share of its process's wait to be reported.
+pub(super) const MIN_SHARE_OF_WAIT: f64 = 0.10;
+/// ... and rest on at least this many writes.
+pub(super) const MIN_WRITES: u64 = 20;
+/// Below this share of its threads' time (wall and CPU), mmap_lock is not the bottleneck.
+pub(super) const NOT_A_BOTTLENECK_SHARE: f64 = 0.01;
+/// No role may wait more than this share of its time either.
+pub(super) const NOT_A_BOTTLENECK_ROLE_SHARE: f64 = 0.02;
+/// Holds this long (mean of the holder's calls) are long: a write hold is a few us.
+pub(super) const LONG_HOLD_NS: f64 = 200_000.0;
+
+/// Own thread roles other than the main thread (those with malloc arenas of their own).
+pub(super) const NON_MAIN: &[Role] = &[
+    Role::Worker,
+    Role::Libuv,
+    Role::V8,
+    Role::Inspector,
+    Role::Addon,
+    Role::Other,
+];
+/// Roles that run JavaScript.
+pub(super) const JS: &[Role] = &[Role::Main, Role::Worker];

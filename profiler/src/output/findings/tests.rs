@@ -1,0 +1,446 @@
+//! The patterns on synthetic summaries, built through the report's own types: each
+//! recognised from its evidence, and not from look-alikes.
+
+use std::collections::BTreeMap;
+
+use super::{Severity, StudyEffects, find, to_text};
+use crate::{
+    aggregation::{DurationHist, SideStats},
+    output::{
+        fixtures::time_share as share,
+        report::{
+            BlockerReport, CauseReport, DsoReport, FlameStack, ProcessReport, ProfilerShare,
+            Report, RoleBlock, Stats, ThreadReport,
+        },
+        share::RoleShare,
+    },
+    registry::roles::Role,
+};
+
+const S: u64 = 1_000_000_000;
+
+/// `count` durations summing to `sum`, the longest `max`, all in the bucket of `max`.
+fn hist(sum: u64, max: u64, count: u64) -> DurationHist {
+    let upper = (max + 1).next_power_of_two().min(1 << 39);
+    DurationHist::from_upper_bounds(sum, max, (count > 0).then_some((upper, count)))
+}
+
+fn side(count: u64, wait: u64) -> SideStats {
+    SideStats {
+        count,
+        failed: 0,
+        wait: hist(wait, wait, count),
+        hold: DurationHist::default(),
+    }
+}
+
+fn stats(count: u64, wait: u64) -> Stats {
+    Stats::new(&side(count, wait))
+}
+
+/// Writes that held the lock `hold_sum` in all, `hold_max` the longest.
+fn holds(count: u64, wait: u64, hold_sum: u64, hold_max: u64) -> Stats {
+    Stats::new(&SideStats {
+        hold: hist(hold_sum, hold_max, count),
+        ..side(count, wait)
+    })
+}
+
+fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -> ThreadReport {
+    let mut write = SideStats::default();
+    for (_, s) in causes {
+        write.merge(&s.side());
+    }
+    ThreadReport {
+        tid,
+        role,
+        comm: "node".into(),
+        pid: matches!(role, Role::Foreign | Role::Profiler).then_some(99),
+        write: Stats::new(&write),
+        read,
+        downgrade: Stats::default(),
+        causes: causes
+            .iter()
+            .map(|(c, s)| CauseReport {
+                cause: (*c).into(),
+                write: s.clone(),
+            })
+            .collect(),
+        blocked_by: None,
+        time_share: None,
+    }
+}
+
+/// A process of these threads, each alive `alive` ns, with its time share by role (the
+/// profiler's threads in none, foreign takers in their role but not the process's).
+fn process(pid: u32, threads: Vec<ThreadReport>, alive: u64) -> ProcessReport {
+    let mut roles: BTreeMap<Role, (u64, u64, u64)> = BTreeMap::new();
+    let (mut write, mut read) = (SideStats::default(), SideStats::default());
+    for t in threads.iter().filter(|t| t.role != Role::Profiler) {
+        write.merge(&t.write.side());
+        read.merge(&t.read.side());
+        let e = roles.entry(t.role).or_default();
+        e.0 += t.write.wait_ns.sum + t.read.wait_ns.sum;
+        e.1 += alive;
+        e.2 += 1;
+    }
+    let own = roles
+        .iter()
+        .filter(|(r, _)| **r != Role::Foreign)
+        .fold((0, 0, 0), |a, (_, e)| (a.0 + e.0, a.1 + e.1, a.2 + e.2));
+    ProcessReport {
+        time_share: Some(share(own.0, own.1, own.2)),
+        time_share_by_role: Some(
+            roles
+                .iter()
+                .map(|(&role, e)| RoleShare {
+                    role,
+                    share: share(e.0, e.1, e.2),
+                })
+                .collect(),
+        ),
+        threads,
+        write: Stats::new(&write),
+        read: Stats::new(&read),
+        ..crate::output::fixtures::process(pid, "node", 0, false)
+    }
+}
+
+fn summary(processes: Vec<ProcessReport>) -> Report {
+    Report {
+        duration_s: Some(4.0),
+        ..crate::output::fixtures::summary(processes)
+    }
+}
+
+fn ids(findings: &[super::Finding]) -> Vec<&str> {
+    findings.iter().map(|f| f.id.as_str()).collect()
+}
+
+fn workers_growing_arenas(mprotect_wait: u64) -> ProcessReport {
+    let mut p = process(
+        1,
+        vec![
+            thread(1, Role::Main, &[("brk", stats(10, 1000))], stats(5, 10)),
+            thread(
+                2,
+                Role::Worker,
+                &[("mprotect", stats(500, mprotect_wait))],
+                stats(100, 1000),
+            ),
+            thread(
+                3,
+                Role::Worker,
+                &[("mprotect", stats(500, mprotect_wait))],
+                stats(100, 1000),
+            ),
+        ],
+        4 * S,
+    );
+    p.causes = Vec::new();
+    p
+}
+
+#[test]
+fn arena_growth_is_the_workers_mprotects_and_its_severity_their_share_of_time() {
+    // 2 x 0.3 s of 2 x 4 s: 7.5% of the Workers' time.
+    let f = find(&summary(vec![workers_growing_arenas(300_000_000)]), None);
+    assert_eq!(ids(&f), ["arena-growth"]);
+    let a = &f[0];
+    assert_eq!(a.severity, Severity::Medium);
+    assert_eq!(a.time_share, Some(0.075));
+    assert_eq!(a.evidence.roles, ["worker"]);
+    assert!(a.evidence.facts[0].starts_with("mprotect writes by thread role: worker 1000"));
+    assert!(a.advice[0].contains("MALLOC_ARENA_MAX=2"));
+    assert_eq!(a.source, "docs/findings.md#arena-growth");
+    // The same as a report of an older build (no time share): a lower bound from the run.
+    let mut old = summary(vec![workers_growing_arenas(300_000_000)]);
+    old.processes[0].time_share = None;
+    old.processes[0].time_share_by_role = None;
+    let f = find(&old, None);
+    assert_eq!(
+        (f[0].time_share, f[0].time_share_bound),
+        (None, Some(0.075))
+    );
+    // Sampled stacks that say it is not malloc (V8 changing its code's protection).
+    let mut jit = summary(vec![workers_growing_arenas(300_000_000)]);
+    let flame = |stack: &str| {
+        Some(vec![FlameStack {
+            stack: stack.into(),
+            count: 30,
+        }])
+    };
+    jit.processes[0].flame = flame(
+        "start;v8::internal::Isolate::Init (node);v8::base::OS::SetPermissions (node);mprotect (libc.so.6)",
+    );
+    assert!(!ids(&find(&jit, None)).contains(&"arena-growth"));
+    // ... and stacks that confirm it, naming the code that called malloc.
+    jit.processes[0].flame = flame(
+        "start;node::NodeArrayBufferAllocator::Allocate(unsigned long) (node);malloc (libc.so.6);0x7f00 (libc.so.6);__mprotect (libc.so.6)",
+    );
+    let f = find(&jit, None);
+    assert_eq!(
+        f[0].evidence.code,
+        ["node::NodeArrayBufferAllocator::Allocate (node)"]
+    );
+}
+
+#[test]
+fn a_process_that_hardly_waits_is_not_bottlenecked_and_says_so_first() {
+    // 1 ms of wait in 8 s of the threads' time.
+    let quiet = process(
+        7,
+        vec![
+            thread(
+                7,
+                Role::Main,
+                &[("mmap", stats(30, 500_000))],
+                stats(10, 500_000),
+            ),
+            thread(8, Role::Other, &[], stats(1, 10)),
+        ],
+        4 * S,
+    );
+    let f = find(
+        &summary(vec![quiet, workers_growing_arenas(300_000_000)]),
+        None,
+    );
+    // The busier process's findings first; the quiet one's verdict heads its own.
+    assert_eq!(ids(&f), ["arena-growth", "not-your-bottleneck"]);
+    assert_eq!(f[1].pid, 7);
+    assert_eq!(f[1].severity, Severity::Info);
+    assert!(
+        f[1].title.contains("waited 0.013% of their time"),
+        "{}",
+        f[1].title
+    );
+    // One role waiting a lot is not "not a bottleneck", whatever the process's mean.
+    // (A libuv thread waiting 2.5% of its time among 11 idle threads: 0.2% for the process.)
+    let mut threads: Vec<ThreadReport> = (11..22)
+        .map(|t| thread(t, Role::V8, &[], stats(1, 10)))
+        .collect();
+    threads.push(thread(
+        10,
+        Role::Libuv,
+        &[("munmap", stats(10, S))],
+        stats(1, 10),
+    ));
+    let busy_role = process(9, threads, 40 * S);
+    assert!(busy_role.time_share.as_ref().unwrap().wall < 0.01);
+    assert!(!ids(&find(&summary(vec![busy_role]), None)).contains(&"not-your-bottleneck"));
+}
+
+#[test]
+fn long_holds_name_the_call_and_the_holder_with_or_without_blockers() {
+    let mut p = process(
+        20,
+        vec![
+            thread(20, Role::Main, &[], stats(1, 10)),
+            thread(
+                21,
+                Role::Other,
+                &[("fork", holds(40, 1000, 280_000_000, 9_000_000))],
+                stats(1, 10),
+            ),
+            thread(
+                22,
+                Role::Worker,
+                &[("mmap", stats(3000, 250_000_000))],
+                stats(1, 10),
+            ),
+        ],
+        4 * S,
+    );
+    let f = find(&summary(vec![p.clone()]), None);
+    let l = f.iter().find(|f| f.id == "long-holds").expect("long-holds");
+    assert!(
+        l.title
+            .starts_with("thread 21 (node, other) holds mmap_lock for write in fork for 7.00ms"),
+        "{}",
+        l.title
+    );
+    assert_eq!(l.evidence.threads[0].cause, "fork");
+    assert!(l.evidence.facts[1].starts_with("without --blockers"));
+    // With blockers: what was charged to it.
+    p.blockers = Some(vec![BlockerReport {
+        tid: 21,
+        pid: 20,
+        role: Role::Other,
+        comm: "node".into(),
+        cause: "fork".into(),
+        waits: 900,
+        wait_ns: 200_000_000,
+        write_wait_ns: 200_000_000,
+    }]);
+    let f = find(&summary(vec![p.clone()]), None);
+    let l = f.iter().find(|f| f.id == "long-holds").unwrap();
+    assert_eq!(l.wait_ns, 200_000_000);
+    assert!(l.evidence.facts[1].contains("(900 waits) is charged to its holds"));
+    // Short holds, however many, are not long holds.
+    p.threads[1] = thread(
+        21,
+        Role::Other,
+        &[("fork", holds(40_000, 1000, 280_000_000, 90_000))],
+        stats(1, 10),
+    );
+    assert!(!ids(&find(&summary(vec![p]), None)).contains(&"long-holds"));
+}
+
+#[test]
+fn an_addons_threads_and_file_are_named() {
+    let mut p = process(
+        30,
+        vec![
+            thread(30, Role::Main, &[], stats(1, 10)),
+            thread(
+                31,
+                Role::Addon,
+                &[("mmap", stats(150, 1000)), ("munmap", stats(150, 1000))],
+                stats(0, 0),
+            ),
+        ],
+        4 * S,
+    );
+    let dso = |dso: &str, write| DsoReport {
+        dso: dso.into(),
+        write,
+    };
+    p.dsos = Some(vec![
+        dso(
+            "/srv/app/node_modules/x/build/Release/churn.node",
+            stats(400, 3000),
+        ),
+        dso("/usr/bin/node", stats(20, 100)),
+    ]);
+    let s = Report {
+        stack_sample: Some(1),
+        ..summary(vec![p])
+    };
+    let f = find(&s, None);
+    let a = f
+        .iter()
+        .find(|f| f.id == "addon-threads")
+        .expect("addon-threads");
+    assert!(
+        a.title
+            .starts_with("churn.node takes the lock for write itself: 300 writes"),
+        "{}",
+        a.title
+    );
+    assert_eq!(
+        a.evidence.code,
+        ["/srv/app/node_modules/x/build/Release/churn.node"]
+    );
+    assert_eq!(a.evidence.causes, ["mmap", "munmap"]);
+}
+
+#[test]
+fn fault_reads_v8_unmaps_and_the_profiler_itself() {
+    let mut p = process(
+        40,
+        vec![
+            thread(40, Role::Main, &[], stats(1, 10)),
+            thread(
+                41,
+                Role::Worker,
+                &[("mprotect", stats(100, 100_000_000))],
+                stats(5000, 50_000_000),
+            ),
+            thread(
+                42,
+                Role::V8,
+                &[("munmap", stats(300, 60_000_000))],
+                stats(1, 10),
+            ),
+            // The profiler's own thread reading the process's maps: in no total, no share.
+            thread(
+                99,
+                Role::Profiler,
+                &[],
+                holds(30, 1000, 20_000_000, 3_000_000),
+            ),
+        ],
+        4 * S,
+    );
+    p.profiler = Some(ProfilerShare {
+        read: holds(30, 1000, 20_000_000, 3_000_000),
+        write: Stats::default(),
+        share: 0.005,
+    });
+    let role_block = |holder_role, cause: &'static str, ns| RoleBlock {
+        waiter_role: Role::Worker,
+        holder_role,
+        cause: cause.into(),
+        wait_ns: ns,
+        write_wait_ns: ns,
+    };
+    p.blocked_by_role = Some(vec![
+        role_block(Role::Worker, "read", 70_000_000),
+        role_block(Role::V8, "downgrade", 10_000_000),
+    ]);
+    let f = find(&summary(vec![p.clone()]), None);
+    let found = ids(&f);
+    for id in [
+        "arena-growth",
+        "fault-reads",
+        "v8-gc-unmap",
+        "profiler-presence",
+    ] {
+        assert!(found.contains(&id), "{id} not in {found:?}");
+    }
+    let v8 = f.iter().find(|f| f.id == "v8-gc-unmap").unwrap();
+    assert_eq!(
+        v8.wait_ns, 70_000_000,
+        "its munmaps' wait and the wait charged to them"
+    );
+    // The profiler: its holds bound what it made the process wait (never charged to it).
+    let ours = f.iter().find(|f| f.id == "profiler-presence").unwrap();
+    assert_eq!(ours.wait_ns, 20_000_000);
+    assert_eq!(ours.evidence.roles, ["profiler"]);
+    assert!(
+        ours.title.ends_with("30 read acquisitions"),
+        "{}",
+        ours.title
+    );
+    assert!(ours.evidence.facts[0].contains("0.5% of the lock's acquisitions"));
+    // Its time is not the process's: the profiler's thread is in no share.
+    let roles: Vec<Role> = p
+        .time_share_by_role
+        .iter()
+        .flatten()
+        .map(|r| r.role)
+        .collect();
+    assert!(!roles.contains(&Role::Profiler));
+    // Info findings keep to their title and cost in the text.
+    let text = to_text(&f);
+    assert!(text.contains("the profiler's own reads"), "{text}");
+    assert!(!text.contains("sample fewer stacks"), "{text}");
+    // Without the profiler's part (a foreign thread named like it is another process).
+    p.profiler = None;
+    p.threads[3].role = Role::Foreign;
+    assert!(!ids(&find(&summary(vec![p]), None)).contains(&"profiler-presence"));
+}
+
+#[test]
+fn a_study_adds_the_measured_effect_of_the_advice() {
+    let study = StudyEffects::from_study(&super::study::tests::study_line(serde_json::json!({
+        "type": "study", "schema_version": 1, "runs": [],
+        "machine": {"kernel": "6.18.0", "node": "v20.20.2", "cpus": 2},
+        "ranking": [{"file_kib": 64.0, "scenario": "jemalloc", "throughput_ratio": 1.3, "writes_ratio": 0.3,
+                     "throughput": {"mean": 1.3, "min": 1.2, "max": 1.4, "runs": 3},
+                     "writes": {"mean": 0.3, "min": 0.25, "max": 0.35, "runs": 3}, "throughput_verdict": "changed"},
+                    {"file_kib": 64.0, "scenario": "arena-1", "throughput_ratio": 1.24, "writes_ratio": 0.46}]})));
+    let f = find(
+        &summary(vec![workers_growing_arenas(300_000_000)]),
+        Some(&study),
+    );
+    let m: Vec<&str> = f[0].measured.iter().map(|e| e.scenario.as_str()).collect();
+    assert_eq!(m, ["arena-1", "jemalloc"], "in the pattern's order");
+    assert_eq!(
+        f[0].measured_on.as_deref(),
+        Some("Linux 6.18.0, Node.js v20.20.2, 2 CPUs")
+    );
+    let text = to_text(&f);
+    assert!(text.contains("measured here: jemalloc at 64 KiB: 1.30x throughput (1.20-1.40, 3 runs, changed), 0.30x writes"), "{text}");
+    assert!(text.contains("measured here: arena-1 at 64 KiB: 1.24x throughput, 0.46x writes"));
+}

@@ -1,0 +1,102 @@
+//! The verdict on a page: the findings first (what was found, what it costs, what to change,
+//! what the study measured), and in each process the lock's share of its threads' time.
+
+use std::fmt::Write as _;
+
+use super::svg::esc;
+use crate::output::{
+    findings::{self, Finding},
+    report::{ProcessReport, TimeShare},
+    text::{fmt_ns, fmt_share},
+};
+
+fn list(out: &mut String, class: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = write!(out, r#"<ul class="{class}">"#);
+    for i in items {
+        let _ = write!(out, "<li>{}</li>", esc(i));
+    }
+    out.push_str("</ul>");
+}
+
+/// The findings section, at the top of a run's page.
+pub fn findings_section(findings: &[Finding]) -> String {
+    let mut out =
+        String::from(r#"<section class="process findings" id="findings"><h2>Findings</h2>"#);
+    if findings.is_empty() {
+        out.push_str(
+            r#"<p class="note">No pattern recognised (docs/findings.md lists them).</p></section>"#,
+        );
+        return out;
+    }
+    for f in findings {
+        let _ = write!(
+            out,
+            r#"<div class="finding sev-{sev}" data-finding="{id}" data-pid="{pid}"><h3><span class="sev">{sev}</span> {comm} (pid {pid}): {title}</h3><p class="cost">{cost}</p>"#,
+            sev = f.severity.as_str(),
+            id = esc(&f.id),
+            pid = f.pid,
+            comm = esc(&f.comm),
+            title = esc(&f.title),
+            cost = esc(&findings::share_text(f)),
+        );
+        let mut evidence = f.evidence.facts.clone();
+        if !f.evidence.code.is_empty() {
+            evidence.push(format!("code: {}", f.evidence.code.join("; ")));
+        }
+        if !f.evidence.js_functions.is_empty() {
+            evidence.push(format!(
+                "JavaScript: {}",
+                f.evidence.js_functions.join("; ")
+            ));
+        }
+        list(&mut out, "evidence", &evidence);
+        out.push_str("<p><b>What to change</b></p>");
+        list(&mut out, "advice", &f.advice);
+        if !f.measured.is_empty() {
+            let _ = write!(
+                out,
+                "<p><b>Measured on this host</b> <small>({})</small></p>",
+                esc(f.measured_on.as_deref().unwrap_or("the study"))
+            );
+            let m: Vec<String> = f.measured.iter().map(findings::effect_text).collect();
+            list(&mut out, "measured", &m);
+        }
+        let _ = write!(out, r#"<p class="note">{}</p></div>"#, esc(&f.source));
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// A process's time share: the whole process, then per role.
+pub fn time_share_table(p: &ProcessReport) -> String {
+    let Some(roles) = p.time_share_by_role.as_ref().filter(|r| !r.is_empty()) else {
+        return String::new();
+    };
+    let mut out = String::from(
+        "<div class=\"panel\"><h3>Share of the threads' time waiting</h3><table data-table=\"time-share\"><tr><th>threads</th><th>count</th><th>wait</th><th>alive</th><th>share of time</th><th>of CPU time</th></tr>",
+    );
+    let row = |out: &mut String, label: &str, s: &TimeShare| {
+        let cpu = s.cpu.map_or("-".into(), fmt_share);
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(label),
+            s.threads.unwrap_or(0),
+            fmt_ns(s.wait_ns),
+            fmt_ns(s.alive_ns),
+            fmt_share(s.wall),
+            cpu
+        );
+    };
+    if let Some(all) = &p.time_share {
+        row(&mut out, "all its own", all);
+    }
+    for r in roles {
+        row(&mut out, r.role.as_str(), &r.share);
+    }
+    out.push_str("</table></div>");
+    out
+}
