@@ -10,6 +10,7 @@ mod offline;
 mod output;
 mod registry;
 mod run;
+mod signals;
 mod study;
 
 use std::{process::ExitCode, time::Duration};
@@ -144,6 +145,8 @@ fn run(cli: Cli) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
+    // Before anything else: a signal during start-up ends the run cleanly (signals.rs).
+    signals::catch_early();
     // A fixed mmap threshold: glibc otherwise raises it after the first large free, and the
     // megabyte-sized buffers of a report for thousands of threads then stay in the heap for
     // good instead of going back to the system.
@@ -166,6 +169,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Only profiling and the agent end cleanly on a signal at any time; the other commands
+    // keep the default dispositions.
+    if !matches!(cli.command, None | Some(Command::Agent(_))) {
+        signals::restore_default();
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

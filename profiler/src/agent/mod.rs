@@ -15,6 +15,7 @@ use std::{
 use crate::{
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
+        lines::Trouble,
         prometheus::{self, Metrics, Shared},
         report,
         rotate::Rotating,
@@ -88,6 +89,7 @@ struct Agent<'a> {
     selection: Selection,
     metrics: Shared,
     ndjson: Option<Rotating>,
+    ndjson_trouble: Trouble,
 }
 
 impl Agent<'_> {
@@ -133,7 +135,17 @@ impl Driver for Agent<'_> {
             let r = report::build(&window, &attribution, meta);
             let mut line = serde_json::to_vec(&r).map_err(|e| SessionError::Write(e.into()))?;
             line.push(b'\n');
-            out.write_record(&line).map_err(SessionError::Write)?;
+            // A full disk does not stop the agent: /metrics goes on, the next intervals are
+            // tried again (output/lines.rs).
+            let what = out.path().display().to_string();
+            match out.write_record(&line) {
+                Ok(()) => self.ndjson_trouble.worked(&what),
+                Err(e) => self.ndjson_trouble.failed(
+                    &what,
+                    &e,
+                    "the agent goes on serving /metrics; the next intervals are tried again",
+                ),
+            }
         }
         Ok(())
     }
@@ -196,6 +208,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         selection: Selection::new(selectors),
         metrics,
         ndjson,
+        ndjson_trouble: Trouble::default(),
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut profile)?;

@@ -4,6 +4,7 @@
 pub mod blockers;
 pub mod compare;
 pub mod html;
+pub mod lines;
 pub mod prometheus;
 pub mod report;
 pub mod rotate;

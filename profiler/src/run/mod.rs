@@ -4,7 +4,7 @@
 //! Data flows one way: collector (kernel maps) -> aggregation (deltas, windows) ->
 //! attribution and report (model) -> output (JSON lines or text).
 
-use std::{fs::File, io, path::PathBuf, time::Duration};
+use std::{io, path::PathBuf, time::Duration};
 
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -19,6 +19,7 @@ mod profile;
 mod rings;
 mod targets;
 
+use crate::output::lines::Pending;
 pub use crate::output::sink::Sink;
 pub use profile::Profile;
 pub use rings::Rings;
@@ -65,6 +66,17 @@ pub async fn run_loop(
     let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(SessionError::Signals)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(SessionError::Signals)?;
+    // What arrived while the programs were loading, before these handlers existed.
+    for sig in crate::signals::take_early() {
+        if sig != libc::SIGHUP {
+            return Ok(Ok(()));
+        }
+        match driver.hangup(profile) {
+            Ok(true) => return Ok(Ok(())),
+            Ok(false) => {}
+            Err(e) => return Ok(Err(e)),
+        }
+    }
     let deadline = async {
         match cfg.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -195,13 +207,17 @@ fn describe_targets(c: &CollectorConfig) -> String {
 pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // Validate everything the user gave before touching the kernel.
     let targets = Targets::open(&cfg.collector.pids)?;
+    // Say now, not at the end, if an output cannot be written; but change none of them
+    // before the programs are attached (output/lines.rs).
     let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
-    // Say now, not at the end, if the folded stacks cannot be written.
+    let mut later = Vec::new();
     for path in cfg.stacks_file.iter().chain(&cfg.html) {
-        File::create(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
+        later.push(Pending::open(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?);
     }
     sink.html = cfg.html.clone().map(crate::output::html::HtmlRecorder::new);
     let collector = Collector::start(&cfg.collector)?;
+    sink.begin()?;
+    later.into_iter().for_each(Pending::keep);
     if cfg.verbose {
         let l = collector.kernel.layout;
         eprintln!(
@@ -305,17 +321,19 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         let r = profile.interval_report();
         sink.write_report(r)?;
     }
-    let summary = profile.summary();
-    sink.write_report(summary)?;
-    sink.finish_html()?;
+    // Everything is attempted, whatever failed before; the first failure is the exit's.
+    let summary = sink.write_report(profile.summary());
+    let html = sink.finish_html();
+    let stacks = match (&cfg.stacks_file, &profile.stacks) {
+        (Some(path), Some(stacks)) => {
+            let names = &mut profile.registry.names;
+            let folded = stacks.folded(|pid| names_get(names, pid));
+            std::fs::write(path, folded).map_err(|e| SessionError::OpenOutput(path.clone(), e))
+        }
+        _ => Ok(()),
+    };
     if let Some(e) = failure {
         return Err(e);
     }
-    last?;
-    if let (Some(path), Some(stacks)) = (&cfg.stacks_file, &profile.stacks) {
-        let names = &mut profile.registry.names;
-        let folded = stacks.folded(|pid| names_get(names, pid));
-        std::fs::write(path, folded).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
-    }
-    Ok(())
+    last.and(summary).and(html).and(stacks)
 }
