@@ -153,7 +153,7 @@ fn main() -> ExitCode {
     // SAFETY: mallopt only tunes the allocator, before any other thread exists.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024) };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(Cli::check) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -162,10 +162,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // One line naming the problem, as for every other bad input.
-            let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("bad usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("mmaplock-prof: {first} (see --help)");
+            eprintln!("mmaplock-prof: {} (see --help)", cli::one_line(&e));
             return ExitCode::from(2);
         }
     };

@@ -127,6 +127,7 @@ impl Driver for Agent<'_> {
             });
             m.set_health(profile.lost_so_far(), profile.program_stats());
             m.tracked_processes = self.selection.len() as u64;
+            m.selector_matches = self.selection.matches_by_selector();
             let (threads, entries) = profile.live();
             m.tracked_threads = threads as u64;
             m.map_entries = entries as u64;
@@ -156,6 +157,9 @@ impl Driver for Agent<'_> {
                 if !self.cfg.quiet {
                     eprintln!("mmaplock-prof agent: SIGHUP, selection re-read");
                 }
+                for w in s.warnings() {
+                    eprintln!("mmaplock-prof agent: {w}");
+                }
                 self.selection.reload(s);
             }
             // A bad file on reload keeps the running selection.
@@ -168,6 +172,9 @@ impl Driver for Agent<'_> {
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Everything the user gave is checked before the kernel is touched.
     let selectors = cfg.selectors()?;
+    for w in selectors.warnings() {
+        eprintln!("mmaplock-prof agent: {w}");
+    }
     let ndjson = match &cfg.output {
         Some(p) => Some(
             Rotating::open(p, cfg.rotate_bytes, cfg.rotate_keep)
@@ -178,6 +185,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let listener = http::bind(cfg.listen)
         .await
         .map_err(|e| AgentError::Listen(cfg.listen, e))?;
+    // The port the kernel gave, for `--listen ADDR:0`.
+    let listening = listener.local_addr().unwrap_or(cfg.listen);
     let mut collector = Collector::start(&CollectorConfig {
         pids: vec![],
         comms: vec![],
@@ -216,7 +225,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         eprintln!(
             "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving http://{}/metrics",
             agent.selection.len(),
-            cfg.listen
+            listening
         );
     }
     if !cfg.quiet {

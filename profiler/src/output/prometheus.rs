@@ -155,6 +155,8 @@ pub struct Metrics {
     pub tracked_threads: u64,
     /// Entries in the kernel's statistics map (as last read).
     pub map_entries: u64,
+    /// Processes each selector matches now, by the selector as written.
+    pub selector_matches: Vec<(String, u64)>,
     build: (String, String, String),
 }
 
@@ -448,6 +450,18 @@ impl Collector for Shared {
             encoder
                 .encode_descriptor(name, help, None, MetricType::Gauge)?
                 .encode_gauge(&(v as i64))?;
+        }
+        if !m.selector_matches.is_empty() {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_selector_matches",
+                "Processes each selector of the agent's selection matches now.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (selector, n) in &m.selector_matches {
+                f.encode_family(&[("selector", selector.as_str())])?
+                    .encode_gauge(&(*n as i64))?;
+            }
         }
         let (version, kernel, abi) = &m.build;
         encoder
