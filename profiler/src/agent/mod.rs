@@ -256,6 +256,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .finish()
         .await
         .and_then(|()| agent.after_poll(&mut profile));
+    crate::run::lost::check(&profile.lost_so_far());
     failure?;
     last?;
     Ok(())

@@ -371,17 +371,11 @@ impl Collector for Shared {
                 None,
                 MetricType::Counter,
             )?;
-            let l = &m.lost;
-            for (reason, n) in [
-                ("events", l.events),
-                ("map_full", l.map_full),
-                ("stacks", l.stacks),
-                ("nested", l.nested),
-                ("no_state", l.no_state),
-                ("ring_full", l.ring_full),
-                ("exit_flush", l.exit_flush),
-            ] {
-                f.encode_family(&[("reason", reason)])?
+            // Every reason the report has (output::lost_reasons), and their sum as `events`.
+            let all = std::iter::once(("events".to_string(), m.lost.events))
+                .chain(crate::output::lost_reasons(&m.lost));
+            for (reason, n) in all {
+                f.encode_family(&[("reason", reason.as_str())])?
                     .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
             }
         }

@@ -14,6 +14,7 @@ use crate::{
     registry::ids::{self, ProcId},
 };
 
+pub mod lost;
 pub mod nodework;
 mod profile;
 mod rings;
@@ -107,6 +108,7 @@ pub async fn run_loop(
                 if let Err(e) = step {
                     return Ok(Err(e));
                 }
+                lost::check(&profile.lost_so_far());
                 if targets_gone && driver.may_end(profile) {
                     return Ok(Ok(()));
                 }
@@ -317,6 +319,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     rings.drain(&mut profile);
     let last = profile.finish().await;
     rings.drain(&mut profile);
+    lost::check(&profile.lost_so_far());
     if cfg.interval.is_some() && last.is_ok() {
         let r = profile.interval_report();
         sink.write_report(r)?;
