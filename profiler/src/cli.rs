@@ -217,6 +217,10 @@ pub struct AgentArgs {
     /// `#` comments), re-read on SIGHUP; adds to the command line's.
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub config: Option<PathBuf>,
+    /// TLS and basic auth for /metrics, from a web configuration file in the format
+    /// Prometheus exporters share (tls_server_config, basic_auth_users); re-read on SIGHUP.
+    #[arg(long = "web.config.file", visible_alias = "web-config-file", value_name = "FILE", value_parser = parse_path)]
+    pub web_config: Option<PathBuf>,
     /// Add a `pid` label (off by default: it is unbounded over time).
     #[arg(long)]
     pub pid_label: bool,

@@ -95,6 +95,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 pids: a.pids,
             },
             config_file: a.config,
+            web_config: a.web_config,
             pid_label: a.pid_label,
             output: a.output,
             rotate_bytes: a.rotate_mib.max(1) * 1024 * 1024,
@@ -144,6 +145,20 @@ fn run(cli: Cli) -> Result<(), Error> {
     Ok(())
 }
 
+/// The soft limit of open files up to the hard one: the default 1024 is shared by the kernel
+/// side (maps, links, the flush iterator), the files kept for symbolization and, in the
+/// agent, the metrics connections (capped under whatever the limit is: agent/http.rs).
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            log::debug!("cannot raise RLIMIT_NOFILE: {e}");
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Before anything else: a signal during start-up ends the run cleanly (signals.rs).
     signals::catch_early();
@@ -168,7 +183,9 @@ fn main() -> ExitCode {
     };
     // Only profiling and the agent end cleanly on a signal at any time; the other commands
     // keep the default dispositions.
-    if !matches!(cli.command, None | Some(Command::Agent(_))) {
+    if matches!(cli.command, None | Some(Command::Agent(_))) {
+        raise_open_files_limit();
+    } else {
         signals::restore_default();
     }
     match run(cli) {

@@ -4,6 +4,7 @@
 
 mod http;
 pub mod selection;
+mod webconfig;
 
 use std::{
     net::SocketAddr,
@@ -29,6 +30,8 @@ use selection::{Selection, SelectionError, Selectors, cgroup_of};
 pub enum AgentError {
     #[error(transparent)]
     Selection(#[from] SelectionError),
+    #[error(transparent)]
+    WebConfig(#[from] webconfig::WebConfigError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, #[source] std::io::Error),
     #[error("cannot write {0}: {1}")]
@@ -42,7 +45,7 @@ impl AgentError {
     /// environment (no privilege, an address in use).
     pub fn exit_code(&self) -> u8 {
         match self {
-            AgentError::Selection(_) | AgentError::Output(..) => 2,
+            AgentError::Selection(_) | AgentError::Output(..) | AgentError::WebConfig(_) => 2,
             AgentError::Listen(..) => 1,
             AgentError::Session(e) => e.exit_code(),
         }
@@ -60,6 +63,8 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     pub selectors: Selectors,
     pub config_file: Option<PathBuf>,
+    /// TLS and basic auth for /metrics (exporter-toolkit's format), re-read on SIGHUP.
+    pub web_config: Option<PathBuf>,
     pub pid_label: bool,
     pub output: Option<PathBuf>,
     pub rotate_bytes: u64,
@@ -90,6 +95,7 @@ struct Agent<'a> {
     metrics: Shared,
     ndjson: Option<Rotating>,
     ndjson_trouble: Trouble,
+    web: http::Web,
 }
 
 impl Agent<'_> {
@@ -161,6 +167,7 @@ impl Driver for Agent<'_> {
                     eprintln!("mmaplock-prof agent: {w}");
                 }
                 self.selection.reload(s);
+                self.reload_web();
             }
             // A bad file on reload keeps the running selection.
             Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current selection"),
@@ -169,9 +176,45 @@ impl Driver for Agent<'_> {
     }
 }
 
+/// The web configuration (`--web.config.file`), or plain HTTP.
+fn load_web(cfg: &AgentConfig) -> Result<http::Web, AgentError> {
+    let w = match &cfg.web_config {
+        Some(p) => webconfig::WebConfig::load(p)?,
+        None => webconfig::WebConfig {
+            tls: None,
+            users: None,
+        },
+    };
+    if w.users.is_some() && w.tls.is_none() && !cfg.quiet {
+        eprintln!(
+            "mmaplock-prof agent: basic auth without TLS: passwords cross the network in clear (add tls_server_config)"
+        );
+    }
+    Ok(Arc::new(std::sync::RwLock::new(Arc::new(w))))
+}
+
+impl Agent<'_> {
+    /// SIGHUP: the web configuration too (renewed certificates, changed users); a bad file
+    /// keeps the one in force.
+    fn reload_web(&mut self) {
+        let Some(path) = &self.cfg.web_config else {
+            return;
+        };
+        match webconfig::WebConfig::load(path) {
+            Ok(w) => {
+                if let Ok(mut current) = self.web.write() {
+                    *current = Arc::new(w);
+                }
+            }
+            Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current web configuration"),
+        }
+    }
+}
+
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Everything the user gave is checked before the kernel is touched.
     let selectors = cfg.selectors()?;
+    let web = load_web(&cfg)?;
     for w in selectors.warnings() {
         eprintln!("mmaplock-prof agent: {w}");
     }
@@ -218,13 +261,16 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         metrics,
         ndjson,
         ndjson_trouble: Trouble::default(),
+        web: web.clone(),
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut profile)?;
     if !cfg.quiet {
+        let tls = agent.web.read().is_ok_and(|w| w.tls.is_some());
         eprintln!(
-            "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving http://{}/metrics",
+            "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving {}://{}/metrics",
             agent.selection.len(),
+            if tls { "https" } else { "http" },
             listening
         );
     }
@@ -234,7 +280,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let local = tokio::task::LocalSet::new();
     let failure = local
         .run_until(async {
-            let server = tokio::task::spawn_local(http::serve(listener, registry));
+            let server = tokio::task::spawn_local(http::serve(
+                listener,
+                registry,
+                web,
+                agent.metrics.clone(),
+            ));
             let r = run_loop(
                 &mut profile,
                 &mut rings,

@@ -157,6 +157,8 @@ pub struct Metrics {
     pub map_entries: u64,
     /// Processes each selector matches now, by the selector as written.
     pub selector_matches: Vec<(String, u64)>,
+    /// The metrics endpoint's own health.
+    pub http: HttpHealth,
     build: (String, String, String),
 }
 
@@ -249,6 +251,21 @@ impl Metrics {
             + self.failed.len()
             + self.blocked.len()
     }
+}
+
+/// The metrics endpoint's connections (agent/http.rs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpHealth {
+    /// Open now.
+    pub open: u64,
+    /// Closed to stay under the connection cap.
+    pub limit: u64,
+    /// Closed for being idle or slow.
+    pub timeout: u64,
+    /// TLS handshakes that failed.
+    pub tls: u64,
+    /// Requests answered 401.
+    pub unauthorized: u64,
 }
 
 /// `Metrics` behind a lock, as a prometheus-client collector.
@@ -444,6 +461,32 @@ impl Collector for Shared {
             encoder
                 .encode_descriptor(name, help, None, MetricType::Gauge)?
                 .encode_gauge(&(v as i64))?;
+        }
+        {
+            let h = &m.http;
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_http_rejected",
+                "Connections to /metrics closed by the agent (limit: over the connection cap; timeout: idle or slow; tls: failed handshake) and requests refused (unauthorized).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, n) in [
+                ("limit", h.limit),
+                ("timeout", h.timeout),
+                ("tls", h.tls),
+                ("unauthorized", h.unauthorized),
+            ] {
+                f.encode_family(&[("reason", reason)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+            encoder
+                .encode_descriptor(
+                    "mmaplock_http_connections",
+                    "Connections to /metrics open now.",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_gauge(&(h.open as i64))?;
         }
         if !m.selector_matches.is_empty() {
             let mut f = encoder.encode_descriptor(
