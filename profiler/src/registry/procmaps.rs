@@ -91,8 +91,16 @@ pub fn readable_path(pid: u32, m: &Mapping) -> Option<PathBuf> {
     found
 }
 
-/// The most distinct files kept open for symbolization.
+/// The most distinct files kept open for symbolization (and a quarter of the open-file limit
+/// at most: the kernel side needs its descriptors).
 pub const MAX_HELD_FILES: usize = 4096;
+
+fn max_held() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    MAX_HELD_FILES.min(usize::try_from(soft / 4).unwrap_or(usize::MAX))
+}
 const MAX_MEMO: usize = 16_384;
 
 /// (pid, mapping start, inode) -> the path found for it (None: none could be).
@@ -131,11 +139,12 @@ fn hold(o: untrusted::Opened) -> Option<PathBuf> {
     let held = held.get_or_insert_with(HashMap::new);
     let key = (o.dev, o.inode);
     if !held.contains_key(&key) {
-        if held.len() >= MAX_HELD_FILES {
+        if held.len() >= max_held() {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
                 eprintln!(
-                    "mmaplock-prof: {MAX_HELD_FILES} files symbolized already: code in further files is not named"
+                    "mmaplock-prof: {} files symbolized already: code in further files is not named",
+                    held.len()
                 )
             });
             return None;
