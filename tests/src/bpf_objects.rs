@@ -64,10 +64,10 @@ pub fn held() -> BTreeMap<u32, BTreeSet<u32>> {
         for fd in fds.flatten() {
             let text = std::fs::read_to_string(fd.path()).unwrap_or_default();
             for l in text.lines() {
-                if let Some(id) = l.strip_prefix("prog_id:") {
-                    if let Ok(id) = id.trim().parse() {
-                        out.entry(pid).or_default().insert(id);
-                    }
+                if let Some(id) = l.strip_prefix("prog_id:")
+                    && let Ok(id) = id.trim().parse()
+                {
+                    out.entry(pid).or_default().insert(id);
                 }
             }
         }

@@ -663,7 +663,11 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
     let q = "mmaplock_http_rejected_total{job=\"good\",reason=\"unauthorized\"}";
     let deadline = Instant::now() + Duration::from_secs(10);
     while prom.value(q).unwrap_or(0.0) < 1.0 {
-        assert!(Instant::now() < deadline, "401s counted: {:?}", prom.value(q));
+        assert!(
+            Instant::now() < deadline,
+            "401s counted: {:?}",
+            prom.value(q)
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }

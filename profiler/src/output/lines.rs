@@ -72,49 +72,46 @@ impl Drop for Pending {
     }
 }
 
-/// A file written a whole record at a time.
+/// A file written a whole record at a time, at its end.
 pub struct LineFile {
     file: File,
-    /// Where the last whole record ended (regular files only: a partial write is cut back
-    /// to it).
-    end: Option<u64>,
+    /// A regular file: a partial write is cut back to where the file ended before it.
+    regular: bool,
 }
 
 impl LineFile {
-    /// `file` as it is (positioned at its end for appending).
+    /// `file` as it is (positioned at its end, or opened for appending).
     pub fn new(mut file: File) -> io::Result<LineFile> {
-        let end = if file.metadata()?.is_file() {
-            Some(file.seek(SeekFrom::End(0))?)
-        } else {
-            None
-        };
-        Ok(LineFile { file, end })
+        let regular = file.metadata()?.is_file();
+        if regular {
+            file.seek(SeekFrom::End(0))?;
+        }
+        Ok(LineFile { file, regular })
     }
 
     /// Writes `record` whole, or not at all (as far as the file system lets us: a partial
-    /// write is cut back).
+    /// write is cut back). The end is taken anew each time, so a file truncated by someone
+    /// else (logrotate's copytruncate) is cut back to its new end, not its old one.
     pub fn write_record(&mut self, record: &[u8]) -> io::Result<()> {
-        match self.file.write_all(record) {
-            Ok(()) => {
-                if let Some(end) = self.end.as_mut() {
-                    *end += record.len() as u64;
-                }
-                Ok(())
+        let end = if self.regular {
+            Some(self.file.metadata()?.len())
+        } else {
+            None
+        };
+        self.file.write_all(record).inspect_err(|_| {
+            if let Some(end) = end {
+                // Best effort: on a full disk, shrinking a file always works.
+                let _ = self.file.set_len(end);
+                let _ = self.file.seek(SeekFrom::Start(end));
             }
-            Err(e) => {
-                if let Some(end) = self.end {
-                    // Best effort: on a full disk, shrinking a file always works.
-                    let _ = self.file.set_len(end);
-                    let _ = self.file.seek(SeekFrom::Start(end));
-                }
-                Err(e)
-            }
-        }
+        })
     }
 
-    /// Bytes written through this file and before (regular files).
+    /// The file's length now (regular files).
     pub fn len(&self) -> Option<u64> {
-        self.end
+        self.regular
+            .then(|| self.file.metadata().map(|m| m.len()).ok())
+            .flatten()
     }
 }
 

@@ -31,9 +31,8 @@ impl Rotating {
     pub fn open(path: &Path, limit: u64, keep: u32) -> io::Result<Self> {
         let mut file = fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .append(true)
             .create(true)
-            .truncate(false)
             .open(path)?;
         if file.metadata()?.is_file() {
             let cut = cut_partial_tail(&mut file)?;
