@@ -228,6 +228,9 @@ fn a_signal_at_any_moment_of_start_up_ends_the_run_cleanly_and_leaves_no_program
                 .args(["-f", "json", "-i", "0.1", "--comm", "mlp-nothing-xyz", "-o"])
                 .arg(&out),
         );
+        // Start-up counts from main's first instruction, where the handler goes in (exec and
+        // the dynamic loader come before it: the default disposition, nothing written yet).
+        caught_by(run.child.id(), sig);
         std::thread::sleep(Duration::from_millis(ms));
         run.signal(sig);
         let (code, stderr) = run.finish(Duration::from_secs(60));
@@ -245,6 +248,24 @@ fn a_signal_at_any_moment_of_start_up_ends_the_run_cleanly_and_leaves_no_program
     }
     let left = bpf_objects::orphans(&ours, Duration::from_secs(5));
     assert!(left.is_empty(), "programs left in the kernel: {left:?}");
+}
+
+/// Waits until process `pid` catches `sig` (`SigCgt` in its status).
+fn caught_by(pid: u32, sig: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & (1 << (sig - 1)) != 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{pid} never caught signal {sig}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// A tmpfs of `size`, unmounted on drop.
