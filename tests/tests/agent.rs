@@ -642,23 +642,28 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // The bad job's scrapes are refused (its first may come a little after the good one's).
+    let bad_error = || -> Option<String> {
+        let targets: Value = ureq::get(&format!("http://127.0.0.1:{}/api/v1/targets", prom.port))
+            .call()
+            .ok()?
+            .into_json()
+            .ok()?;
+        let bad = targets["data"]["activeTargets"]
+            .as_array()?
+            .iter()
+            .find(|t| t["labels"]["job"] == "bad")?
+            .clone();
+        Some(bad["lastError"].as_str()?.to_string()).filter(|e| !e.is_empty())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while prom.value("up{job=\"bad\"}").is_none() || bad_error().is_none() {
+        assert!(Instant::now() < deadline, "the bad job was never scraped");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     assert_eq!(prom.value("up{job=\"bad\"}"), Some(0.0));
-    let targets: Value = ureq::get(&format!("http://127.0.0.1:{}/api/v1/targets", prom.port))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-    let bad = targets["data"]["activeTargets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["labels"]["job"] == "bad")
-        .expect("the bad job's target");
-    assert!(
-        bad["lastError"].as_str().unwrap().contains("401"),
-        "{}",
-        bad["lastError"]
-    );
+    let e = bad_error().unwrap();
+    assert!(e.contains("401"), "{e}");
     // The agent counts them (seen by the good job's next scrapes).
     let q = "mmaplock_http_rejected_total{job=\"good\",reason=\"unauthorized\"}";
     let deadline = Instant::now() + Duration::from_secs(10);
