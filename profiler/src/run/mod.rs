@@ -236,6 +236,19 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             },
         );
     }
+    let mut collector = collector;
+    if cfg.collector.children {
+        // The targets head the selection; the kernel adds their descendants as they fork.
+        // Before "attached" is said: a fork right after it must be followed.
+        let targets: Vec<(u32, u64)> = cfg
+            .collector
+            .pids
+            .iter()
+            .filter_map(|&pid| ProcId::of_live(pid))
+            .map(|p| (p.pid, p.start))
+            .collect();
+        collector.update_selection(&targets, &[])?;
+    }
     if !cfg.quiet {
         eprintln!(
             "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",
@@ -245,18 +258,6 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     }
     if !cfg.quiet {
         crate::kernel::minkernel::warn_if_lacking_ptrace();
-    }
-    let mut collector = collector;
-    if cfg.collector.children {
-        // The targets head the selection; the kernel adds their descendants as they fork.
-        let targets: Vec<(u32, u64)> = cfg
-            .collector
-            .pids
-            .iter()
-            .filter_map(|&pid| ProcId::of_live(pid))
-            .map(|p| (p.pid, p.start))
-            .collect();
-        collector.update_selection(&targets, &[])?;
     }
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, cfg.interval.is_some());
