@@ -440,7 +440,7 @@ pub fn parse_comm(s: &str) -> Result<String, String> {
     let max = profiler_common::COMM_LEN - 1;
     if s.len() > max {
         return Err(format!(
-            "{s:?} is {} bytes, and the kernel keeps at most {max} of a command name: it would match nothing (write its first {max} bytes, as /proc/PID/comm shows it)",
+            "{s:?} is {} bytes, longer than the {max} the kernel keeps of a command name: it would match nothing (write its first {max} bytes, as /proc/PID/comm shows it)",
             s.len()
         ));
     }
@@ -553,7 +553,7 @@ mod tests {
             ),
             (
                 &["--comm", "sixteen-bytes-xx"],
-                "is 16 bytes, and the kernel keeps at most 15",
+                "is 16 bytes, longer than the 15 the kernel keeps",
             ),
             (&["agent", "--comm", "sixteen-bytes-xx"], "is 16 bytes"),
             (&["-i", "1e-400"], "too small to be a number of seconds"),

@@ -600,7 +600,7 @@ fn every_bad_value_is_refused_alike_by_the_profiler_and_the_agent() {
         ),
         (
             vec!["--comm", "sixteen-bytes-xx"],
-            "is 16 bytes, and the kernel keeps at most 15",
+            "is 16 bytes, longer than the 15 the kernel keeps",
         ),
         (vec!["agent", "--comm", "sixteen-bytes-xx"], "is 16 bytes"),
         (

@@ -395,7 +395,10 @@ mod tests {
         // Each value as the command line checks it, with the same words.
         for (line, needle) in [
             ("cgroup relative/path", "a cgroup v2 path is absolute"),
-            ("comm sixteen-bytes-xx", "the kernel keeps at most 15"),
+            (
+                "comm sixteen-bytes-xx",
+                "longer than the 15 the kernel keeps",
+            ),
             ("pid 2", "kernel thread"),
             ("pid 0", "not a process id"),
             ("exe [", "not a glob"),
