@@ -60,6 +60,38 @@ pub struct Cli {
     pub profile: ProfileArgs,
 }
 
+impl Cli {
+    /// What clap cannot check by itself: combinations of values.
+    pub fn check(self) -> Result<Self, clap::Error> {
+        use clap::CommandFactory as _;
+        let p = &self.profile;
+        if self.command.is_none() && p.stacks.is_some() && p.stack_sample == Some(0) {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--stacks FILE writes sampled stacks, and --stack-sample 0 takes none: leave --stack-sample out (every write is sampled) or give it 1 or more",
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// A clap error as the one line every bad input gets: its first line, with the arguments a
+/// "required arguments were not provided:" lists on the following lines.
+pub fn one_line(e: &clap::Error) -> String {
+    let msg = e.to_string();
+    let mut lines = msg.lines();
+    let first = lines.next().unwrap_or("bad usage");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    if !first.ends_with(':') {
+        return first.to_string();
+    }
+    let listed: Vec<&str> = lines
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    format!("{first} {}", listed.join(", "))
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Profile a bundled Node.js workload (Worker threads against processes) and show the
@@ -204,6 +236,10 @@ pub struct AgentArgs {
     /// `#` comments), re-read on SIGHUP; adds to the command line's.
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub config: Option<PathBuf>,
+    /// TLS and basic auth for /metrics, from a web configuration file in the format
+    /// Prometheus exporters share (tls_server_config, basic_auth_users); re-read on SIGHUP.
+    #[arg(long = "web.config.file", visible_alias = "web-config-file", value_name = "FILE", value_parser = parse_path)]
+    pub web_config: Option<PathBuf>,
     /// Add a `pid` label (off by default: it is unbounded over time).
     #[arg(long)]
     pub pid_label: bool,
@@ -220,7 +256,7 @@ pub struct AgentArgs {
     #[arg(short, long, value_name = "SECS", default_value = "1", value_parser = parse_positive_secs)]
     pub interval: Duration,
     /// Capacity of the kernel's statistics map, in threads.
-    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS)]
+    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = parse_max_threads)]
     pub max_threads: u32,
     /// Turn on the kernel's BPF run-time statistics, for mmaplock_bpf_run_seconds_total.
     #[arg(long)]
@@ -264,7 +300,7 @@ pub struct ProfileArgs {
     pub interval: f64,
     /// Threads the kernel's statistics map has room for (4 entries each: reads and write
     /// causes); beyond it, acquisitions are counted in `lost.map_full`. Allocated as used.
-    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = parse_max_threads)]
     pub max_threads: u32,
     /// Capture the user stack of one in N write acquisitions (per thread), to charge writes
     /// to code (`dsos`, `js_functions`, `stacks` in the summary); 0 turns it off. Default 64
@@ -299,12 +335,12 @@ pub struct ProfileArgs {
     /// sleeps on the lock, are logged at release (a few stores with the lock held).
     #[arg(long)]
     pub blockers: bool,
-    /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
-    /// instead of the profiler's, to measure the floor cost of any BPF program there.
     /// Also profile every descendant of the --pid targets (followed in the kernel at fork,
     /// from its first acquisition); the run ends when they have all exited too.
     #[arg(long, requires = "pids")]
     pub children: bool,
+    /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
+    /// instead of the profiler's, to measure the floor cost of any BPF program there.
     #[arg(long, hide = true, conflicts_with = "floor_clock")]
     pub floor: bool,
     /// Benchmark only: attach programs that read the clock once and do nothing else, the least
@@ -336,18 +372,66 @@ pub struct DemoArgs {
     pub output: OutputArgs,
 }
 
-fn parse_pid(s: &str) -> Result<u32, String> {
+/// The validation of every value the CLI and the agent take, on the command line and in
+/// `--config` lines alike: one function per kind of value.
+pub fn parse_pid(s: &str) -> Result<u32, String> {
+    let pid = match s.parse::<u32>() {
+        Ok(0) | Err(_) => return Err(format!("{s:?} is not a process id (a positive integer)")),
+        Ok(p) => p,
+    };
+    if is_kernel_thread(pid) {
+        return Err(format!(
+            "pid {pid} is a kernel thread: kernel threads have no memory map, hence no mmap_lock of their own (their work on others' locks is counted in those processes)"
+        ));
+    }
+    Ok(pid)
+}
+
+/// Whether a live pid is a kernel thread (PF_KTHREAD in `/proc/PID/stat`'s flags).
+fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // Field 9, counted after the command name's last ')': fields 3, 4, ... so the 7th.
+    stat.rfind(')')
+        .and_then(|i| {
+            stat[i + 1..]
+                .split_ascii_whitespace()
+                .nth(6)?
+                .parse::<u64>()
+                .ok()
+        })
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// The most threads `--max-threads` may ask for (the map then takes a few hundred MiB).
+pub const MAX_MAX_THREADS: u32 = 4_194_304;
+
+pub fn parse_max_threads(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
-        Ok(0) | Err(_) => Err(format!("{s:?} is not a process id (a positive integer)")),
-        Ok(p) => Ok(p),
+        Ok(n) if (1..=MAX_MAX_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not a number of threads from 1 to {MAX_MAX_THREADS}"
+        )),
     }
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
+        // A non-zero number too small for a double (1e-400) parses as 0: it is not 0.
+        Ok(v) if v == 0.0 && has_nonzero_digit(s) => Err(format!(
+            "{s:?} is too small to be a number of seconds (it would be taken as 0)"
+        )),
         Ok(v) if (0.0..1e9).contains(&v) => Ok(v),
         _ => Err(format!("{s:?} is not a number of seconds")),
     }
+}
+
+/// Whether the digits of a number's mantissa are not all 0.
+fn has_nonzero_digit(s: &str) -> bool {
+    let mantissa = s.split(['e', 'E']).next().unwrap_or(s);
+    mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 /// The shortest `--duration` or non-zero `--interval`: anything shorter is a typo, and an
@@ -370,15 +454,23 @@ fn parse_interval(s: &str) -> Result<f64, String> {
     }
 }
 
-/// A command name: matching nothing, an empty one would profile nothing until killed.
-fn parse_comm(s: &str) -> Result<String, String> {
+/// A command name: matching nothing, an empty one would profile nothing until killed, and so
+/// would one longer than the kernel keeps (it cuts names to 15 bytes).
+pub fn parse_comm(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("a command name cannot be empty".into());
+    }
+    let max = profiler_common::COMM_LEN - 1;
+    if s.len() > max {
+        return Err(format!(
+            "{s:?} is {} bytes, longer than the {max} the kernel keeps of a command name: it would match nothing (write its first {max} bytes, as /proc/PID/comm shows it)",
+            s.len()
+        ));
     }
     Ok(s.to_string())
 }
 
-fn parse_glob(s: &str) -> Result<String, String> {
+pub fn parse_glob(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("must not be empty".into());
     }
@@ -387,9 +479,11 @@ fn parse_glob(s: &str) -> Result<String, String> {
         .map_err(|e| format!("not a glob: {e}"))
 }
 
-fn parse_cgroup(s: &str) -> Result<String, String> {
+pub fn parse_cgroup(s: &str) -> Result<String, String> {
     if !s.starts_with('/') {
-        return Err("a cgroup v2 path starts with / (e.g. /system.slice/api.service)".into());
+        return Err(format!(
+            "{s:?}: a cgroup v2 path is absolute, as /proc/PID/cgroup shows it (e.g. /system.slice/api.service)"
+        ));
     }
     Ok(s.trim_end_matches('/').to_string())
 }
@@ -421,10 +515,11 @@ mod tests {
     #[test]
     fn repeatable_filters_and_durations() {
         let c = parse(&[
-            "-p", "12", "--pid", "13", "--comm", "node", "-d", "1.5", "-i", "0",
+            // Above any pid_max: no process has them now (a kernel thread would be refused).
+            "-p", "4194312", "--pid", "4194313", "--comm", "node", "-d", "1.5", "-i", "0",
         ])
         .unwrap();
-        assert_eq!(c.profile.pids, vec![12, 13]);
+        assert_eq!(c.profile.pids, vec![4194312, 4194313]);
         assert_eq!(c.profile.comms, vec!["node"]);
         assert_eq!(c.profile.duration, Some(Duration::from_millis(1500)));
         assert_eq!(c.profile.interval, 0.0);
@@ -469,6 +564,68 @@ mod tests {
             let first = e.lines().next().unwrap();
             assert!(first.contains(needle), "{args:?}: {first}");
         }
+    }
+
+    #[test]
+    fn the_agent_and_the_profiler_refuse_the_same_values() {
+        for (args, needle) in [
+            (&["--max-threads", "0"][..], "'0' for '--max-threads <N>'"),
+            (
+                &["agent", "--max-threads", "0"],
+                "'0' for '--max-threads <N>'",
+            ),
+            (
+                &["--comm", "sixteen-bytes-xx"],
+                "is 16 bytes, longer than the 15 the kernel keeps",
+            ),
+            (&["agent", "--comm", "sixteen-bytes-xx"], "is 16 bytes"),
+            (&["-i", "1e-400"], "too small to be a number of seconds"),
+            (&["agent", "-i", "1e-400"], "too small"),
+            (&["-d", "1e400"], "not a number of seconds"),
+            (
+                &["agent", "--cgroup", "system.slice"],
+                "a cgroup v2 path is absolute",
+            ),
+            (&["--pid", "2"], "pid 2 is a kernel thread"),
+            (&["agent", "--pid", "2"], "kernel thread"),
+            (
+                &["--stacks", "f", "--stack-sample", "0"],
+                "--stack-sample 0 takes none",
+            ),
+            (&["compare", "a.json"], "were not provided: <AFTER.json>"),
+            (&["--children"], "were not provided: --pid <PID>"),
+        ] {
+            let e = parse(args).and_then(Cli::check).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+            let line = one_line(&e);
+            assert!(line.contains(needle), "{args:?}: {line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        // Zero is zero, and a comm of exactly 15 bytes is fine.
+        assert_eq!(parse(&["-i", "0e5"]).unwrap().profile.interval, 0.0);
+        assert!(parse(&["--comm", "fifteen-bytes-x"]).is_ok());
+        assert!(
+            parse(&["--stacks", "f", "--stack-sample", "1"])
+                .and_then(Cli::check)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn children_has_its_own_help() {
+        use clap::CommandFactory as _;
+        let help = Cli::command().render_long_help().to_string();
+        let children = help
+            .split("--children")
+            .nth(1)
+            .and_then(|s| s.lines().nth(1))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert!(
+            children.starts_with("Also profile every descendant"),
+            "{children}"
+        );
     }
 
     #[test]

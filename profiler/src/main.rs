@@ -10,6 +10,7 @@ mod offline;
 mod output;
 mod registry;
 mod run;
+mod signals;
 mod study;
 
 use std::{process::ExitCode, time::Duration};
@@ -95,6 +96,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 pids: a.pids,
             },
             config_file: a.config,
+            web_config: a.web_config,
             pid_label: a.pid_label,
             output: a.output,
             rotate_bytes: a.rotate_mib.max(1) * 1024 * 1024,
@@ -145,14 +147,30 @@ fn run(cli: Cli) -> Result<(), Error> {
     Ok(())
 }
 
+/// The soft limit of open files up to the hard one: the default 1024 is shared by the kernel
+/// side (maps, links, the flush iterator), the files kept for symbolization and, in the
+/// agent, the metrics connections (capped under whatever the limit is: agent/http.rs).
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            log::debug!("cannot raise RLIMIT_NOFILE: {e}");
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    // Before anything else: a signal during start-up ends the run cleanly (signals.rs).
+    signals::catch_early();
     // A fixed mmap threshold: glibc otherwise raises it after the first large free, and the
     // megabyte-sized buffers of a report for thousands of threads then stay in the heap for
     // good instead of going back to the system.
     // SAFETY: mallopt only tunes the allocator, before any other thread exists.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024) };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(Cli::check) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -161,13 +179,17 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // One line naming the problem, as for every other bad input.
-            let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("bad usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("mmaplock-prof: {first} (see --help)");
+            eprintln!("mmaplock-prof: {} (see --help)", cli::one_line(&e));
             return ExitCode::from(2);
         }
     };
+    // Only profiling and the agent end cleanly on a signal at any time; the other commands
+    // keep the default dispositions.
+    if matches!(cli.command, None | Some(Command::Agent(_))) {
+        raise_open_files_limit();
+    } else {
+        signals::restore_default();
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

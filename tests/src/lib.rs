@@ -5,6 +5,8 @@
 //! The tests load the real eBPF programs, so they need root; `cargo xtask test` builds the
 //! binaries they run first.
 
+pub mod bpf_objects;
+
 use std::{
     collections::HashMap,
     io::{BufRead, BufReader, Write},

@@ -33,8 +33,31 @@ struct Agent {
 
 impl Agent {
     fn start(args: &[&str]) -> Self {
+        Self::start_with_limit(args, None)
+    }
+
+    /// The agent, under an open-file limit (soft and hard) if given.
+    fn start_with_limit(args: &[&str], nofile: Option<u64>) -> Self {
         let port = free_port();
-        let mut child = Command::new(profiler_bin())
+        let mut cmd = Command::new(profiler_bin());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt as _;
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: setrlimit is async-signal-safe, and only changes the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = cmd
             .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
             .args(args)
             .stdin(Stdio::null())
@@ -98,6 +121,17 @@ impl Prometheus {
     }
 
     fn start_with(bin: &Path, target_port: u16, flags: &[&str]) -> Self {
+        Self::start_scraping(
+            bin,
+            &format!(
+                "  - job_name: mmaplock\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+            ),
+            flags,
+        )
+    }
+
+    /// Prometheus with these `scrape_configs` entries (YAML, indented as list items).
+    fn start_scraping(bin: &Path, scrape_configs: &str, flags: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("mmaplock-prom-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -105,7 +139,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: mmaplock\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
             ),
         )
         .unwrap();
@@ -848,4 +882,174 @@ fn which_node() -> Option<PathBuf> {
             .map(|d| d.join("node"))
             .find(|n| n.is_file())
     })
+}
+
+/// Raises this process's soft open-file limit to `n` (or its hard limit).
+fn raise_own_nofile(n: u64) {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on our own process with a valid rlimit.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+        l.rlim_cur = n.min(l.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+    }
+}
+
+#[test]
+fn two_thousand_idle_connections_leave_the_agent_and_its_counts_alone() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    raise_own_nofile(8192);
+    let (t, n) = (2u64, 10_000u64);
+    let mut w = Workload::churn(t as u32, n as u32, None);
+    // The systemd default: 1024 descriptors, and no way to raise them. The agent's BPF
+    // links, maps and its flush iterator must still find theirs.
+    let mut agent =
+        Agent::start_with_limit(&["--pid", &w.pid.to_string(), "-i", "0.2"], Some(1024));
+    let idle: Vec<std::net::TcpStream> = (0..2000)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", agent.port)).expect("connect"))
+        .collect();
+    w.go();
+    assert!(w.wait().success());
+    // The quietest connection makes room for each scrape; the counts are exact.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        std::thread::sleep(Duration::from_millis(1500));
+        let m = agent.metrics();
+        let mmap = metric_sum(
+            &m,
+            "mmaplock_acquisitions_total",
+            &["op=\"write\"", "cause=\"mmap\""],
+        );
+        if mmap == t * n {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mmap writes {mmap} of {}\n{m}",
+            t * n
+        );
+    };
+    let limit = metric_sum(&m, "mmaplock_http_rejected_total", &["reason=\"limit\""]);
+    assert!(limit >= 2000 - 256, "closed at the cap: {limit}");
+    assert!(metric_gauge(&m, "mmaplock_http_connections") <= 256);
+    assert!(agent.child.try_wait().unwrap().is_none(), "the agent lives");
+    drop(idle);
+}
+
+/// A self-signed certificate for localhost and 127.0.0.1, and its key, as PEM files in `dir`.
+fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .expect("a certificate");
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+#[test]
+fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(prom_bin) = prometheus_bin() else {
+        assert!(
+            !integration_tests::under_ci(),
+            "prometheus is not installed"
+        );
+        integration_tests::skip_because("prometheus is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, _key) = certificate(dir.path());
+    let hash = bcrypt::hash("s3cret", 6).unwrap();
+    // Relative paths: from the web configuration file's directory, as exporter-toolkit does.
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: {hash}\n"
+        ),
+    )
+    .unwrap();
+    let (t, n) = (2u64, 5_000u64);
+    let mut w = Workload::churn(t as u32, n as u32, None);
+    let agent = Agent::start(&[
+        "--pid",
+        &w.pid.to_string(),
+        "-i",
+        "0.5",
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]);
+    // Plain HTTP gets no metrics from a TLS port.
+    assert!(
+        ureq::get(&format!("http://127.0.0.1:{}/metrics", agent.port))
+            .timeout(Duration::from_secs(5))
+            .call()
+            .is_err()
+    );
+    let job = |name: &str, password: &str| {
+        format!(
+            "  - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: {}\n      server_name: localhost\n    basic_auth:\n      username: prometheus\n      password: {password}\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            cert.display(),
+            agent.port
+        )
+    };
+    let prom = Prometheus::start_scraping(
+        &prom_bin,
+        &format!("{}{}", job("good", "s3cret"), job("bad", "wrong")),
+        &[],
+    );
+    w.go();
+    assert!(w.wait().success());
+    let mmap = "sum(mmaplock_acquisitions_total{job=\"good\",op=\"write\",cause=\"mmap\"})";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prom.value(mmap) != Some((t * n) as f64) {
+        assert!(
+            Instant::now() < deadline,
+            "PromQL {mmap} = {:?}, expected {}",
+            prom.value(mmap),
+            t * n
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The bad job's scrapes are refused (its first may come a little after the good one's).
+    let bad_error = || -> Option<String> {
+        let targets: Value = ureq::get(&format!("http://127.0.0.1:{}/api/v1/targets", prom.port))
+            .call()
+            .ok()?
+            .into_json()
+            .ok()?;
+        let bad = targets["data"]["activeTargets"]
+            .as_array()?
+            .iter()
+            .find(|t| t["labels"]["job"] == "bad")?
+            .clone();
+        Some(bad["lastError"].as_str()?.to_string()).filter(|e| !e.is_empty())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while prom.value("up{job=\"bad\"}").is_none() || bad_error().is_none() {
+        assert!(Instant::now() < deadline, "the bad job was never scraped");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(prom.value("up{job=\"bad\"}"), Some(0.0));
+    let e = bad_error().unwrap();
+    assert!(e.contains("401"), "{e}");
+    // The agent counts them (seen by the good job's next scrapes).
+    let q = "mmaplock_http_rejected_total{job=\"good\",reason=\"unauthorized\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while prom.value(q).unwrap_or(0.0) < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "401s counted: {:?}",
+            prom.value(q)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

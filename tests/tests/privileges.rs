@@ -428,6 +428,58 @@ fn one_capability_fewer_is_one_clear_line_and_exit_1() {
     }
 }
 
+/// `--bpf-stats` refused (the four capabilities, no CAP_SYS_ADMIN) leaves the outputs of an
+/// earlier run as they were: exit 1, one line, nothing emptied.
+#[test]
+fn a_refused_bpf_stats_leaves_existing_outputs_untouched() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(unpriv) = Unprivileged::new() else {
+        return;
+    };
+    // Files nobody may write (so that the run gets as far as --bpf-stats).
+    let dir = TempDir::new("outputs", 0o755);
+    let files: Vec<PathBuf> = ["run.json", "run.html", "run.folded"]
+        .iter()
+        .map(|f| dir.0.join(f))
+        .collect();
+    for f in &files {
+        std::fs::write(f, "an earlier run\n").unwrap();
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let [o, html, stacks] = [0, 1, 2].map(|i| files[i].to_str().unwrap());
+    let me = std::process::id().to_string();
+    let out = unpriv
+        .command(
+            &CAPS,
+            &[
+                "--pid",
+                &me,
+                "--bpf-stats",
+                "-o",
+                o,
+                "--html",
+                html,
+                "--stacks",
+                stacks,
+            ],
+        )
+        .output()
+        .expect("run setpriv");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("CAP_SYS_ADMIN"), "{err}");
+    for f in &files {
+        assert_eq!(
+            std::fs::read_to_string(f).unwrap(),
+            "an earlier run\n",
+            "{}",
+            f.display()
+        );
+    }
+}
+
 /// A port free now on loopback.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -4,6 +4,7 @@
 
 mod http;
 pub mod selection;
+mod webconfig;
 
 use std::{
     net::SocketAddr,
@@ -15,6 +16,7 @@ use std::{
 use crate::{
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
+        lines::Trouble,
         prometheus::{self, Metrics, Shared},
         report,
         rotate::Rotating,
@@ -28,6 +30,8 @@ use selection::{Selection, SelectionError, Selectors, cgroup_of};
 pub enum AgentError {
     #[error(transparent)]
     Selection(#[from] SelectionError),
+    #[error(transparent)]
+    WebConfig(#[from] webconfig::WebConfigError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, #[source] std::io::Error),
     #[error("cannot write {0}: {1}")]
@@ -41,7 +45,7 @@ impl AgentError {
     /// environment (no privilege, an address in use).
     pub fn exit_code(&self) -> u8 {
         match self {
-            AgentError::Selection(_) | AgentError::Output(..) => 2,
+            AgentError::Selection(_) | AgentError::Output(..) | AgentError::WebConfig(_) => 2,
             AgentError::Listen(..) => 1,
             AgentError::Session(e) => e.exit_code(),
         }
@@ -59,6 +63,8 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     pub selectors: Selectors,
     pub config_file: Option<PathBuf>,
+    /// TLS and basic auth for /metrics (exporter-toolkit's format), re-read on SIGHUP.
+    pub web_config: Option<PathBuf>,
     pub pid_label: bool,
     pub output: Option<PathBuf>,
     pub rotate_bytes: u64,
@@ -92,6 +98,8 @@ struct Agent<'a> {
     polls: u64,
     /// Whether the kernel matches every selector (else the scans run every interval).
     kernel_complete: bool,
+    ndjson_trouble: Trouble,
+    web: http::Web,
 }
 
 /// Besides the first, a scan of /proc every this many readings: for what the kernel does
@@ -157,6 +165,7 @@ impl Driver for Agent<'_> {
             });
             m.set_health(profile.lost_so_far(), profile.program_stats());
             m.tracked_processes = self.selection.len() as u64;
+            m.selector_matches = self.selection.matches_by_selector();
             let (threads, entries) = profile.live();
             m.tracked_threads = threads as u64;
             m.map_entries = entries as u64;
@@ -165,7 +174,17 @@ impl Driver for Agent<'_> {
             let r = report::build(&window, &attribution, meta);
             let mut line = serde_json::to_vec(&r).map_err(|e| SessionError::Write(e.into()))?;
             line.push(b'\n');
-            out.write_record(&line).map_err(SessionError::Write)?;
+            // A full disk does not stop the agent: /metrics goes on, the next intervals are
+            // tried again (output/lines.rs).
+            let what = out.path().display().to_string();
+            match out.write_record(&line) {
+                Ok(()) => self.ndjson_trouble.worked(&what),
+                Err(e) => self.ndjson_trouble.failed(
+                    &what,
+                    &e,
+                    "the agent goes on serving /metrics; the next intervals are tried again",
+                ),
+            }
         }
         Ok(())
     }
@@ -176,12 +195,16 @@ impl Driver for Agent<'_> {
                 if !self.cfg.quiet {
                     eprintln!("mmaplock-prof agent: SIGHUP, selection re-read");
                 }
+                for w in s.warnings() {
+                    eprintln!("mmaplock-prof agent: {w}");
+                }
                 let (kernel, complete) = s.kernel();
                 profile.collector.set_selectors(&kernel)?;
                 self.kernel_complete = complete;
                 self.selection.reload(s);
                 // The next reading scans /proc with the new selectors.
                 self.polls = 0;
+                self.reload_web();
             }
             // A bad file on reload keeps the running selection.
             Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current selection"),
@@ -190,9 +213,48 @@ impl Driver for Agent<'_> {
     }
 }
 
+/// The web configuration (`--web.config.file`), or plain HTTP.
+fn load_web(cfg: &AgentConfig) -> Result<http::Web, AgentError> {
+    let w = match &cfg.web_config {
+        Some(p) => webconfig::WebConfig::load(p)?,
+        None => webconfig::WebConfig {
+            tls: None,
+            users: None,
+        },
+    };
+    if w.users.is_some() && w.tls.is_none() && !cfg.quiet {
+        eprintln!(
+            "mmaplock-prof agent: basic auth without TLS: passwords cross the network in clear (add tls_server_config)"
+        );
+    }
+    Ok(Arc::new(std::sync::RwLock::new(Arc::new(w))))
+}
+
+impl Agent<'_> {
+    /// SIGHUP: the web configuration too (renewed certificates, changed users); a bad file
+    /// keeps the one in force.
+    fn reload_web(&mut self) {
+        let Some(path) = &self.cfg.web_config else {
+            return;
+        };
+        match webconfig::WebConfig::load(path) {
+            Ok(w) => {
+                if let Ok(mut current) = self.web.write() {
+                    *current = Arc::new(w);
+                }
+            }
+            Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current web configuration"),
+        }
+    }
+}
+
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Everything the user gave is checked before the kernel is touched.
     let selectors = cfg.selectors()?;
+    let web = load_web(&cfg)?;
+    for w in selectors.warnings() {
+        eprintln!("mmaplock-prof agent: {w}");
+    }
     let ndjson = match &cfg.output {
         Some(p) => Some(
             Rotating::open(p, cfg.rotate_bytes, cfg.rotate_keep)
@@ -203,6 +265,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let listener = http::bind(cfg.listen)
         .await
         .map_err(|e| AgentError::Listen(cfg.listen, e))?;
+    // The port the kernel gave, for `--listen ADDR:0`.
+    let listening = listener.local_addr().unwrap_or(cfg.listen);
     let mut collector = Collector::start(&CollectorConfig {
         pids: vec![],
         comms: vec![],
@@ -239,14 +303,18 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         ndjson,
         polls: 0,
         kernel_complete,
+        ndjson_trouble: Trouble::default(),
+        web: web.clone(),
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut profile)?;
     if !cfg.quiet {
+        let tls = agent.web.read().is_ok_and(|w| w.tls.is_some());
         eprintln!(
-            "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving http://{}/metrics",
+            "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving {}://{}/metrics",
             agent.selection.len(),
-            cfg.listen
+            if tls { "https" } else { "http" },
+            listening
         );
     }
     if !cfg.quiet {
@@ -255,7 +323,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let local = tokio::task::LocalSet::new();
     let failure = local
         .run_until(async {
-            let server = tokio::task::spawn_local(http::serve(listener, registry));
+            let server = tokio::task::spawn_local(http::serve(
+                listener,
+                registry,
+                web,
+                agent.metrics.clone(),
+            ));
             let r = run_loop(
                 &mut profile,
                 &mut rings,
@@ -277,6 +350,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .finish()
         .await
         .and_then(|()| agent.after_poll(&mut profile));
+    crate::run::lost::check(&profile.lost_so_far());
     failure?;
     last?;
     Ok(())

@@ -14,6 +14,7 @@ use std::{
 };
 
 use crate::{
+    cli,
     kernel::selectors::{KernelSelectors, cgroup_selector, comm_key, exe_selector},
     registry::ids::{self, ProcId, stat_start_ticks},
 };
@@ -39,11 +40,24 @@ pub struct Selectors {
     pub pids: Vec<u32>,
 }
 
+/// The largest `--config` file read (an operator's file; a few selectors a line each).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 impl Selectors {
     /// Adds the selectors of a config file: one per line, `comm NAME`, `exe GLOB`,
-    /// `cgroup PATH` or `pid PID`; blank lines and `#` comments are skipped.
+    /// `cgroup PATH` or `pid PID`; blank lines and `#` comments are skipped. Each value is
+    /// checked as on the command line (`cli::parse_*`).
     pub fn add_file(&mut self, path: &Path) -> Result<(), SelectionError> {
-        let text = fs::read_to_string(path).map_err(|e| SelectionError::Read(path.into(), e))?;
+        let read = || -> std::io::Result<String> {
+            let f = fs::File::open(path)?;
+            if f.metadata()?.len() > MAX_CONFIG_BYTES {
+                return Err(std::io::Error::other(format!(
+                    "larger than {MAX_CONFIG_BYTES} bytes: not a selection"
+                )));
+            }
+            std::io::read_to_string(f)
+        };
+        let text = read().map_err(|e| SelectionError::Read(path.into(), e))?;
         self.add_text(&text)
             .map_err(|(line, what)| SelectionError::Syntax {
                 path: path.into(),
@@ -62,21 +76,18 @@ impl Selectors {
                 .split_once(char::is_whitespace)
                 .map(|(k, v)| (k, v.trim()))
                 .ok_or((i + 1, format!("expected `KIND VALUE`, got {line:?}")))?;
+            let bad = |what: String| (i + 1, format!("{kind}: {what}"));
             match kind {
-                "comm" => self.comms.push(value.to_string()),
-                "exe" => {
-                    glob::Pattern::new(value).map_err(|e| (i + 1, format!("bad glob: {e}")))?;
-                    self.exes.push(value.to_string());
+                "comm" => self.comms.push(cli::parse_comm(value).map_err(bad)?),
+                "exe" => self.exes.push(cli::parse_glob(value).map_err(bad)?),
+                "cgroup" => self.cgroups.push(cli::parse_cgroup(value).map_err(bad)?),
+                "pid" => self.pids.push(cli::parse_pid(value).map_err(bad)?),
+                _ => {
+                    return Err((
+                        i + 1,
+                        format!("unknown selector {kind:?} (comm, exe, cgroup or pid)"),
+                    ));
                 }
-                "cgroup" if value.starts_with('/') => {
-                    self.cgroups.push(value.trim_end_matches('/').to_string())
-                }
-                "pid" => self.pids.push(
-                    value
-                        .parse()
-                        .map_err(|_| (i + 1, format!("bad pid {value:?}")))?,
-                ),
-                _ => return Err((i + 1, format!("unknown selector {line:?}"))),
             }
         }
         Ok(())
@@ -127,20 +138,92 @@ impl Selectors {
         !self.pids.contains(&pid)
     }
 
+    /// Each selector as written (`comm node`, `cgroup /a`; the default selection is
+    /// `exe node`), in the order [`Selectors::matches_each`] answers for them: the
+    /// `selector` label of `mmaplock_selector_matches`, bounded by what the operator wrote.
+    pub fn labels(&self) -> Vec<String> {
+        if self.is_default() {
+            return vec!["exe node".into()];
+        }
+        let each = |kind: &str, v: &[String]| -> Vec<String> {
+            v.iter().map(|x| format!("{kind} {x}")).collect()
+        };
+        let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+        [
+            each("comm", &self.comms),
+            each("exe", &self.exes),
+            each("cgroup", &self.cgroups),
+            each("pid", &pids),
+        ]
+        .concat()
+    }
+
+    /// Whether each selector (in the order of [`Selectors::labels`]) matches a process with
+    /// this name, executable and cgroup.
+    pub fn matches_each(&self, pid: u32, comm: &str, exe: Option<&str>, cgroup: &str) -> Vec<bool> {
+        if self.is_default() {
+            return vec![exe.is_some_and(|e| basename(e) == "node")];
+        }
+        let exe_matches = |g: &String| {
+            exe.is_some_and(|e| {
+                glob::Pattern::new(g).is_ok_and(|p| p.matches(e) || p.matches(basename(e)))
+            })
+        };
+        (self.comms.iter().map(|c| c == comm))
+            .chain(self.exes.iter().map(exe_matches))
+            .chain(self.cgroups.iter().map(|c| in_subtree(cgroup, c)))
+            .chain(self.pids.iter().map(|&p| p == pid))
+            .collect()
+    }
+
     /// Does a process with this name, executable and cgroup match?
     pub fn matches(&self, pid: u32, comm: &str, exe: Option<&str>, cgroup: &str) -> bool {
-        if self.is_default() {
-            return exe.is_some_and(|e| basename(e) == "node");
-        }
-        self.pids.contains(&pid)
-            || self.comms.iter().any(|c| c == comm)
-            || exe.is_some_and(|e| {
-                self.exes.iter().any(|g| {
-                    glob::Pattern::new(g).is_ok_and(|p| p.matches(e) || p.matches(basename(e)))
-                })
-            })
-            || self.cgroups.iter().any(|c| in_subtree(cgroup, c))
+        self.matches_each(pid, comm, exe, cgroup)
+            .into_iter()
+            .any(|m| m)
     }
+
+    /// What is probably a mistake though valid: a `--cgroup` that does not exist (now), or
+    /// that is written with the cgroup file system's mount point. One line each.
+    pub fn warnings(&self) -> Vec<String> {
+        let mounts = cgroup2_mounts();
+        let mut out = Vec::new();
+        for c in &self.cgroups {
+            if let Some(rest) = mounts
+                .iter()
+                .chain([&PathBuf::from("/sys/fs/cgroup")])
+                .find_map(|m| Path::new(c).strip_prefix(m).ok())
+            {
+                out.push(format!(
+                    "--cgroup {c}: a cgroup is written as /proc/PID/cgroup shows it, without the cgroup file system's mount point: --cgroup /{}",
+                    rest.display()
+                ));
+            } else if !mounts.is_empty()
+                && !mounts
+                    .iter()
+                    .any(|m| m.join(c.trim_start_matches('/')).is_dir())
+            {
+                out.push(format!(
+                    "--cgroup {c}: no such cgroup now (under {}); it selects nothing until it is created",
+                    mounts[0].display()
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
+/// a hybrid host), from our mountinfo.
+fn cgroup2_mounts() -> Vec<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount = left.split_whitespace().nth(4)?;
+            (right.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount))
+        })
+        .collect()
 }
 
 fn basename(path: &str) -> &str {
@@ -171,6 +254,8 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
 pub struct Selected {
     pub comm: String,
     pub cgroup: String,
+    /// Its executable, as `/proc/PID/exe` says.
+    pub exe: Option<String>,
 }
 
 /// The processes the selectors match, kept current by [`Selection::scan`].
@@ -220,6 +305,22 @@ impl Selection {
         self.selected.len()
     }
 
+    /// How many selected processes each selector matches now, by its label.
+    pub fn matches_by_selector(&self) -> Vec<(String, u64)> {
+        let mut counts: Vec<(String, u64)> = (self.selectors.labels().into_iter())
+            .map(|l| (l, 0))
+            .collect();
+        for (p, s) in &self.selected {
+            let each = self
+                .selectors
+                .matches_each(p.pid, &s.comm, s.exe.as_deref(), &s.cgroup);
+            for (c, m) in counts.iter_mut().zip(each) {
+                c.1 += u64::from(m);
+            }
+        }
+        counts
+    }
+
     /// Looks at every process in /proc: new ones that match are added, exited ones removed.
     pub fn scan(&mut self) -> Changes {
         let mut seen = BTreeSet::new();
@@ -250,7 +351,8 @@ impl Selection {
             let cgroup = cgroup_of(pid).unwrap_or_default();
             if self.selectors.matches(pid, &comm, exe.as_deref(), &cgroup) {
                 self.rejected.remove(&p);
-                if self.selected.insert(p, Selected { comm, cgroup }).is_none() {
+                let s = Selected { comm, cgroup, exe };
+                if self.selected.insert(p, s).is_none() {
                     changes.added.push(p);
                 }
             } else {
@@ -340,6 +442,9 @@ fn labels_of(pid: u32) -> Selected {
             .map(|c| c.trim_end().to_string())
             .unwrap_or_default(),
         cgroup: cgroup_of(pid).unwrap_or_default(),
+        exe: fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|e| e.to_string_lossy().into_owned()),
     }
 }
 
@@ -398,7 +503,58 @@ mod tests {
         assert_eq!(s.pids, vec![12]);
         assert_eq!(s.add_text("comm x\nbogus 1\n").unwrap_err().0, 2);
         assert_eq!(s.add_text("pid x\n").unwrap_err().0, 1);
-        assert_eq!(s.add_text("cgroup relative\n").unwrap_err().0, 1);
+        // Each value as the command line checks it, with the same words.
+        for (line, needle) in [
+            ("cgroup relative/path", "a cgroup v2 path is absolute"),
+            (
+                "comm sixteen-bytes-xx",
+                "longer than the 15 the kernel keeps",
+            ),
+            ("pid 2", "kernel thread"),
+            ("pid 0", "not a process id"),
+            ("exe [", "not a glob"),
+            ("bogus 1", "unknown selector \"bogus\""),
+        ] {
+            let (n, what) = s.add_text(line).unwrap_err();
+            assert_eq!(n, 1);
+            assert!(what.contains(needle), "{line}: {what}");
+        }
+    }
+
+    #[test]
+    fn cgroups_with_the_mount_point_or_not_there_are_warned_about() {
+        let Some(mount) = cgroup2_mounts().into_iter().next() else {
+            return;
+        };
+        let s = Selectors {
+            cgroups: vec![
+                format!("{}/system.slice/x.service", mount.display()),
+                "/no-such-cgroup-mlp".into(),
+                "/".into(),
+            ],
+            ..Default::default()
+        };
+        let w = s.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].ends_with("--cgroup /system.slice/x.service"),
+            "{}",
+            w[0]
+        );
+        assert!(w[1].contains("no such cgroup now"), "{}", w[1]);
+    }
+
+    #[test]
+    fn each_selector_is_counted_apart() {
+        let s = Selectors {
+            comms: vec!["api".into()],
+            pids: vec![7],
+            ..Default::default()
+        };
+        assert_eq!(s.labels(), ["comm api", "pid 7"]);
+        assert_eq!(s.matches_each(7, "api", None, "/"), [true, true]);
+        assert_eq!(s.matches_each(8, "api", None, "/"), [true, false]);
+        assert_eq!(Selectors::default().labels(), ["exe node"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod findings;
 #[cfg(test)]
 mod fixtures;
 pub mod html;
+pub mod lines;
 pub mod partial;
 pub mod prometheus;
 pub mod reading;
@@ -20,7 +21,21 @@ pub mod text;
 
 use std::io::{self, Write};
 
-use report::Report;
+use report::{Lost, Report};
+
+/// Every reason of `lost` with its count, by its name in the report (`events`, their sum,
+/// left out): read from the report's own serialization, so that a reason added there is
+/// carried everywhere (the agent's `mmaplock_lost_total`, the notices on standard error).
+pub fn lost_reasons(l: &Lost) -> Vec<(String, u64)> {
+    match serde_json::to_value(l) {
+        Ok(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .filter(|(k, _)| k != "events")
+            .filter_map(|(k, v)| Some((k, v.as_u64()?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// A way of writing reports out.
 pub trait Output {

@@ -133,6 +133,10 @@ pub struct Metrics {
     pub tracked_threads: u64,
     /// Entries in the kernel's statistics map (as last read).
     pub map_entries: u64,
+    /// Processes each selector matches now, by the selector as written.
+    pub selector_matches: Vec<(String, u64)>,
+    /// The metrics endpoint's own health.
+    pub http: HttpHealth,
     build: (String, String, String),
 }
 
@@ -237,6 +241,21 @@ impl Metrics {
             + self.thread_time.len()
             + self.thread_time.values().filter(|t| t.1.is_some()).count()
     }
+}
+
+/// The metrics endpoint's connections (agent/http.rs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpHealth {
+    /// Open now.
+    pub open: u64,
+    /// Closed to stay under the connection cap.
+    pub limit: u64,
+    /// Closed for being idle or slow.
+    pub timeout: u64,
+    /// TLS handshakes that failed.
+    pub tls: u64,
+    /// Requests answered 401.
+    pub unauthorized: u64,
 }
 
 /// `Metrics` behind a lock, as a prometheus-client collector.
@@ -359,17 +378,11 @@ impl Collector for Shared {
                 None,
                 MetricType::Counter,
             )?;
-            let l = &m.lost;
-            for (reason, n) in [
-                ("events", l.events),
-                ("map_full", l.map_full),
-                ("stacks", l.stacks),
-                ("nested", l.nested),
-                ("no_state", l.no_state),
-                ("ring_full", l.ring_full),
-                ("exit_flush", l.exit_flush),
-            ] {
-                f.encode_family(&[("reason", reason)])?
+            // Every reason the report has (output::lost_reasons), and their sum as `events`.
+            let all = std::iter::once(("events".to_string(), m.lost.events))
+                .chain(crate::output::lost_reasons(&m.lost));
+            for (reason, n) in all {
+                f.encode_family(&[("reason", reason.as_str())])?
                     .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
             }
         }
@@ -476,6 +489,44 @@ impl Collector for Shared {
             encoder
                 .encode_descriptor(name, help, None, MetricType::Gauge)?
                 .encode_gauge(&(v as i64))?;
+        }
+        {
+            let h = &m.http;
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_http_rejected",
+                "Connections to /metrics closed by the agent (limit: over the connection cap; timeout: idle or slow; tls: failed handshake) and requests refused (unauthorized).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, n) in [
+                ("limit", h.limit),
+                ("timeout", h.timeout),
+                ("tls", h.tls),
+                ("unauthorized", h.unauthorized),
+            ] {
+                f.encode_family(&[("reason", reason)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+            encoder
+                .encode_descriptor(
+                    "mmaplock_http_connections",
+                    "Connections to /metrics open now.",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_gauge(&(h.open as i64))?;
+        }
+        if !m.selector_matches.is_empty() {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_selector_matches",
+                "Processes each selector of the agent's selection matches now.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (selector, n) in &m.selector_matches {
+                f.encode_family(&[("selector", selector.as_str())])?
+                    .encode_gauge(&(*n as i64))?;
+            }
         }
         let (version, kernel, abi) = &m.build;
         encoder

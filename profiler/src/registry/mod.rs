@@ -9,6 +9,7 @@ pub mod procmaps;
 pub mod roles;
 pub mod stacks;
 pub mod threadstart;
+pub mod untrusted;
 pub mod unwind;
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,7 +1,15 @@
 //! A process's memory map (`/proc/PID/maps`): which file, if any, backs an address, and at
 //! which file offset. Thread roles and stack attribution both need it.
 
-use std::path::PathBuf;
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use crate::registry::untrusted;
 
 /// One line of `/proc/PID/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,30 +63,96 @@ impl Mapping {
 #[derive(Clone, Debug, Default)]
 pub struct Maps(Vec<Mapping>);
 
-/// Where this process can read the file that process `pid` maps in `m`, checked by identity
-/// (the mapping's inode): the path itself if it names that very file here (it then works
-/// after the process is gone); else through `/proc/PID/root` (a container, or a path hidden
-/// from us by our own sandbox); else `/proc/PID/map_files` (a replaced or deleted file; needs
-/// root or CAP_CHECKPOINT_RESTORE); else, as a last resort, the path.
-pub fn readable_path(pid: u32, m: &Mapping) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::MetadataExt;
+/// Where this process can read the file that process `pid` maps in `m`, safely: a path to a
+/// descriptor of ours on that very file (`/proc/self/fd/N`), opened through
+/// [`untrusted`](crate::registry::untrusted) (no symbolic link followed, a regular file, at
+/// most `MAX_ELF_BYTES`) and checked by identity (the mapping's inode). The file is looked
+/// for through `/proc/PID/root` (a container, or a path our own sandbox hides), then
+/// `/proc/PID/map_files` (a replaced or deleted file; needs root or
+/// CAP_CHECKPOINT_RESTORE), then at the path itself (the process has exited since).
+///
+/// The symbolizer is handed that path, never the target's own: a target cannot swap a link
+/// in between the check and the symbolizer's open, and the path keeps naming the file after
+/// the process is gone. The descriptors are kept for the life of the profiler (the
+/// symbolizer caches by path), one per distinct file, at most [`MAX_HELD_FILES`].
+pub fn readable_path(pid: u32, m: &Mapping) -> Option<PathBuf> {
     let path = m.path.as_deref()?;
-    let same = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|md| md.ino() == m.inode);
-    if same(path) {
-        return Some(path.to_path_buf());
+    let key = (pid, m.start, m.inode);
+    let mut memo = READABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let memo = memo.get_or_insert_with(HashMap::new);
+    if let Some(found) = memo.get(&key) {
+        return found.clone();
     }
+    let found = find_readable(pid, m, path);
+    if memo.len() >= MAX_MEMO {
+        memo.clear();
+    }
+    memo.insert(key, found.clone());
+    found
+}
+
+/// The most distinct files kept open for symbolization (and a quarter of the open-file limit
+/// at most: the kernel side needs its descriptors).
+pub const MAX_HELD_FILES: usize = 4096;
+
+fn max_held() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    MAX_HELD_FILES.min(usize::try_from(soft / 4).unwrap_or(usize::MAX))
+}
+const MAX_MEMO: usize = 16_384;
+
+/// (pid, mapping start, inode) -> the path found for it (None: none could be).
+type Memo = HashMap<(u32, u64, u64), Option<PathBuf>>;
+static READABLE: Mutex<Option<Memo>> = Mutex::new(None);
+/// The files kept open, by (device, inode) as opened.
+static HELD: Mutex<Option<HashMap<(u64, u64), File>>> = Mutex::new(None);
+
+fn find_readable(pid: u32, m: &Mapping, path: &Path) -> Option<PathBuf> {
+    let mut candidates = Vec::with_capacity(3);
     if let Ok(rel) = path.strip_prefix("/") {
-        let inside = std::path::Path::new(&format!("/proc/{pid}/root")).join(rel);
-        if same(&inside) {
-            return Some(inside);
+        candidates.push(Path::new(&format!("/proc/{pid}/root")).join(rel));
+    }
+    candidates.push(PathBuf::from(format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        m.start, m.end
+    )));
+    candidates.push(path.to_path_buf());
+    let policy = untrusted::Policy::mapped(m.inode);
+    for c in candidates {
+        match untrusted::open(&c, &policy) {
+            Ok(o) => return hold(o),
+            Err(e) if e.is_suspicious() => {
+                untrusted::warn_once(&c, &format_args!("not read as process {pid}'s file: {e}"));
+                return None;
+            }
+            Err(e) => log::debug!("{}: {e}", c.display()),
         }
     }
-    let mapped =
-        std::path::PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-    if same(&mapped) {
-        return Some(mapped);
+    None
+}
+
+/// Keeps `o` open (or the same file already kept) and names it by our descriptor.
+fn hold(o: untrusted::Opened) -> Option<PathBuf> {
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    let held = held.get_or_insert_with(HashMap::new);
+    let key = (o.dev, o.inode);
+    if !held.contains_key(&key) {
+        if held.len() >= max_held() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "mmaplock-prof: {} files symbolized already: code in further files is not named",
+                    held.len()
+                )
+            });
+            return None;
+        }
+        held.insert(key, o.file);
     }
-    Some(path.to_path_buf())
+    let fd = held[&key].as_raw_fd();
+    Some(PathBuf::from(format!("/proc/self/fd/{fd}")))
 }
 
 impl Maps {
@@ -128,7 +202,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mapped_files_are_found_by_identity() {
+    fn mapped_files_are_found_by_identity_and_named_by_our_own_descriptor() {
+        use std::os::unix::fs::MetadataExt;
         let me = std::process::id();
         let maps = Maps::read(me).unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
@@ -136,13 +211,25 @@ mod tests {
             .iter()
             .find(|m| m.path.as_deref() == Some(exe.as_path()))
             .expect("our executable is mapped");
-        // Our own files: at their paths.
-        assert_eq!(readable_path(me, m).as_deref(), Some(exe.as_path()));
-        // A path that names another file now (replaced on disk): not that path.
+        let p = readable_path(me, m).expect("our executable");
+        assert!(p.starts_with("/proc/self/fd/"), "{p:?}");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().ino(),
+            std::fs::metadata(&exe).unwrap().ino()
+        );
+        // Asked again: the same descriptor.
+        assert_eq!(readable_path(me, m), Some(p));
+        // A path that names another file now (replaced on disk): not that file.
         let mut replaced = m.clone();
         replaced.path = Some("/etc/hostname".into());
-        let p = readable_path(me, &replaced).unwrap();
-        assert_ne!(p, std::path::Path::new("/etc/hostname"), "{p:?}");
+        replaced.start += 1;
+        let other = readable_path(me, &replaced);
+        assert!(
+            other
+                .as_ref()
+                .is_none_or(|p| std::fs::metadata(p).unwrap().ino() == m.inode),
+            "{other:?}"
+        );
         // Anonymous memory: nothing to read.
         let mut anon = m.clone();
         anon.path = None;

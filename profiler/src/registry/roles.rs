@@ -144,8 +144,16 @@ fn role_from_start_routine(symbol: &str, module: Option<&Path>) -> Role {
     }
 }
 
-/// Where a thread started: the file and offset of its start routine (None: anonymous memory).
-type StartSite = Option<(PathBuf, u64)>;
+/// Where a thread started: the start routine's file, as mapped (its name: an addon's ends in
+/// `.node`) and where we read it (`procmaps::readable_path`), and its offset in it (None:
+/// anonymous memory).
+type StartSite = Option<(Site, u64)>;
+
+#[derive(Debug)]
+struct Site {
+    mapped: PathBuf,
+    readable: PathBuf,
+}
 
 /// What is known of one thread on one lock.
 enum ThreadRole {
@@ -348,9 +356,11 @@ impl Roles {
             *maps = Maps::read_code(pid).ok()?;
         }
         // The file as mapped (a container's, a replaced one), found now while it lives.
-        let site = maps
-            .find(addr)
-            .map(|m| readable_path(pid, m).map(|p| (p, m.file_offset(addr))));
+        let site = maps.find(addr).map(|m| {
+            let mapped = m.path.clone()?;
+            let readable = readable_path(pid, m)?;
+            Some((Site { mapped, readable }, m.file_offset(addr)))
+        });
         // The kernel saw `owner` before the reads above; alive now, it is the process they
         // read, not a newer one under the same pid.
         if !ids::is_alive(owner) {
@@ -365,7 +375,10 @@ impl Roles {
     #[cfg(test)]
     pub fn start_routine(&mut self, p: ProcId, fsbase: u64) -> Option<(String, Option<PathBuf>)> {
         match self.start_site(p, fsbase)? {
-            Some((path, offset)) => Some((symbolize(&self.symbolizer, &path, offset), Some(path))),
+            Some((site, offset)) => Some((
+                symbolize(&self.symbolizer, &site, offset),
+                Some(site.mapped),
+            )),
             None => Some(("[anonymous]".into(), None)),
         }
     }
@@ -376,8 +389,8 @@ fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) ->
     let r = match known {
         ThreadRole::Known(r) => return *r,
         ThreadRole::Pending(None) => role_from_start_routine("[anonymous]", None),
-        ThreadRole::Pending(Some((path, offset))) => {
-            let name = symbolize(symbolizer, path, *offset);
+        ThreadRole::Pending(Some((site, offset))) => {
+            let (name, path) = (symbolize(symbolizer, site, *offset), &site.mapped);
             log::debug!(
                 "thread {} started in {name} ({})",
                 thread.tid,
@@ -390,15 +403,15 @@ fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) ->
     r
 }
 
-/// The function at `offset` in the ELF file `path` (the file, not the process: this works
-/// after the process is gone).
-fn symbolize(symbolizer: &Symbolizer, path: &Path, offset: u64) -> String {
-    let src = Source::Elf(Elf::new(path));
+/// The function at `offset` in the start routine's ELF file (the file, not the process: this
+/// works after the process is gone).
+fn symbolize(symbolizer: &Symbolizer, site: &Site, offset: u64) -> String {
+    let src = Source::Elf(Elf::new(&site.readable));
     match symbolizer.symbolize_single(&src, Input::FileOffset(offset)) {
         Ok(Symbolized::Sym(sym)) => sym.name.to_string(),
         other => {
-            log::debug!("{}+{offset:#x}: {other:?}", path.display());
-            format!("{}+{offset:#x}", path.display())
+            log::debug!("{}+{offset:#x}: {other:?}", site.mapped.display());
+            format!("{}+{offset:#x}", site.mapped.display())
         }
     }
 }

@@ -3,9 +3,9 @@
 //! another process's memory, and which C library a process maps. Thread roles
 //! (`attribution`) are decided from what is read here.
 
-use std::{fs, os::unix::fs::MetadataExt};
+use std::path::Path;
 
-use crate::registry::procmaps::Maps;
+use crate::registry::{procmaps::Maps, untrusted};
 
 /// Reads `len` bytes of process `pid` at `addr`; short or None where unmapped.
 pub fn read_memory(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
@@ -74,7 +74,9 @@ pub fn libc_identity(pid: u32, maps: &Maps) -> Option<(u64, u64)> {
         let name = p.file_name()?.to_str()?;
         (name.starts_with("libc.so") || name.starts_with("libc-")).then_some(p)
     })?;
-    // Through /proc/PID/root, so that a process in another mount namespace is compared right.
-    let m = fs::metadata(format!("/proc/{pid}/root{}", path.display())).ok()?;
-    Some((m.dev(), m.ino()))
+    // Through /proc/PID/root, so that a process in another mount namespace is compared right;
+    // no link followed on the way (a target's file: registry::untrusted).
+    let root = format!("/proc/{pid}/root{}", path.display());
+    let o = untrusted::open(Path::new(&root), &untrusted::Policy::ELF).ok()?;
+    Some((o.dev, o.inode))
 }

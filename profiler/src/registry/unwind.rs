@@ -16,7 +16,6 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -30,6 +29,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
 use crate::registry::perfmap::{JitName, PerfMap};
 use crate::registry::procmaps::{Mapping, Maps, readable_path};
+use crate::registry::untrusted;
 
 /// Shared, immutable section bytes handed to framehop (cheap to clone into
 /// several modules when one file has several executable mappings).
@@ -92,10 +92,13 @@ struct ElfUnwindInfo {
 
 impl ElfUnwindInfo {
     fn load(path: &Path) -> Result<Self, UnwindError> {
-        let file = File::open(path).map_err(|source| UnwindError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        // A target's file: no link followed, a regular file, bounded (registry::untrusted).
+        let file = untrusted::open(path, &untrusted::Policy::ELF)
+            .map_err(|e| UnwindError::Io {
+                path: path.to_owned(),
+                source: std::io::Error::other(e),
+            })?
+            .file;
         let data = object::ReadCache::new(file);
         let elf_err = |source| UnwindError::Elf {
             path: path.to_owned(),
@@ -111,6 +114,9 @@ impl ElfUnwindInfo {
             start..start + s.sh_size(endian)
         };
         let bytes = |s: &object::elf::SectionHeader64<object::Endianness>| {
+            if s.sh_size(endian) > untrusted::MAX_UNWIND_SECTION {
+                return Err(UnwindError::NoUnwindInfo(path.to_owned()));
+            }
             s.data(endian, &data).map(Bytes::from).map_err(elf_err)
         };
         let eh = section(b".eh_frame").ok_or_else(|| UnwindError::NoUnwindInfo(path.to_owned()))?;

@@ -4,7 +4,7 @@
 //! Data flows one way: collector (kernel maps) -> aggregation (deltas, windows) ->
 //! attribution and report (model) -> output (JSON lines or text).
 
-use std::{fs::File, io, path::PathBuf, time::Duration};
+use std::{io, path::PathBuf, time::Duration};
 
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -14,11 +14,13 @@ use crate::{
     registry::ids::{self, ProcId},
 };
 
+pub mod lost;
 pub mod nodework;
 mod profile;
 mod rings;
 mod targets;
 
+use crate::output::lines::Pending;
 pub use crate::output::sink::Sink;
 pub use profile::Profile;
 pub use rings::Rings;
@@ -65,6 +67,17 @@ pub async fn run_loop(
     let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(SessionError::Signals)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(SessionError::Signals)?;
+    // What arrived while the programs were loading, before these handlers existed.
+    for sig in crate::signals::take_early() {
+        if sig != libc::SIGHUP {
+            return Ok(Ok(()));
+        }
+        match driver.hangup(profile) {
+            Ok(true) => return Ok(Ok(())),
+            Ok(false) => {}
+            Err(e) => return Ok(Err(e)),
+        }
+    }
     let deadline = async {
         match cfg.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -95,6 +108,7 @@ pub async fn run_loop(
                 if let Err(e) = step {
                     return Ok(Err(e));
                 }
+                lost::check(&profile.lost_so_far());
                 if targets_gone && driver.may_end(profile) {
                     return Ok(Ok(()));
                 }
@@ -204,13 +218,17 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         .as_deref()
         .map(crate::output::findings::StudyEffects::load)
         .transpose()?;
+    // Say now, not at the end, if an output cannot be written; but change none of them
+    // before the programs are attached (output/lines.rs).
     let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
-    // Say now, not at the end, if the folded stacks cannot be written.
+    let mut later = Vec::new();
     for path in cfg.stacks_file.iter().chain(&cfg.html) {
-        File::create(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
+        later.push(Pending::open(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?);
     }
     sink.html = cfg.html.clone().map(crate::output::html::HtmlRecorder::new);
     let collector = Collector::start(&cfg.collector)?;
+    sink.begin()?;
+    later.into_iter().for_each(Pending::keep);
     if cfg.verbose {
         let l = collector.kernel.layout;
         eprintln!(
@@ -242,6 +260,19 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         eprintln!("mmaplock-prof: attach: {}", steps.join("; "));
         eprintln!("mmaplock-prof: instructions verified: {}", insns.join("; "));
     }
+    let mut collector = collector;
+    if cfg.collector.children {
+        // The targets head the selection; the kernel adds their descendants as they fork.
+        // Before "attached" is said: a fork right after it must be followed.
+        let targets: Vec<(u32, u64, bool)> = cfg
+            .collector
+            .pids
+            .iter()
+            .filter_map(|&pid| ProcId::of_live(pid))
+            .map(|p| (p.pid, p.start, false))
+            .collect();
+        collector.update_selection(&targets, &[])?;
+    }
     if !cfg.quiet {
         eprintln!(
             "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",
@@ -251,18 +282,6 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     }
     if !cfg.quiet {
         crate::kernel::minkernel::warn_if_lacking_ptrace();
-    }
-    let mut collector = collector;
-    if cfg.collector.children {
-        // The targets head the selection; the kernel adds their descendants as they fork.
-        let targets: Vec<(u32, u64, bool)> = cfg
-            .collector
-            .pids
-            .iter()
-            .filter_map(|&pid| ProcId::of_live(pid))
-            .map(|p| (p.pid, p.start, false))
-            .collect();
-        collector.update_selection(&targets, &[])?;
     }
     let mut rings = Rings::open(&mut collector)?;
     let mut profile = Profile::new(collector, cfg.interval.is_some());
@@ -325,6 +344,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     rings.drain(&mut profile);
     let last = profile.finish().await;
     rings.drain(&mut profile);
+    lost::check(&profile.lost_so_far());
     if cfg.interval.is_some() && last.is_ok() {
         let r = profile.interval_report();
         sink.write_report(r)?;
@@ -341,21 +361,24 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             .collect(),
         None => Default::default(),
     };
-    sink.write_report(summary)?;
-    sink.finish_html()?;
+    // Everything is attempted, whatever failed before; the first failure is the exit's.
+    let summary = sink.write_report(summary);
+    let html = sink.finish_html();
+    let stacks = match (&cfg.stacks_file, &profile.stacks) {
+        (Some(path), Some(stacks)) => {
+            let names = &mut profile.registry.names;
+            let folded = stacks.folded(|pid| {
+                comms
+                    .get(&pid)
+                    .cloned()
+                    .unwrap_or_else(|| names_get(names, pid))
+            });
+            std::fs::write(path, folded).map_err(|e| SessionError::OpenOutput(path.clone(), e))
+        }
+        _ => Ok(()),
+    };
     if let Some(e) = failure {
         return Err(e);
     }
-    last?;
-    if let (Some(path), Some(stacks)) = (&cfg.stacks_file, &profile.stacks) {
-        let names = &mut profile.registry.names;
-        let folded = stacks.folded(|pid| {
-            comms
-                .get(&pid)
-                .cloned()
-                .unwrap_or_else(|| names_get(names, pid))
-        });
-        std::fs::write(path, folded).map_err(|e| SessionError::OpenOutput(path.clone(), e))?;
-    }
-    Ok(())
+    last.and(summary).and(html).and(stacks)
 }
