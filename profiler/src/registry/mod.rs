@@ -9,6 +9,7 @@ pub mod roles;
 pub mod stacks;
 pub mod threadstart;
 pub mod unwind;
+pub mod v8;
 
 use std::collections::{BTreeMap, HashMap};
 
