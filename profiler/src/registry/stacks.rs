@@ -201,6 +201,8 @@ pub struct StackAttribution {
     pub unmatched: u64,
     /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
     pub work: (std::time::Duration, u64),
+    /// Of which reading V8's heap.
+    pub v8_work: std::time::Duration,
 }
 
 /// The index of `js` in the interned names, adding it if new.
@@ -286,7 +288,10 @@ impl StackAttribution {
     /// remembered as such.
     fn unwinder(&mut self, p: ProcId) -> Option<&mut ProcessUnwinder> {
         if !self.unwinders.contains_key(&p) {
-            let u = match ProcessUnwinder::new(p.pid, self.shared.clone()) {
+            let t0 = std::time::Instant::now();
+            let made = ProcessUnwinder::new(p.pid, self.shared.clone());
+            log::debug!("unwinder of {p:?} made in {:?}", t0.elapsed());
+            let u = match made {
                 // The kernel saw `p` before the maps were read: alive now, they were its own.
                 Ok(u) if still_there(p) => Some(u),
                 Err(e) if still_there(p) => {
@@ -308,6 +313,7 @@ impl StackAttribution {
         let len = (s.stack_len as usize).min(s.stack.len());
         let stack = &s.stack[..len];
         let actor = actor(s);
+        let mut v8_time = std::time::Duration::ZERO;
         let (frames, dso, end) = match self.unwinder(actor) {
             Some(u) => {
                 let unwound = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
@@ -317,21 +323,25 @@ impl StackAttribution {
                 if kinds.contains(&CodeKind::Jit) {
                     u.read_perf_map();
                 }
+                let t1 = std::time::Instant::now();
                 // V8 frames: their functions, read from the heap now, soon after the sample.
-                let resolved: Vec<Option<Resolved>> = match u.v8.as_mut() {
-                    Some(heap) => (unwound.frames.iter().enumerate())
-                        .map(|(i, f)| {
+                let mut resolved: Vec<Option<Resolved>> = vec![None; unwound.frames.len()];
+                if let Some(heap) = u.v8.as_mut() {
+                    let slots: Vec<v8::JsSlots> = (unwound.frames.iter().enumerate())
+                        .filter_map(|(i, f)| {
                             let jit = match kinds[i] {
                                 CodeKind::Jit => true,
                                 CodeKind::Builtin => false,
                                 _ => return None,
                             };
                             v8::slots(&heap.layout, i, f.addr, f.fp, jit, s.sp, stack)
-                                .map(|slots| heap.resolve(&slots))
                         })
-                        .collect(),
-                    None => vec![None; unwound.frames.len()],
-                };
+                        .collect();
+                    for (slot, r) in slots.iter().zip(heap.resolve_all(&slots)) {
+                        resolved[slot.index] = Some(r);
+                    }
+                }
+                v8_time = t1.elapsed();
                 let labels: Vec<Frame> = unwound
                     .frames
                     .iter()
@@ -379,6 +389,7 @@ impl StackAttribution {
         );
         self.work.0 += t0.elapsed();
         self.work.1 += 1;
+        self.v8_work += v8_time;
     }
 
     fn on_done(&mut self, d: &SampleDone) {

@@ -142,6 +142,7 @@ impl ElfUnwindInfo {
         let gaps = fde_gaps(
             &eh_frame,
             svma(eh).start,
+            eh_frame_hdr.as_ref(),
             text_svma.as_ref(),
             got_svma.as_ref(),
             &loads,
@@ -188,10 +189,14 @@ impl ElfUnwindInfo {
     }
 }
 
-/// Stretches of at least `MIN_GAP` bytes of the executable segments that no FDE covers.
+/// Stretches of at least `MIN_GAP` bytes of the executable segments that no FDE covers. The
+/// FDEs' starts come from `.eh_frame_hdr`'s sorted table when it has the usual encoding (the
+/// FDE before a wide space between two starts is then the only one parsed), else from
+/// walking `.eh_frame`.
 fn fde_gaps(
     eh_frame: &[u8],
     eh_frame_svma: u64,
+    hdr: Option<&(Range<u64>, Bytes)>,
     text: Option<&Range<u64>>,
     got: Option<&Range<u64>>,
     loads: &[LoadSegment],
@@ -206,16 +211,56 @@ fn fde_gaps(
     if let Some(g) = got {
         bases = bases.set_got(g.start);
     }
-    let mut covered = Vec::new();
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        if let gimli::CieOrFde::Fde(partial) = entry
-            && let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset)
-        {
-            covered.push((fde.initial_address(), fde.initial_address() + fde.len()));
+    let fde_range = |offset: usize| {
+        eh.fde_from_offset(
+            &bases,
+            gimli::EhFrameOffset(offset),
+            gimli::EhFrame::cie_from_offset,
+        )
+        .ok()
+        .map(|fde| (fde.initial_address(), fde.initial_address() + fde.len()))
+    };
+    let mut covered: Vec<(u64, u64)> = Vec::new();
+    // version 1, pointer encodings, then (start, FDE) pairs as 32-bit offsets from the
+    // header (DW_EH_PE_datarel | DW_EH_PE_sdata4 = 0x3b, the count as udata4 = 0x03).
+    match hdr {
+        Some((svma, b)) if b.len() >= 12 && b[0] == 1 && b[2] == 0x03 && b[3] == 0x3b => {
+            let count = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) as usize;
+            let at = |i: usize| -> Option<(u64, u64)> {
+                let e = b.get(12 + 8 * i..12 + 8 * i + 8)?;
+                let start = i32::from_le_bytes(e[0..4].try_into().ok()?) as i64;
+                let fde = i32::from_le_bytes(e[4..8].try_into().ok()?) as i64;
+                Some((
+                    svma.start.checked_add_signed(start)?,
+                    svma.start.checked_add_signed(fde)?,
+                ))
+            };
+            let entries: Vec<(u64, u64)> = (0..count).map_while(at).collect();
+            for (i, &(start, fde)) in entries.iter().enumerate() {
+                let next = entries.get(i + 1).map_or(u64::MAX, |e| e.0);
+                // A function no longer than the space to the next: its end is its start.
+                let end = if next - start >= MIN_GAP {
+                    fde.checked_sub(eh_frame_svma)
+                        .and_then(|o| fde_range(o as usize))
+                        .map_or(start, |r| r.1)
+                } else {
+                    next.min(start + MIN_GAP)
+                };
+                covered.push((start, end));
+            }
+        }
+        _ => {
+            let mut entries = eh.entries(&bases);
+            while let Ok(Some(entry)) = entries.next() {
+                if let gimli::CieOrFde::Fde(partial) = entry
+                    && let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset)
+                {
+                    covered.push((fde.initial_address(), fde.initial_address() + fde.len()));
+                }
+            }
+            covered.sort_unstable();
         }
     }
-    covered.sort_unstable();
     let mut gaps = Vec::new();
     for seg in loads.iter().filter(|l| l.exec) {
         let mut at = seg.vaddr;

@@ -12,6 +12,46 @@ use super::metadata::Layout;
 pub trait Memory {
     /// Fills `buf` from `addr`; false if any byte could not be read.
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Several reads (for a process, in one system call): whether each was done.
+    fn read_many(&self, reqs: &mut [(u64, Vec<u8>)]) -> Vec<bool> {
+        reqs.iter_mut().map(|(a, b)| self.read(*a, b)).collect()
+    }
+}
+
+impl<T: Memory> Memory for &T {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        (**self).read(addr, buf)
+    }
+
+    fn read_many(&self, reqs: &mut [(u64, Vec<u8>)]) -> Vec<bool> {
+        (**self).read_many(reqs)
+    }
+}
+
+/// Reads served from blocks read beforehand (`read_many`), else from the memory itself: the
+/// headers of a stack's objects are read in two system calls, not one per field.
+pub struct Prefetched<'a, M: Memory> {
+    pub mem: &'a M,
+    pub blocks: &'a RefCell<Vec<(u64, Vec<u8>)>>,
+}
+
+impl<M: Memory> Memory for Prefetched<'_, M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let end = addr.saturating_add(buf.len() as u64);
+        for (start, bytes) in self.blocks.borrow().iter() {
+            if *start <= addr && end <= start + bytes.len() as u64 {
+                let o = (addr - start) as usize;
+                buf.copy_from_slice(&bytes[o..o + buf.len()]);
+                return true;
+            }
+        }
+        self.mem.read(addr, buf)
+    }
+
+    fn read_many(&self, reqs: &mut [(u64, Vec<u8>)]) -> Vec<bool> {
+        self.mem.read_many(reqs)
+    }
 }
 
 /// Another process's memory, through `process_vm_readv` (no ptrace stop; needs the right to
@@ -64,13 +104,13 @@ pub fn smi(v: u64) -> Option<i32> {
 /// its address would be another map of the same kind of object only by chance, and every
 /// object is checked further by what points at it).
 pub struct Heap<'a, M: Memory> {
-    pub mem: &'a M,
+    pub mem: M,
     pub layout: &'a Layout,
     map_types: &'a RefCell<HashMap<u64, u16>>,
 }
 
 impl<'a, M: Memory> Heap<'a, M> {
-    pub fn new(mem: &'a M, layout: &'a Layout, map_types: &'a RefCell<HashMap<u64, u16>>) -> Self {
+    pub fn new(mem: M, layout: &'a Layout, map_types: &'a RefCell<HashMap<u64, u16>>) -> Self {
         Heap {
             mem,
             layout,
@@ -95,9 +135,12 @@ impl<'a, M: Memory> Heap<'a, M> {
         Some(out)
     }
 
-    /// A field of the object `obj` (tagged) at `offset`.
+    /// A field of the object `obj` (tagged) at `offset`; None if `obj` is no heap object.
     pub fn field(&self, obj: u64, offset: u64) -> Option<u64> {
-        self.word(obj - HEAP_OBJECT_TAG + offset)
+        if !is_heap_object(obj) {
+            return None;
+        }
+        self.word((obj - HEAP_OBJECT_TAG).checked_add(offset)?)
     }
 
     /// The instance type of the object `obj` (tagged pointer), from its map.
@@ -119,7 +162,7 @@ impl<'a, M: Memory> Heap<'a, M> {
         }
         let mut b = [0u8; 2];
         if !self.mem.read(
-            map - HEAP_OBJECT_TAG + self.layout.map_instance_type,
+            (map - HEAP_OBJECT_TAG).wrapping_add(self.layout.map_instance_type),
             &mut b,
         ) {
             return None;
@@ -179,13 +222,13 @@ impl<'a, M: Memory> Heap<'a, M> {
         let chars = |start: u64, out: &mut Vec<u16>| -> Option<()> {
             if one_byte {
                 let mut b = vec![0u8; count];
-                if !self.mem.read(start + from as u64, &mut b) {
+                if !self.mem.read(start.wrapping_add(from as u64), &mut b) {
                     return None;
                 }
                 out.extend(b.iter().map(|&c| u16::from(c)));
             } else {
                 let mut b = vec![0u8; count * 2];
-                if !self.mem.read(start + 2 * from as u64, &mut b) {
+                if !self.mem.read(start.wrapping_add(2 * from as u64), &mut b) {
                     return None;
                 }
                 out.extend(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])));
@@ -199,7 +242,7 @@ impl<'a, M: Memory> Heap<'a, M> {
             } else {
                 sl.seq_two_byte_chars
             };
-            chars(base + off, out)
+            chars(base.wrapping_add(off), out)
         } else if repr == sl.cons_tag {
             let first = self.field(s, sl.cons_first)?;
             let second = self.field(s, sl.cons_second)?;
@@ -242,10 +285,10 @@ impl<'a, M: Memory> Heap<'a, M> {
             return None;
         }
         let mut b = vec![0u8; len * 8];
-        if !self
-            .mem
-            .read(arr - HEAP_OBJECT_TAG + l.fixed_array_data, &mut b)
-        {
+        if !self.mem.read(
+            (arr - HEAP_OBJECT_TAG).wrapping_add(l.fixed_array_data),
+            &mut b,
+        ) {
             return None;
         }
         b.chunks_exact(8)

@@ -9,7 +9,7 @@
 
 use std::{collections::HashMap, path::Path};
 
-use object::read::elf::{FileHeader, SectionHeader, Sym};
+use object::read::elf::{FileHeader, SectionHeader};
 
 /// Why a binary's V8 layout cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +48,9 @@ pub struct Layout {
     pub interpreter_data_type: u16,
     pub js_function_shared: u64,
     pub js_function_code: u64,
+    pub js_function_context: u64,
+    /// A Context's slot holding the context it was made in (`previous`), as an offset.
+    pub context_previous: u64,
     /// The SFI's slots before `name_or_scope_info` hold its function data (bytecode, baseline
     /// code, interpreter data): `[8, sfi_name_or_scope_info)`.
     pub sfi_name_or_scope_info: u64,
@@ -118,13 +121,36 @@ pub fn read_symbols(path: &Path) -> Result<Symbols, LayoutError> {
     let sections = header
         .sections(endian, &data)
         .map_err(|e| unreadable(e.to_string()))?;
+    // Each symbol table and its strings are read whole (one read each): looking names up
+    // one by one through the cache would take seconds for node's 100,000 symbols.
+    let all: Vec<_> = sections.iter().collect();
     let mut out = Symbols::new();
-    for kind in [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM] {
-        let Ok(table) = sections.symbols(endian, &data, kind) else {
+    // The dynamic symbols first (node and libnode.so export V8's metadata), the full table
+    // only if they lack it.
+    for kind in [object::elf::SHT_DYNSYM, object::elf::SHT_SYMTAB] {
+        if out.keys().any(|k| k.starts_with("v8dbg_")) {
+            break;
+        }
+        let Some(table) = all.iter().find(|t| t.sh_type(endian) == kind) else {
             continue;
         };
-        for sym in table.iter() {
-            let Ok(name) = sym.name(endian, table.strings()) else {
+        let (Ok(syms), Some(strtab)) = (
+            table.data(endian, &data),
+            all.get(table.sh_link(endian) as usize),
+        ) else {
+            continue;
+        };
+        let Ok(strs) = strtab.data(endian, &data) else {
+            continue;
+        };
+        for sym in syms.chunks_exact(24) {
+            let name_at = u32::from_le_bytes(sym[0..4].try_into().expect("4 bytes")) as usize;
+            let shndx = u16::from_le_bytes(sym[6..8].try_into().expect("2 bytes")) as usize;
+            let value = u64::from_le_bytes(sym[8..16].try_into().expect("8 bytes"));
+            let Some(name) = strs
+                .get(name_at..)
+                .and_then(|n| n.split(|&b| b == 0).next())
+            else {
                 continue;
             };
             let wanted = name.starts_with(b"v8dbg_")
@@ -132,20 +158,14 @@ pub fn read_symbols(path: &Path) -> Result<Symbols, LayoutError> {
                     && [&b"major_E"[..], b"minor_E", b"build_E"]
                         .iter()
                         .any(|s| name.ends_with(s));
-            if !wanted {
+            if !wanted || shndx == 0 || shndx >= all.len() {
                 continue;
             }
             let name = String::from_utf8_lossy(name).into_owned();
             if out.contains_key(&name) {
                 continue;
             }
-            let value = sym.st_value(endian);
-            let Some(index) = sym.st_shndx(endian).index() else {
-                continue;
-            };
-            let Ok(section) = sections.section(object::SectionIndex(index.into())) else {
-                continue;
-            };
+            let section = all[shndx];
             let start = section.sh_addr(endian);
             if value < start || value + 4 > start + section.sh_size(endian) {
                 continue;
@@ -307,6 +327,8 @@ impl Layout {
             interpreter_data_type: l.ty("type_InterpreterData__INTERPRETER_DATA_TYPE"),
             js_function_shared,
             js_function_code,
+            js_function_context: context,
+            context_previous: l.off("class_FixedArray__data__") + 8 * l.off("context_idx_prev"),
             sfi_name_or_scope_info: l.off("class_SharedFunctionInfo__name_or_scope_info__"),
             sfi_script: match l.find("class_SharedFunctionInfo__script_or_debug_info__") {
                 Some(v) => v as u64,
@@ -443,6 +465,7 @@ mod tests {
             ("v8dbg_class_SlicedString__parent__String", 16),
             ("v8dbg_class_SlicedString__offset__SMI", 24),
             ("v8dbg_class_ExternalString__resource__Object", 16),
+            ("v8dbg_context_idx_prev", 1),
         ];
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     }

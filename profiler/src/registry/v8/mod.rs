@@ -11,9 +11,9 @@
 //! - an interpreted frame's function must have, as its bytecode, the very BytecodeArray the
 //!   frame held, and the bytecode offset must lie inside it;
 //! - a compiled frame's return address must lie inside the instructions of the function's
-//!   current code; when it does not (on-stack replacement, a deoptimization since), the frame
-//!   must still be on the thread's stack, unchanged, with the same function in its slot (the
-//!   GC updates the slots of live frames, so a moved function would show).
+//!   current code; when it does not (on-stack replacement, a deoptimization since), the
+//!   frame's own context slot must lead to the function's context (a function moved by the GC
+//!   and another at its address would have another context).
 //!
 //! Anything else is `[js unknown]`: never the name of another function. Names are cached by
 //! SharedFunctionInfo and Script address, each hit checked against the fields it was read
@@ -25,7 +25,7 @@ pub mod names;
 
 use std::{cell::RefCell, collections::HashMap, path::Path, rc::Rc, sync::Arc};
 
-use heap::{Heap, Memory, ProcessMemory, is_heap_object, smi};
+use heap::{Heap, Memory, Prefetched, ProcessMemory, is_heap_object, smi};
 use metadata::{Layout, LayoutError};
 use names::line_column;
 
@@ -69,9 +69,8 @@ pub struct JsSlots {
     pub pc: u64,
     pub fp: u64,
     pub function: u64,
-    /// The words at `fp` and `fp + 8` (caller's frame pointer and return address): the
-    /// frame's identity on the live stack.
-    pub link: [u64; 2],
+    /// The frame's context (its marker slot).
+    pub context: u64,
     pub kind: SlotKind,
 }
 
@@ -99,14 +98,14 @@ pub fn slots(
     }
     // A JavaScript frame's marker slot holds its context (a heap object); other frames hold a
     // type marker there (a Smi-like value).
-    if !is_heap_object(word(layout.fp_marker)?) {
+    let context = word(layout.fp_marker)?;
+    if !is_heap_object(context) {
         return None;
     }
     let function = word(layout.fp_function)?;
     if !is_heap_object(function) {
         return None;
     }
-    let link = [word(0)?, word(8)?];
     let bytecode = word(layout.fp_bytecode_array)
         .filter(|b| is_heap_object(*b))
         .zip(word(layout.fp_bytecode_offset).and_then(smi));
@@ -123,7 +122,7 @@ pub fn slots(
         pc,
         fp,
         function,
-        link,
+        context,
         kind,
     })
 }
@@ -165,6 +164,8 @@ const MAX_CACHED: usize = 65_536;
 pub struct V8Process<M: Memory = ProcessMemory> {
     pub layout: Arc<Layout>,
     mem: M,
+    /// Headers read ahead for the stack being resolved.
+    blocks: RefCell<Vec<(u64, Vec<u8>)>>,
     map_types: RefCell<HashMap<u64, u16>>,
     sfis: HashMap<u64, SfiEntry>,
     scripts: HashMap<u64, ScriptEntry>,
@@ -176,6 +177,7 @@ impl<M: Memory> V8Process<M> {
         V8Process {
             layout,
             mem,
+            blocks: RefCell::default(),
             map_types: RefCell::default(),
             sfis: HashMap::new(),
             scripts: HashMap::new(),
@@ -183,13 +185,87 @@ impl<M: Memory> V8Process<M> {
         }
     }
 
-    fn heap(&self) -> Heap<'_, M> {
-        Heap::new(&self.mem, &self.layout, &self.map_types)
+    fn heap(&self) -> Heap<'_, Prefetched<'_, M>> {
+        let view = Prefetched {
+            mem: &self.mem,
+            blocks: &self.blocks,
+        };
+        Heap::new(view, &self.layout, &self.map_types)
+    }
+
+    /// Names the functions of a stack's V8 frames, reading their objects' headers ahead in
+    /// two system calls: the functions', then their SharedFunctionInfos', Code objects' and
+    /// BytecodeArrays' (see the module doc for what is checked).
+    pub fn resolve_all(&mut self, slots: &[JsSlots]) -> Vec<Resolved> {
+        const HEADER: usize = 72;
+        let untag = |p: u64| p.wrapping_sub(heap::HEAP_OBJECT_TAG);
+        let mut first: Vec<(u64, Vec<u8>)> = slots
+            .iter()
+            .filter(|s| is_heap_object(s.function))
+            .map(|s| (untag(s.function), vec![0u8; HEADER]))
+            .collect();
+        let ok = self.mem.read_many(&mut first);
+        let word = |b: &[u8], off: u64| {
+            b.get(off as usize..off as usize + 8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        };
+        let l = Arc::clone(&self.layout);
+        let mut second: Vec<(u64, Vec<u8>)> = Vec::new();
+        for ((_, b), _) in first.iter().zip(&ok).filter(|(_, ok)| **ok) {
+            for off in [l.js_function_shared, l.js_function_code] {
+                if let Some(p) = word(b, off).filter(|p| is_heap_object(*p)) {
+                    second.push((untag(p), vec![0u8; HEADER]));
+                }
+            }
+        }
+        for s in slots {
+            if let SlotKind::Interpreted { bytecode_array, .. } = s.kind
+                && is_heap_object(bytecode_array)
+            {
+                second.push((untag(bytecode_array), vec![0u8; 24]));
+            }
+        }
+        let ok2 = self.mem.read_many(&mut second);
+        {
+            let mut blocks = self.blocks.borrow_mut();
+            blocks.clear();
+            blocks.extend(
+                first
+                    .into_iter()
+                    .zip(ok)
+                    .filter(|(_, ok)| *ok)
+                    .map(|(b, _)| b),
+            );
+            blocks.extend(
+                second
+                    .into_iter()
+                    .zip(ok2)
+                    .filter(|(_, ok)| *ok)
+                    .map(|(b, _)| b),
+            );
+        }
+        let out = slots.iter().map(|s| self.resolve(s)).collect();
+        self.blocks.borrow_mut().clear();
+        out
     }
 
     /// Names the function of a frame (see the module doc for what is checked).
     pub fn resolve(&mut self, s: &JsSlots) -> Resolved {
         let r = self.try_resolve(s);
+        if r.is_none() && log::log_enabled!(log::Level::Trace) {
+            let h = self.heap();
+            let l = &*self.layout;
+            let ty = h.instance_type(s.function);
+            let shared = h.field(s.function, l.js_function_shared);
+            let code = h.field(s.function, l.js_function_code);
+            let own = h.field(s.function, l.js_function_context);
+            log::trace!(
+                "unresolved {s:x?}: type {ty:?} shared {shared:x?} code {code:x?} ({:?}) context {own:x?} code range {:x?}",
+                code.and_then(|c| h.instance_type(c)),
+                code.and_then(|c| h.field(c, l.code_instruction_start))
+                    .zip(code.and_then(|c| h.field(c, l.code_instruction_size))),
+            );
+        }
         match r {
             Some(f) => {
                 self.stats.named += 1;
@@ -235,10 +311,22 @@ impl<M: Memory> V8Process<M> {
                     return Some(sfi);
                 }
                 // Compiled code that is not the function's current one (on-stack
-                // replacement, deoptimized since): only while the frame is still there,
-                // unchanged, holding the same function.
-                let slot = s.fp.checked_add_signed(l.fp_function)?;
-                let unchanged = h.words::<2>(s.fp)? == s.link && h.word(slot)? == f;
+                // replacement, deoptimized since): the frame's context must be the function's
+                // own, or one made inside it (a second slot of the frame, read apart, that
+                // agrees with the object now at the function's address).
+                let own = h.field(f, l.js_function_context)?;
+                let mut ctx = s.context;
+                let mut unchanged = false;
+                for _ in 0..4 {
+                    if ctx == own {
+                        unchanged = true;
+                        break;
+                    }
+                    match h.field(ctx, l.context_previous) {
+                        Some(prev) if is_heap_object(prev) => ctx = prev,
+                        _ => break,
+                    }
+                }
                 unchanged.then_some(sfi)
             }
         }
@@ -268,7 +356,7 @@ impl<M: Memory> V8Process<M> {
             return false;
         };
         let start = if l.code_instructions_inline {
-            Some(code - heap::HEAP_OBJECT_TAG + l.code_instruction_start)
+            Some((code - heap::HEAP_OBJECT_TAG).wrapping_add(l.code_instruction_start))
         } else {
             h.field(code, l.code_instruction_start)
         };
@@ -279,9 +367,9 @@ impl<M: Memory> V8Process<M> {
             // Code objects are at most a few MiB: a bigger size is a misread layout.
             (Some(start), Some(size)) if size < (64 << 20) => {
                 if return_address {
-                    start < pc && pc <= start + size
+                    start < pc && pc <= start.saturating_add(size)
                 } else {
-                    start <= pc && pc < start + size
+                    start <= pc && pc < start.saturating_add(size)
                 }
             }
             _ => false,

@@ -117,7 +117,7 @@ impl<M: Memory> Heap<'_, M> {
         };
         let ends = self.field(script, l.script_line_ends)?;
         let ends = match self.typed(ends, l.fixed_array_type) {
-            Some(arr) => self.smi_array(arr, MAX_SOURCE)?,
+            Some(arr) => self.smi_array(arr, 1 << 22)?,
             None => line_ends(&self.units(self.field(script, l.script_source)?, MAX_SOURCE)?),
         };
         Some((name, ends))

@@ -147,3 +147,22 @@ fn functions_of_every_shape_are_named_as_v8s_perf_map_names_them() {
     assert!(named.contains(&"obj.handler".to_string()), "{named:?}");
     assert!(named.contains(&"withContext".to_string()), "{named:?}");
 }
+
+#[test]
+fn timing_of_an_unwinder_for_node() {
+    let Some(node) = node() else { return };
+    let mut child = Command::new(&node)
+        .args(["-e", "setTimeout(() => {}, 5000)"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    let u = crate::registry::unwind::ProcessUnwinder::new(child.id(), Default::default()).unwrap();
+    eprintln!(
+        "unwinder in {:?}, v8 {:?}",
+        t0.elapsed(),
+        u.v8.as_ref().map(|v| v.layout.version)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

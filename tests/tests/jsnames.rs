@@ -1,0 +1,256 @@
+//! ROOT-ONLY: JavaScript function names with no node flags, on Node 18, 20, 22 and 24
+//! (`jsapis.js`: one Worker per allocation API, each running one named function; fetched
+//! versions through `integration_tests::nodes`).
+//!
+//! Ground truth by construction: a Worker runs nothing but its function once told to go, so
+//! every write its thread makes from then on is made inside that function. With every write's
+//! stack sampled (`--stack-sample 1`), the function must be named in at least 90% of them, by
+//! V8's heap alone (no flag), and, with the perf map on, by both sources alike, frame by frame.
+
+use std::{collections::HashMap, time::Duration};
+
+use integration_tests::{
+    Profiler, Workload, fixture, nodes, process, require_root_and_tracepoints, skip_because,
+};
+use serde_json::Value;
+
+/// The application functions of `jsapis.js`, one per Worker.
+const FUNCTIONS: [&str; 10] = [
+    "viaBufferAlloc",
+    "viaBufferFrom",
+    "viaArrayBuffer",
+    "viaGzip",
+    "viaReadFile",
+    "viaWasmGrow",
+    "viaStructuredClone",
+    "viaPostMessage",
+    "viaRandomBytes",
+    "neverOptimized",
+];
+
+/// A profiled run of `jsapis.js`: node's summary entry and each function's Worker.
+struct Run {
+    p: Value,
+    workers: HashMap<String, u64>,
+    folded: String,
+}
+
+/// Runs `jsapis.js` (`rounds` calls of each function in `functions`) under `node` with
+/// `flags`, profiled with every write's stack from before the Workers start working until
+/// they are done (they live on until the profiler has stopped).
+fn profile(node: &nodes::Node, flags: &[&str], functions: &[&str], rounds: u32) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = node.command();
+    // V8 writes its isolate logs beside the perf map, in the working directory. A fixed mmap
+    // threshold: each 256 KiB allocation is one mmap.
+    cmd.current_dir(dir.path())
+        .env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .args(flags)
+        .arg("--allow-natives-syntax")
+        .arg(fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg(functions.join(","));
+    let mut w = Workload::spawn(cmd);
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("the Workers' tids");
+    let workers: HashMap<String, u64> = ids["workers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    let folded = dir.path().join("stacks.folded");
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&[
+        "-p",
+        &pid,
+        "-i",
+        "0",
+        "--stack-sample",
+        "1",
+        "--stacks",
+        folded.to_str().unwrap(),
+    ]);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(Duration::from_secs(60));
+    w.send("exit");
+    assert!(w.wait().success());
+    assert!(out.status.success(), "{}", out.stderr);
+    let summary = out.summary();
+    assert_eq!(
+        summary["lost"]["stacks"], 0,
+        "stacks lost: the workload outran the profiler"
+    );
+    let p = process(summary, w.pid)
+        .expect("node is in the summary")
+        .clone();
+    let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
+    Run { p, workers, folded }
+}
+
+fn thread_writes(p: &Value, tid: u64) -> u64 {
+    p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .map_or(0, |t| t["write"]["count"].as_u64().unwrap())
+}
+
+/// Sampled writes whose innermost application function is `name` (in jsapis.js).
+fn named_writes(p: &Value, name: &str) -> u64 {
+    p["js_functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["function"] == name && f["file"].as_str().unwrap().contains("jsapis.js:"))
+        .map(|f| f["writes"].as_u64().unwrap())
+        .sum()
+}
+
+/// Each function named in at least 90% of its Worker's writes.
+fn check_named(run: &Run, what: &str) {
+    let mut report = Vec::new();
+    let mut failed = Vec::new();
+    for f in FUNCTIONS {
+        let writes = thread_writes(&run.p, run.workers[f]);
+        let named = named_writes(&run.p, f);
+        report.push(format!("{f}: {named}/{writes}"));
+        if writes < 4 || named * 10 < writes * 9 {
+            failed.push(f);
+        }
+    }
+    eprintln!(
+        "{what}: {}\njs_frames {} stack_ends {}",
+        report.join(", "),
+        run.p["js_frames"],
+        run.p["stack_ends"]
+    );
+    if !failed.is_empty() {
+        let mut stacks: Vec<&str> = run.folded.lines().collect();
+        stacks.sort_by_key(|l| {
+            std::cmp::Reverse(l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()))
+        });
+        for l in stacks.iter().take(12) {
+            eprintln!("  {l}");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{what}: {failed:?} named in under 90% of their writes"
+    );
+    assert!(run.p.get("js_hint").is_none(), "{}", run.p["js_hint"]);
+}
+
+fn node_or_skip(major: u32) -> Option<nodes::Node> {
+    match nodes::node(major) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            skip_because(&format!("no node {major}: {e}"));
+            None
+        }
+    }
+}
+
+/// No flag: the heap alone names every function, in over 90% of its writes.
+fn names_with_no_flags(major: u32) {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(major) else {
+        return;
+    };
+    let run = profile(&node, &[], &FUNCTIONS, 24);
+    check_named(&run, &format!("node {major}, no flags"));
+    assert!(run.p.get("v8_note").is_none(), "{}", run.p["v8_note"]);
+    let js = &run.p["js_frames"];
+    assert_eq!(js["perf_map"], 0, "no perf map: {js}");
+    assert!(js["v8"].as_u64().unwrap() > 0, "{js}");
+}
+
+/// With the perf map as well: the same, and both sources name every frame they both name
+/// alike.
+fn names_agree_with_the_perf_map(major: u32) {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(major) else {
+        return;
+    };
+    let run = profile(&node, &["--perf-basic-prof-only-functions"], &FUNCTIONS, 24);
+    check_named(&run, &format!("node {major}, perf map"));
+    let js = &run.p["js_frames"];
+    assert_eq!(
+        js["disagree"], 0,
+        "the heap and the perf map disagree: {js}"
+    );
+    assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
+}
+
+#[test]
+fn node18_names_with_no_flags() {
+    names_with_no_flags(18);
+}
+
+#[test]
+fn node20_names_with_no_flags() {
+    names_with_no_flags(20);
+}
+
+#[test]
+fn node22_names_with_no_flags() {
+    names_with_no_flags(22);
+}
+
+#[test]
+fn node24_names_with_no_flags() {
+    names_with_no_flags(24);
+}
+
+#[test]
+fn node18_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(18);
+}
+
+#[test]
+fn node20_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(20);
+}
+
+#[test]
+fn node22_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(22);
+}
+
+#[test]
+fn node24_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(24);
+}
+
+/// Young closures amid garbage, the scavenger moving them between a sample and its reading:
+/// no frame is named otherwise than the perf map names it.
+#[test]
+fn objects_moved_by_the_gc_never_give_a_wrong_name() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(20) else {
+        return;
+    };
+    let run = profile(
+        &node,
+        &[
+            "--perf-basic-prof-only-functions",
+            "--max-semi-space-size=1",
+        ],
+        &["viaClosures"],
+        96,
+    );
+    let js = &run.p["js_frames"];
+    eprintln!("js_frames {js}");
+    assert_eq!(js["disagree"], 0, "a wrong name: {js}");
+    assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
+    let closure = named_writes(&run.p, "allocateInClosure");
+    assert!(closure > 0, "{}", run.p["js_functions"]);
+}
