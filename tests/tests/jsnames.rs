@@ -253,4 +253,18 @@ fn objects_moved_by_the_gc_never_give_a_wrong_name() {
     assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
     let closure = named_writes(&run.p, "allocateInClosure");
     assert!(closure > 0, "{}", run.p["js_functions"]);
+    // Where the perf map cannot tell (interpreted frames), no frame of the fixture bears a
+    // name it does not have: its frames are the Worker's listener, the function and the
+    // closure.
+    for label in run
+        .folded
+        .split(|c| c == ';' || c == '\n')
+        .filter(|f| f.contains("jsapis.js:"))
+    {
+        let name = label.split("_(").next().unwrap();
+        assert!(
+            ["viaClosures", "allocateInClosure", "(anonymous)"].contains(&name),
+            "a frame named {label}"
+        );
+    }
 }
