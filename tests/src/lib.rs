@@ -195,6 +195,27 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Builds the tests' N-API addon (`fixtures/addon/churn.c`) with gcc against the installed
+/// Node headers, into `dir`.
+pub fn build_addon(dir: &Path) -> PathBuf {
+    let out = dir.join("churn.node");
+    let status = Command::new("gcc")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-pthread",
+            "-I/usr/include/node",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(fixture("addon/churn.c"))
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "building the addon failed");
+    out
+}
+
 /// The environment variable through which `cargo xtask test` names the file where skipped
 /// tests are recorded (one line each: `test name<TAB>reason`). libtest has no "skipped"
 /// outcome for a test that returns early: xtask reads this file, counts those tests as skipped

@@ -405,8 +405,8 @@ pub struct ProcessUnwinder {
     /// Executable file mappings added to `unwinder`, with their load bias and unwind info.
     modules: HashMap<ModuleKey, Option<(u64, Arc<ElfUnwindInfo>)>>,
     shared: Shared,
-    /// When the mappings were last read.
-    maps_read: std::time::Instant,
+    /// When the mappings were last read because a frame was outside them (None: never).
+    maps_read: Option<std::time::Instant>,
     /// V8's perf map, read while samples through JIT code arrive (the process, and for a
     /// container its root, may be gone when stacks are named), and kept.
     perf_map: Option<PerfMap>,
@@ -429,7 +429,7 @@ impl ProcessUnwinder {
             cache: CacheX86_64::new(),
             modules: HashMap::new(),
             shared,
-            maps_read: std::time::Instant::now(),
+            maps_read: None,
             perf_map: None,
             perf_map_read: None,
             v8: None,
@@ -491,7 +491,6 @@ impl ProcessUnwinder {
     /// Re-reads the maps; adds/removes framehop modules for changed mappings
     /// (files already parsed are reused) and refreshes blazesym's VMA cache.
     pub fn refresh(&mut self) -> Result<(), UnwindError> {
-        self.maps_read = std::time::Instant::now();
         // Code only: a process with ten thousand threads has twenty thousand mappings, nearly
         // all stacks, none of which unwinding or symbolizing looks up.
         let maps = Maps::read_exec(self.pid).map_err(|source| UnwindError::Io {
@@ -544,10 +543,14 @@ impl ProcessUnwinder {
         Ok(())
     }
 
-    /// Reads the mappings again unless that was done less than [`REFRESH_EVERY`] ago, or
-    /// the process is gone; true if they were read.
+    /// Reads the mappings again, for a frame outside them, unless that was done less than
+    /// [`REFRESH_EVERY`] ago, or the process is gone; true if they were read.
     fn refresh_if_due(&mut self) -> bool {
-        self.maps_read.elapsed() >= REFRESH_EVERY && self.refresh().is_ok()
+        if self.maps_read.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return false;
+        }
+        self.maps_read = Some(std::time::Instant::now());
+        self.refresh().is_ok()
     }
 
     /// The file behind `m`, opened once per (dev, inode) through `/proc/PID/map_files` (works
