@@ -510,6 +510,39 @@ impl StackAttribution {
         self.pending.len()
     }
 
+    /// For a long-running agent: names what was sampled since the last call and hands over
+    /// each process's sampled writes by JavaScript function (`name (definition)`, most first),
+    /// keeping nothing of it (memory stays bounded whatever the run's length).
+    pub fn take_js_functions(&mut self) -> Vec<(ProcId, Vec<(String, u64)>)> {
+        self.symbolize();
+        // Names interned so far: forgotten too, when no sample waiting refers to them.
+        if self.pending.is_empty() && self.js_names.len() > 10_000 {
+            self.js_names.clear();
+            self.js_index.clear();
+        }
+        let owners = std::mem::take(&mut self.owners);
+        owners
+            .into_iter()
+            .filter(|(_, o)| !o.js_functions.is_empty())
+            .map(|(p, o)| {
+                let mut f: Vec<(String, u64)> = o
+                    .js_functions
+                    .into_iter()
+                    .map(|(js, agg)| {
+                        let label = if js.location.is_empty() {
+                            js.name
+                        } else {
+                            format!("{} ({})", js.name, js.location)
+                        };
+                        (label, agg.count)
+                    })
+                    .collect();
+                f.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                (p, f)
+            })
+            .collect()
+    }
+
     pub fn owner(&self, p: ProcId) -> Option<&OwnerStacks> {
         self.owners.get(&p)
     }
