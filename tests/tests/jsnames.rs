@@ -321,3 +321,60 @@ fn js_compiled_after_attach_is_named() {
         );
     }
 }
+
+/// Processes found otherwise than by --pid get their names alike: node processes started by a
+/// followed parent (--children), and any node (--comm), with no node flag.
+#[test]
+fn processes_found_by_children_and_comm_are_named() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(20) else {
+        return;
+    };
+    let rounds = 24u64;
+    // --children: a Node parent spawns the workload (which, its stdin closed, lingers a second
+    // after its work).
+    let mut cmd = node.command();
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(fixture("spawner.js"))
+        .arg(&node.bin)
+        .arg("1")
+        .arg(fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg("viaBufferAlloc");
+    let mut w = Workload::spawn(cmd);
+    let out = integration_tests::profile_workload(
+        &mut w,
+        &["--children", "-i", "0", "--stack-sample", "1"],
+    );
+    let child = w.report()["children"][0].as_u64().unwrap() as u32;
+    let p = process(out.summary(), child).expect("the child is in the summary");
+    let named = named_writes(p, "viaBufferAlloc");
+    assert!(
+        named * 10 >= rounds * 9,
+        "--children: {named} of {rounds} allocations named: {}",
+        p["js_functions"]
+    );
+    // --comm node.
+    let mut cmd = node.command();
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg("viaArrayBuffer");
+    let mut w = Workload::spawn(cmd);
+    let prof = Profiler::start(&["--comm", "node", "-i", "0", "--stack-sample", "1"]);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(Duration::from_secs(60));
+    w.send("exit");
+    assert!(w.wait().success());
+    let p = process(out.summary(), w.pid).expect("node is in the summary");
+    let named = named_writes(p, "viaArrayBuffer");
+    assert!(
+        named * 10 >= rounds * 9,
+        "--comm: {named} of {rounds} allocations named: {}",
+        p["js_functions"]
+    );
+}
