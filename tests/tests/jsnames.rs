@@ -280,7 +280,7 @@ fn objects_moved_by_the_gc_never_give_a_wrong_name() {
     // closure.
     for label in run
         .folded
-        .split(|c| c == ';' || c == '\n')
+        .split([';', '\n'])
         .filter(|f| f.contains("jsapis.js:"))
     {
         let name = label.split("_(").next().unwrap();

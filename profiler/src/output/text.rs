@@ -133,7 +133,7 @@ fn roles_text(p: &ProcessReport) -> String {
     if by_role.is_empty() {
         return String::new();
     }
-    by_role.sort_by(|a, b| (b.2, b.1).cmp(&(a.2, a.1)));
+    by_role.sort_by_key(|r| std::cmp::Reverse((r.2, r.1)));
     let mut out = format!(
         "\n  writes by thread role:\n  {:<10} {:>9} {:>10}\n",
         "role", "writes", "wait sum"

@@ -370,6 +370,7 @@ pub struct Unwound {
 }
 
 impl Unwound {
+    #[cfg(test)]
     pub fn addrs(&self) -> Vec<u64> {
         self.frames.iter().map(|f| f.addr).collect()
     }
@@ -482,10 +483,6 @@ impl ProcessUnwinder {
                 Err(e) => self.v8_note = Some(e.to_string()),
             }
         }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
     }
 
     /// Re-reads the maps; adds/removes framehop modules for changed mappings
@@ -788,11 +785,6 @@ impl ProcessUnwinder {
     /// The mapping that holds `addr`, as last read.
     pub fn mapping(&self, addr: u64) -> Option<&Mapping> {
         self.maps.find(addr)
-    }
-
-    /// The executable file mappings as last read.
-    pub fn file_mappings(&self) -> impl Iterator<Item = &Mapping> {
-        self.maps.iter().filter(|m| m.path.is_some())
     }
 
     /// Looks for the perf map, or reads what was appended to it, at most every 250 ms: called

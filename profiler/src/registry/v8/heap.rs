@@ -123,18 +123,6 @@ impl<'a, M: Memory> Heap<'a, M> {
         self.mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
     }
 
-    pub fn words<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
-        let mut b = vec![0u8; N * 8];
-        if !self.mem.read(addr, &mut b) {
-            return None;
-        }
-        let mut out = [0u64; N];
-        for (o, c) in out.iter_mut().zip(b.chunks_exact(8)) {
-            *o = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        }
-        Some(out)
-    }
-
     /// A field of the object `obj` (tagged) at `offset`; None if `obj` is no heap object.
     pub fn field(&self, obj: u64, offset: u64) -> Option<u64> {
         if !is_heap_object(obj) {

@@ -291,7 +291,7 @@ impl Layout {
                 // wrapper, the flags and the size come after it (with two 16-bit fields
                 // before the size until 11.4).
                 (None, None) => match l.find("class_Code__source_position_table__") {
-                    Some(spt) if version >= (11, 1, 0) && version < (11, 7, 0) => {
+                    Some(spt) if ((11, 1, 0)..(11, 7, 0)).contains(&version) => {
                         let start = spt as u64 + 16;
                         let size = start + 8 + 4 + if version < (11, 4, 0) { 4 } else { 0 };
                         (start, false, size)
@@ -387,6 +387,7 @@ impl Layout {
         Ok(layout)
     }
 
+    #[cfg(test)]
     pub fn version_string(&self) -> String {
         format!("{}.{}.{}", self.version.0, self.version.1, self.version.2)
     }

@@ -36,7 +36,9 @@ type FileKey = (String, u64);
 /// Layouts by binary (device, inode), shared by processes: ten node processes read node's
 /// symbols once.
 #[derive(Clone, Default)]
-pub struct SharedLayouts(Rc<RefCell<HashMap<FileKey, Result<Arc<Layout>, LayoutError>>>>);
+pub struct SharedLayouts(Rc<RefCell<HashMap<FileKey, LayoutResult>>>);
+
+type LayoutResult = Result<Arc<Layout>, LayoutError>;
 
 impl SharedLayouts {
     pub fn get(&self, key: FileKey, path: &Path, shown: &str) -> Result<Arc<Layout>, LayoutError> {
@@ -93,7 +95,7 @@ pub fn slots(
         let b = stack.get(o..o.checked_add(8)?)?;
         Some(u64::from_le_bytes(b.try_into().ok()?))
     };
-    if fp == 0 || fp % 8 != 0 {
+    if fp == 0 || !fp.is_multiple_of(8) {
         return None;
     }
     // A JavaScript frame's marker slot holds its context (a heap object); other frames hold a
