@@ -394,11 +394,11 @@ impl Layout {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Node 20's symbols (V8 11.3), as `nm` and the section data give them.
-    fn node20() -> Symbols {
+    pub(crate) fn node20() -> Symbols {
         let pairs: &[(&str, i64)] = &[
             ("_ZN2v88internal7Version6major_E", 11),
             ("_ZN2v88internal7Version6minor_E", 3),
@@ -467,6 +467,7 @@ mod tests {
             ("v8dbg_class_SlicedString__offset__SMI", 24),
             ("v8dbg_class_ExternalString__resource__Object", 16),
             ("v8dbg_context_idx_prev", 1),
+            ("v8dbg_type_SeqOneByteString__ONE_BYTE_STRING_TYPE", 40),
         ];
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     }
