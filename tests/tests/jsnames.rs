@@ -28,6 +28,10 @@ const FUNCTIONS: [&str; 10] = [
     "neverOptimized",
 ];
 
+/// Calls of each function: enough that the few writes a Worker makes around its function
+/// (taking the message that starts it, posting its result) stay under a tenth of its writes.
+const ROUNDS: u32 = 96;
+
 /// A profiled run of `jsapis.js`: node's summary entry and each function's Worker.
 struct Run {
     p: Value,
@@ -183,7 +187,7 @@ fn names_with_no_flags(major: u32) {
     let Some(node) = node_or_skip(major) else {
         return;
     };
-    let run = profile(&node, &[], &FUNCTIONS, 24);
+    let run = profile(&node, &[], &FUNCTIONS, ROUNDS);
     check_named(&run, &format!("node {major}, no flags"));
     assert!(run.p.get("v8_note").is_none(), "{}", run.p["v8_note"]);
     let js = &run.p["js_frames"];
@@ -200,14 +204,23 @@ fn names_agree_with_the_perf_map(major: u32) {
     let Some(node) = node_or_skip(major) else {
         return;
     };
-    let run = profile(&node, &["--perf-basic-prof-only-functions"], &FUNCTIONS, 24);
+    let run = profile(
+        &node,
+        &["--perf-basic-prof-only-functions"],
+        &FUNCTIONS,
+        ROUNDS,
+    );
     check_named(&run, &format!("node {major}, perf map"));
     let js = &run.p["js_frames"];
     assert_eq!(
         js["disagree"], 0,
         "the heap and the perf map disagree: {js}"
     );
-    assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
+    // Node 18's V8 (10.2, no baseline compiler by default) leaves these functions interpreted:
+    // nothing of them is in its perf map, and the heap alone names them.
+    if major >= 20 {
+        assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
+    }
 }
 
 #[test]
@@ -337,6 +350,7 @@ fn processes_found_by_children_and_comm_are_named() {
     // after its work).
     let mut cmd = node.command();
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .env("JSAPIS_DELAY_MS", "1000")
         .arg(fixture("spawner.js"))
         .arg(&node.bin)
         .arg("1")
