@@ -265,6 +265,14 @@ pub struct AgentArgs {
     /// mmaplock_blocked_seconds_total (costs a few stores per hold, with the lock held).
     #[arg(long)]
     pub blockers: bool,
+    /// Export the sampled writes of up to N JavaScript functions per process
+    /// (mmaplock_js_function_sampled_writes_total{process,cgroup,function}; past N, "(other)").
+    /// Samples one write's stack in --stack-sample per thread; 0: off.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub js_functions: usize,
+    /// With --js-functions: take one write's stack in N per thread.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub stack_sample: u32,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,

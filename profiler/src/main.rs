@@ -105,6 +105,12 @@ fn run(cli: Cli) -> Result<(), Error> {
             max_threads: a.max_threads,
             bpf_stats: a.bpf_stats,
             blockers: a.blockers,
+            js_functions: a.js_functions,
+            stack_sample: if a.js_functions > 0 {
+                a.stack_sample
+            } else {
+                0
+            },
             quiet: a.quiet,
         }))?,
         None => {

@@ -18,6 +18,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod nodes;
+
 /// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one
 /// write acquisition of the process's mmap_lock (the ground-truth helpers' building block).
 pub fn map_anon(size: usize) -> *mut libc::c_void {
@@ -195,6 +197,27 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Builds the tests' N-API addon (`fixtures/addon/churn.c`) with gcc against the installed
+/// Node headers, into `dir`.
+pub fn build_addon(dir: &Path) -> PathBuf {
+    let out = dir.join("churn.node");
+    let status = Command::new("gcc")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-pthread",
+            "-I/usr/include/node",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(fixture("addon/churn.c"))
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "building the addon failed");
+    out
+}
+
 /// The environment variable through which `cargo xtask test` names the file where skipped
 /// tests are recorded (one line each: `test name<TAB>reason`). libtest has no "skipped"
 /// outcome for a test that returns early: xtask reads this file, counts those tests as skipped
@@ -355,6 +378,24 @@ impl Workload {
     pub fn go(&mut self) {
         let mut stdin = self.stdin.take().expect("go once");
         stdin.write_all(b"go\n").expect("write go");
+    }
+
+    /// Writes a line to the workload's stdin, keeping it open (for workloads that take more
+    /// than one command).
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("write to the workload");
+    }
+
+    /// The next line the workload prints (after "ready"), waiting for it.
+    pub fn read_line(&mut self) -> String {
+        let r = self.stdout.as_mut().expect("stdout still open");
+        let mut l = String::new();
+        let n = r.read_line(&mut l).expect("read workload stdout");
+        assert!(n > 0, "workload {} ended before printing a line", self.pid);
+        l.trim_end().to_string()
     }
 
     /// Waits for the workload to end, then collects what it printed after "ready" into

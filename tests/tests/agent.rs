@@ -1053,3 +1053,63 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// `--js-functions N`: the agent names the JavaScript functions that take the lock for write,
+/// with no node flag, in at most N series per process (then `(other)`).
+#[test]
+fn the_agent_exports_js_functions_of_processes_without_node_flags() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let rounds = 16u64;
+    let mut cmd = Command::new("node");
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(integration_tests::fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg("viaBufferAlloc,viaArrayBuffer");
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid.to_string();
+    let agent = Agent::start(&[
+        "--pid",
+        &pid,
+        "-i",
+        "0.5",
+        "--js-functions",
+        "2",
+        "--stack-sample",
+        "1",
+    ]);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    let metric = "mmaplock_js_function_sampled_writes_total";
+    let series = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{metric}{{")))
+            .map(str::to_string)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = agent.metrics();
+        let named = metric_sum(&text, metric, &["function=\"viaBufferAlloc ("]);
+        if named * 10 >= rounds * 9 {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "viaBufferAlloc: {named} sampled writes of {rounds}: {:?}",
+            series(&text)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    w.send("exit");
+    assert!(w.wait().success());
+    let node: Vec<String> = series(&text)
+        .into_iter()
+        .filter(|l| l.contains("process=\"node\""))
+        .collect();
+    assert!(
+        node.iter().filter(|l| !l.contains("(other)")).count() <= 2,
+        "at most 2 functions per process: {node:?}"
+    );
+}

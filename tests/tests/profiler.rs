@@ -4,8 +4,8 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Finished, Profiler, Workload, cause_counts, check_lost, check_stats, fixture, process,
-    require_root_and_tracepoints, run_profiler, stats,
+    Finished, Profiler, Workload, build_addon, cause_counts, check_lost, check_stats, fixture,
+    process, require_root_and_tracepoints, run_profiler, stats,
 };
 use serde_json::Value;
 
@@ -521,26 +521,6 @@ fn write_causes_match_the_syscalls_made() {
     // Causes partition the writes.
     let total: u64 = got.values().sum();
     assert_eq!(total, p["write"]["count"].as_u64().unwrap());
-}
-
-/// Builds the test's N-API addon with gcc against the installed Node headers.
-fn build_addon(dir: &std::path::Path) -> std::path::PathBuf {
-    let out = dir.join("churn.node");
-    let status = Command::new("gcc")
-        .args([
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-pthread",
-            "-I/usr/include/node",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(fixture("addon/churn.c"))
-        .status()
-        .expect("gcc");
-    assert!(status.success(), "building the addon failed");
-    out
 }
 
 #[test]

@@ -126,6 +126,7 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     packages::ensure_prometheus()?;
     packages::ensure_chromium()?;
     packages::ensure_jemalloc()?;
+    packages::ensure_node18_builtins()?;
     if !is_root() {
         eprintln!(
             "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"

@@ -27,6 +27,22 @@ pub fn ensure_jemalloc() -> Result<()> {
     )
 }
 
+/// What Debian's node 18 (unpacked by the Node-version tests, never installed) reads from
+/// `/usr/share/nodejs` at start: its acorn, cjs-module-lexer and undici.
+pub fn ensure_node18_builtins() -> Result<()> {
+    for (package, file) in [
+        ("node-acorn", "/usr/share/nodejs/acorn/dist/acorn.js"),
+        (
+            "node-cjs-module-lexer",
+            "/usr/share/nodejs/cjs-module-lexer/lexer.js",
+        ),
+        ("node-undici", "/usr/share/nodejs/undici/undici-fetch.js"),
+    ] {
+        ensure(package, &[file])?;
+    }
+    Ok(())
+}
+
 fn ensure(package: &str, files: &[&str]) -> Result<()> {
     if files.iter().all(|f| Path::new(f).exists()) || !crate::is_root() {
         return Ok(());

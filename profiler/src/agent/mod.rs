@@ -74,6 +74,10 @@ pub struct AgentConfig {
     pub bpf_stats: bool,
     /// Charge waits to the holds that made them wait (`mmaplock_blocked_seconds_total`).
     pub blockers: bool,
+    /// Export up to this many JavaScript functions per process (0: none, no stacks sampled).
+    pub js_functions: usize,
+    /// One write's stack in this many per thread (0: none).
+    pub stack_sample: u32,
     pub quiet: bool,
 }
 
@@ -157,8 +161,21 @@ impl Driver for Agent<'_> {
             self.selection.relabel(p);
         }
         let (window, attribution, meta) = profile.take_interval();
+        let js = profile
+            .stacks
+            .as_mut()
+            .map(|s| s.take_js_functions())
+            .unwrap_or_default();
         {
             let mut m = self.metrics.0.lock().expect("metrics lock");
+            for (p, functions) in &js {
+                let name = match window.processes.get(p) {
+                    Some(threads) => attribution.name(*p, threads),
+                    None => profile.registry.names.get(*p, None),
+                };
+                let (process, cgroup) = self.labels(*p, name, &attribution);
+                m.add_js_functions(&process, &cgroup, functions);
+            }
             m.add(&window, &attribution, |p| {
                 let name = attribution.name(p, &window.processes[&p]);
                 self.labels(p, name, &attribution)
@@ -272,7 +289,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         comms: vec![],
         max_threads: cfg.max_threads,
         bpf_stats: cfg.bpf_stats,
-        stack_sample: 0,
+        stack_sample: cfg.stack_sample,
         writes_only: false,
         floor: Floor::Off,
         selection: true,
@@ -282,19 +299,24 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let metrics = Shared(Arc::new(Mutex::new(Metrics::new(
-        cfg.pid_label,
-        kernel,
-        collector.kernel.tracepoints.to_string(),
-    ))));
-    // The kernel selects at exec and fork from now on; the first reading adds the processes
-    // already running.
+    let metrics = Shared(Arc::new(Mutex::new(
+        Metrics::new(
+            cfg.pid_label,
+            kernel,
+            collector.kernel.tracepoints.to_string(),
+        )
+        .with_js_functions(cfg.js_functions),
+    )));
+    // The kernel selects at exec, fork and rename from now on; the first reading adds the
+    // processes already running.
     let (kernel_selectors, kernel_complete) = selectors.kernel();
     collector.set_selectors(&kernel_selectors)?;
     let attach_ms = collector.attach_time.as_secs_f64() * 1e3;
     let mut rings = Rings::open(&mut collector).map_err(AgentError::Session)?;
     let mut profile = Profile::new(collector, true);
     profile.forget_history();
+    // With --js-functions: sampled stacks, named as they come (whatever selected them).
+    profile.prepare_stacks(&[]);
     let registry = Arc::new(prometheus::registry(metrics.clone()));
     let mut agent = Agent {
         cfg: &cfg,

@@ -58,6 +58,9 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         stacks: None,
         js_functions: None,
         js_hint: None,
+        v8_note: None,
+        js_frames: None,
+        stack_ends: None,
         flame: flame.then(|| {
             vec![
                 crate::output::report::FlameStack {

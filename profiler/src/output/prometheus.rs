@@ -127,6 +127,10 @@ pub struct Metrics {
     /// denominators of the lock's share of their time.
     /// (CPU time: None while the kernel reported none of theirs.)
     thread_time: BTreeMap<ThreadKey, (u64, Option<u64>)>,
+    /// With `--js-functions N`: sampled writes by (process, cgroup, function), at most N
+    /// functions per process and cgroup (later ones are counted under `(other)`).
+    js_functions: BTreeMap<(String, String, String), u64>,
+    js_functions_max: usize,
     lost: Lost,
     programs: Vec<ProgramStats>,
     pub tracked_processes: u64,
@@ -150,6 +154,43 @@ impl Metrics {
                 tracepoint_abi,
             ),
             ..Default::default()
+        }
+    }
+
+    /// Exports up to `n` JavaScript functions per process (0: none).
+    pub fn with_js_functions(mut self, n: usize) -> Self {
+        self.js_functions_max = n;
+        self
+    }
+
+    /// Adds one interval's sampled writes by JavaScript function of a process (labelled
+    /// `process`, `cgroup`), most first: a function keeps its series once it has one; past
+    /// the first N functions of a process, the rest go to `(other)`, so that the series stay
+    /// bounded however many functions a process runs.
+    pub fn add_js_functions(&mut self, process: &str, cgroup: &str, functions: &[(String, u64)]) {
+        if self.js_functions_max == 0 {
+            return;
+        }
+        let mut have = self
+            .js_functions
+            .keys()
+            .filter(|(p, c, f)| p == process && c == cgroup && f != "(other)")
+            .count();
+        for (f, n) in functions {
+            let key = (process.to_string(), cgroup.to_string(), f.clone());
+            let key = if self.js_functions.contains_key(&key) {
+                key
+            } else if have < self.js_functions_max {
+                have += 1;
+                key
+            } else {
+                (
+                    process.to_string(),
+                    cgroup.to_string(),
+                    "(other)".to_string(),
+                )
+            };
+            *self.js_functions.entry(key).or_default() += n;
         }
     }
 
@@ -384,6 +425,25 @@ impl Collector for Shared {
             for (reason, n) in all {
                 f.encode_family(&[("reason", reason.as_str())])?
                     .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+        if m.js_functions_max > 0 {
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_js_function_sampled_writes",
+                "Sampled write acquisitions (one in --stack-sample per thread) by the innermost \
+                 JavaScript function of the application on their stack (--js-functions: the \
+                 first N functions of a process, then (other)).",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((process, cgroup, function), n) in &m.js_functions {
+                let labels = [
+                    ("process", process.clone()),
+                    ("cgroup", cgroup.clone()),
+                    ("function", function.clone()),
+                ];
+                f.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
             }
         }
         if !m.blocked.is_empty() {

@@ -85,6 +85,21 @@ pub struct JsFunctionReport {
     pub wait_ns_sum: u64,
 }
 
+/// Sampled JavaScript frames by the source of their names (weighted by samples).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct JsFramesReport {
+    /// Named from V8's heap only.
+    pub v8: u64,
+    /// Named from the perf map only.
+    pub perf_map: u64,
+    /// Named by both, alike.
+    pub agree: u64,
+    /// Named by both, differently.
+    pub disagree: u64,
+    /// V8 frames whose function could not be told (`[js unknown]`).
+    pub unknown: u64,
+}
+
 /// One folded stack of a flame graph.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FlameStack {
@@ -171,9 +186,21 @@ pub struct ProcessReport {
     /// stack sampling; empty unless node writes its perf map).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub js_functions: Option<Vec<JsFunctionReport>>,
-    /// How to name JIT frames, when sampled writes went through unnamed ones.
+    /// How to name JIT frames, when sampled writes went through unnamed ones and nothing
+    /// could name them (no perf map, no usable V8 layout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub js_hint: Option<Cow<'static, str>>,
+    /// Why JavaScript frames could not be named from V8's heap (an unknown V8 layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub v8_note: Option<String>,
+    /// Sampled JavaScript frames by where their names came from (summary, with stack
+    /// sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub js_frames: Option<JsFramesReport>,
+    /// Sampled stacks by why they end where they do: `root` (the thread's first frame) or
+    /// the reason they stop before it (summary, with stack sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_ends: Option<BTreeMap<String, u64>>,
     /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
     /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -567,6 +594,9 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             stacks: None,
             js_functions: None,
             js_hint: None,
+            v8_note: None,
+            js_frames: None,
+            stack_ends: None,
             flame: None,
             blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
             blocked_by_role,
@@ -665,7 +695,26 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         p.dsos = Some(dsos);
         p.stacks = Some(top);
         p.js_functions = Some(js);
-        p.js_hint = o.filter(|o| o.unnamed_jit > 0).map(|_| JS_HINT.into());
+        p.js_hint = o
+            .filter(|o| o.unnamed_jit > 0 && !o.js_source)
+            .map(|_| JS_HINT.into());
+        p.v8_note = o.and_then(|o| o.v8_note.clone());
+        p.js_frames = o.map(|o| JsFramesReport {
+            v8: o.js_frames.v8,
+            perf_map: o.js_frames.perf_map,
+            agree: o.js_frames.agree,
+            disagree: o.js_frames.disagree,
+            unknown: o.js_frames.unknown,
+        });
+        p.stack_ends = Some(
+            o.map(|o| {
+                o.stack_ends
+                    .iter()
+                    .map(|(e, n)| (e.as_str().to_string(), *n))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        );
     }
 }
 

@@ -130,6 +130,35 @@ fn stats_row(label: &str, s: &Stats) -> String {
 
 const TOP_THREADS: usize = 8;
 
+/// Writes by the role of the thread that made them (count and total wait, most waited
+/// first).
+fn roles_text(p: &ProcessReport) -> String {
+    let mut by_role: Vec<(&str, u64, u64)> = Vec::new();
+    for t in &p.threads {
+        let role = t.role.as_str();
+        match by_role.iter_mut().find(|r| r.0 == role) {
+            Some(r) => {
+                r.1 += t.write.count;
+                r.2 += t.write.wait_ns.sum;
+            }
+            None => by_role.push((role, t.write.count, t.write.wait_ns.sum)),
+        }
+    }
+    by_role.retain(|r| r.1 > 0);
+    if by_role.is_empty() {
+        return String::new();
+    }
+    by_role.sort_by_key(|r| std::cmp::Reverse((r.2, r.1)));
+    let mut out = format!(
+        "\n  writes by thread role:\n  {:<10} {:>9} {:>10}\n",
+        "role", "writes", "wait sum"
+    );
+    for (role, n, wait) in by_role {
+        let _ = writeln!(out, "  {role:<10} {n:>9} {:>10}", fmt_ns(wait));
+    }
+    out
+}
+
 /// The text rendering of a report.
 pub fn to_text(r: &Report) -> String {
     let mut out = String::new();
@@ -250,6 +279,7 @@ fn process_text(p: &ProcessReport) -> String {
             out.push_str(&stats_row(&c.cause, &c.write));
         }
     }
+    out.push_str(&roles_text(p));
     if let Some(dsos) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
         let _ = writeln!(out, "\n  sampled writes by code:");
         for d in dsos.iter().take(TOP_THREADS) {
@@ -257,17 +287,32 @@ fn process_text(p: &ProcessReport) -> String {
         }
     }
     if let Some(js) = p.js_functions.as_ref().filter(|j| !j.is_empty()) {
-        let _ = writeln!(out, "\n  sampled writes by JS function:");
+        // Shares of all sampled writes (the writes charged to any code).
+        let sampled: u64 = p.dsos.iter().flatten().map(|d| d.write.count).sum();
+        let _ = writeln!(
+            out,
+            "\n  sampled writes by JS function:\n  {:<32} {:>9} {:>6} {:>10}  definition",
+            "function", "writes", "share", "wait sum"
+        );
         for f in js.iter().take(TOP_THREADS) {
+            let share = 100.0 * f.writes as f64 / sampled.max(1) as f64;
             let _ = writeln!(
                 out,
-                "  {:<32} {:>9} {:>10}  {}",
+                "  {:<32} {:>9} {:>5.1}% {:>10}  {}",
                 fit(&f.function, 32),
                 f.writes,
+                share,
                 fmt_ns(f.wait_ns_sum),
                 f.file
             );
         }
+    }
+    if let Some(note) = &p.v8_note {
+        let _ = writeln!(out, "\n  JavaScript frames unnamed from the heap: {note}");
+    }
+    if let Some(ends) = p.stack_ends.as_ref().filter(|e| !e.is_empty()) {
+        let parts: Vec<String> = ends.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(out, "\n  sampled stacks end at: {}", parts.join(", "));
     }
     if let Some(hint) = &p.js_hint {
         let _ = writeln!(out, "\n  {hint}");

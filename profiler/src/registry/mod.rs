@@ -11,6 +11,7 @@ pub mod stacks;
 pub mod threadstart;
 pub mod untrusted;
 pub mod unwind;
+pub mod v8;
 
 use std::collections::{BTreeMap, HashMap};
 

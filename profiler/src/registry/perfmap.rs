@@ -40,7 +40,9 @@ impl JitName {
     /// V8's name for a code object, split into its kind and function.
     pub fn parse(raw: &str) -> JitName {
         let raw = raw.trim();
-        let Some(rest) = raw.strip_prefix("JS:") else {
+        // V8 10 and older tag functions by how they were compiled, and write no column.
+        let tags = ["JS:", "LazyCompile:", "Function:", "Script:", "Eval:"];
+        let Some(rest) = tags.iter().find_map(|t| raw.strip_prefix(t)) else {
             return JitName::Other(raw.to_string());
         };
         // The tier marker, if any.

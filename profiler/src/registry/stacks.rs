@@ -22,7 +22,8 @@ use crate::{
     aggregation::SideStats,
     registry::ids::{self, ProcId},
     registry::perfmap::{JitName, JsFunction},
-    registry::unwind::{Frame, ProcessUnwinder, Shared},
+    registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
+    registry::v8::{self, Resolved},
 };
 
 /// Deepest stack kept.
@@ -46,14 +47,28 @@ fn is_runtime(dso: &Path) -> bool {
     .any(|p| name.starts_with(p))
 }
 
+/// A frame's JavaScript function: read from the heap, else from the perf map.
+fn js_of(f: &Frame) -> Option<&JsFunction> {
+    match (&f.v8, &f.jit) {
+        (Some(Resolved::Named(js)), _) => Some(js),
+        (_, Some(JitName::Js(js))) => Some(js),
+        _ => None,
+    }
+}
+
 /// How a frame is shown: `function (file)`; a JavaScript function as
-/// `name (script:line:column)`, other V8 code by V8's name, unnamed JIT code as `[jit]`.
+/// `name (script:line:column)` (from the heap or the perf map, which agree), other V8 code by
+/// V8's name, a V8 frame whose function could not be told `[js unknown]`, unnamed JIT code as
+/// `[jit]`.
 fn frame_label(f: &Frame) -> String {
-    match &f.jit {
-        Some(JitName::Js(js)) if js.location.is_empty() => return js.name.clone(),
-        Some(JitName::Js(js)) => return format!("{} ({})", js.name, js.location),
-        Some(JitName::Other(n)) => return n.clone(),
-        None => {}
+    match (js_of(f), &f.jit) {
+        (Some(js), _) if js.location.is_empty() => return js.name.clone(),
+        (Some(js), _) => return format!("{} ({})", js.name, js.location),
+        (None, Some(JitName::Other(n))) => return n.clone(),
+        _ => {}
+    }
+    if f.v8 == Some(Resolved::Unknown) {
+        return "[js unknown]".to_string();
     }
     let file = f
         .dso
@@ -87,9 +102,32 @@ pub struct StackAgg {
     pub wait_ns_sum: u64,
 }
 
+/// Sampled JavaScript frames by where their name came from (weighted by samples), to show
+/// that the heap and the perf map agree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JsFrameCounts {
+    /// Named from the heap only.
+    pub v8: u64,
+    /// Named from the perf map only.
+    pub perf_map: u64,
+    /// Named by both, alike.
+    pub agree: u64,
+    /// Named by both, differently (the heap's name is shown).
+    pub disagree: u64,
+    /// V8 frames whose function could not be told.
+    pub unknown: u64,
+}
+
 /// One process's sampled writes by code.
 #[derive(Clone, Debug, Default)]
 pub struct OwnerStacks {
+    /// Sampled stacks by why they end where they do.
+    pub stack_ends: BTreeMap<StackEnd, u64>,
+    pub js_frames: JsFrameCounts,
+    /// Whether anything could name JavaScript frames (a perf map, or V8's layout).
+    pub js_source: bool,
+    /// Why V8 frames could not be named from the heap (an unknown V8 layout).
+    pub v8_note: Option<String>,
     pub dsos: BTreeMap<String, SideStats>,
     /// Sampled writes by the innermost JavaScript function of the application on their stack
     /// (needs V8's perf map); filled by [`StackAttribution::symbolize`].
@@ -100,7 +138,23 @@ pub struct OwnerStacks {
     /// Frames innermost first, symbolized (filled by [`StackAttribution::symbolize`]).
     pub stacks: HashMap<Vec<String>, StackAgg>,
     /// Stacks as addresses in the process that took the lock, not yet symbolized.
-    raw: HashMap<(ProcId, Vec<u64>), StackAgg>,
+    raw: HashMap<(ProcId, Vec<RawFrame>), StackAgg>,
+}
+
+/// A frame as sampled: its address and, for a V8 frame, its function as resolved then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RawFrame {
+    addr: u64,
+    js: JsRef,
+}
+
+/// A V8 frame's function: none (not a V8 frame), not told, or an index into
+/// `StackAttribution::js_names`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum JsRef {
+    None,
+    Unknown,
+    Named(u32),
 }
 
 /// A sampled write whose outcome has not come yet.
@@ -108,8 +162,9 @@ struct Pending {
     owner: ProcId,
     /// The process of the thread that took the lock (see [`actor`]).
     actor: ProcId,
-    addrs: Vec<u64>,
+    frames: Vec<RawFrame>,
     dso: String,
+    end: StackEnd,
 }
 
 /// The process whose lock a sample took (its start time in ticks, as [`ProcId`]s have it).
@@ -139,8 +194,46 @@ pub struct StackAttribution {
     /// By (tid, seq), as [`SampleDone`] names them.
     pending: HashMap<(u32, u32), Pending>,
     owners: BTreeMap<ProcId, OwnerStacks>,
+    /// JavaScript functions named from the heap, interned.
+    js_names: Vec<JsFunction>,
+    js_index: HashMap<JsFunction, u32>,
     /// Samples whose outcome never came (the profiler stopped first, or a record was lost).
     pub unmatched: u64,
+    /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
+    pub work: (std::time::Duration, u64),
+    /// Of which reading V8's heap.
+    pub v8_work: std::time::Duration,
+}
+
+/// The index of `js` in the interned names, adding it if new.
+fn intern(
+    names: &mut Vec<JsFunction>,
+    index: &mut HashMap<JsFunction, u32>,
+    js: JsFunction,
+) -> u32 {
+    if let Some(&i) = index.get(&js) {
+        return i;
+    }
+    let i = names.len() as u32;
+    names.push(js.clone());
+    index.insert(js, i);
+    i
+}
+
+/// Counts a frame's JavaScript name by its source(s).
+fn count_js_frame(c: &mut JsFrameCounts, f: &Frame, n: u64) {
+    let perf = match &f.jit {
+        Some(JitName::Js(js)) => Some(js),
+        _ => None,
+    };
+    match (&f.v8, perf) {
+        (Some(Resolved::Named(a)), Some(b)) if a == b => c.agree += n,
+        (Some(Resolved::Named(_)), Some(_)) => c.disagree += n,
+        (Some(Resolved::Named(_)), None) => c.v8 += n,
+        (_, Some(_)) => c.perf_map += n,
+        (Some(Resolved::Unknown), None) => c.unknown += n,
+        (None, None) => {}
+    }
 }
 
 fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
@@ -195,7 +288,10 @@ impl StackAttribution {
     /// remembered as such.
     fn unwinder(&mut self, p: ProcId) -> Option<&mut ProcessUnwinder> {
         if !self.unwinders.contains_key(&p) {
-            let u = match ProcessUnwinder::new(p.pid, self.shared.clone()) {
+            let t0 = std::time::Instant::now();
+            let made = ProcessUnwinder::new(p.pid, self.shared.clone());
+            log::debug!("unwinder of {p:?} made in {:?}", t0.elapsed());
+            let u = match made {
                 // The kernel saw `p` before the maps were read: alive now, they were its own.
                 Ok(u) if still_there(p) => Some(u),
                 Err(e) if still_there(p) => {
@@ -213,46 +309,87 @@ impl StackAttribution {
     }
 
     fn on_sample(&mut self, s: &StackSample) {
+        let t0 = std::time::Instant::now();
         let len = (s.stack_len as usize).min(s.stack.len());
         let stack = &s.stack[..len];
         let actor = actor(s);
-        let (addrs, dso) = match self.unwinder(actor) {
+        let mut v8_time = std::time::Duration::ZERO;
+        let (frames, dso, end) = match self.unwinder(actor) {
             Some(u) => {
-                // A library mapped since we read the maps (an addon's dlopen): read again,
-                // unless the pid is no longer this process's.
-                if u.mapping(s.ip).is_none() && still_there(actor) {
-                    let _ = u.refresh();
-                }
-                let addrs = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
+                let unwound = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
+                let kinds: Vec<CodeKind> =
+                    unwound.frames.iter().map(|f| u.code_kind(f.addr)).collect();
                 // JIT code: its names are in V8's perf map, read now while the process lives.
-                if addrs
-                    .iter()
-                    .any(|&a| u.mapping(a).is_some_and(|m| m.path.is_none()))
-                {
+                if kinds.contains(&CodeKind::Jit) {
                     u.read_perf_map();
                 }
-                let frames: Vec<Frame> = addrs
+                let t1 = std::time::Instant::now();
+                // V8 frames: their functions, read from the heap now, soon after the sample.
+                let mut resolved: Vec<Option<Resolved>> = vec![None; unwound.frames.len()];
+                if let Some(heap) = u.v8.as_mut() {
+                    let slots: Vec<v8::JsSlots> = (unwound.frames.iter().enumerate())
+                        .filter_map(|(i, f)| {
+                            let jit = match kinds[i] {
+                                CodeKind::Jit => true,
+                                CodeKind::Builtin => false,
+                                _ => return None,
+                            };
+                            v8::slots(&heap.layout, i, f.addr, f.fp, jit, s.sp, stack)
+                        })
+                        .collect();
+                    for (slot, r) in slots.iter().zip(heap.resolve_all(&slots)) {
+                        resolved[slot.index] = Some(r);
+                    }
+                }
+                v8_time = t1.elapsed();
+                let labels: Vec<Frame> = unwound
+                    .frames
                     .iter()
-                    .map(|&addr| Frame {
-                        addr,
+                    .map(|f| Frame {
+                        addr: f.addr,
                         symbol: None,
-                        dso: u.mapping(addr).and_then(|m| m.path.clone()),
+                        dso: u.mapping(f.addr).and_then(|m| m.path.clone()),
                         jit: None,
+                        v8: None,
                     })
                     .collect();
-                (addrs, charge(&frames))
+                let dso = charge(&labels);
+                let frames = (unwound.frames.iter().zip(resolved))
+                    .map(|(f, r)| RawFrame {
+                        addr: f.addr,
+                        js: match r {
+                            None => JsRef::None,
+                            Some(Resolved::Unknown) => JsRef::Unknown,
+                            Some(Resolved::Named(js)) => {
+                                JsRef::Named(intern(&mut self.js_names, &mut self.js_index, js))
+                            }
+                        },
+                    })
+                    .collect();
+                (frames, dso, unwound.end)
             }
-            None => (vec![s.ip], "[unknown]".to_string()),
+            None => (
+                vec![RawFrame {
+                    addr: s.ip,
+                    js: JsRef::None,
+                }],
+                "[unknown]".to_string(),
+                StackEnd::NoProcess,
+            ),
         };
         self.pending.insert(
             (s.tid, s.seq),
             Pending {
                 owner: owner(s),
                 actor,
-                addrs,
+                frames,
                 dso,
+                end,
             },
         );
+        self.work.0 += t0.elapsed();
+        self.work.1 += 1;
+        self.v8_work += v8_time;
     }
 
     fn on_done(&mut self, d: &SampleDone) {
@@ -269,7 +406,8 @@ impl StackAttribution {
         s.hold.sum += d.hold_ns;
         s.hold.max = s.hold.max.max(d.hold_ns);
         s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
-        let st = o.raw.entry((p.actor, p.addrs)).or_default();
+        *o.stack_ends.entry(p.end).or_default() += 1;
+        let st = o.raw.entry((p.actor, p.frames)).or_default();
         st.count += 1;
         st.wait_ns_sum += d.wait_ns;
     }
@@ -281,13 +419,21 @@ impl StackAttribution {
 
     /// Names the stacks taken by the processes that `which` selects.
     fn symbolize_where(&mut self, which: impl Fn(ProcId) -> bool) {
-        for o in self.owners.values_mut() {
+        for (&owner, o) in self.owners.iter_mut() {
+            // What this process's JavaScript frames could be named by.
+            if let Some(Some(u)) = self.unwinders.get(&owner) {
+                o.js_source |= u.has_perf_map() || u.v8.is_some();
+                if o.v8_note.is_none() {
+                    o.v8_note.clone_from(&u.v8_note);
+                }
+            }
             let raw: Vec<_> = o.raw.extract_if(|(actor, _), _| which(*actor)).collect();
-            for ((actor, addrs), agg) in raw {
+            for ((actor, raw_frames), agg) in raw {
                 let unwinder = self.unwinders.get_mut(&actor).and_then(Option::as_mut);
                 // Without an unwinder the ip alone is known, not whether it is JIT code.
                 let known = unwinder.is_some();
-                let frames = match unwinder {
+                let addrs: Vec<u64> = raw_frames.iter().map(|f| f.addr).collect();
+                let mut frames = match unwinder {
                     Some(u) => u.symbolize_stack(&addrs),
                     None => addrs
                         .iter()
@@ -296,18 +442,21 @@ impl StackAttribution {
                             symbol: None,
                             dso: None,
                             jit: None,
+                            v8: None,
                         })
                         .collect(),
                 };
+                for (f, r) in frames.iter_mut().zip(&raw_frames) {
+                    f.v8 = match r.js {
+                        JsRef::None => None,
+                        JsRef::Unknown => Some(Resolved::Unknown),
+                        JsRef::Named(i) => Some(Resolved::Named(self.js_names[i as usize].clone())),
+                    };
+                    count_js_frame(&mut o.js_frames, f, agg.count);
+                }
                 // The innermost JavaScript function of the application: node's own library
                 // (`node:buffer`, `node:internal/...`) is skipped unless nothing else is there.
-                let js_frames: Vec<&JsFunction> = frames
-                    .iter()
-                    .filter_map(|f| match &f.jit {
-                        Some(JitName::Js(js)) => Some(js),
-                        _ => None,
-                    })
-                    .collect();
+                let js_frames: Vec<&JsFunction> = frames.iter().filter_map(js_of).collect();
                 let js = js_frames
                     .iter()
                     .find(|f| !f.location.starts_with("node:"))
@@ -361,6 +510,39 @@ impl StackAttribution {
         self.pending.len()
     }
 
+    /// For a long-running agent: names what was sampled since the last call and hands over
+    /// each process's sampled writes by JavaScript function (`name (definition)`, most first),
+    /// keeping nothing of it (memory stays bounded whatever the run's length).
+    pub fn take_js_functions(&mut self) -> Vec<(ProcId, Vec<(String, u64)>)> {
+        self.symbolize();
+        // Names interned so far: forgotten too, when no sample waiting refers to them.
+        if self.pending.is_empty() && self.js_names.len() > 10_000 {
+            self.js_names.clear();
+            self.js_index.clear();
+        }
+        let owners = std::mem::take(&mut self.owners);
+        owners
+            .into_iter()
+            .filter(|(_, o)| !o.js_functions.is_empty())
+            .map(|(p, o)| {
+                let mut f: Vec<(String, u64)> = o
+                    .js_functions
+                    .into_iter()
+                    .map(|(js, agg)| {
+                        let label = if js.location.is_empty() {
+                            js.name
+                        } else {
+                            format!("{} ({})", js.name, js.location)
+                        };
+                        (label, agg.count)
+                    })
+                    .collect();
+                f.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                (p, f)
+            })
+            .collect()
+    }
+
     pub fn owner(&self, p: ProcId) -> Option<&OwnerStacks> {
         self.owners.get(&p)
     }
@@ -397,6 +579,7 @@ mod tests {
             symbol: symbol.map(String::from),
             dso: dso.map(PathBuf::from),
             jit: None,
+            v8: None,
         }
     }
 
@@ -462,8 +645,12 @@ mod tests {
         Pending {
             owner,
             actor,
-            addrs: vec![addr],
+            frames: vec![RawFrame {
+                addr,
+                js: JsRef::None,
+            }],
             dso: "[jit]".into(),
+            end: StackEnd::Root,
         }
     }
 

@@ -15,7 +15,8 @@
 //! pointer.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -46,6 +47,8 @@ pub struct Frame {
     pub dso: Option<PathBuf>,
     /// For JIT code (no file), V8's name from the process's perf map, if it writes one.
     pub jit: Option<JitName>,
+    /// For a V8 frame, its function as read from the process's heap (see `v8`).
+    pub v8: Option<crate::registry::v8::Resolved>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,17 +91,19 @@ struct ElfUnwindInfo {
     eh_frame: Bytes,
     eh_frame_hdr: Option<(Range<u64>, Bytes)>,
     loads: Vec<LoadSegment>,
+    /// Large stretches of executable code with no FDE (SVMAs): in node, V8's embedded
+    /// builtins, whose frames are V8 frames (see `v8`).
+    gaps: Vec<Range<u64>>,
 }
 
 impl ElfUnwindInfo {
+    /// `path` is our own descriptor (`/proc/self/fd/N`) on the target's file, which
+    /// [`readable_path`] opened safely and checked (registry::untrusted).
     fn load(path: &Path) -> Result<Self, UnwindError> {
-        // A target's file: no link followed, a regular file, bounded (registry::untrusted).
-        let file = untrusted::open(path, &untrusted::Policy::ELF)
-            .map_err(|e| UnwindError::Io {
-                path: path.to_owned(),
-                source: std::io::Error::other(e),
-            })?
-            .file;
+        let file = File::open(path).map_err(|source| UnwindError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         let data = object::ReadCache::new(file);
         let elf_err = |source| UnwindError::Elf {
             path: path.to_owned(),
@@ -136,13 +141,26 @@ impl ElfUnwindInfo {
                 exec: p.p_flags(endian).0 & object::elf::PF_X.0 != 0,
             })
             .collect();
+        let eh_frame = bytes(eh)?;
+        let loads: Vec<LoadSegment> = loads;
+        let text_svma = section(b".text").map(svma);
+        let got_svma = section(b".got").map(svma);
+        let gaps = fde_gaps(
+            &eh_frame,
+            svma(eh).start,
+            eh_frame_hdr.as_ref(),
+            text_svma.as_ref(),
+            got_svma.as_ref(),
+            &loads,
+        );
         Ok(Self {
-            text_svma: section(b".text").map(svma),
-            got_svma: section(b".got").map(svma),
+            text_svma,
+            got_svma,
             eh_frame_svma: svma(eh),
-            eh_frame: bytes(eh)?,
+            eh_frame,
             eh_frame_hdr,
             loads,
+            gaps,
         })
     }
 
@@ -177,6 +195,95 @@ impl ElfUnwindInfo {
     }
 }
 
+/// Stretches of at least `MIN_GAP` bytes of the executable segments that no FDE covers. The
+/// FDEs' starts come from `.eh_frame_hdr`'s sorted table when it has the usual encoding (the
+/// FDE before a wide space between two starts is then the only one parsed), else from
+/// walking `.eh_frame`.
+fn fde_gaps(
+    eh_frame: &[u8],
+    eh_frame_svma: u64,
+    hdr: Option<&(Range<u64>, Bytes)>,
+    text: Option<&Range<u64>>,
+    got: Option<&Range<u64>>,
+    loads: &[LoadSegment],
+) -> Vec<Range<u64>> {
+    use gimli::UnwindSection;
+    const MIN_GAP: u64 = 64 * 1024;
+    let eh = gimli::EhFrame::new(eh_frame, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_frame_svma);
+    if let Some(t) = text {
+        bases = bases.set_text(t.start);
+    }
+    if let Some(g) = got {
+        bases = bases.set_got(g.start);
+    }
+    let fde_range = |offset: usize| {
+        eh.fde_from_offset(
+            &bases,
+            gimli::EhFrameOffset(offset),
+            gimli::EhFrame::cie_from_offset,
+        )
+        .ok()
+        .map(|fde| (fde.initial_address(), fde.initial_address() + fde.len()))
+    };
+    let mut covered: Vec<(u64, u64)> = Vec::new();
+    // version 1, pointer encodings, then (start, FDE) pairs as 32-bit offsets from the
+    // header (DW_EH_PE_datarel | DW_EH_PE_sdata4 = 0x3b, the count as udata4 = 0x03).
+    match hdr {
+        Some((svma, b)) if b.len() >= 12 && b[0] == 1 && b[2] == 0x03 && b[3] == 0x3b => {
+            let count = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) as usize;
+            let at = |i: usize| -> Option<(u64, u64)> {
+                let e = b.get(12 + 8 * i..12 + 8 * i + 8)?;
+                let start = i32::from_le_bytes(e[0..4].try_into().ok()?) as i64;
+                let fde = i32::from_le_bytes(e[4..8].try_into().ok()?) as i64;
+                Some((
+                    svma.start.checked_add_signed(start)?,
+                    svma.start.checked_add_signed(fde)?,
+                ))
+            };
+            let entries: Vec<(u64, u64)> = (0..count).map_while(at).collect();
+            for (i, &(start, fde)) in entries.iter().enumerate() {
+                let next = entries.get(i + 1).map_or(u64::MAX, |e| e.0);
+                // A function no longer than the space to the next: its end is its start.
+                let end = if next - start >= MIN_GAP {
+                    fde.checked_sub(eh_frame_svma)
+                        .and_then(|o| fde_range(o as usize))
+                        .map_or(start, |r| r.1)
+                } else {
+                    next.min(start + MIN_GAP)
+                };
+                covered.push((start, end));
+            }
+        }
+        _ => {
+            let mut entries = eh.entries(&bases);
+            while let Ok(Some(entry)) = entries.next() {
+                if let gimli::CieOrFde::Fde(partial) = entry
+                    && let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset)
+                {
+                    covered.push((fde.initial_address(), fde.initial_address() + fde.len()));
+                }
+            }
+            covered.sort_unstable();
+        }
+    }
+    let mut gaps = Vec::new();
+    for seg in loads.iter().filter(|l| l.exec) {
+        let mut at = seg.vaddr;
+        let end = seg.vaddr + seg.filesz;
+        for &(s, e) in covered.iter().filter(|(s, e)| *e > seg.vaddr && *s < end) {
+            if s > at && s - at >= MIN_GAP {
+                gaps.push(at..s);
+            }
+            at = at.max(e);
+        }
+        if end > at && end - at >= MIN_GAP {
+            gaps.push(at..end);
+        }
+    }
+    gaps
+}
+
 /// Identity of one executable file mapping; a change means re-adding it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ModuleKey {
@@ -190,12 +297,15 @@ struct ModuleKey {
 type FileKey = (String, u64);
 
 /// What the unwinders of all processes share: the parsed unwind information of each file
-/// (`None`: a file that could not be used, whose frames fall back to frame pointers) and the
+/// (`None`: a file that could not be used, whose frames fall back to frame pointers), the
+/// files themselves, opened while a process that maps them lives (so that its frames can be
+/// named after it exits, even from a container's root that is gone by then), and the
 /// symbolizer with its parsed symbol tables. Ten node processes parse `node` once.
 #[derive(Clone)]
 pub struct Shared {
     files: Rc<RefCell<HashMap<FileKey, Option<Arc<ElfUnwindInfo>>>>>,
     symbolizer: Rc<Symbolizer>,
+    pub v8: crate::registry::v8::SharedLayouts,
 }
 
 impl Default for Shared {
@@ -210,26 +320,105 @@ impl Default for Shared {
                     .enable_code_info(false)
                     .build(),
             ),
+            v8: Default::default(),
         }
     }
 }
 
+/// Why an unwound stack stops where it does (docs/report-format.md, `stack_ends`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StackEnd {
+    /// The thread's first frame (`_start`, `clone3`, a start routine whose caller has no
+    /// return address).
+    Root,
+    /// Code with no unwind entry whose frame pointer chain does not go on.
+    NoUnwindInfo,
+    /// The next frame lies beyond the copy of the stack the kernel made (16 KiB from sp).
+    UnreadableMemory,
+    /// The deepest stack kept.
+    DepthLimit,
+    /// A return address outside every executable mapping, even after reading them again.
+    UnknownMapping,
+    /// The process could not be read (gone before its first sample was looked at).
+    NoProcess,
+}
+
+impl StackEnd {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StackEnd::Root => "root",
+            StackEnd::NoUnwindInfo => "no_unwind_info",
+            StackEnd::UnreadableMemory => "unreadable_memory",
+            StackEnd::DepthLimit => "depth_limit",
+            StackEnd::UnknownMapping => "unknown_mapping",
+            StackEnd::NoProcess => "no_process",
+        }
+    }
+}
+
+/// One unwound frame: its code address (the sampled ip, then return addresses) and the frame
+/// pointer while that code ran (V8 frames keep their slots below it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwoundFrame {
+    pub addr: u64,
+    pub fp: u64,
+}
+
+/// An unwound stack, innermost first, and why it ends there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unwound {
+    pub frames: Vec<UnwoundFrame>,
+    pub end: StackEnd,
+}
+
+impl Unwound {
+    #[cfg(test)]
+    pub fn addrs(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.addr).collect()
+    }
+}
+
+/// What kind of code a frame runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeKind {
+    /// Anonymous executable memory: V8's generated code.
+    Jit,
+    /// Code of a file with no unwind entry in a long stretch without any (V8's embedded
+    /// builtins, bytecode handlers and trampolines included).
+    Builtin,
+    /// Code of a file, with unwind entries.
+    Native,
+    /// Not in any executable mapping known.
+    Unknown,
+}
+
+/// At most one re-reading of a process's mappings in this time (each takes its mmap_lock).
+const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Unwinds and symbolizes stacks of one process. Keeps everything that is expensive (parsed
-/// CFI per file, framehop's rule cache, blazesym's parsed symbol tables) across calls; call
-/// [`Self::refresh`] when the mappings may have changed (e.g. after a `dlopen` of a `.node`
-/// addon). Not `Send` (blazesym's `Symbolizer` is not), so keep it on one thread.
+/// CFI per file, framehop's rule cache, blazesym's parsed symbol tables) across calls; reads
+/// the mappings again when a frame is outside them (code loaded or compiled since), at most
+/// every [`REFRESH_EVERY`]. Not `Send` (blazesym's `Symbolizer` is not), so keep it on one
+/// thread.
 pub struct ProcessUnwinder {
     pid: u32,
     maps: Maps,
     unwinder: UnwinderX86_64<Bytes>,
     cache: CacheX86_64,
-    modules: HashSet<ModuleKey>,
+    /// Executable file mappings added to `unwinder`, with their load bias and unwind info.
+    modules: HashMap<ModuleKey, Option<(u64, Arc<ElfUnwindInfo>)>>,
     shared: Shared,
+    /// When the mappings were last read because a frame was outside them (None: never).
+    maps_read: Option<std::time::Instant>,
     /// V8's perf map, read while samples through JIT code arrive (the process, and for a
     /// container its root, may be gone when stacks are named), and kept.
     perf_map: Option<PerfMap>,
     /// When the perf map was last looked for or read again.
     perf_map_read: Option<std::time::Instant>,
+    /// The process's V8 heap, when a binary it maps has a usable V8 layout.
+    pub v8: Option<crate::registry::v8::V8Process>,
+    /// Why V8 frames cannot be named from the heap (an unknown layout), if so.
+    pub v8_note: Option<String>,
 }
 
 impl ProcessUnwinder {
@@ -241,13 +430,61 @@ impl ProcessUnwinder {
             maps: Maps::default(),
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
-            modules: HashSet::new(),
+            modules: HashMap::new(),
             shared,
+            maps_read: None,
             perf_map: None,
             perf_map_read: None,
+            v8: None,
+            v8_note: None,
         };
         this.refresh()?;
+        this.attach_v8();
         Ok(this)
+    }
+
+    /// Finds the binary that holds V8 (node, or Debian's libnode.so) among the mappings and
+    /// reads its layout (once per binary, shared).
+    fn attach_v8(&mut self) {
+        let mut seen = Vec::new();
+        let candidates: Vec<Mapping> = self
+            .maps
+            .iter()
+            .filter(|m| {
+                let name = m.path.as_deref().and_then(Path::file_name);
+                let name = name.map(|n| n.to_string_lossy()).unwrap_or_default();
+                name.starts_with("node") || name.starts_with("libnode")
+            })
+            .cloned()
+            .collect();
+        for m in candidates {
+            let key = (m.dev.clone(), m.inode);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key.clone());
+            let Some(path) = self.open_file(&m) else {
+                continue;
+            };
+            let shown = m
+                .path
+                .as_deref()
+                .unwrap_or(Path::new(""))
+                .display()
+                .to_string();
+            match self.shared.v8.get(key, &path, &shown) {
+                Ok(layout) => {
+                    self.v8 = Some(crate::registry::v8::V8Process::new(
+                        layout,
+                        crate::registry::v8::heap::ProcessMemory { pid: self.pid },
+                    ));
+                    self.v8_note = None;
+                    return;
+                }
+                Err(crate::registry::v8::metadata::LayoutError::NotV8(_)) => {}
+                Err(e) => self.v8_note = Some(e.to_string()),
+            }
+        }
     }
 
     /// Re-reads the maps; adds/removes framehop modules for changed mappings
@@ -271,72 +508,117 @@ impl ProcessUnwinder {
             .filter(|m| m.exec && m.path.is_some())
             .map(|m| (key(m), m))
             .collect();
-        for gone in self.modules.iter().filter(|k| !wanted.contains_key(k)) {
+        for gone in self.modules.keys().filter(|k| !wanted.contains_key(k)) {
             self.unwinder.remove_module(gone.start);
         }
-        self.modules.retain(|k| wanted.contains_key(k));
+        self.modules.retain(|k, _| wanted.contains_key(k));
         for (k, m) in &wanted {
-            if self.modules.contains(k) {
+            if self.modules.contains_key(k) {
                 continue;
             }
-            self.modules.insert(k.clone());
-            let Some(info) = self.file_info(m) else {
-                continue;
-            };
-            let Some(bias) = info.bias(m) else {
-                log::debug!(
-                    "{}",
-                    UnwindError::NoSegment(m.path.clone().unwrap_or_default())
-                );
-                continue;
-            };
-            let name = m
-                .path
-                .as_deref()
-                .unwrap_or(Path::new(""))
-                .display()
-                .to_string();
-            let module = Module::new(name, m.start..m.end, bias, info.section_info());
-            self.unwinder.add_module(module);
+            let added = self.file_info(m).and_then(|info| match info.bias(m) {
+                Some(bias) => Some((bias, info)),
+                None => {
+                    log::debug!(
+                        "{}",
+                        UnwindError::NoSegment(m.path.clone().unwrap_or_default())
+                    );
+                    None
+                }
+            });
+            if let Some((bias, info)) = &added {
+                let name = m
+                    .path
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+                    .to_string();
+                let module = Module::new(name, m.start..m.end, *bias, info.section_info());
+                self.unwinder.add_module(module);
+            }
+            self.modules.insert(k.clone(), added);
         }
         self.maps = maps;
         Ok(())
     }
 
-    /// Parsed unwind info of the file behind `m`, loading it once per
-    /// (dev, inode). Opens via `/proc/PID/map_files` (works across mount
-    /// namespaces and for deleted files; needs root), then `/proc/PID/root`.
+    /// Reads the mappings again, for a frame outside them, unless that was done less than
+    /// [`REFRESH_EVERY`] ago, or the process is gone; true if they were read.
+    fn refresh_if_due(&mut self) -> bool {
+        if self.maps_read.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return false;
+        }
+        self.maps_read = Some(std::time::Instant::now());
+        self.refresh().is_ok()
+    }
+
+    /// The file behind `m`, opened safely (no link followed, a regular file, the mapping's
+    /// inode) once per file and kept open for the run: `/proc/self/fd/N` names it after the
+    /// process is gone, even from a container's root that is gone too (see [`readable_path`]).
+    fn open_file(&self, m: &Mapping) -> Option<PathBuf> {
+        readable_path(self.pid, m)
+    }
+
+    /// Parsed unwind info of the file behind `m`, loading it once per (dev, inode).
     fn file_info(&mut self, m: &Mapping) -> Option<Arc<ElfUnwindInfo>> {
         let fkey = (m.dev.clone(), m.inode);
         if let Some(cached) = self.shared.files.borrow().get(&fkey) {
             return cached.clone();
         }
-        let path = m.path.as_deref()?;
-        let map_file = PathBuf::from(format!(
-            "/proc/{}/map_files/{:x}-{:x}",
-            self.pid, m.start, m.end
-        ));
-        let mut root = PathBuf::from(format!("/proc/{}/root", self.pid));
-        root.push(path.strip_prefix("/").unwrap_or(path));
-        let loaded = ElfUnwindInfo::load(&map_file).or_else(|_| ElfUnwindInfo::load(&root));
-        let info = match loaded {
-            Ok(info) => Some(Arc::new(info)),
-            Err(e) => {
+        let opened = self.open_file(m);
+        let info = match opened.map(|p| ElfUnwindInfo::load(&p)) {
+            Some(Ok(info)) => Some(Arc::new(info)),
+            Some(Err(e)) => {
                 log::debug!("{e}");
                 None
             }
+            None => None,
         };
         self.shared.files.borrow_mut().insert(fkey, info.clone());
         info
     }
 
-    /// Return addresses, innermost first (first = `ip`, the rest are raw
-    /// return addresses). Each frame is unwound with `.eh_frame`; where the code has no
-    /// unwind entry (V8's builtins inside node's own `.text`, whose FDEs are missing) or no
+    /// Where this process can read the file behind `m`: the copy opened while it lived.
+    pub fn file_path(&self, m: &Mapping) -> Option<PathBuf> {
+        self.open_file(m)
+    }
+
+    /// What kind of code is at `addr` (as the mappings were last read).
+    pub fn code_kind(&self, addr: u64) -> CodeKind {
+        let Some(m) = self.maps.find(addr).filter(|m| m.exec) else {
+            return CodeKind::Unknown;
+        };
+        if m.path.is_none() {
+            return CodeKind::Jit;
+        }
+        let key = ModuleKey {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            dev: m.dev.clone(),
+            inode: m.inode,
+        };
+        match self.modules.get(&key) {
+            Some(Some((bias, info))) => {
+                let svma = addr.wrapping_sub(*bias);
+                if info.gaps.iter().any(|g| g.contains(&svma)) {
+                    CodeKind::Builtin
+                } else {
+                    CodeKind::Native
+                }
+            }
+            _ => CodeKind::Native,
+        }
+    }
+
+    /// Unwinds a copied stack, innermost first (first = `ip`, the rest are raw return
+    /// addresses), each frame with its frame pointer. Each frame is unwound with `.eh_frame`;
+    /// where the code has no unwind entry (V8's builtins inside node's own `.text`) or no
     /// module (JIT code in anonymous memory), with the frame pointer chain, which V8 keeps in
-    /// both. Stops at `max_frames`, when a read leaves `stack`, when a frame pointer does not
-    /// move up the stack, or when a return address is not in an executable mapping (garbage).
-    /// Memory is read only from `stack`, which holds the bytes at `[sp, sp + stack.len())`.
+    /// every frame it makes (JavaScript, builtin, stub, exit and entry frames alike). A return
+    /// address outside the known mappings makes them be read again (code loaded or compiled
+    /// since), at most every [`REFRESH_EVERY`]. Memory is read only from `stack`, which holds
+    /// the bytes at `[sp, sp + stack.len())`; [`Unwound::end`] says why the stack ends.
     pub fn unwind(
         &mut self,
         ip: u64,
@@ -344,39 +626,67 @@ impl ProcessUnwinder {
         bp: u64,
         stack: &[u8],
         max_frames: usize,
-    ) -> Vec<u64> {
-        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+    ) -> Unwound {
+        let stack_end = sp.saturating_add(stack.len() as u64);
+        let read_stack = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
+        // A read beyond the copy: the stack goes on where we cannot see it.
+        let beyond = |addr: u64| addr >= stack_end;
+        if self.code_kind(ip) == CodeKind::Unknown {
+            self.refresh_if_due();
+        }
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let mut frames = vec![ip];
+        let mut frames = vec![UnwoundFrame { addr: ip, fp: bp }];
         let mut address = FrameAddress::from_instruction_pointer(ip);
-        while frames.len() < max_frames {
-            let next = match self.unwinder.unwind_frame(
-                address,
-                &mut regs,
-                &mut self.cache,
-                &mut read_stack,
-            ) {
-                Ok(Some(ra)) => ra,
-                Ok(None) => break,
-                Err(_) => match frame_pointer_step(&mut regs, &mut read_stack) {
-                    Some(ra) => ra,
-                    None => break,
-                },
-            };
-            if !self.maps.find(next).is_some_and(|m| m.exec) {
-                break;
+        let end = loop {
+            if frames.len() >= max_frames {
+                break StackEnd::DepthLimit;
             }
-            frames.push(next);
+            let mut read = read_stack;
+            let next =
+                match self
+                    .unwinder
+                    .unwind_frame(address, &mut regs, &mut self.cache, &mut read)
+                {
+                    Ok(Some(ra)) => ra,
+                    Ok(None) => {
+                        let last = frames.last().expect("one frame").addr;
+                        break match self.code_kind(last) {
+                            CodeKind::Native => StackEnd::Root,
+                            _ => StackEnd::NoUnwindInfo,
+                        };
+                    }
+                    Err(e) => match frame_pointer_step(&mut regs, &mut read) {
+                        Some(ra) => ra,
+                        None => {
+                            break match e {
+                                framehop::Error::CouldNotReadStack(a) if beyond(a) => {
+                                    StackEnd::UnreadableMemory
+                                }
+                                _ if beyond(regs.bp()) => StackEnd::UnreadableMemory,
+                                _ => StackEnd::NoUnwindInfo,
+                            };
+                        }
+                    },
+                };
+            if self.code_kind(next) == CodeKind::Unknown
+                && !(self.refresh_if_due() && self.code_kind(next) != CodeKind::Unknown)
+            {
+                break StackEnd::UnknownMapping;
+            }
+            frames.push(UnwoundFrame {
+                addr: next,
+                fp: regs.bp(),
+            });
             let Some(a) = FrameAddress::from_return_address(next) else {
-                break;
+                break StackEnd::NoUnwindInfo;
             };
             address = a;
-        }
-        frames
+        };
+        Unwound { frames, end }
     }
 
     /// Symbolize an unwound stack: return addresses (all but the first) are
@@ -393,30 +703,27 @@ impl ProcessUnwinder {
     fn symbolize_lookup(&mut self, addrs: &[u64], lookup: &[u64]) -> Vec<Frame> {
         // Group by file and symbolize file offsets: works without the process.
         let mut by_file: HashMap<PathBuf, Vec<(usize, u64)>> = HashMap::new();
-        let mut frames: Vec<Frame> = addrs
-            .iter()
-            .zip(lookup)
-            .enumerate()
-            .map(|(i, (&addr, &at))| {
-                let m = self.maps.find(at);
-                let dso = m.and_then(|m| m.path.clone());
-                // The file as mapped (a container's, a replaced one), found while it lives.
-                if let Some(m) = m
-                    && let Some(file) = readable_path(self.pid, m)
-                {
-                    by_file
-                        .entry(file)
-                        .or_default()
-                        .push((i, m.file_offset(at)));
-                }
-                Frame {
-                    addr,
-                    symbol: None,
-                    dso,
-                    jit: None,
-                }
-            })
-            .collect();
+        let mut frames: Vec<Frame> = Vec::with_capacity(addrs.len());
+        for (i, (&addr, &at)) in addrs.iter().zip(lookup).enumerate() {
+            let m = self.maps.find(at).cloned();
+            let dso = m.as_ref().and_then(|m| m.path.clone());
+            // The file as mapped (a container's, a replaced one), opened while it lived.
+            if let Some(m) = &m
+                && let Some(file) = self.file_path(m)
+            {
+                by_file
+                    .entry(file)
+                    .or_default()
+                    .push((i, m.file_offset(at)));
+            }
+            frames.push(Frame {
+                addr,
+                symbol: None,
+                dso,
+                jit: None,
+                v8: None,
+            });
+        }
         // JIT code: named by V8's perf map (read again when an address is not in it yet).
         for f in frames.iter_mut().filter(|f| f.dso.is_none()) {
             f.jit = self.jit_name(f.addr);
@@ -471,6 +778,11 @@ impl ProcessUnwinder {
             Some(m) => m.refresh(),
             None => self.perf_map = PerfMap::open(self.pid),
         }
+    }
+
+    /// Whether a perf map was found for this process.
+    pub fn has_perf_map(&self) -> bool {
+        self.perf_map.is_some()
     }
 
     /// V8's name of the JIT code at `addr`, from the perf map (read once more if it does not

@@ -110,7 +110,8 @@ fn unwinds_rust_chain_with_eh_frame_only() {
     let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     // bp = 0: any frame-pointer fallback would stop immediately, so reaching
     // level_a proves the CFI path is taken.
-    let addrs = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+    let unwound = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+    let addrs = unwound.addrs();
     let frames = u.symbolize_stack(&addrs);
     dump(&frames);
     let idx = assert_chain(
@@ -179,7 +180,8 @@ fn sort_through_libc() -> Captured {
 fn unwinds_through_glibc_without_frame_pointers() {
     let c = sort_through_libc();
     let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
-    let addrs = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+    let unwound = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+    let addrs = unwound.addrs();
     let frames = u.symbolize_stack(&addrs);
     dump(&frames);
     let idx = assert_chain(
@@ -241,7 +243,8 @@ fn falls_back_to_frame_pointers_in_anonymous_code() {
     let c = call_through_jit(trampoline);
     let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     // Real bp here: CFI restores the trampoline's rbp, then the fallback walks it.
-    let addrs = u.unwind(c.ip, c.sp, c.bp, &c.stack, MAX_FRAMES);
+    let unwound = u.unwind(c.ip, c.sp, c.bp, &c.stack, MAX_FRAMES);
+    let addrs = unwound.addrs();
     let frames = u.symbolize_stack(&addrs);
     dump(&frames);
     let idx = assert_chain(

@@ -274,13 +274,6 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         collector.update_selection(&targets, &[])?;
     }
     if !cfg.quiet {
-        eprintln!(
-            "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",
-            collector.attach_time.as_secs_f64() * 1e3,
-            describe_targets(&cfg.collector)
-        );
-    }
-    if !cfg.quiet {
         crate::kernel::minkernel::warn_if_lacking_ptrace();
     }
     let mut rings = Rings::open(&mut collector)?;
@@ -293,6 +286,15 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         .filter_map(|&pid| ProcId::of_live(pid))
     {
         profile.registry.names.prime(p);
+    }
+    // Said once the targets' unwind tables and V8 layouts are read: their stacks are named
+    // from then on without delay.
+    if !cfg.quiet {
+        eprintln!(
+            "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",
+            profile.collector.attach_time.as_secs_f64() * 1e3,
+            describe_targets(&cfg.collector)
+        );
     }
 
     /// The one-shot profile: an interval report after each reading, if asked.

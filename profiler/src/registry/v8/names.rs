@@ -1,0 +1,176 @@
+//! A JavaScript function's name and where it is defined, read from its SharedFunctionInfo as
+//! V8 itself writes them into its perf map: `name script:line:column`, the name being the
+//! function's own (or, for an anonymous function, the one V8 inferred, e.g. `obj.method`) and
+//! the position its definition's start (line and column from 1), so that both sources name a
+//! function alike.
+
+use super::heap::{Heap, MAX_SOURCE, Memory, is_heap_object, smi};
+
+/// Deepest ScopeInfo read (slots); its variable part is skipped by counts, not read.
+const MAX_SCOPE_SLOTS: u64 = 1024;
+/// V8 keeps the names of up to this many context locals in the ScopeInfo itself (more go to
+/// a hash table, one slot).
+const MAX_INLINED_LOCAL_NAMES: u64 = 75;
+
+/// What a function's ScopeInfo says about it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ScopeNames {
+    pub name: Option<String>,
+    pub inferred: Option<String>,
+    pub start: Option<i32>,
+}
+
+impl<M: Memory> Heap<'_, M> {
+    fn slot(&self, scope_info: u64, i: u64) -> Option<u64> {
+        if i >= MAX_SCOPE_SLOTS {
+            return None;
+        }
+        self.field(scope_info, 8 + 8 * i)
+    }
+
+    /// A function's name, inferred name and start position from its ScopeInfo. The flags'
+    /// bits used (saved class variable 10, function variable 12-13, inferred name 14) have
+    /// not moved from V8 10 to 13.
+    pub fn scope_names(&self, si: u64) -> Option<ScopeNames> {
+        let sil = &self.layout.scope_info;
+        let raw = self.slot(si, 0)?;
+        // Flags: a Smi until V8 12, a raw 32-bit field since.
+        let flags = match smi(raw) {
+            Some(v) if raw != 0 => v as u32,
+            _ => raw as u32,
+        };
+        let count = u64::try_from(smi(self.slot(si, sil.context_local_count)?)?).ok()?;
+        let mut idx = sil.first_vars;
+        idx += if count < MAX_INLINED_LOCAL_NAMES {
+            count
+        } else {
+            1
+        };
+        idx += count;
+        if flags & (1 << 10) != 0 {
+            idx += 1;
+        }
+        let string = |v: u64| {
+            (is_heap_object(v)
+                && self
+                    .instance_type(v)
+                    .is_some_and(|t| t < self.layout.strings.first_nonstring_type))
+            .then(|| self.name(v))
+            .flatten()
+        };
+        let mut out = ScopeNames::default();
+        if (flags >> 12) & 3 != 0 {
+            out.name = string(self.slot(si, idx)?).filter(|n| !n.is_empty());
+            idx += 2;
+        }
+        if flags & (1 << 14) != 0 {
+            out.inferred = string(self.slot(si, idx)?).filter(|n| !n.is_empty());
+            idx += 1;
+        }
+        let position = if sil.fixed_position_info {
+            sil.context_local_count + 1
+        } else {
+            idx
+        };
+        let (start, end) = (
+            smi(self.slot(si, position)?),
+            smi(self.slot(si, position + 1)?),
+        );
+        out.start = match (start, end) {
+            (Some(s), Some(e)) if 0 <= s && s <= e => Some(s),
+            _ => None,
+        };
+        Some(out)
+    }
+
+    /// The function's name as V8 prints it (its own, else the inferred one, else none) and
+    /// its start position, from a SharedFunctionInfo (already checked to be one).
+    pub fn sfi_name(&self, sfi: u64) -> Option<(String, Option<i32>)> {
+        let l = self.layout;
+        let nosi = self.field(sfi, l.sfi_name_or_scope_info)?;
+        let ty = self.instance_type(nosi);
+        if ty == Some(l.scope_info_type) {
+            let s = self.scope_names(nosi)?;
+            let name = s.name.or(s.inferred).unwrap_or_default();
+            Some((name, s.start))
+        } else if ty.is_some_and(|t| t < l.strings.first_nonstring_type) {
+            Some((self.name(nosi)?, None))
+        } else {
+            // No name (a Smi sentinel) and no scope info.
+            Some((String::new(), None))
+        }
+    }
+
+    /// A script's name (its file or URL; empty for an unnamed one) and line ends (the
+    /// position of each line's last character, as V8 computes them), from the script itself
+    /// when V8 has computed them, else from its source.
+    pub fn script_lines(&self, script: u64) -> Option<(String, Vec<i32>)> {
+        let l = self.layout;
+        let name = self.field(script, l.script_name)?;
+        let name = if self
+            .instance_type(name)
+            .is_some_and(|t| t < l.strings.first_nonstring_type)
+        {
+            self.name(name)?
+        } else {
+            String::new()
+        };
+        let ends = self.field(script, l.script_line_ends)?;
+        let ends = match self.typed(ends, l.fixed_array_type) {
+            Some(arr) => self.smi_array(arr, 1 << 22)?,
+            None => line_ends(&self.units(self.field(script, l.script_source)?, MAX_SOURCE)?),
+        };
+        Some((name, ends))
+    }
+}
+
+/// V8's line ends of a source: each line terminator's position (`\r\n` counts at its `\n`),
+/// and one past the end.
+pub fn line_ends(src: &[u16]) -> Vec<i32> {
+    let mut ends = Vec::new();
+    for (i, &c) in src.iter().enumerate() {
+        let terminator = match c {
+            0x0d => src.get(i + 1) != Some(&0x0a),
+            0x0a | 0x2028 | 0x2029 => true,
+            _ => false,
+        };
+        if terminator {
+            ends.push(i as i32);
+        }
+    }
+    ends.push(src.len() as i32);
+    ends
+}
+
+/// Line and column (from 1) of a position, as V8's perf map writes them.
+pub fn line_column(ends: &[i32], pos: i32) -> Option<(usize, usize)> {
+    let line = ends.partition_point(|&e| e < pos);
+    if line >= ends.len() {
+        return None;
+    }
+    let line_start = if line == 0 { 0 } else { ends[line - 1] + 1 };
+    Some((line + 1, (pos - line_start) as usize + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units(s: &str) -> Vec<u16> {
+        s.encode_utf16().collect()
+    }
+
+    #[test]
+    fn lines_and_columns_count_as_v8_does() {
+        let src = units("'use strict';\nfunction hotAllocator(n) {\r\n  return n;\r}\n");
+        let ends = line_ends(&src);
+        // \n at 13, \r\n counts at its \n, a lone \r counts, then one past the end.
+        assert_eq!(ends, vec![13, 41, 53, 55, 56]);
+        // The `(` of hotAllocator's parameters: line 2, column 22.
+        let pos = 14 + "function hotAllocator".len() as i32;
+        assert_eq!(line_column(&ends, pos), Some((2, 22)));
+        assert_eq!(line_column(&ends, 0), Some((1, 1)));
+        assert_eq!(line_column(&ends, 999), None);
+        assert_eq!(line_ends(&[]), vec![0]);
+    }
+}

@@ -1,0 +1,394 @@
+//! ROOT-ONLY: JavaScript function names with no node flags, on Node 18, 20, 22 and 24
+//! (`jsapis.js`: one Worker per allocation API, each running one named function; fetched
+//! versions through `integration_tests::nodes`).
+//!
+//! Ground truth by construction: a Worker runs nothing but its function once told to go, so
+//! every write its thread makes from then on is made inside that function. With every write's
+//! stack sampled (`--stack-sample 1`), the function must be named in at least 90% of them, by
+//! V8's heap alone (no flag), and, with the perf map on, by both sources alike, frame by frame.
+
+use std::{collections::HashMap, time::Duration};
+
+use integration_tests::{
+    Profiler, Workload, fixture, nodes, process, require_root_and_tracepoints, skip_because,
+};
+use serde_json::Value;
+
+/// The application functions of `jsapis.js`, one per Worker.
+const FUNCTIONS: [&str; 10] = [
+    "viaBufferAlloc",
+    "viaBufferFrom",
+    "viaArrayBuffer",
+    "viaGzip",
+    "viaReadFile",
+    "viaWasmGrow",
+    "viaStructuredClone",
+    "viaPostMessage",
+    "viaRandomBytes",
+    "neverOptimized",
+];
+
+/// Calls of each function: enough that the few writes a Worker makes around its function
+/// (taking the message that starts it, posting its result) stay under a tenth of its writes.
+const ROUNDS: u32 = 96;
+
+/// A profiled run of `jsapis.js`: node's summary entry and each function's Worker.
+struct Run {
+    p: Value,
+    workers: HashMap<String, u64>,
+    folded: String,
+}
+
+/// Runs `jsapis.js` (`rounds` calls of each function in `functions`) under `node` with
+/// `flags`, profiled with every write's stack from before the Workers start working until
+/// they are done (they live on until the profiler has stopped).
+fn profile(node: &nodes::Node, flags: &[&str], functions: &[&str], rounds: u32) -> Run {
+    profile_with(node, flags, functions, rounds, false)
+}
+
+/// [`profile`], with the Workers started only after the profiler attached (`late`): their
+/// code is compiled after it.
+fn profile_with(
+    node: &nodes::Node,
+    flags: &[&str],
+    functions: &[&str],
+    rounds: u32,
+    late: bool,
+) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = node.command();
+    // V8 writes its isolate logs beside the perf map, in the working directory. A fixed mmap
+    // threshold: each 256 KiB allocation is one mmap.
+    cmd.current_dir(dir.path())
+        .env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .args(flags)
+        .arg("--allow-natives-syntax")
+        .arg(fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg(functions.join(","));
+    if late {
+        cmd.arg("late");
+    }
+    let mut w = Workload::spawn(cmd);
+    let folded = dir.path().join("stacks.folded");
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&[
+        "-p",
+        &pid,
+        "-i",
+        "0",
+        "--stack-sample",
+        "1",
+        "--stacks",
+        folded.to_str().unwrap(),
+    ]);
+    w.send("go");
+    let ids = if late {
+        w.read_line()
+    } else {
+        w.preamble[0].clone()
+    };
+    let ids: Value = serde_json::from_str(&ids).expect("the Workers' tids");
+    let workers: HashMap<String, u64> = ids["workers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(Duration::from_secs(60));
+    w.send("exit");
+    assert!(w.wait().success());
+    assert!(out.status.success(), "{}", out.stderr);
+    let summary = out.summary();
+    // (A Worker's start is a burst of writes of its own, whose stacks may not all fit.)
+    assert!(
+        late || summary["lost"]["stacks"] == 0,
+        "stacks lost: the workload outran the profiler: {}",
+        summary["lost"]
+    );
+    let p = process(summary, w.pid)
+        .expect("node is in the summary")
+        .clone();
+    let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
+    Run { p, workers, folded }
+}
+
+fn thread_writes(p: &Value, tid: u64) -> u64 {
+    p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .map_or(0, |t| t["write"]["count"].as_u64().unwrap())
+}
+
+/// Sampled writes whose innermost application function is `name` (in jsapis.js).
+fn named_writes(p: &Value, name: &str) -> u64 {
+    p["js_functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["function"] == name && f["file"].as_str().unwrap().contains("jsapis.js:"))
+        .map(|f| f["writes"].as_u64().unwrap())
+        .sum()
+}
+
+/// Each function named in at least 90% of its Worker's writes.
+fn check_named(run: &Run, what: &str) {
+    let mut report = Vec::new();
+    let mut failed = Vec::new();
+    for f in run.workers.keys().map(String::as_str) {
+        let writes = thread_writes(&run.p, run.workers[f]);
+        let named = named_writes(&run.p, f);
+        report.push(format!("{f}: {named}/{writes}"));
+        if writes < 4 || named * 10 < writes * 9 {
+            failed.push(f);
+        }
+    }
+    eprintln!(
+        "{what}: {}\njs_frames {} stack_ends {}",
+        report.join(", "),
+        run.p["js_frames"],
+        run.p["stack_ends"]
+    );
+    if !failed.is_empty() {
+        let mut stacks: Vec<&str> = run.folded.lines().collect();
+        stacks.sort_by_key(|l| {
+            std::cmp::Reverse(l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()))
+        });
+        for l in stacks.iter().take(12) {
+            eprintln!("  {l}");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{what}: {failed:?} named in under 90% of their writes"
+    );
+    assert!(run.p.get("js_hint").is_none(), "{}", run.p["js_hint"]);
+}
+
+fn node_or_skip(major: u32) -> Option<nodes::Node> {
+    match nodes::node(major) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            skip_because(&format!("no node {major}: {e}"));
+            None
+        }
+    }
+}
+
+/// No flag: the heap alone names every function, in over 90% of its writes.
+fn names_with_no_flags(major: u32) {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(major) else {
+        return;
+    };
+    let run = profile(&node, &[], &FUNCTIONS, ROUNDS);
+    check_named(&run, &format!("node {major}, no flags"));
+    assert!(run.p.get("v8_note").is_none(), "{}", run.p["v8_note"]);
+    let js = &run.p["js_frames"];
+    assert_eq!(js["perf_map"], 0, "no perf map: {js}");
+    assert!(js["v8"].as_u64().unwrap() > 0, "{js}");
+}
+
+/// With the perf map as well: the same, and both sources name every frame they both name
+/// alike.
+fn names_agree_with_the_perf_map(major: u32) {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(major) else {
+        return;
+    };
+    let run = profile(
+        &node,
+        &["--perf-basic-prof-only-functions"],
+        &FUNCTIONS,
+        ROUNDS,
+    );
+    check_named(&run, &format!("node {major}, perf map"));
+    let js = &run.p["js_frames"];
+    assert_eq!(
+        js["disagree"], 0,
+        "the heap and the perf map disagree: {js}"
+    );
+    // Node 18's V8 (10.2, no baseline compiler by default) leaves these functions interpreted:
+    // nothing of them is in its perf map, and the heap alone names them.
+    if major >= 20 {
+        assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
+    }
+}
+
+#[test]
+fn node18_names_with_no_flags() {
+    names_with_no_flags(18);
+}
+
+#[test]
+fn node20_names_with_no_flags() {
+    names_with_no_flags(20);
+}
+
+#[test]
+fn node22_names_with_no_flags() {
+    names_with_no_flags(22);
+}
+
+#[test]
+fn node24_names_with_no_flags() {
+    names_with_no_flags(24);
+}
+
+#[test]
+fn node18_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(18);
+}
+
+#[test]
+fn node20_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(20);
+}
+
+#[test]
+fn node22_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(22);
+}
+
+#[test]
+fn node24_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(24);
+}
+
+/// Young closures amid garbage, the scavenger moving them between a sample and its reading:
+/// no frame is named otherwise than the perf map names it.
+#[test]
+fn objects_moved_by_the_gc_never_give_a_wrong_name() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(20) else {
+        return;
+    };
+    let run = profile(
+        &node,
+        &[
+            "--perf-basic-prof-only-functions",
+            "--max-semi-space-size=1",
+        ],
+        &["viaClosures"],
+        96,
+    );
+    let js = &run.p["js_frames"];
+    eprintln!("js_frames {js}");
+    assert_eq!(js["disagree"], 0, "a wrong name: {js}");
+    assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
+    let closure = named_writes(&run.p, "allocateInClosure");
+    assert!(closure > 0, "{}", run.p["js_functions"]);
+    // Where the perf map cannot tell (interpreted frames), no frame of the fixture bears a
+    // name it does not have: its frames are the Worker's listener, the function and the
+    // closure.
+    for label in run
+        .folded
+        .split([';', '\n'])
+        .filter(|f| f.contains("jsapis.js:"))
+    {
+        let name = label.split("_(").next().unwrap();
+        assert!(
+            ["viaClosures", "allocateInClosure", "(anonymous)"].contains(&name),
+            "a frame named {label}"
+        );
+    }
+}
+
+/// Workers started after the profiler attached: their code, compiled since, is found (the
+/// mappings are read again) and named.
+#[test]
+fn js_compiled_after_attach_is_named() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(20) else {
+        return;
+    };
+    let rounds = 32;
+    let run = profile_with(
+        &node,
+        &[],
+        &["viaBufferAlloc", "viaArrayBuffer"],
+        rounds,
+        true,
+    );
+    // Their Workers' own start is counted too: the ground truth is each function's
+    // allocations, one mmap each.
+    for f in ["viaBufferAlloc", "viaArrayBuffer"] {
+        let named = named_writes(&run.p, f);
+        eprintln!("{f}: {named} writes named, {rounds} allocations");
+        assert!(
+            named * 10 >= u64::from(rounds) * 9,
+            "{f}: {named} of {rounds} allocations named; {}",
+            run.p["js_functions"]
+        );
+    }
+}
+
+/// Processes found otherwise than by --pid get their names alike: node processes started by a
+/// followed parent (--children), and any node (--comm), with no node flag.
+#[test]
+fn processes_found_by_children_and_comm_are_named() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let Some(node) = node_or_skip(20) else {
+        return;
+    };
+    let rounds = 24u64;
+    // --children: a Node parent spawns the workload (which, its stdin closed, lingers a second
+    // after its work).
+    let mut cmd = node.command();
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .env("JSAPIS_DELAY_MS", "1000")
+        .arg(fixture("spawner.js"))
+        .arg(&node.bin)
+        .arg("1")
+        .arg(fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg("viaBufferAlloc");
+    let mut w = Workload::spawn(cmd);
+    let out = integration_tests::profile_workload(
+        &mut w,
+        &["--children", "-i", "0", "--stack-sample", "1"],
+    );
+    let child = w.report()["children"][0].as_u64().unwrap() as u32;
+    let p = process(out.summary(), child).expect("the child is in the summary");
+    let named = named_writes(p, "viaBufferAlloc");
+    assert!(
+        named * 10 >= rounds * 9,
+        "--children: {named} of {rounds} allocations named: {}",
+        p["js_functions"]
+    );
+    // --comm node.
+    let mut cmd = node.command();
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(fixture("jsapis.js"))
+        .arg(rounds.to_string())
+        .arg("viaArrayBuffer");
+    let mut w = Workload::spawn(cmd);
+    let prof = Profiler::start(&["--comm", "node", "-i", "0", "--stack-sample", "1"]);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(Duration::from_secs(60));
+    w.send("exit");
+    assert!(w.wait().success());
+    let p = process(out.summary(), w.pid).expect("node is in the summary");
+    let named = named_writes(p, "viaArrayBuffer");
+    assert!(
+        named * 10 >= rounds * 9,
+        "--comm: {named} of {rounds} allocations named: {}",
+        p["js_functions"]
+    );
+}
