@@ -516,6 +516,7 @@ impl Profile {
             stacks.on_record(&item);
             n += 1;
         }
+        stacks.flush();
         n
     }
 

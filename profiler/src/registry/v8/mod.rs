@@ -23,7 +23,13 @@ pub mod heap;
 pub mod metadata;
 pub mod names;
 
-use std::{cell::RefCell, collections::HashMap, path::Path, rc::Rc, sync::Arc};
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, HashMap},
+    path::Path,
+    rc::Rc,
+    sync::Arc,
+};
 
 use heap::{Heap, Memory, Prefetched, ProcessMemory, is_heap_object, smi};
 use metadata::{Layout, LayoutError};
@@ -168,6 +174,8 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     mem: M,
     /// Headers read ahead for the stack being resolved.
     blocks: RefCell<Vec<(u64, Vec<u8>)>>,
+    /// Pages read for the batch being resolved.
+    pages: RefCell<HashMap<u64, Option<Box<[u8]>>>>,
     map_types: RefCell<HashMap<u64, u16>>,
     sfis: HashMap<u64, SfiEntry>,
     scripts: HashMap<u64, ScriptEntry>,
@@ -180,6 +188,7 @@ impl<M: Memory> V8Process<M> {
             layout,
             mem,
             blocks: RefCell::default(),
+            pages: RefCell::default(),
             map_types: RefCell::default(),
             sfis: HashMap::new(),
             scripts: HashMap::new(),
@@ -191,32 +200,34 @@ impl<M: Memory> V8Process<M> {
         let view = Prefetched {
             mem: &self.mem,
             blocks: &self.blocks,
+            pages: &self.pages,
         };
         Heap::new(view, &self.layout, &self.map_types)
     }
 
-    /// Names the functions of a stack's V8 frames, reading their objects' headers ahead in
-    /// two system calls: the functions', then their SharedFunctionInfos', Code objects' and
-    /// BytecodeArrays' (see the module doc for what is checked).
+    /// Names the functions of V8 frames (a batch of stacks' of one process), reading their
+    /// objects' headers ahead in two rounds: the functions', then their SharedFunctionInfos',
+    /// Code objects' and BytecodeArrays' (see the module doc for what is checked). Each
+    /// distinct object is read once, however many frames hold it.
     pub fn resolve_all(&mut self, slots: &[JsSlots]) -> Vec<Resolved> {
         const HEADER: usize = 72;
         let untag = |p: u64| p.wrapping_sub(heap::HEAP_OBJECT_TAG);
-        let mut first: Vec<(u64, Vec<u8>)> = slots
+        let functions: BTreeMap<u64, usize> = slots
             .iter()
             .filter(|s| is_heap_object(s.function))
-            .map(|s| (untag(s.function), vec![0u8; HEADER]))
+            .map(|s| (untag(s.function), HEADER))
             .collect();
-        let ok = self.mem.read_many(&mut first);
+        let first = self.prefetch(functions);
         let word = |b: &[u8], off: u64| {
             b.get(off as usize..off as usize + 8)
                 .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
         };
         let l = Arc::clone(&self.layout);
-        let mut second: Vec<(u64, Vec<u8>)> = Vec::new();
-        for ((_, b), _) in first.iter().zip(&ok).filter(|(_, ok)| **ok) {
+        let mut second: BTreeMap<u64, usize> = BTreeMap::new();
+        for (_, b) in &first {
             for off in [l.js_function_shared, l.js_function_code] {
                 if let Some(p) = word(b, off).filter(|p| is_heap_object(*p)) {
-                    second.push((untag(p), vec![0u8; HEADER]));
+                    second.insert(untag(p), HEADER);
                 }
             }
         }
@@ -224,35 +235,39 @@ impl<M: Memory> V8Process<M> {
             if let SlotKind::Interpreted { bytecode_array, .. } = s.kind
                 && is_heap_object(bytecode_array)
             {
-                second.push((untag(bytecode_array), vec![0u8; 24]));
+                let len = second.entry(untag(bytecode_array)).or_default();
+                *len = (*len).max(24);
             }
         }
-        let ok2 = self.mem.read_many(&mut second);
+        let second = self.prefetch(second);
         {
             let mut blocks = self.blocks.borrow_mut();
             blocks.clear();
-            blocks.extend(
-                first
-                    .into_iter()
-                    .zip(ok)
-                    .filter(|(_, ok)| *ok)
-                    .map(|(b, _)| b),
-            );
-            blocks.extend(
-                second
-                    .into_iter()
-                    .zip(ok2)
-                    .filter(|(_, ok)| *ok)
-                    .map(|(b, _)| b),
-            );
+            blocks.extend(first);
+            blocks.extend(second);
+            blocks.sort_unstable_by_key(|(a, _)| *a);
         }
         let out = slots.iter().map(|s| self.resolve(s)).collect();
+        // The heap moves on: nothing read is kept past the batch (but names, checked).
         self.blocks.borrow_mut().clear();
+        self.pages.borrow_mut().clear();
         out
     }
 
+    /// Reads the ranges `(address, length)` in one call of the memory; those read.
+    fn prefetch(&self, ranges: BTreeMap<u64, usize>) -> Vec<(u64, Vec<u8>)> {
+        let mut reqs: Vec<(u64, Vec<u8>)> =
+            ranges.into_iter().map(|(a, n)| (a, vec![0u8; n])).collect();
+        let ok = self.mem.read_many(&mut reqs);
+        reqs.into_iter()
+            .zip(ok)
+            .filter(|(_, ok)| *ok)
+            .map(|(r, _)| r)
+            .collect()
+    }
+
     /// Names the function of a frame (see the module doc for what is checked).
-    pub fn resolve(&mut self, s: &JsSlots) -> Resolved {
+    fn resolve(&mut self, s: &JsSlots) -> Resolved {
         let r = self.try_resolve(s);
         if r.is_none() && log::log_enabled!(log::Level::Trace) {
             let h = self.heap();

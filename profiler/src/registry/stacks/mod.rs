@@ -1,0 +1,427 @@
+//! Which code takes the lock for write: sampled user stacks (`--stack-sample`, `--stacks`),
+//! unwound and symbolized (see `unwind`), charged to the code that asked for memory.
+//!
+//! Each write is charged to a DSO: the first frame, from the innermost, outside the C and C++
+//! runtimes (libc, ld.so, libstdc++, libgcc_s, libpthread): the code that called malloc or
+//! mmap. That is the node binary, a `*.node` addon, another library, or `[jit]` for V8's
+//! generated code (anonymous executable memory).
+//!
+//! Processes are named by pid and start time ([`ProcId`]): a process's unwinder (its maps and
+//! parsed unwind tables) is dropped when it exits, after its stacks are symbolized, and a
+//! reused pid gets an unwinder of its own.
+
+mod labels;
+mod symbolize;
+
+use std::collections::{BTreeMap, HashMap};
+
+use profiler_common::{SampleDone, StackSample, stack_record};
+
+use crate::{
+    aggregation::SideStats,
+    registry::ids::{self, ProcId},
+    registry::perfmap::JsFunction,
+    registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
+    registry::v8::{self, Resolved},
+};
+
+pub use labels::charge;
+
+/// Deepest stack kept.
+const MAX_FRAMES: usize = 64;
+
+/// A distinct stack's totals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackAgg {
+    pub count: u64,
+    pub wait_ns_sum: u64,
+}
+
+/// Sampled JavaScript frames by where their name came from (weighted by samples), to show
+/// that the heap and the perf map agree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JsFrameCounts {
+    /// Named from the heap only.
+    pub v8: u64,
+    /// Named from the perf map only.
+    pub perf_map: u64,
+    /// Named by both, alike.
+    pub agree: u64,
+    /// Named by both, differently (the heap's name is shown).
+    pub disagree: u64,
+    /// V8 frames whose function could not be told.
+    pub unknown: u64,
+}
+
+/// One process's sampled writes by code.
+#[derive(Clone, Debug, Default)]
+pub struct OwnerStacks {
+    /// Sampled stacks by why they end where they do.
+    pub stack_ends: BTreeMap<StackEnd, u64>,
+    pub js_frames: JsFrameCounts,
+    /// Whether anything could name JavaScript frames (a perf map, or V8's layout).
+    pub js_source: bool,
+    /// Why V8 frames could not be named from the heap (an unknown V8 layout).
+    pub v8_note: Option<String>,
+    pub dsos: BTreeMap<String, SideStats>,
+    /// Sampled writes by the innermost JavaScript function of the application on their stack
+    /// (needs V8's perf map); filled by [`StackAttribution::symbolize`].
+    pub js_functions: BTreeMap<JsFunction, StackAgg>,
+    /// Sampled writes through JIT code that no perf map named (node runs without
+    /// `--perf-basic-prof`): the report then says how to name them.
+    pub unnamed_jit: u64,
+    /// Frames innermost first, symbolized (filled by [`StackAttribution::symbolize`]).
+    pub stacks: HashMap<Vec<String>, StackAgg>,
+    /// Stacks as addresses in the process that took the lock, not yet symbolized.
+    raw: HashMap<(ProcId, Vec<RawFrame>), StackAgg>,
+}
+
+/// A frame as sampled: its address and, for a V8 frame, its function as resolved then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RawFrame {
+    addr: u64,
+    js: JsRef,
+}
+
+/// A V8 frame's function: none (not a V8 frame), not told, or an index into
+/// `StackAttribution::js_names`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum JsRef {
+    None,
+    Unknown,
+    Named(u32),
+}
+
+/// A sampled write whose outcome has not come yet.
+struct Pending {
+    owner: ProcId,
+    /// The process of the thread that took the lock (see [`actor`]).
+    actor: ProcId,
+    frames: Vec<RawFrame>,
+    dso: String,
+    end: StackEnd,
+}
+
+/// A sample's V8 frames, to be named at the end of its batch.
+struct Deferred {
+    /// The sample, as [`SampleDone`] names it.
+    key: (u32, u32),
+    actor: ProcId,
+    slots: Vec<v8::JsSlots>,
+}
+
+/// The process whose lock a sample took (its start time in ticks, as [`ProcId`]s have it).
+fn owner(s: &StackSample) -> ProcId {
+    ProcId::new(s.owner, ids::ticks_of_ns(s.owner_start))
+}
+
+/// The process of the thread that took the lock: the owner itself (the common case), or
+/// another process, whose start time the sample does not carry (0: a reused pid then shares
+/// its unwinder until either is forgotten).
+fn actor(s: &StackSample) -> ProcId {
+    if s.tgid == s.owner {
+        owner(s)
+    } else {
+        ProcId::new(s.tgid, 0)
+    }
+}
+
+/// Consumes the STACKS ring buffer and keeps what it says per process. The work per sample
+/// is kept small (unwinding, and the mappings for the DSO), so that the ring buffer is
+/// drained quickly; symbolizing waits for the report.
+#[derive(Default)]
+pub struct StackAttribution {
+    shared: Shared,
+    /// Per process taking the lock (None: it could not be read).
+    unwinders: HashMap<ProcId, Option<ProcessUnwinder>>,
+    /// By (tid, seq), as [`SampleDone`] names them.
+    pending: HashMap<(u32, u32), Pending>,
+    owners: BTreeMap<ProcId, OwnerStacks>,
+    /// JavaScript functions named from the heap, interned.
+    js_names: Vec<JsFunction>,
+    js_index: HashMap<JsFunction, u32>,
+    /// V8 frames of the samples of the current batch, named together at its end
+    /// ([`flush`](Self::flush)): one read of the target's memory per distinct object of the
+    /// batch, not per frame (each read takes the target's `mmap_lock`).
+    deferred: Vec<Deferred>,
+    /// Outcomes that came in the current batch, joined to their samples once these are named.
+    outcomes: Vec<SampleDone>,
+    /// Samples whose outcome never came (the profiler stopped first, or a record was lost).
+    pub unmatched: u64,
+    /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
+    pub work: (std::time::Duration, u64),
+    /// Of which reading V8's heap.
+    pub v8_work: std::time::Duration,
+}
+
+/// The index of `js` in the interned names, adding it if new.
+fn intern(
+    names: &mut Vec<JsFunction>,
+    index: &mut HashMap<JsFunction, u32>,
+    js: JsFunction,
+) -> u32 {
+    if let Some(&i) = index.get(&js) {
+        return i;
+    }
+    let i = names.len() as u32;
+    names.push(js.clone());
+    index.insert(js, i);
+    i
+}
+
+fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: T is a repr(C) plain-old-data record type and `bytes` is at least that long;
+    // the ring buffer only guarantees 8-byte alignment, so read unaligned.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
+fn still_there(p: ProcId) -> bool {
+    if p.start == 0 {
+        std::path::Path::new(&format!("/proc/{}", p.pid)).exists()
+    } else {
+        ids::is_alive(p)
+    }
+}
+
+impl StackAttribution {
+    /// One ring buffer record. A batch of records ends with [`flush`](Self::flush).
+    pub fn on_record(&mut self, bytes: &[u8]) {
+        let Some(tag) = read_record::<u32>(bytes) else {
+            return;
+        };
+        match tag {
+            stack_record::SAMPLE => {
+                // Boxed: the record is 16 KiB.
+                if let Some(s) = read_record::<StackSample>(bytes).map(Box::new) {
+                    self.on_sample(&s);
+                }
+            }
+            stack_record::DONE => {
+                if let Some(d) = read_record::<SampleDone>(bytes) {
+                    self.outcomes.push(d);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads a process's unwind information now (it takes a while for a big binary), rather
+    /// than when its first sample arrives.
+    pub fn prepare(&mut self, p: ProcId) {
+        let _ = self.unwinder(p);
+    }
+
+    /// The unwinder of a process, made when first needed. A process found gone is given
+    /// none and nothing is kept for it (a late sample would otherwise leave an entry behind
+    /// after [`forget_process`](Self::forget_process)); a live one that cannot be read is
+    /// remembered as such.
+    fn unwinder(&mut self, p: ProcId) -> Option<&mut ProcessUnwinder> {
+        if !self.unwinders.contains_key(&p) {
+            let t0 = std::time::Instant::now();
+            let made = ProcessUnwinder::new(p.pid, self.shared.clone());
+            log::debug!("unwinder of {p:?} made in {:?}", t0.elapsed());
+            let u = match made {
+                // The kernel saw `p` before the maps were read: alive now, they were its own.
+                Ok(u) if still_there(p) => Some(u),
+                Err(e) if still_there(p) => {
+                    log::debug!("no unwinder for {p:?}: {e}");
+                    None
+                }
+                _ => {
+                    log::debug!("no unwinder for {p:?}: gone");
+                    return None;
+                }
+            };
+            self.unwinders.insert(p, u);
+        }
+        self.unwinders.get_mut(&p)?.as_mut()
+    }
+
+    fn on_sample(&mut self, s: &StackSample) {
+        let t0 = std::time::Instant::now();
+        let len = (s.stack_len as usize).min(s.stack.len());
+        let stack = &s.stack[..len];
+        let actor = actor(s);
+        let mut deferred = None;
+        let (frames, dso, end) = match self.unwinder(actor) {
+            Some(u) => {
+                let unwound = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
+                let kinds: Vec<CodeKind> =
+                    unwound.frames.iter().map(|f| u.code_kind(f.addr)).collect();
+                // JIT code: its names are in V8's perf map, read now while the process lives.
+                if kinds.contains(&CodeKind::Jit) {
+                    u.read_perf_map();
+                }
+                // V8 frames: their functions are read from the heap at the batch's end.
+                if let Some(heap) = u.v8.as_ref() {
+                    let slots: Vec<v8::JsSlots> = (unwound.frames.iter().enumerate())
+                        .filter_map(|(i, f)| {
+                            let jit = match kinds[i] {
+                                CodeKind::Jit => true,
+                                CodeKind::Builtin => false,
+                                _ => return None,
+                            };
+                            v8::slots(&heap.layout, i, f.addr, f.fp, jit, s.sp, stack)
+                        })
+                        .collect();
+                    if !slots.is_empty() {
+                        deferred = Some(Deferred {
+                            key: (s.tid, s.seq),
+                            actor,
+                            slots,
+                        });
+                    }
+                }
+                let labels: Vec<Frame> = unwound
+                    .frames
+                    .iter()
+                    .map(|f| Frame {
+                        addr: f.addr,
+                        symbol: None,
+                        dso: u.mapping(f.addr).and_then(|m| m.path.clone()),
+                        jit: None,
+                        v8: None,
+                    })
+                    .collect();
+                let dso = charge(&labels);
+                let frames = (unwound.frames.iter())
+                    .map(|f| RawFrame {
+                        addr: f.addr,
+                        js: JsRef::None,
+                    })
+                    .collect();
+                (frames, dso, unwound.end)
+            }
+            None => (
+                vec![RawFrame {
+                    addr: s.ip,
+                    js: JsRef::None,
+                }],
+                "[unknown]".to_string(),
+                StackEnd::NoProcess,
+            ),
+        };
+        self.pending.insert(
+            (s.tid, s.seq),
+            Pending {
+                owner: owner(s),
+                actor,
+                frames,
+                dso,
+                end,
+            },
+        );
+        self.work.0 += t0.elapsed();
+        self.work.1 += 1;
+        self.deferred.extend(deferred);
+    }
+
+    /// Ends a batch of records: names the V8 frames of its samples, each process's together
+    /// (every distinct object read once, nearby ones in one range: see `v8::heap`), then joins
+    /// the batch's outcomes to their samples.
+    pub fn flush(&mut self) {
+        let t0 = std::time::Instant::now();
+        let deferred = std::mem::take(&mut self.deferred);
+        let mut by_actor: BTreeMap<ProcId, Vec<&Deferred>> = BTreeMap::new();
+        for d in &deferred {
+            by_actor.entry(d.actor).or_default().push(d);
+        }
+        for (actor, samples) in by_actor {
+            let Some(heap) = (self.unwinders.get_mut(&actor))
+                .and_then(Option::as_mut)
+                .and_then(|u| u.v8.as_mut())
+            else {
+                continue;
+            };
+            let all: Vec<v8::JsSlots> = samples.iter().flat_map(|d| d.slots.clone()).collect();
+            let mut resolved = heap.resolve_all(&all).into_iter();
+            for d in samples {
+                let named: Vec<Resolved> = resolved.by_ref().take(d.slots.len()).collect();
+                let Some(p) = self.pending.get_mut(&d.key) else {
+                    continue;
+                };
+                for (slot, r) in d.slots.iter().zip(named) {
+                    let js = match r {
+                        Resolved::Unknown => JsRef::Unknown,
+                        Resolved::Named(js) => {
+                            JsRef::Named(intern(&mut self.js_names, &mut self.js_index, js))
+                        }
+                    };
+                    if let Some(f) = p.frames.get_mut(slot.index) {
+                        f.js = js;
+                    }
+                }
+            }
+        }
+        if !deferred.is_empty() {
+            let spent = t0.elapsed();
+            self.v8_work += spent;
+            self.work.0 += spent;
+        }
+        for d in std::mem::take(&mut self.outcomes) {
+            self.on_done(&d);
+        }
+    }
+
+    fn on_done(&mut self, d: &SampleDone) {
+        let Some(p) = self.pending.remove(&(d.tid, d.seq)) else {
+            self.unmatched += 1;
+            return;
+        };
+        let o = self.owners.entry(p.owner).or_default();
+        let s = o.dsos.entry(p.dso).or_default();
+        s.count += 1;
+        s.wait.sum += d.wait_ns;
+        s.wait.max = s.wait.max.max(d.wait_ns);
+        s.wait.add(profiler_common::bucket_index(d.wait_ns), 1);
+        s.hold.sum += d.hold_ns;
+        s.hold.max = s.hold.max.max(d.hold_ns);
+        s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
+        *o.stack_ends.entry(p.end).or_default() += 1;
+        let st = o.raw.entry((p.actor, p.frames)).or_default();
+        st.count += 1;
+        st.wait_ns_sum += d.wait_ns;
+    }
+
+    /// A process that exited: its stacks are symbolized now, then its unwinder (the memory
+    /// of this module) is dropped, with its samples still waiting for an outcome (counted
+    /// as `unmatched`: drain the ring buffer first). The unwinder of a foreign taker with
+    /// the same pid, whose start time is not known, goes too. Its totals stay for the report.
+    pub fn forget_process(&mut self, p: ProcId) {
+        self.flush();
+        let gone = |a: ProcId| a == p || a == ProcId::new(p.pid, 0);
+        self.symbolize_where(gone);
+        self.unwinders.retain(|&a, _| !gone(a));
+        let before = self.pending.len();
+        self.pending.retain(|_, s| !gone(s.actor));
+        self.unmatched += (before - self.pending.len()) as u64;
+    }
+
+    /// A thread that exited: its samples still waiting for an outcome are dropped (counted
+    /// as `unmatched`), so that a reused tid cannot be given them.
+    pub fn forget_thread(&mut self, tid: u32) {
+        self.flush();
+        let before = self.pending.len();
+        self.pending.retain(|&(t, _), _| t != tid);
+        self.unmatched += (before - self.pending.len()) as u64;
+    }
+
+    /// Processes with an unwinder (or a failed attempt) in memory.
+    #[cfg(test)]
+    pub fn cached_processes(&self) -> usize {
+        self.unwinders.len()
+    }
+
+    /// Samples waiting for their outcome.
+    #[cfg(test)]
+    pub fn pending_samples(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,136 @@
+//! Symbolizing what was sampled: stacks named on the ELF files and V8's names (so exited
+//! processes are fine), JavaScript functions, folded stacks.
+
+use std::fmt::Write as _;
+
+use crate::registry::{ids::ProcId, perfmap::JsFunction, unwind::Frame, v8::Resolved};
+
+use super::{
+    JsRef, OwnerStacks, StackAttribution,
+    labels::{count_js_frame, frame_label, js_of},
+};
+
+impl StackAttribution {
+    /// Names the stacks gathered so far (on the ELF files, so exited processes are fine).
+    pub fn symbolize(&mut self) {
+        self.flush();
+        self.symbolize_where(|_| true);
+    }
+
+    /// Names the stacks taken by the processes that `which` selects.
+    pub(super) fn symbolize_where(&mut self, which: impl Fn(ProcId) -> bool) {
+        for (&owner, o) in self.owners.iter_mut() {
+            // What this process's JavaScript frames could be named by.
+            if let Some(Some(u)) = self.unwinders.get(&owner) {
+                o.js_source |= u.has_perf_map() || u.v8.is_some();
+                if o.v8_note.is_none() {
+                    o.v8_note.clone_from(&u.v8_note);
+                }
+            }
+            let raw: Vec<_> = o.raw.extract_if(|(actor, _), _| which(*actor)).collect();
+            for ((actor, raw_frames), agg) in raw {
+                let unwinder = self.unwinders.get_mut(&actor).and_then(Option::as_mut);
+                // Without an unwinder the ip alone is known, not whether it is JIT code.
+                let known = unwinder.is_some();
+                let addrs: Vec<u64> = raw_frames.iter().map(|f| f.addr).collect();
+                let mut frames = match unwinder {
+                    Some(u) => u.symbolize_stack(&addrs),
+                    None => addrs
+                        .iter()
+                        .map(|&addr| Frame {
+                            addr,
+                            symbol: None,
+                            dso: None,
+                            jit: None,
+                            v8: None,
+                        })
+                        .collect(),
+                };
+                for (f, r) in frames.iter_mut().zip(&raw_frames) {
+                    f.v8 = match r.js {
+                        JsRef::None => None,
+                        JsRef::Unknown => Some(Resolved::Unknown),
+                        JsRef::Named(i) => Some(Resolved::Named(self.js_names[i as usize].clone())),
+                    };
+                    count_js_frame(&mut o.js_frames, f, agg.count);
+                }
+                // The innermost JavaScript function of the application: node's own library
+                // (`node:buffer`, `node:internal/...`) is skipped unless nothing else is there.
+                let js_frames: Vec<&JsFunction> = frames.iter().filter_map(js_of).collect();
+                let js = js_frames
+                    .iter()
+                    .find(|f| !f.location.starts_with("node:"))
+                    .or(js_frames.first())
+                    .map(|f| (*f).clone());
+                if let Some(js) = js {
+                    let j = o.js_functions.entry(js).or_default();
+                    j.count += agg.count;
+                    j.wait_ns_sum += agg.wait_ns_sum;
+                } else if known && frames.iter().any(|f| f.dso.is_none() && f.jit.is_none()) {
+                    o.unnamed_jit += agg.count;
+                }
+                let labels: Vec<String> = frames.iter().map(frame_label).collect();
+                let st = o.stacks.entry(labels).or_default();
+                st.count += agg.count;
+                st.wait_ns_sum += agg.wait_ns_sum;
+            }
+        }
+    }
+
+    /// For a long-running agent: names what was sampled since the last call and hands over
+    /// each process's sampled writes by JavaScript function (`name (definition)`, most first),
+    /// keeping nothing of it (memory stays bounded whatever the run's length).
+    pub fn take_js_functions(&mut self) -> Vec<(ProcId, Vec<(String, u64)>)> {
+        self.symbolize();
+        // Names interned so far: forgotten too, when no sample waiting refers to them.
+        if self.pending.is_empty() && self.js_names.len() > 10_000 {
+            self.js_names.clear();
+            self.js_index.clear();
+        }
+        let owners = std::mem::take(&mut self.owners);
+        owners
+            .into_iter()
+            .filter(|(_, o)| !o.js_functions.is_empty())
+            .map(|(p, o)| {
+                let mut f: Vec<(String, u64)> = o
+                    .js_functions
+                    .into_iter()
+                    .map(|(js, agg)| {
+                        let label = if js.location.is_empty() {
+                            js.name
+                        } else {
+                            format!("{} ({})", js.name, js.location)
+                        };
+                        (label, agg.count)
+                    })
+                    .collect();
+                f.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                (p, f)
+            })
+            .collect()
+    }
+
+    pub fn owner(&self, p: ProcId) -> Option<&OwnerStacks> {
+        self.owners.get(&p)
+    }
+
+    /// Folded stacks (`process-pid;outermost;...;innermost count`), for flame graph tools.
+    /// Call [`symbolize`](Self::symbolize) first.
+    pub fn folded(&self, comm_of: impl Fn(ProcId) -> String) -> String {
+        let mut out = String::new();
+        for (&p, o) in &self.owners {
+            let mut stacks: Vec<_> = o.stacks.iter().collect();
+            stacks.sort_by(|a, b| a.0.cmp(b.0));
+            for (frames, agg) in stacks {
+                let _ = write!(out, "{}-{}", comm_of(p), p.pid);
+                for f in frames.iter().rev() {
+                    out.push(';');
+                    // `;` separates frames and a space the count: keep them out of names.
+                    out.push_str(&f.replace(';', ":").replace(' ', "_"));
+                }
+                let _ = writeln!(out, " {}", agg.count);
+            }
+        }
+        out
+    }
+}

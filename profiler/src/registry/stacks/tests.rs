@@ -1,0 +1,186 @@
+//! Unit tests of the stack attribution.
+use super::labels::frame_label;
+use super::*;
+use crate::registry::perfmap::JitName;
+use std::path::PathBuf;
+
+fn f(symbol: Option<&str>, dso: Option<&str>) -> Frame {
+    Frame {
+        addr: 0x1000,
+        symbol: symbol.map(String::from),
+        dso: dso.map(PathBuf::from),
+        jit: None,
+        v8: None,
+    }
+}
+
+#[test]
+fn writes_are_charged_past_the_c_runtime() {
+    let libc = Some("/usr/lib/x86_64-linux-gnu/libc.so.6");
+    let frames = [
+        f(Some("mmap64"), libc),
+        f(Some("sysmalloc"), libc),
+        f(
+            Some("operator new"),
+            Some("/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"),
+        ),
+        f(Some("churn"), Some("/tmp/a/build/Release/churn.node")),
+        f(Some("node::Start"), Some("/usr/bin/node")),
+    ];
+    assert_eq!(charge(&frames), "/tmp/a/build/Release/churn.node");
+    let jit = [
+        f(Some("mprotect"), libc),
+        f(None, None),
+        f(None, Some("/usr/bin/node")),
+    ];
+    assert_eq!(charge(&jit), "[jit]");
+    assert_eq!(charge(&[f(Some("mmap64"), libc)]), "[unknown]");
+    assert_eq!(charge(&[]), "[unknown]");
+}
+
+#[test]
+fn frames_read_naturally() {
+    assert_eq!(
+        frame_label(&f(Some("uv_fs_read"), Some("/usr/bin/node"))),
+        "uv_fs_read (node)"
+    );
+    assert_eq!(frame_label(&f(None, None)), "[jit]");
+    let js = Frame {
+        jit: Some(JitName::parse("JS:*hotAllocator /srv/app.js:3:22")),
+        ..f(None, None)
+    };
+    assert_eq!(frame_label(&js), "hotAllocator (/srv/app.js:3:22)");
+    let builtin = Frame {
+        jit: Some(JitName::parse("Builtin:ArrayPrototypePush")),
+        ..f(None, None)
+    };
+    assert_eq!(frame_label(&builtin), "Builtin:ArrayPrototypePush");
+    assert_eq!(
+        frame_label(&f(None, Some("/lib/libz.so.1"))),
+        "0x1000 (libz.so.1)"
+    );
+}
+
+fn done(tid: u32, seq: u32, wait_ns: u64) -> SampleDone {
+    SampleDone {
+        tag: stack_record::DONE,
+        tid,
+        seq,
+        _pad: 0,
+        wait_ns,
+        hold_ns: 100,
+    }
+}
+
+fn pending(owner: ProcId, actor: ProcId, addr: u64) -> Pending {
+    Pending {
+        owner,
+        actor,
+        frames: vec![RawFrame {
+            addr,
+            js: JsRef::None,
+        }],
+        dso: "[jit]".into(),
+        end: StackEnd::Root,
+    }
+}
+
+#[test]
+fn outcomes_join_their_stacks_and_fold() {
+    let mut a = StackAttribution::default();
+    let p = ProcId::new(5, 77);
+    // A pending sample of a process that does not exist: no unwinder, the ip alone.
+    a.pending.insert((7, 1), pending(p, p, 0x1234));
+    a.unwinders.insert(p, None);
+    a.on_done(&done(7, 1, 900));
+    a.on_done(&done(7, 2, 1));
+    assert_eq!(a.unmatched, 1);
+    let o = a.owner(p).unwrap();
+    assert_eq!(o.dsos["[jit]"].count, 1);
+    assert_eq!(o.dsos["[jit]"].wait.sum, 900);
+    assert!(a.owner(ProcId::new(5, 78)).is_none());
+    a.symbolize();
+    assert_eq!(a.folded(|_| "node".into()), "node-5;[jit] 1\n");
+    // The ip alone, with no process to read: not known to be JIT code, so no hint to start
+    // node with a perf map.
+    assert_eq!(a.owner(p).unwrap().unnamed_jit, 0);
+}
+
+#[test]
+fn a_reused_pid_is_another_owner_and_actor() {
+    let mut a = StackAttribution::default();
+    let (old, new) = (ProcId::new(5, 77), ProcId::new(5, 99));
+    a.pending.insert((7, 1), pending(old, old, 0x1000));
+    a.pending.insert((8, 1), pending(new, new, 0x2000));
+    a.on_done(&done(7, 1, 10));
+    a.on_done(&done(8, 1, 20));
+    assert_eq!(a.owner(old).unwrap().dsos["[jit]"].wait.sum, 10);
+    assert_eq!(a.owner(new).unwrap().dsos["[jit]"].wait.sum, 20);
+    a.symbolize();
+    let comm = |p: ProcId| if p == old { "old" } else { "new" }.to_string();
+    // Without unwinders (no such processes) the frames are unknown code.
+    assert_eq!(a.folded(comm), "old-5;[jit] 1\nnew-5;[jit] 1\n");
+}
+
+#[test]
+fn actor_is_the_owner_with_its_start_or_a_foreign_pid() {
+    // SAFETY: StackSample is plain old data; all zeroes is a valid value.
+    let mut s: Box<StackSample> = Box::new(unsafe { std::mem::zeroed() });
+    // Kernel start times are in ns, ProcIds' in clock ticks.
+    (s.owner, s.tgid, s.owner_start) = (5, 5, 77_000_000_000);
+    assert_eq!(actor(&s), ProcId::new(5, ids::ticks_of_ns(77_000_000_000)));
+    assert_eq!(owner(&s), actor(&s));
+    s.tgid = 6;
+    assert_eq!(actor(&s), ProcId::new(6, 0));
+}
+
+#[test]
+fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
+    let mut a = StackAttribution::default();
+    let (p, q) = (ProcId::new(5, 77), ProcId::new(9, 3));
+    let foreign = ProcId::new(5, 0);
+    a.unwinders.insert(p, None);
+    a.unwinders.insert(q, None);
+    a.unwinders.insert(foreign, None);
+    // Done: a stack of p on its own lock, and one of p on q's.
+    a.pending.insert((7, 1), pending(p, p, 0x1000));
+    a.pending.insert((7, 2), pending(q, foreign, 0x1000));
+    a.on_done(&done(7, 1, 10));
+    a.on_done(&done(7, 2, 10));
+    // Waiting: one of p, one of q.
+    a.pending.insert((7, 3), pending(p, p, 0x1000));
+    a.pending.insert((9, 1), pending(q, q, 0x2000));
+    assert_eq!((a.cached_processes(), a.pending_samples()), (3, 2));
+
+    a.forget_process(p);
+    assert_eq!((a.cached_processes(), a.pending_samples()), (1, 1));
+    assert_eq!(a.unmatched, 1);
+    // Its stacks were named before the unwinder went, wherever they were charged.
+    for owner in [p, q] {
+        let o = a.owner(owner).unwrap();
+        assert!(o.raw.is_empty());
+        assert_eq!(o.stacks[&vec!["[jit]".to_string()]].count, 1);
+    }
+    // q's thread 9 exits with its sample still waiting.
+    a.forget_thread(9);
+    assert_eq!((a.pending_samples(), a.unmatched), (0, 2));
+    a.forget_process(q);
+    assert_eq!(a.cached_processes(), 0);
+}
+
+#[test]
+fn unwinders_are_per_process_and_never_of_a_reused_pid() {
+    use crate::registry::roles::tests::{me, my_predecessor};
+    let mut a = StackAttribution::default();
+    a.prepare(me());
+    assert!(a.unwinders[&me()].is_some());
+    // The process that had our pid before us must not get our maps, and leaves nothing
+    // behind; nor does a process that does not exist.
+    a.prepare(my_predecessor());
+    a.prepare(ProcId::new(u32::MAX - 1, 0));
+    assert_eq!(a.cached_processes(), 1);
+    a.forget_process(my_predecessor());
+    assert_eq!(a.cached_processes(), 1);
+    a.forget_process(me());
+    assert_eq!(a.cached_processes(), 0);
+}
