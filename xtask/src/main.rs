@@ -140,7 +140,13 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     let _ = std::fs::remove_file(&skip_file);
     let mut cmd = cargo(linker_dir)?;
     // Every test binary runs even when one fails: a run then tells all that is wrong.
-    cmd.args(["test", "--workspace", "--no-fail-fast", "--", "--test-threads=1"]);
+    cmd.args([
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--",
+        "--test-threads=1",
+    ]);
     cmd.args(args);
     cmd.env(SKIP_FILE_ENV, &skip_file);
     let (mut tally, status) = run_counting_tests(&mut cmd)?;
