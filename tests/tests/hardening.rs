@@ -616,7 +616,6 @@ fn every_bad_value_is_refused_alike_by_the_profiler_and_the_agent() {
         (vec!["--pid", &kthread], "is a kernel thread"),
         (vec!["agent", "--pid", &kthread], "is a kernel thread"),
         (vec!["agent", "--config", &kconf], "is a kernel thread"),
-        (vec!["report", "w1.json"], "not provided: --html <OUT.html>"),
         (vec!["compare", "before.json"], "not provided: <AFTER.json>"),
         (vec!["--children"], "not provided: --pid <PID>"),
         (

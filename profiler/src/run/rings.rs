@@ -13,6 +13,9 @@ use crate::run::{SessionError, profile::Profile};
 /// Stack records handled between two looks at the new threads.
 const STACK_BATCH: usize = 32;
 
+/// Longest a [`Rings::drain`] works on sampled stacks before handing back to the run loop.
+const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How often the sampled stacks' ring is drained: the kernel side wakes us only once it is
 /// a quarter full (a wakeup per sample costs the traced thread microseconds).
 const STACKS_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
@@ -71,16 +74,22 @@ impl Rings {
         Ok(())
     }
 
-    /// Hands every record available to `profile`. New threads come first, and are looked at
-    /// again between small batches of stacks: a thread must be classified while it lives,
-    /// a stack can wait.
+    /// Hands the records available to `profile`, for at most [`DRAIN_BUDGET`]. New threads
+    /// come first, and are looked at again between small batches of stacks: a thread must be
+    /// classified while it lives, a stack can wait. The budget keeps the run loop turning
+    /// (signals, readings, the end of the run) when the kernel side samples stacks faster than
+    /// they are unwound: the ring then fills and the kernel side counts what it drops
+    /// (`lost.stacks`).
     pub fn drain(&mut self, profile: &mut Profile) {
+        let t0 = std::time::Instant::now();
         loop {
             profile.classify_new_threads(self.new_threads.get_mut());
             let Some(s) = self.stacks.as_mut() else {
                 return;
             };
-            if profile.take_stacks(s.get_mut(), STACK_BATCH) < STACK_BATCH {
+            if profile.take_stacks(s.get_mut(), STACK_BATCH) < STACK_BATCH
+                || t0.elapsed() >= DRAIN_BUDGET
+            {
                 profile.classify_new_threads(self.new_threads.get_mut());
                 return;
             }

@@ -27,6 +27,9 @@ use crate::{
 
 pub use labels::charge;
 
+/// Longest a sample's V8 frames wait to be named with others (objects move meanwhile).
+const MAX_DEFER: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
 
@@ -144,6 +147,9 @@ pub struct StackAttribution {
     /// ([`flush`](Self::flush)): one read of the target's memory per distinct object of the
     /// batch, not per frame (each read takes the target's `mmap_lock`).
     deferred: Vec<Deferred>,
+    /// When the first of them was unwound: they are named within [`MAX_DEFER`] of it (the
+    /// heap moves on).
+    deferred_since: Option<std::time::Instant>,
     /// Outcomes that came in the current batch, joined to their samples once these are named.
     outcomes: Vec<SampleDone>,
     /// Samples whose outcome never came (the profiler stopped first, or a record was lost).
@@ -317,13 +323,30 @@ impl StackAttribution {
         );
         self.work.0 += t0.elapsed();
         self.work.1 += 1;
-        self.deferred.extend(deferred);
+        if let Some(d) = deferred {
+            let since = *self
+                .deferred_since
+                .get_or_insert_with(std::time::Instant::now);
+            self.deferred.push(d);
+            if since.elapsed() >= MAX_DEFER {
+                self.name_deferred();
+            }
+        }
     }
 
     /// Ends a batch of records: names the V8 frames of its samples, each process's together
     /// (every distinct object read once, nearby ones in one range: see `v8::heap`), then joins
     /// the batch's outcomes to their samples.
     pub fn flush(&mut self) {
+        self.name_deferred();
+        for d in std::mem::take(&mut self.outcomes) {
+            self.on_done(&d);
+        }
+    }
+
+    /// Names the V8 frames of the samples deferred so far (see [`flush`](Self::flush)).
+    fn name_deferred(&mut self) {
+        self.deferred_since = None;
         let t0 = std::time::Instant::now();
         let deferred = std::mem::take(&mut self.deferred);
         let mut by_actor: BTreeMap<ProcId, Vec<&Deferred>> = BTreeMap::new();
@@ -361,9 +384,6 @@ impl StackAttribution {
             let spent = t0.elapsed();
             self.v8_work += spent;
             self.work.0 += spent;
-        }
-        for d in std::mem::take(&mut self.outcomes) {
-            self.on_done(&d);
         }
     }
 
