@@ -52,3 +52,46 @@ fn a_node_parents_children_are_followed_from_their_first_write() {
     // The parent is there too.
     assert!(process(s, w.pid).is_some());
 }
+
+/// `--children` also covers the descendants that exist when it attaches: a Node parent whose
+/// two helpers (one a grandchild, through `sh -c`) were started before the profiler, each
+/// then doing N x (mmap; munmap) after it attached: every one of those writes is counted,
+/// under the helper's own pid.
+#[test]
+fn descendants_that_exist_at_attach_are_followed_too() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let n = 2000u64;
+    let mut cmd = Command::new("node");
+    cmd.env("SPAWN_EARLY", "1")
+        .arg(fixture("spawner.js"))
+        .arg(churn_bin())
+        .args(["2", "1", &n.to_string()]);
+    let mut w = Workload::spawn(cmd);
+    let out = profile_workload(&mut w, &["--children", "-i", "0"]);
+    let did = w.report();
+    let pids: Vec<u32> = did["children"]
+        .as_array()
+        .expect("the children's pids")
+        .iter()
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let s = out.summary();
+    assert_eq!(s["lost"]["events"], 0, "{}", s["lost"]);
+    for pid in pids {
+        let p = process(s, pid).unwrap_or_else(|| panic!("helper {pid} is not in the summary"));
+        let causes = cause_counts(p);
+        let of = |c: &str| causes.get(c).copied().unwrap_or(0);
+        // Its work after "go" (N of each), and at most a few writes of its own around it.
+        assert!(
+            (n..=n + 8).contains(&of("mmap")),
+            "helper {pid}: {causes:?}"
+        );
+        assert!(
+            (n..=n + 8).contains(&of("munmap")),
+            "helper {pid}: {causes:?}"
+        );
+    }
+}

@@ -105,6 +105,51 @@ pub fn stat_state(stat: &str) -> Option<char> {
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
+/// Field 4 of a `/proc/PID/stat` line: the parent's pid.
+pub fn stat_ppid(stat: &str) -> Option<u32> {
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Every process /proc shows descending from one of `roots` (children, theirs, ...), the roots
+/// left out, with their start times: a scan of /proc, so a process forked meanwhile may be
+/// missing (scan again once its parent is followed).
+pub fn descendants(roots: &[u32]) -> Vec<ProcId> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut children: std::collections::HashMap<u32, Vec<ProcId>> = Default::default();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let (Some(ppid), Some(start)) = (stat_ppid(&stat), stat_start_ticks(&stat)) {
+            children
+                .entry(ppid)
+                .or_default()
+                .push(ProcId::new(pid, start));
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo: Vec<u32> = roots.to_vec();
+    let mut seen: std::collections::HashSet<u32> = roots.iter().copied().collect();
+    while let Some(parent) = todo.pop() {
+        for &c in children.get(&parent).into_iter().flatten() {
+            if seen.insert(c.pid) {
+                out.push(c);
+                todo.push(c.pid);
+            }
+        }
+    }
+    out
+}
+
 fn matches_proc(path: &str, start: u64) -> bool {
     std::fs::read_to_string(path)
         .ok()

@@ -272,6 +272,20 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             .map(|p| (p.pid, p.start, false))
             .collect();
         collector.update_selection(&targets, &[])?;
+        // And the descendants that already exist: from now on the kernel follows the forks of
+        // every selected process, so a scan that finds no one new has found them all.
+        for _ in 0..64 {
+            let selected: Vec<u32> = collector.selected().iter().map(|&(pid, _)| pid).collect();
+            let new: Vec<(u32, u64, bool)> = ids::descendants(&selected)
+                .into_iter()
+                .filter(|d| !selected.contains(&d.pid))
+                .map(|d| (d.pid, d.start, false))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            collector.update_selection(&new, &[])?;
+        }
     }
     if !cfg.quiet {
         crate::kernel::minkernel::warn_if_lacking_ptrace();

@@ -18,7 +18,7 @@ const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How often the sampled stacks' ring is drained: the kernel side wakes us only once it is
 /// a quarter full (a wakeup per sample costs the traced thread microseconds).
-const STACKS_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+const STACKS_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
 /// stacks. Records are drained as soon as they arrive, so that threads are classified while

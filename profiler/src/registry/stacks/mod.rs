@@ -28,7 +28,7 @@ use crate::{
 pub use labels::charge;
 
 /// Longest a sample's V8 frames wait to be named with others (objects move meanwhile).
-const MAX_DEFER: std::time::Duration = std::time::Duration::from_millis(5);
+const MAX_DEFER: std::time::Duration = std::time::Duration::from_millis(3);
 
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
