@@ -203,6 +203,7 @@ impl Summed {
             uncounted: self.uncounted,
             overhead: None,
             stack_sample: None,
+            stack_work: None,
             findings: None,
         }
     }

@@ -242,6 +242,17 @@ pub struct ProfilerShare {
     pub share: f64,
 }
 
+/// The profiler's own work on sampled stacks (in userspace, off the locked path).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StackWork {
+    /// Sampled stacks unwound and named.
+    pub stacks: u64,
+    /// Mean time per stack: unwinding, naming its frames, reading V8's heap, microseconds.
+    pub us_per_stack: f64,
+    /// Of which reading V8's heap.
+    pub v8_us_per_stack: f64,
+}
+
 /// What the profile does not contain, by reason (docs/report-format.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lost {
@@ -436,6 +447,9 @@ pub struct Report {
     /// With stack sampling: one in how many writes per thread had its stack taken.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack_sample: Option<u32>,
+    /// Summary, with stack sampling: what the sampled stacks cost the profiler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_work: Option<StackWork>,
     /// Summary: the patterns recognised in it, what they cost and what to change
     /// (docs/findings.md). Never read back: derived from the rest of the summary, they are
     /// recomputed by whatever reads a file (`report`, `compare`), with this build's patterns.
@@ -459,6 +473,7 @@ impl Report {
             uncounted: Uncounted::default(),
             overhead: None,
             stack_sample: None,
+            stack_work: None,
             findings: None,
         }
     }
@@ -618,6 +633,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         uncounted,
         overhead,
         stack_sample: None,
+        stack_work: None,
         findings: None,
     }
 }

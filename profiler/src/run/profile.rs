@@ -601,13 +601,14 @@ impl Profile {
             },
         );
         if let Some(stacks) = &mut self.stacks {
-            let (t, n) = stacks.work;
-            log::info!(
-                "{n} sampled stacks unwound and named in {t:?} ({:.1} us each, of which {:.1} us reading V8's heap)",
-                t.as_secs_f64() * 1e6 / n.max(1) as f64,
-                stacks.v8_work.as_secs_f64() * 1e6 / n.max(1) as f64
-            );
             stacks.symbolize();
+            let (t, n) = stacks.work;
+            let per = |d: Duration| (d.as_secs_f64() * 1e7 / n.max(1) as f64).round() / 10.0;
+            r.stack_work = Some(report::StackWork {
+                stacks: n,
+                us_per_stack: per(t),
+                v8_us_per_stack: per(stacks.v8_work),
+            });
             report::add_stacks(&mut r, stacks, self.collector.stack_sample());
         }
         r

@@ -111,17 +111,21 @@ pub(super) fn render(
     let _ = writeln!(s, "\n### Tracer process\n");
     let _ = writeln!(
         s,
-        "| workload | mode | attach ms | CPU % of one core | peak RSS MiB | lost |\n|---|---|---:|---:|---:|---:|"
+        "| workload | mode | attach ms | CPU % of one core | peak RSS MiB | µs per sampled stack (stacks/s) | lost |\n|---|---|---:|---:|---:|---:|---:|"
     );
     for (w, mode, r) in rows.iter().filter(|(_, m, _)| *m != Mode::None) {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             w.name(),
             mode.name(),
             show(r.attach_ms, 1),
             show(r.cpu_pct, 2),
             show(r.peak_rss_mib, 1),
+            match r.us_per_stack {
+                Some(_) => format!("{} ({})", show(r.us_per_stack, 1), show(r.stacks_per_s, 0)),
+                None => "-".into(),
+            },
             r.lost.map_or("-".into(), |l| l.to_string())
         );
     }

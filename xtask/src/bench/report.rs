@@ -38,6 +38,10 @@ pub(super) struct Row {
     pub(super) cpu_pct: Option<Spread>,
     pub(super) peak_rss_mib: Option<Spread>,
     pub(super) lost: Option<u64>,
+    /// mmaplock-prof's userspace work per sampled stack (unwinding, naming, V8 heap reads),
+    /// microseconds, and sampled stacks per second.
+    pub(super) us_per_stack: Option<Spread>,
+    pub(super) stacks_per_s: Option<Spread>,
     /// mmaplock-prof's own account of its attach: total, each step, and each program's
     /// verification (instructions the verifier processed, ms), over the rounds.
     pub(super) load: Option<LoadFigures>,
@@ -196,6 +200,11 @@ fn row(samples: &[Sample], w: Workload, m: Mode) -> Row {
     });
     r.peak_rss_mib = spread(&|s, _| Some(s.cost.as_ref()?.peak_rss_kib as f64 / 1024.0));
     r.lost = mine.iter().filter_map(|s| s.cost.as_ref()?.lost).max();
+    r.us_per_stack = spread(&|s, _| s.cost.as_ref()?.stack_work.as_ref()?["us_per_stack"].as_f64());
+    r.stacks_per_s = spread(&|s, _| {
+        let c = s.cost.as_ref()?;
+        Some(c.stack_work.as_ref()?["stacks"].as_f64()? / c.wall.as_secs_f64())
+    });
     let loads: Vec<&Value> = mine
         .iter()
         .filter_map(|s| s.cost.as_ref()?.load.as_ref())
@@ -457,6 +466,8 @@ fn row_json(w: Workload, m: Mode, r: &Row) -> Value {
         "attach_ms": json_of(r.attach_ms, 1),
         "tracer_cpu_pct": json_of(r.cpu_pct, 2),
         "tracer_peak_rss_mib": json_of(r.peak_rss_mib, 1),
+        "us_per_sampled_stack": json_of(r.us_per_stack, 1),
+        "sampled_stacks_per_s": json_of(r.stacks_per_s, 0),
         "lost": r.lost,
     })
 }

@@ -166,6 +166,8 @@ pub struct TracerCost {
     /// mmaplock-prof's summary: where its attach time went (`overhead.load`: steps, and each
     /// program's verification with the instructions the verifier processed).
     pub load: Option<Value>,
+    /// mmaplock-prof's summary: its userspace work per sampled stack (`stack_work`).
+    pub stack_work: Option<Value>,
 }
 
 impl TracerCost {
@@ -345,6 +347,10 @@ pub fn stop(mut t: Running) -> Result<TracerCost> {
         .as_ref()
         .map(|s| s["overhead"]["load"].clone())
         .filter(|l| !l.is_null());
+    let stack_work = summary
+        .as_ref()
+        .map(|s| s["stack_work"].clone())
+        .filter(|w| !w.is_null());
     Ok(TracerCost {
         attach: t.attach,
         programs,
@@ -353,6 +359,7 @@ pub fn stop(mut t: Running) -> Result<TracerCost> {
         wall,
         lost,
         load,
+        stack_work,
     })
 }
 
