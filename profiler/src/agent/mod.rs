@@ -14,6 +14,7 @@ use std::{
 };
 
 use crate::{
+    aggregation::Attribution,
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
         lines::Trouble,
@@ -21,8 +22,8 @@ use crate::{
         report,
         rotate::Rotating,
     },
-    registry::{Attribution, ids::ProcId},
     run::{Driver, LoopConfig, Profile, Rings, SessionError, run_loop},
+    vocab::ids::ProcId,
 };
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 

@@ -9,21 +9,23 @@ use std::{io, path::PathBuf, time::Duration};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::Format,
     kernel::collector::{Collector, CollectorConfig, CollectorError},
-    registry::ids::{self, ProcId},
+    vocab::{
+        Format,
+        ids::{self, ProcId},
+    },
 };
 
 pub mod lost;
-pub mod nodework;
 mod profile;
 mod rings;
+mod sink;
 mod targets;
 
 use crate::output::lines::Pending;
-pub use crate::output::sink::Sink;
 pub use profile::Profile;
 pub use rings::Rings;
+pub use sink::Sink;
 pub use targets::Targets;
 
 /// What a run does at its few decision points; the loop itself is [`run_loop`], shared by the

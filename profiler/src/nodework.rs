@@ -233,7 +233,7 @@ mod tests {
     use crate::{
         aggregation::{DurationHist, ThreadAgg},
         output::report::Stats,
-        registry::ids::{ProcId, ThreadId},
+        vocab::ids::{ProcId, ThreadId},
     };
 
     /// `n` acquisitions that each waited `wait_ns` (log2 bucket of the kernel's).
