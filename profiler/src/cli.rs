@@ -1,9 +1,11 @@
 //! The command line (docs/cli.md). Defaults live in [`Config`], so help text, code and docs
 //! agree.
 
-use std::{io::IsTerminal, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+
+pub use crate::vocab::Format;
 
 /// Default settings.
 pub struct Config;
@@ -23,25 +25,6 @@ impl Config {
     /// Three runs per cell: two ranges of three runs of one distribution fail to overlap 1
     /// time in 10 (of two runs, 1 in 3), and `--quick` stays around two minutes.
     pub const STUDY_REPEAT: u32 = 3;
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Newline-delimited JSON, one report per line.
-    Json,
-    /// Tables and histograms for people.
-    Text,
-}
-
-impl Format {
-    /// `text` on a terminal, `json` otherwise (a pipe or a file).
-    pub fn resolve(choice: Option<Format>, output: Option<&PathBuf>) -> Format {
-        choice.unwrap_or(if output.is_none() && std::io::stdout().is_terminal() {
-            Format::Text
-        } else {
-            Format::Json
-        })
-    }
 }
 
 /// Profile where processes wait on, and hold, the Linux kernel's per-process mmap_lock.
@@ -146,9 +129,23 @@ pub struct StudyArgs {
     pub repeat: u32,
 }
 
+/// The study's scenarios, in the order it runs them (`--scenarios` accepts these ids).
+pub const SCENARIOS: [&str; 10] = [
+    "default",
+    "pool-256k",
+    "reuse",
+    "async",
+    "arena-1",
+    "arena-2",
+    "jemalloc",
+    "finalization-pool",
+    "slab",
+    "dispose",
+];
+
 /// A scenario id of the study's (the message lists them: the error is shown on one line).
 fn parse_scenario(s: &str) -> Result<String, String> {
-    let ids = crate::study::SCENARIOS;
+    let ids = SCENARIOS;
     if ids.contains(&s) {
         Ok(s.to_string())
     } else {

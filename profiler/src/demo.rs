@@ -16,12 +16,10 @@ use tokio::process::Command;
 use crate::{
     cli::Format,
     kernel::collector::CollectorError,
+    nodework::{NodeRunError, NodeSpec, run_node},
     output::report::{Dist, Report, Stats},
     output::text::{fmt_ns, histogram_lines, side_by_side},
-    run::{
-        SessionError, Sink,
-        nodework::{NodeRunError, NodeSpec, run_node},
-    },
+    run::{SessionError, Sink},
 };
 
 const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
@@ -59,7 +57,7 @@ pub struct DemoConfig {
     pub verbose: bool,
 }
 
-pub use crate::run::nodework::NodeRun as DemoRun;
+pub use crate::nodework::NodeRun as DemoRun;
 
 #[derive(Debug, Serialize)]
 struct DemoReport<'a> {

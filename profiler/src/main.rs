@@ -6,12 +6,14 @@ mod aggregation;
 mod cli;
 mod demo;
 mod kernel;
+mod nodework;
 mod offline;
 mod output;
 mod registry;
 mod run;
 mod signals;
 mod study;
+mod vocab;
 
 use std::{process::ExitCode, time::Duration};
 

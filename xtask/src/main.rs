@@ -4,6 +4,7 @@
 
 mod bench;
 mod dist;
+mod layers;
 mod packages;
 mod soak;
 mod toolchain;
@@ -110,6 +111,8 @@ pub fn build(linker_dir: &Path, release: bool) -> Result<()> {
 }
 
 fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
+    // Imports against the layers of docs/architecture.md: no build needed, so first.
+    layers::check(&workspace_root().join("profiler/src"))?;
     run(cargo(linker_dir)?.args(["fmt", "--all", "--check"]))?;
     run(cargo(linker_dir)?.args([
         "clippy",

@@ -14,6 +14,7 @@ use std::{
 };
 
 use crate::{
+    aggregation::Attribution,
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
         lines::Trouble,
@@ -21,8 +22,8 @@ use crate::{
         report,
         rotate::Rotating,
     },
-    registry::{Attribution, ids::ProcId},
-    run::{Driver, LoopConfig, Profile, Rings, SessionError, run_loop},
+    run::{Driver, LoopConfig, Profile, Session, SessionError},
+    vocab::ids::ProcId,
 };
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 
@@ -312,11 +313,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let (kernel_selectors, kernel_complete) = selectors.kernel();
     collector.set_selectors(&kernel_selectors)?;
     let attach_ms = collector.attach_time.as_secs_f64() * 1e3;
-    let mut rings = Rings::open(&mut collector).map_err(AgentError::Session)?;
-    let mut profile = Profile::new(collector, true);
-    profile.forget_history();
     // With --js-functions: sampled stacks, named as they come (whatever selected them).
-    profile.prepare_stacks(&[]);
+    let mut session = Session::new(collector, true, &[])?;
+    session.profile.forget_history();
     let registry = Arc::new(prometheus::registry(metrics.clone()));
     let mut agent = Agent {
         cfg: &cfg,
@@ -329,7 +328,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         web: web.clone(),
     };
     // Select at once, not one interval late; only then say so.
-    agent.before_poll(&mut profile)?;
+    agent.before_poll(&mut session.profile)?;
     if !cfg.quiet {
         let tls = agent.web.read().is_ok_and(|w| w.tls.is_some());
         eprintln!(
@@ -351,28 +350,25 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 web,
                 agent.metrics.clone(),
             ));
-            let r = run_loop(
-                &mut profile,
-                &mut rings,
-                LoopConfig {
-                    period: cfg.interval,
-                    duration: None,
-                    targets: None,
-                },
-                &mut agent,
-            )
-            .await;
+            let r = session
+                .run(
+                    LoopConfig {
+                        period: cfg.interval,
+                        duration: None,
+                        targets: None,
+                    },
+                    &mut agent,
+                )
+                .await;
             server.abort();
             r
         })
         .await?;
-    // The last partial interval still counts.
-    rings.drain(&mut profile);
-    let last = profile
+    // The last partial interval still counts, with the records its last flush brought.
+    let last = session
         .finish()
         .await
-        .and_then(|()| agent.after_poll(&mut profile));
-    crate::run::lost::check(&profile.lost_so_far());
+        .and_then(|()| agent.after_poll(&mut session.profile));
     failure?;
     last?;
     Ok(())

@@ -16,7 +16,7 @@ use std::{
 use crate::{
     cli,
     kernel::selectors::{KernelSelectors, cgroup_selector, comm_key, exe_selector},
-    registry::ids::{self, ProcId, stat_start_ticks},
+    vocab::ids::{self, ProcId, stat_start_ticks},
 };
 
 #[derive(Debug, thiserror::Error)]

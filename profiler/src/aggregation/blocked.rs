@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use profiler_common::{BlockedKey, BlockedVal, COMM_LEN};
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::registry::ids::{ProcId, ThreadId, ticks_of_ns};
+use crate::vocab::ids::{ProcId, ThreadId, ticks_of_ns};
 
 /// One (waiter, holder) pair on one lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

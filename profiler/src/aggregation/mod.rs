@@ -15,19 +15,22 @@ use std::collections::BTreeMap;
 use profiler_common::{COMM_LEN, StatsKey, ThreadStats, cause};
 
 use crate::{
-    registry::ids::{ProcId, ThreadId, ticks_of_ns},
     registry::roles::Role,
+    vocab::ids::{ProcId, ThreadId, ticks_of_ns},
 };
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
+mod attribution;
 pub mod blocked;
-mod hist;
 pub mod time;
 
 #[cfg(test)]
-use hist::bucket_lower_ns;
-pub use hist::{DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns};
+use crate::vocab::hist::bucket_lower_ns;
+pub use crate::vocab::hist::{
+    DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns,
+};
+pub use attribution::Attribution;
 pub use time::ThreadTime;
 use time::{CpuTimes, Life};
 
@@ -221,7 +224,7 @@ pub struct Totals {
 impl Default for Totals {
     /// Totals of a run starting now.
     fn default() -> Self {
-        Totals::starting_at(crate::registry::ids::boot_ns())
+        Totals::starting_at(crate::vocab::ids::boot_ns())
     }
 }
 

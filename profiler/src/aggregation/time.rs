@@ -16,7 +16,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::{ThreadAgg, Totals, Window};
-use crate::registry::ids::ThreadId;
+use crate::vocab::ids::ThreadId;
 
 /// A thread's time in a window, ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

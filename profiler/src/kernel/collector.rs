@@ -286,7 +286,7 @@ impl Collector {
             blockers: cfg.blockers && !cfg.floor.is_on(),
             kernel: loaded.kernel,
             attach_time: Duration::from_secs_f64(loaded.report.total_ms / 1e3),
-            attached_ns: crate::registry::ids::boot_ns(),
+            attached_ns: crate::vocab::ids::boot_ns(),
             load_report: loaded.report,
             _stats_fd: stats_fd,
             stack_sample: cfg.stack_sample,

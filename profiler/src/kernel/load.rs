@@ -159,7 +159,7 @@ pub fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
     f.n_comms = cfg.comms.len() as u32;
     f.use_selection = (cfg.selection || cfg.children) as u32;
     f.follow_children = cfg.children as u32;
-    f.ns_per_tick = (1_000_000_000 / crate::registry::ids::clock_ticks()) as u32;
+    f.ns_per_tick = (1_000_000_000 / crate::vocab::ids::clock_ticks()) as u32;
     Ok(f)
 }
 

@@ -8,13 +8,13 @@ use profiler_common::{WRITE, cause};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    aggregation::Attribution,
     aggregation::{
         ThreadAgg,
         blocked::{Charged, Pair},
     },
-    registry::Attribution,
-    registry::ids::{ProcId, ThreadId},
     registry::roles::{Role, comm_str},
+    vocab::ids::{ProcId, ThreadId},
 };
 
 /// A thread whose holds made others wait, and how much of their wait is charged to it.

@@ -15,7 +15,6 @@ pub mod reading;
 pub mod report;
 pub mod rotate;
 pub mod share;
-pub mod sink;
 pub mod stats;
 pub mod text;
 

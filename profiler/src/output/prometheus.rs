@@ -24,10 +24,11 @@ use prometheus_client::{
 };
 
 use crate::{
+    aggregation::Attribution,
     aggregation::{DurationHist, SideStats, Window},
     kernel::collector::ProgramStats,
     output::{blockers::by_role, report::Lost},
-    registry::{Attribution, ids::ProcId},
+    vocab::ids::ProcId,
 };
 
 /// The labels of a wait or hold histogram.

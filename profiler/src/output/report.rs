@@ -11,12 +11,12 @@ use profiler_common::cause;
 use serde::{Deserialize, Deserializer, Serialize, de};
 
 use crate::{
+    aggregation::Attribution,
     aggregation::{SideStats, Window},
     kernel::collector::ProgramStats,
-    registry::Attribution,
-    registry::ids::ProcId,
     registry::roles::{Role, comm_str},
     registry::stacks::StackAttribution,
+    vocab::ids::ProcId,
 };
 
 pub use super::blockers::{BlockerReport, RoleBlock};
@@ -801,7 +801,7 @@ mod tests {
     /// Builds as a run would, with thread 10 the main thread, 11 an `other` and 77 foreign.
     fn test_build(kind: Kind, w: &Window, start: SystemTime, end: SystemTime) -> Report {
         let p = ProcId::new(10, 0);
-        let t = |tid| crate::registry::ids::ThreadId::new(tid, 0);
+        let t = |tid| crate::vocab::ids::ThreadId::new(tid, 0);
         let a = Attribution::with(
             &[(p, "node")],
             &[
@@ -870,7 +870,7 @@ mod tests {
     fn time_shares_per_thread_process_and_role_count_idle_threads_and_leave_foreign_out() {
         let mut w = window();
         let p = ProcId::new(10, 0);
-        let t = |tid| crate::registry::ids::ThreadId::new(tid, 0);
+        let t = |tid| crate::vocab::ids::ThreadId::new(tid, 0);
         let set = |w: &mut Window, tid, alive_ns, cpu_ns| {
             w.processes
                 .get_mut(&p)

@@ -509,6 +509,17 @@ pub fn blockers_text(p: &ProcessReport) -> String {
     out
 }
 
+/// A file size given in KiB, in the unit a person would say it in: `128 B`, `64 KiB`, `1 MiB`.
+pub fn size_name(kib: f64) -> String {
+    if kib < 1.0 {
+        format!("{} B", (kib * 1024.0).round())
+    } else if kib >= 1024.0 {
+        format!("{} MiB", kib / 1024.0)
+    } else {
+        format!("{kib} KiB")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

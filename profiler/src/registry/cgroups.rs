@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{kernel::selectors::cgroup2_mount, registry::ids::ProcId};
+use crate::{kernel::selectors::cgroup2_mount, vocab::ids::ProcId};
 
 /// The hierarchy is walked again for an unknown id at most this often.
 const WALK_EVERY: Duration = Duration::from_secs(1);

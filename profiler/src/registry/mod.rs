@@ -3,7 +3,6 @@
 //! evicted when they exit; it attributes what the kernel side counted.
 
 pub mod cgroups;
-pub mod ids;
 pub mod perfmap;
 pub mod procmaps;
 pub mod roles;
@@ -13,11 +12,7 @@ pub mod untrusted;
 pub mod unwind;
 pub mod v8;
 
-use std::collections::{BTreeMap, HashMap};
-
-use crate::aggregation::{ThreadAgg, Window};
-use ids::{ProcId, ThreadId};
-use roles::{ProcessNames, Role, Roles, comm_str};
+use roles::{ProcessNames, Roles};
 
 /// The registry's caches that reports draw on: process names and cgroups, thread roles.
 #[derive(Default)]
@@ -25,153 +20,4 @@ pub struct Registry {
     pub names: ProcessNames,
     pub cgroups: cgroups::CgroupNames,
     pub roles: Roles,
-}
-
-/// Names, cgroups and roles for one window, resolved by the registry (which reads /proc and
-/// symbolizes) before a report is built from them.
-#[derive(Clone, Debug, Default)]
-pub struct Attribution {
-    names: BTreeMap<ProcId, String>,
-    cgroups: BTreeMap<ProcId, String>,
-    roles: HashMap<(ProcId, ThreadId), Role>,
-}
-
-impl Attribution {
-    /// A process's cgroup (v2 path), when known.
-    pub fn cgroup(&self, p: ProcId) -> Option<&str> {
-        self.cgroups.get(&p).map(String::as_str)
-    }
-
-    /// A process's name: resolved, else its main thread's name as the kernel saw it.
-    pub fn name(&self, p: ProcId, threads: &BTreeMap<ThreadId, ThreadAgg>) -> String {
-        if let Some(n) = self.names.get(&p) {
-            return n.clone();
-        }
-        // Its main thread's name, else any of its own threads' (a process gone before its
-        // name was read).
-        threads
-            .iter()
-            .find(|(t, _)| t.tid == p.pid)
-            .or_else(|| threads.iter().find(|(_, a)| a.tgid == p.pid))
-            .map_or_else(|| "?".to_string(), |(_, t)| comm_str(&t.comm))
-    }
-
-    /// A thread's role: decided when it retired, or resolved; `other` if neither.
-    pub fn role(&self, p: ProcId, t: ThreadId, agg: &ThreadAgg) -> Role {
-        agg.role
-            .or_else(|| self.roles.get(&(p, t)).copied())
-            .unwrap_or(Role::Other)
-    }
-
-    /// A thread's resolved role, if the registry knew it.
-    pub fn role_of(&self, p: ProcId, t: ThreadId) -> Option<Role> {
-        self.roles.get(&(p, t)).copied()
-    }
-
-    #[cfg(test)]
-    pub fn with(names: &[(ProcId, &str)], roles: &[(ProcId, ThreadId, Role)]) -> Self {
-        Attribution {
-            names: names.iter().map(|(p, n)| (*p, n.to_string())).collect(),
-            cgroups: BTreeMap::new(),
-            roles: roles.iter().map(|(p, t, r)| ((*p, *t), *r)).collect(),
-        }
-    }
-}
-
-impl Registry {
-    /// Resolves the names and roles a report of `window` needs (reading /proc for processes
-    /// still alive, symbolizing start routines). It adds nothing to the caches: a process or
-    /// thread that is gone stays forgotten.
-    pub fn attribute(&mut self, window: &Window) -> Attribution {
-        self.roles.resolve_pending();
-        let mut a = Attribution::default();
-        for (&p, threads) in &window.processes {
-            let name = match window.names.get(&p) {
-                Some(n) => n.clone(),
-                None => {
-                    let main = threads
-                        .iter()
-                        .find(|(t, _)| t.tid == p.pid)
-                        .map(|(_, t)| comm_str(&t.comm));
-                    self.names.get(p, main.as_deref())
-                }
-            };
-            a.names.insert(p, name);
-            if let Some(c) = window
-                .cgroups
-                .get(&p)
-                .map(String::as_str)
-                .or(self.cgroups.get(p))
-            {
-                a.cgroups.insert(p, c.to_string());
-            }
-            for (&t, agg) in threads {
-                // Live threads were observed as they came; retired ones carry their role.
-                // Never `role()` here: it would note a forgotten thread again, for good.
-                if agg.role.is_none()
-                    && let Some(r) = self.roles.cached_role(p, t)
-                {
-                    a.roles.insert((p, t), r);
-                }
-            }
-        }
-        // Blockers and their waiters may have taken nothing else in the window.
-        for (&p, pairs) in window.blocked.iter().flat_map(|b| &b.owners) {
-            for pair in pairs.keys() {
-                for t in [pair.waiter, pair.holder] {
-                    if !a.roles.contains_key(&(p, t))
-                        && let Some(r) = self.roles.cached_role(p, t)
-                    {
-                        a.roles.insert((p, t), r);
-                    }
-                }
-            }
-        }
-        a
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::aggregation::ThreadDelta;
-    use profiler_common::{COMM_LEN, StatsKey, cause};
-
-    #[test]
-    fn attributing_a_window_brings_back_no_forgotten_thread_or_process() {
-        let mut r = Registry::default();
-        // Process 4242 at start tick 7 never existed here: nothing about it can be read.
-        let (p, t) = (ProcId::new(4242, 7), ThreadId::new(4243, 7));
-        let mut w = Window::default();
-        w.add(&ThreadDelta {
-            key: StatsKey {
-                owner: p.pid,
-                tid: t.tid,
-                kind: cause::MMAP,
-                _pad: 0,
-                owner_start: 70_000_000,
-                tid_start: 70_000_000,
-            },
-            tgid: p.pid,
-            comm: [0; COMM_LEN],
-            fsbase: 0,
-            stats: Default::default(),
-        });
-        r.roles.observe(p, t, p.pid, &[0; COMM_LEN], 0);
-        r.roles.forget_thread(p, t);
-        r.roles.forget_process(p);
-        assert_eq!(
-            (r.roles.cached_processes(), r.roles.cached_threads()),
-            (0, 0)
-        );
-        let a = r.attribute(&w);
-        assert_eq!(
-            (r.roles.cached_processes(), r.roles.cached_threads()),
-            (0, 0),
-            "the report put them back"
-        );
-        // The forgotten thread is `other` in the report.
-        let agg = &w.processes[&p][&t];
-        assert_eq!(a.role(p, t, agg), Role::Other);
-    }
 }

@@ -17,7 +17,8 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use crate::registry::{ids, untrusted};
+use crate::registry::untrusted;
+use crate::vocab::ids;
 
 /// A JavaScript function as V8 names its code: `JS:*hotAllocator /srv/app.js:12:3`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -23,9 +23,9 @@ use profiler_common::COMM_LEN;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
-    registry::ids::{self, ProcId, ThreadId},
     registry::procmaps::{Maps, readable_path},
     registry::threadstart::{libc_identity, read_memory, start_routine_offset},
+    vocab::ids::{self, ProcId, ThreadId},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -9,21 +9,25 @@ use std::{io, path::PathBuf, time::Duration};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::Format,
     kernel::collector::{Collector, CollectorConfig, CollectorError},
-    registry::ids::{self, ProcId},
+    vocab::{
+        Format,
+        ids::{self, ProcId},
+    },
 };
 
 pub mod lost;
-pub mod nodework;
 mod profile;
 mod rings;
+mod session;
+mod sink;
 mod targets;
 
 use crate::output::lines::Pending;
-pub use crate::output::sink::Sink;
 pub use profile::Profile;
 pub use rings::Rings;
+pub use session::Session;
+pub use sink::Sink;
 pub use targets::Targets;
 
 /// What a run does at its few decision points; the loop itself is [`run_loop`], shared by the
@@ -290,23 +294,21 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     if !cfg.quiet {
         crate::kernel::minkernel::warn_if_lacking_ptrace();
     }
-    let mut rings = Rings::open(&mut collector)?;
-    let mut profile = Profile::new(collector, cfg.interval.is_some());
-    profile.prepare_stacks(&cfg.collector.pids);
+    let mut session = Session::new(collector, cfg.interval.is_some(), &cfg.collector.pids)?;
     for p in cfg
         .collector
         .pids
         .iter()
         .filter_map(|&pid| ProcId::of_live(pid))
     {
-        profile.registry.names.prime(p);
+        session.profile.registry.names.prime(p);
     }
     // Said once the targets' unwind tables and V8 layouts are read: their stacks are named
     // from then on without delay.
     if !cfg.quiet {
         eprintln!(
             "mmaplock-prof: attached in {:.1} ms, profiling {}; Ctrl-C to stop",
-            profile.collector.attach_time.as_secs_f64() * 1e3,
+            session.profile.collector.attach_time.as_secs_f64() * 1e3,
             describe_targets(&cfg.collector)
         );
     }
@@ -342,25 +344,22 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // Without interval reports, still read the maps every second so that exited threads'
     // entries are freed (and their names learnt) while the run goes on.
     let period = cfg.interval.unwrap_or(Duration::from_secs(1));
-    let failure = run_loop(
-        &mut profile,
-        &mut rings,
-        LoopConfig {
-            period,
-            duration: cfg.duration,
-            targets: Some(&targets),
-        },
-        &mut driver,
-    )
-    .await?
-    .err();
+    let failure = session
+        .run(
+            LoopConfig {
+                period,
+                duration: cfg.duration,
+                targets: Some(&targets),
+            },
+            &mut driver,
+        )
+        .await?
+        .err();
 
     // The last (partial) interval and the summary. Tokio's signal handlers, once installed,
     // stay for the life of the process, so a second Ctrl-C cannot cut the summary short.
-    rings.drain(&mut profile);
-    let last = profile.finish().await;
-    rings.drain(&mut profile);
-    lost::check(&profile.lost_so_far());
+    let last = session.finish().await;
+    let profile = &mut session.profile;
     if cfg.interval.is_some() && last.is_ok() {
         let r = profile.interval_report();
         sink.write_report(r)?;

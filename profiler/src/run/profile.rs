@@ -9,6 +9,7 @@ use profiler_common::exit_record;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::{
+    aggregation::Attribution,
     aggregation::{
         Totals, Window,
         blocked::{Blocked, BlockedReadings},
@@ -16,9 +17,9 @@ use crate::{
     },
     kernel::collector::{Collector, Counters, ProgramStats},
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
-    registry::ids::{self, ProcId, ThreadId},
+    registry::Registry,
     registry::stacks::StackAttribution,
-    registry::{Attribution, Registry},
+    vocab::ids::{self, ProcId, ThreadId},
 };
 
 use crate::run::SessionError;
@@ -534,7 +535,7 @@ impl Profile {
             ..Window::default()
         };
         let window = self.interval.replace(fresh).unwrap_or_default();
-        let attribution = self.registry.attribute(&window);
+        let attribution = Attribution::of(&mut self.registry, &window);
         let meta = Meta {
             kind: Kind::Interval,
             start: self.interval_start,
@@ -587,7 +588,7 @@ impl Profile {
             o.load = Some(self.collector.load_report.clone());
         }
         let total = self.total_window();
-        let attribution = self.registry.attribute(&total);
+        let attribution = Attribution::of(&mut self.registry, &total);
         let mut r = report::build(
             &total,
             &attribution,

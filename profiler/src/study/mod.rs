@@ -15,29 +15,19 @@ use std::{
 use serde::Serialize;
 
 use crate::{
+    nodework::{NodeRun, NodeRunError, NodeSpec, run_node},
     output::{
         html::study::study_page_of,
         report::{Report, Stats},
+        text::size_name,
     },
-    run::nodework::{NodeRun, NodeRunError, NodeSpec, run_node},
 };
 
 const STUDY_JS: &str = include_str!("../../study/study.js");
 const DISPOSE_C: &str = include_str!("../../study/dispose.c");
 
 /// The scenarios, named as results and tests use them.
-pub const SCENARIOS: [&str; 10] = [
-    "default",
-    "pool-256k",
-    "reuse",
-    "async",
-    "arena-1",
-    "arena-2",
-    "jemalloc",
-    "finalization-pool",
-    "slab",
-    "dispose",
-];
+pub use crate::cli::SCENARIOS;
 
 /// Where Debian's libjemalloc2 (and other distributions' jemalloc) put the library.
 const JEMALLOC: &[&str] = &[
@@ -197,16 +187,6 @@ async fn build_addon(dir: &Path) -> Result<PathBuf, StudyError> {
         ));
     }
     Ok(out)
-}
-
-pub(crate) fn size_name(kib: f64) -> String {
-    if kib < 1.0 {
-        format!("{} B", (kib * 1024.0).round())
-    } else if kib >= 1024.0 {
-        format!("{} MiB", kib / 1024.0)
-    } else {
-        format!("{kib} KiB")
-    }
 }
 
 /// A file error in `dir`.

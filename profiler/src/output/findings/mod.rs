@@ -198,7 +198,7 @@ fn pct(x: f64) -> String {
 /// A study's effect in one line: `arena-1 at 64 KiB: 1.24x throughput (1.10-1.31, 3 runs,
 /// changed), 0.46x writes`.
 pub fn effect_text(e: &Effect) -> String {
-    let size = crate::study::size_name(e.file_kib);
+    let size = crate::output::text::size_name(e.file_kib);
     let spread = if e.throughput.runs > 1 {
         format!(
             " ({:.2}-{:.2}, {} runs, {})",

@@ -162,7 +162,7 @@ fn ranking_section(study: &StudyLine) -> String {
         let _ = write!(
             out,
             "<h3>Worker threads, {} files</h3><table data-table=\"ranking\"><tr><th>scenario</th><th>throughput vs default</th><th></th><th>writes vs default</th><th></th></tr>",
-            esc(&crate::study::size_name(kib))
+            esc(&crate::output::text::size_name(kib))
         );
         for r in study.ranking.iter().filter(|r| r.file_kib == kib) {
             let _ = write!(

@@ -18,11 +18,11 @@ use std::collections::{BTreeMap, HashMap};
 use profiler_common::{SampleDone, StackSample, stack_record};
 
 use crate::{
-    aggregation::SideStats,
-    registry::ids::{self, ProcId},
     registry::perfmap::JsFunction,
     registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
     registry::v8::{self, Resolved},
+    vocab::hist::SideStats,
+    vocab::ids::{self, ProcId},
 };
 
 pub use labels::charge;

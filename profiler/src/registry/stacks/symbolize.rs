@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use crate::registry::{ids::ProcId, perfmap::JsFunction, unwind::Frame, v8::Resolved};
+use crate::registry::{perfmap::JsFunction, unwind::Frame, v8::Resolved};
+use crate::vocab::ids::ProcId;
 
 use super::{
     JsRef, OwnerStacks, StackAttribution,

@@ -24,7 +24,7 @@ use crate::{
     aggregation::{SideStats, Window},
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::report::Report,
-    run::{Driver, LoopConfig, Profile, Rings, SessionError, Targets, run_loop},
+    run::{Driver, LoopConfig, Profile, Session, SessionError, Targets},
 };
 
 /// Give up on a workload that does not answer (a broken node, a stuck machine).
@@ -125,7 +125,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         procs.push(spawn(spec, wmode, k_arg).await?);
     }
     let pids: Vec<u32> = procs.iter().filter_map(|p| p.child.id()).collect();
-    let mut collector = Collector::start(&CollectorConfig {
+    let collector = Collector::start(&CollectorConfig {
         pids: pids.clone(),
         comms: vec![],
         max_threads: crate::cli::Config::MAX_THREADS,
@@ -137,9 +137,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         children: false,
         blockers: spec.blockers,
     })?;
-    let mut rings = Rings::open(&mut collector)?;
-    let mut profile = Profile::new(collector, false);
-    profile.prepare_stacks(&pids);
+    let mut session = Session::new(collector, false, &pids)?;
     // Start everyone together.
     for p in &mut procs {
         if let Some(stdin) = p.child.stdin.as_mut() {
@@ -159,17 +157,24 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         }
     }
     let targets = Targets::open(&pids)?;
-    run_loop(
-        &mut profile,
-        &mut rings,
-        LoopConfig {
-            period: Duration::from_secs(1),
-            duration: None,
-            targets: Some(&targets),
-        },
-        &mut Quiet,
-    )
-    .await??;
+    // A failure while running ends the loop, not the run: what was gathered until then is
+    // finished and reported like the rest (the failure is said).
+    if let Err(e) = session
+        .run(
+            LoopConfig {
+                period: Duration::from_secs(1),
+                duration: None,
+                targets: Some(&targets),
+            },
+            &mut Quiet,
+        )
+        .await?
+    {
+        eprintln!(
+            "mmaplock-prof: {e}; the {} run reports what was gathered until then",
+            spec.mode
+        );
+    }
     let mut reads = 0u64;
     let mut elapsed_ms = 0f64;
     for p in &mut procs {
@@ -188,9 +193,13 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         }
     }
     // Every participant has exited, its exit_mmap included: the kernel maps are complete.
-    rings.drain(&mut profile);
-    profile.finish().await?;
-    rings.drain(&mut profile);
+    if let Err(e) = session.finish().await {
+        eprintln!(
+            "mmaplock-prof: {e}; the {} run reports what was gathered until then",
+            spec.mode
+        );
+    }
+    let profile = &mut session.profile;
     let mut report = profile.summary();
     report.processes.retain(|p| pids.contains(&p.pid));
     crate::output::findings::attach(&mut report, None);
@@ -233,7 +242,7 @@ mod tests {
     use crate::{
         aggregation::{DurationHist, ThreadAgg},
         output::report::Stats,
-        registry::ids::{ProcId, ThreadId},
+        vocab::ids::{ProcId, ThreadId},
     };
 
     /// `n` acquisitions that each waited `wait_ns` (log2 bucket of the kernel's).

@@ -223,11 +223,11 @@ impl SideStats {
     }
 
     /// Has the kernel entry anything new since `self` (its cumulative total)?
-    pub(super) fn unchanged(&self, cur: &LockStats) -> bool {
+    pub(crate) fn unchanged(&self, cur: &LockStats) -> bool {
         cur.count == self.count && cur.failed == self.failed
     }
 
-    pub(super) fn delta(cur: &LockStats, prev: &SideStats) -> SideStats {
+    pub(crate) fn delta(cur: &LockStats, prev: &SideStats) -> SideStats {
         SideStats {
             count: cur.count.wrapping_sub(prev.count),
             failed: cur.failed.wrapping_sub(prev.failed),

@@ -11,16 +11,15 @@ use std::{
 };
 
 use crate::{
-    cli::Format,
     output::{
         JsonLines, Output, Text,
         html::HtmlRecorder,
         lines::{LineFile, Pending, Trouble},
         report::{Kind, Report},
     },
+    run::SessionError,
+    vocab::Format,
 };
-
-use crate::run::SessionError;
 
 enum Out {
     Stdout,
