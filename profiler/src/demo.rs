@@ -300,5 +300,9 @@ pub async fn run(cfg: DemoConfig) -> Result<(), DemoError> {
             sink.write_str(&text(&cfg, &workers, &processes))?;
         }
     }
-    Ok(())
+    // Reported above with what it gathered; the exit says it too.
+    match workers.failure.or(processes.failure) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }

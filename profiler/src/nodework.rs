@@ -70,6 +70,10 @@ pub struct NodeRun {
     /// Write side over all of the run's processes.
     #[serde(skip)]
     pub write: SideStats,
+    /// What went wrong while profiling, if anything: the run reports what was gathered
+    /// until then, and its caller ends with an error after reporting it.
+    #[serde(skip)]
+    pub failure: Option<SessionError>,
 }
 
 struct Participant {
@@ -159,6 +163,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
     let targets = Targets::open(&pids)?;
     // A failure while running ends the loop, not the run: what was gathered until then is
     // finished and reported like the rest (the failure is said).
+    let mut failure = None;
     if let Err(e) = session
         .run(
             LoopConfig {
@@ -174,6 +179,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
             "mmaplock-prof: {e}; the {} run reports what was gathered until then",
             spec.mode
         );
+        failure = Some(e);
     }
     let mut reads = 0u64;
     let mut elapsed_ms = 0f64;
@@ -198,6 +204,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
             "mmaplock-prof: {e}; the {} run reports what was gathered until then",
             spec.mode
         );
+        failure.get_or_insert(e);
     }
     let profile = &mut session.profile;
     let mut report = profile.summary();
@@ -216,6 +223,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         },
         report,
         write,
+        failure,
     })
 }
 

@@ -255,7 +255,7 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
                             )],
                             _ => vec![],
                         };
-                        let run: NodeRun = run_node(&NodeSpec {
+                        let mut run: NodeRun = run_node(&NodeSpec {
                             node: &cfg.node,
                             script: &script,
                             mode,
@@ -266,6 +266,10 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
                             blockers: false,
                         })
                         .await?;
+                        // A measurement cut short is not one: the study stops there.
+                        if let Some(e) = run.failure.take() {
+                            return Err(NodeRunError::Session(e).into());
+                        }
                         eprintln!(
                             "[{:>3}/{total}] {:<18} {:<9} k={k} {:>8} #{}: {:>9.0} reads/s, {:>6} writes, write wait {}",
                             runs.len() + 1,
