@@ -25,7 +25,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::{
     registry::ids::{self, ProcId, ThreadId},
     registry::procmaps::{Maps, readable_path},
-    registry::threadstart::{libc_identity, read_memory, start_routine_offset},
+    registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -178,7 +178,9 @@ struct ProcessEntry {
 pub struct Roles {
     /// None: calibration failed (not glibc, or not x86_64); roles then come from names only.
     offset: Option<u64>,
-    our_libc: Option<(u64, u64)>,
+    /// Our C library, by build id: a process using the same build (a container's copy
+    /// included) keeps `start_routine` at the calibrated offset.
+    our_libc: Option<LibcIdentity>,
     processes: HashMap<ProcId, ProcessEntry>,
     symbolizer: Symbolizer,
     /// The profiler's own pid: its threads are `profiler` (settable for tests, which use
@@ -337,13 +339,13 @@ impl Roles {
             fsbase + offset
         );
         let addr = addr?;
-        let our_libc = self.our_libc;
+        let our_libc = &self.our_libc;
         let entry = self.processes.entry(owner).or_default();
         let (maps, same) = match &mut entry.maps {
             Some(m) => m,
             None => {
                 let maps = Maps::read_code(pid).ok()?;
-                let same = our_libc.is_some() && libc_identity(pid, &maps) == our_libc;
+                let same = our_libc.is_some() && libc_identity(pid, &maps) == *our_libc;
                 entry.maps.insert((maps, same))
             }
         };
