@@ -18,7 +18,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod containers;
 pub mod nodes;
+pub mod scrape;
 
 /// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one
 /// write acquisition of the process's mmap_lock (the ground-truth helpers' building block).

@@ -305,6 +305,16 @@ impl Roles {
         }
     }
 
+    /// A process exec'd: its maps and C library are the old image's, and so were its threads
+    /// but the one that exec'd (the kernel ends the others first). Threads alive now were
+    /// started by the new image, perhaps already observed: they keep their roles.
+    pub fn forget_image(&mut self, p: ProcId, alive: impl Fn(ThreadId) -> bool) {
+        if let Some(e) = self.processes.get_mut(&p) {
+            e.maps = None;
+            e.threads.retain(|&t, _| t.tid != p.pid && alive(t));
+        }
+    }
+
     /// Forgets a process that exited: its maps, its C library, and the threads still noted
     /// on its lock.
     pub fn forget_process(&mut self, p: ProcId) {
