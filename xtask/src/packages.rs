@@ -10,6 +10,49 @@ pub fn ensure_prometheus() -> Result<()> {
     ensure("prometheus", &["/usr/bin/prometheus", "/usr/bin/promtool"])
 }
 
+/// Debian's `podman` and `runc` (crun, podman's default elsewhere, refuses this host kind's
+/// hybrid cgroup layout), for the container tests and `cargo xtask image`.
+pub fn ensure_podman() -> Result<()> {
+    ensure("runc", &["/usr/sbin/runc"])?;
+    ensure("podman", &["/usr/bin/podman"])
+}
+
+/// Where the Kubernetes manifests' validator is installed (npm packages, not global).
+pub fn k8s_validator_dir() -> std::path::PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
+    home.join(".cache/mmaplock-prof/k8s-validator")
+}
+
+/// The npm packages that validate deploy/kubernetes/ against Kubernetes' and the Prometheus
+/// Operator's schemas, offline (the schemas ship inside them): `kubernetes-models`,
+/// `@kubernetes-models/prometheus-operator`, and `yaml` to read the manifests.
+pub fn ensure_k8s_validator() -> Result<()> {
+    let dir = k8s_validator_dir();
+    let wanted = [
+        "node_modules/kubernetes-models/package.json",
+        "node_modules/@kubernetes-models/prometheus-operator/package.json",
+        "node_modules/yaml/package.json",
+    ];
+    if wanted.iter().all(|f| dir.join(f).exists()) {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: installing the Kubernetes manifests' validator (npm) into {}",
+        dir.display()
+    );
+    std::fs::create_dir_all(&dir)?;
+    crate::run(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .args([
+                "kubernetes-models@5",
+                "@kubernetes-models/prometheus-operator@6",
+                "yaml@2",
+            ]),
+    )
+}
+
 /// Debian's `chromium`, for the tests that render the HTML reports in a real browser.
 pub fn ensure_chromium() -> Result<()> {
     ensure("chromium", &["/usr/bin/chromium"])
