@@ -723,6 +723,25 @@ pub fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
         .sum()
 }
 
+/// In folded stacks (`--stacks`): sampled `mmap` writes (innermost frame mmap), and how many of them have `needle`.
+pub fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
+    let mut all = (0, 0);
+    for l in folded.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        let innermost = stack.rsplit(';').next().unwrap_or("");
+        if innermost.contains("mmap") && !innermost.contains("munmap") {
+            all.0 += n;
+            if stack.contains(needle) {
+                all.1 += n;
+            }
+        }
+    }
+    all
+}
+
 /// The value of an unlabelled gauge in a Prometheus text exposition.
 pub fn metric_gauge(text: &str, metric: &str) -> u64 {
     text.lines()

@@ -15,7 +15,7 @@ use std::{collections::BTreeMap, time::Duration};
 use integration_tests::{
     Profiler, Workload,
     containers::{self, Container, FIXTURES_IN_IMAGE, NODE_IN_IMAGE},
-    metric_sum, process, require_root_and_tracepoints,
+    metric_sum, mmap_samples, process, require_root_and_tracepoints,
     scrape::Agent,
     skip_because,
 };
@@ -349,25 +349,6 @@ fn profile_jsframes(image: &str, node_flags: &[&str], sample: u32, rounds: u32) 
         p,
         std::fs::read_to_string(&folded).expect("the folded stacks"),
     )
-}
-
-/// Sampled `mmap` writes (innermost frame mmap), and how many of them have `needle`.
-fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
-    let mut all = (0, 0);
-    for l in folded.lines() {
-        let Some((stack, n)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let n: u64 = n.parse().unwrap_or(0);
-        let innermost = stack.rsplit(';').next().unwrap_or("");
-        if innermost.contains("mmap") && !innermost.contains("munmap") {
-            all.0 += n;
-            if stack.contains(needle) {
-                all.1 += n;
-            }
-        }
-    }
-    all
 }
 
 /// The code a container's process ran is named as the container sees it: node's file is
