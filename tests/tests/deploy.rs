@@ -130,6 +130,26 @@ fn the_kubernetes_manifests_pass_schema_validation() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
+    // Kubernetes' own kinds, strictly (no field the API does not know).
+    let strict = |files: &[PathBuf]| {
+        let out = Command::new(dir.join("venv/bin/kubernetes-validate"))
+            .args(["--strict", "--no-warn"])
+            .args(files)
+            .output()
+            .expect("run kubernetes-validate");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let core: Vec<PathBuf> = ["daemonset.yaml", "service.yaml"]
+        .iter()
+        .map(|f| deploy(&format!("kubernetes/{f}")))
+        .collect();
+    let (ok, text) = strict(&core);
+    assert!(ok && text.matches("passed").count() == 2, "{text}");
     let (ok, text) = validate_k8s(&dir, &files);
     assert!(ok, "{text}");
     for kind in ["DaemonSet", "Service", "PodMonitor", "ServiceMonitor"] {
@@ -172,8 +192,15 @@ fn the_kubernetes_manifests_pass_schema_validation() {
         format!("{}  podMetricsEndpoints: metrics\n", &pm[..endpoints]),
     )
     .unwrap();
-    for bad in [bad_ds, bad_pm] {
-        let (ok, text) = validate_k8s(&dir, std::slice::from_ref(&bad));
+    for bad in [&bad_ds, &bad_pm] {
+        let (ok, text) = validate_k8s(&dir, std::slice::from_ref(bad));
         assert!(!ok && text.contains("invalid"), "{}: {text}", bad.display());
+    }
+    // And a field the API does not know (a typo the API server would drop).
+    let typo = tmp.path().join("typo.yaml");
+    std::fs::write(&typo, ds.replace("hostPID: true", "hostPid: true")).unwrap();
+    for bad in [bad_ds, typo] {
+        let (ok, text) = strict(std::slice::from_ref(&bad));
+        assert!(!ok && text.contains("ERROR"), "{}: {text}", bad.display());
     }
 }

@@ -23,11 +23,27 @@ pub fn k8s_validator_dir() -> std::path::PathBuf {
     home.join(".cache/mmaplock-prof/k8s-validator")
 }
 
-/// The npm packages that validate deploy/kubernetes/ against Kubernetes' and the Prometheus
-/// Operator's schemas, offline (the schemas ship inside them): `kubernetes-models`,
-/// `@kubernetes-models/prometheus-operator`, and `yaml` to read the manifests.
+/// The validators of deploy/kubernetes/, offline (the schemas ship inside the packages):
+/// PyPI's `kubernetes-validate` (Kubernetes' own schemas, strict: an unknown field is an
+/// error), in a virtualenv of its own; and, for the Prometheus Operator's kinds, which it has
+/// no schema for, the npm packages `kubernetes-models` and
+/// `@kubernetes-models/prometheus-operator` (with `yaml` to read the manifests).
 pub fn ensure_k8s_validator() -> Result<()> {
     let dir = k8s_validator_dir();
+    let venv = dir.join("venv");
+    if !venv.join("bin/kubernetes-validate").exists() {
+        eprintln!(
+            "xtask: installing kubernetes-validate (PyPI) into {}",
+            venv.display()
+        );
+        std::fs::create_dir_all(&dir)?;
+        crate::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        crate::run(
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check"])
+                .arg("kubernetes-validate==1.37.0"),
+        )?;
+    }
     let wanted = [
         "node_modules/kubernetes-models/package.json",
         "node_modules/@kubernetes-models/prometheus-operator/package.json",
