@@ -18,7 +18,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod containers;
 pub mod nodes;
+pub mod scrape;
 
 /// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one
 /// write acquisition of the process's mmap_lock (the ground-truth helpers' building block).
@@ -719,6 +721,25 @@ pub fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
         .filter(|l| with.iter().all(|w| l.contains(w)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// In folded stacks (`--stacks`): sampled `mmap` writes (innermost frame mmap), and how many of them have `needle`.
+pub fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
+    let mut all = (0, 0);
+    for l in folded.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        let innermost = stack.rsplit(';').next().unwrap_or("");
+        if innermost.contains("mmap") && !innermost.contains("munmap") {
+            all.0 += n;
+            if stack.contains(needle) {
+                all.1 += n;
+            }
+        }
+    }
+    all
 }
 
 /// The value of an unlabelled gauge in a Prometheus text exposition.

@@ -5,7 +5,9 @@
 
 use std::process::Command;
 
-use integration_tests::{Profiler, Workload, fixture, process, require_root_and_tracepoints};
+use integration_tests::{
+    Profiler, Workload, fixture, mmap_samples, process, require_root_and_tracepoints,
+};
 use serde_json::Value;
 
 /// Runs the fixture under `node NODE_FLAGS`, profiled with one write's stack in `sample`
@@ -64,25 +66,6 @@ fn samples_with(folded: &str, needle: &str) -> u64 {
         .filter(|l| l.contains(needle))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
-}
-
-/// Sampled `mmap` writes (innermost frame mmap), and how many of them have `needle`.
-fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
-    let mut all = (0, 0);
-    for l in folded.lines() {
-        let Some((stack, n)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let n: u64 = n.parse().unwrap_or(0);
-        let innermost = stack.rsplit(';').next().unwrap_or("");
-        if innermost.contains("mmap") && !innermost.contains("munmap") {
-            all.0 += n;
-            if stack.contains(needle) {
-                all.1 += n;
-            }
-        }
-    }
-    all
 }
 
 #[test]

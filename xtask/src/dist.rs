@@ -44,7 +44,7 @@ const GLIBC_LIBS: [&str; 9] = [
     "libgcc_s.so",
 ];
 
-pub fn dist(linker_dir: &Path) -> Result<()> {
+pub fn dist(linker_dir: &Path) -> Result<PathBuf> {
     let root = workspace_root();
     run(cargo(linker_dir)?.args([
         "build",
@@ -54,14 +54,22 @@ pub fn dist(linker_dir: &Path) -> Result<()> {
         "--bin",
         "mmaplock-prof",
     ]))?;
-    let dist = root.join("target/dist");
+    pack(
+        &root.join("target/release/mmaplock-prof"),
+        &root.join("target/dist"),
+    )
+}
+
+/// Packs `binary` (a release build, or the tests' debug one for the tests' image) with
+/// everything else into `dist`/NAME.tar.gz; its path.
+pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
+    let root = workspace_root();
     let stage_root = dist.join("stage");
     let _ = fs::remove_dir_all(&stage_root);
     fs::create_dir_all(&stage_root)?;
     // Copied first: the target directory is shared, and another build may replace it.
     let staged_bin = stage_root.join("mmaplock-prof");
-    fs::copy(root.join("target/release/mmaplock-prof"), &staged_bin)
-        .context("copy target/release/mmaplock-prof")?;
+    fs::copy(binary, &staged_bin).with_context(|| format!("copy {}", binary.display()))?;
     let version = binary_version(&staged_bin)?;
     let name = format!("mmaplock-prof-{version}-{}-linux", std::env::consts::ARCH);
     let stage = stage_root.join(&name);
@@ -99,7 +107,7 @@ pub fn dist(linker_dir: &Path) -> Result<()> {
     // Still runs, stripped.
     output(Command::new(&bin).arg("--version"))?;
 
-    fs::create_dir_all(&dist)?;
+    fs::create_dir_all(dist)?;
     let tarball = dist.join(format!("{name}.tar.gz"));
     let _ = fs::remove_file(&tarball);
     run(Command::new("tar")
@@ -128,7 +136,7 @@ pub fn dist(linker_dir: &Path) -> Result<()> {
         libs.join(", ")
     );
     println!("  install: tar xzf {name}.tar.gz && sudo ./{name}/install.sh (docs/install.md)");
-    Ok(())
+    Ok(tarball)
 }
 
 /// The files to ship besides the binary and install.sh: (source, path in the tarball), sorted

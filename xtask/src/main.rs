@@ -4,6 +4,7 @@
 
 mod bench;
 mod dist;
+mod image;
 mod layers;
 mod packages;
 mod soak;
@@ -60,6 +61,13 @@ enum Cmd {
     /// Build the release binary and pack it with the systemd unit, dashboards, rules, docs and
     /// an install.sh: target/dist/mmaplock-prof-VERSION-ARCH-linux.tar.gz.
     Dist,
+    /// Build the dist tarball, then an OCI image of the agent from it with podman (`FROM
+    /// scratch`: the binary and the C library it links, nothing else): mmaplock-prof:VERSION.
+    Image {
+        /// The image's name (default localhost/mmaplock-prof:VERSION).
+        #[arg(long)]
+        tag: Option<String>,
+    },
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -130,6 +138,11 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     packages::ensure_chromium()?;
     packages::ensure_jemalloc()?;
     packages::ensure_node18_builtins()?;
+    packages::ensure_podman()?;
+    packages::ensure_k8s_validator()?;
+    // The project's own image, as `cargo xtask image` makes it, from this (debug) build: for
+    // the test that runs it (tests/tests/image.rs).
+    let test_image = test_image()?;
     if !is_root() {
         eprintln!(
             "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"
@@ -152,6 +165,9 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     ]);
     cmd.args(args);
     cmd.env(SKIP_FILE_ENV, &skip_file);
+    if let Some(tag) = &test_image {
+        cmd.env(TEST_IMAGE_ENV, tag);
+    }
     let (mut tally, status) = run_counting_tests(&mut cmd)?;
     let skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
     let _ = std::fs::remove_file(&skip_file);
@@ -165,6 +181,23 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
         bail!("{cmd:?} failed: {status}");
     }
     ci_verdict(under_ci(), &skips)
+}
+
+/// The variable naming the project's image for the tests (built from the debug binary).
+const TEST_IMAGE_ENV: &str = "MMAPLOCK_PROF_TEST_IMAGE";
+
+/// The image of this build's (debug) binary, packed as `cargo xtask dist` packs a release one;
+/// None where podman cannot be had (not root: the test then says so).
+fn test_image() -> Result<Option<String>> {
+    if !is_root() || !Path::new("/usr/bin/podman").exists() {
+        return Ok(None);
+    }
+    let root = workspace_root();
+    let tarball = dist::pack(
+        &root.join("target/debug/mmaplock-prof"),
+        &root.join("target/dist-test"),
+    )?;
+    image::build(&tarball, Some(image::TEST_TAG)).map(Some)
 }
 
 /// Clippy on the eBPF crate for its own target (it is never built for the host, so the
@@ -344,7 +377,12 @@ fn main() -> Result<()> {
         Cmd::Demo { args } => demo(&linker_dir, &args),
         Cmd::Bench(args) => bench::run(&linker_dir, args),
         Cmd::Soak(args) => soak::run(&linker_dir, args),
-        Cmd::Dist => dist::dist(&linker_dir),
+        Cmd::Dist => dist::dist(&linker_dir).map(|_| ()),
+        Cmd::Image { tag } => {
+            packages::ensure_podman()?;
+            let tarball = dist::dist(&linker_dir)?;
+            image::build(&tarball, tag.as_deref()).map(|_| ())
+        }
     }
 }
 

@@ -10,6 +10,65 @@ pub fn ensure_prometheus() -> Result<()> {
     ensure("prometheus", &["/usr/bin/prometheus", "/usr/bin/promtool"])
 }
 
+/// Debian's `podman` and `runc` (crun, podman's default elsewhere, refuses this host kind's
+/// hybrid cgroup layout), for the container tests and `cargo xtask image`.
+pub fn ensure_podman() -> Result<()> {
+    ensure("runc", &["/usr/sbin/runc"])?;
+    ensure("podman", &["/usr/bin/podman"])
+}
+
+/// Where the Kubernetes manifests' validator is installed (npm packages, not global).
+pub fn k8s_validator_dir() -> std::path::PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
+    home.join(".cache/mmaplock-prof/k8s-validator")
+}
+
+/// The validators of deploy/kubernetes/, offline (the schemas ship inside the packages):
+/// PyPI's `kubernetes-validate` (Kubernetes' own schemas, strict: an unknown field is an
+/// error), in a virtualenv of its own; and, for the Prometheus Operator's kinds, which it has
+/// no schema for, the npm packages `kubernetes-models` and
+/// `@kubernetes-models/prometheus-operator` (with `yaml` to read the manifests).
+pub fn ensure_k8s_validator() -> Result<()> {
+    let dir = k8s_validator_dir();
+    let venv = dir.join("venv");
+    if !venv.join("bin/kubernetes-validate").exists() {
+        eprintln!(
+            "xtask: installing kubernetes-validate (PyPI) into {}",
+            venv.display()
+        );
+        std::fs::create_dir_all(&dir)?;
+        crate::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        crate::run(
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check"])
+                .arg("kubernetes-validate==1.37.0"),
+        )?;
+    }
+    let wanted = [
+        "node_modules/kubernetes-models/package.json",
+        "node_modules/@kubernetes-models/prometheus-operator/package.json",
+        "node_modules/yaml/package.json",
+    ];
+    if wanted.iter().all(|f| dir.join(f).exists()) {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: installing the Kubernetes manifests' validator (npm) into {}",
+        dir.display()
+    );
+    std::fs::create_dir_all(&dir)?;
+    crate::run(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .args([
+                "kubernetes-models@5",
+                "@kubernetes-models/prometheus-operator@6",
+                "yaml@2",
+            ]),
+    )
+}
+
 /// Debian's `chromium`, for the tests that render the HTML reports in a real browser.
 pub fn ensure_chromium() -> Result<()> {
     ensure("chromium", &["/usr/bin/chromium"])

@@ -90,6 +90,9 @@ pub struct PerfMap {
     skipping: bool,
     /// Nothing more is read (refused, or read up to the bound).
     done: bool,
+    /// The file last read, kept open: once the process is gone, its path may name nothing
+    /// (a container's /tmp goes with it), but what it wrote before its exit is still there.
+    held: Option<fs::File>,
 }
 
 /// The pid of `pid` in its own (innermost) pid namespace, from `/proc/PID/status`.
@@ -109,6 +112,19 @@ fn started_at(pid: u32) -> Option<SystemTime> {
         .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
     let since_boot = Duration::from_secs_f64(ticks as f64 / ids::clock_ticks() as f64);
     Some(UNIX_EPOCH + Duration::from_secs(btime) + since_boot)
+}
+
+/// A file held open, as [`untrusted::open`] would describe it now (its size has grown).
+fn reopened(file: fs::File) -> Option<untrusted::Opened> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = file.metadata().ok()?;
+    Some(untrusted::Opened {
+        size: meta.len(),
+        inode: meta.ino(),
+        dev: meta.dev(),
+        mtime: meta.mtime(),
+        file,
+    })
 }
 
 /// Where the perf map of `pid` may be: through its root while it lives, else this host's
@@ -198,7 +214,12 @@ impl PerfMap {
                 untrusted::warn_once(&self.path, &format_args!("not read as a perf map: {e}"));
                 self.done = true;
             }
-            Err(e) => log::debug!("{}: {e}", self.path.display()),
+            Err(e) => {
+                log::debug!("{}: {e}", self.path.display());
+                if let Some(o) = self.held.take().and_then(reopened) {
+                    self.read_from(o);
+                }
+            }
         }
     }
 
@@ -235,6 +256,7 @@ impl PerfMap {
             );
             self.done = true;
         }
+        self.held = Some(o.file);
     }
 
     /// Takes whole lines from `bytes`; a partial last line waits for its newline.
@@ -390,6 +412,27 @@ mod tests {
         );
         // Each byte was read once.
         assert_eq!(m.read_len, fs::metadata(&path).unwrap().len());
+    }
+
+    /// A container's perf map goes with the container: what was appended before it went is
+    /// read from the file held open.
+    #[test]
+    fn lines_appended_before_the_file_went_away_are_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf-3.map");
+        fs::write(&path, "7f0000001000 10 JS:*a /x.js:1:1\n").unwrap();
+        let mut m = map_of(&path);
+        m.refresh();
+        assert_eq!(m.len(), 1);
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"7f0000002000 10 JS:*b /x.js:2:1\n").unwrap();
+        drop(f);
+        fs::remove_file(&path).unwrap();
+        m.refresh();
+        assert_eq!(m.len(), 2, "read from the file held open");
+        assert!(matches!(m.lookup(0x7f0000002005), Some(JitName::Js(f)) if f.name == "b"));
+        m.refresh();
+        assert_eq!(m.len(), 2);
     }
 
     #[test]

@@ -110,6 +110,12 @@ static READABLE: Mutex<Option<Memo>> = Mutex::new(None);
 static HELD: Mutex<Option<HashMap<(u64, u64), File>>> = Mutex::new(None);
 
 fn find_readable(pid: u32, m: &Mapping, path: &Path) -> Option<PathBuf> {
+    // The very file may be held already, opened through another of its mappings (V8 maps
+    // node's builtins a second time, elsewhere): then it needs no path at all, which matters
+    // once the process is gone and its path names nothing here (a container's file).
+    if let Some(held) = held_by_identity(m) {
+        return Some(held);
+    }
     let mut candidates = Vec::with_capacity(3);
     if let Ok(rel) = path.strip_prefix("/") {
         candidates.push(Path::new(&format!("/proc/{pid}/root")).join(rel));
@@ -131,6 +137,19 @@ fn find_readable(pid: u32, m: &Mapping, path: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// The file of mapping `m` if it is among those kept open: same device and inode (an inode
+/// is not reused while we hold the file open, so this is the file the process mapped).
+fn held_by_identity(m: &Mapping) -> Option<PathBuf> {
+    let (major, minor) = m.dev.split_once(':')?;
+    let dev = libc::makedev(
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    );
+    let held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    let f = held.as_ref()?.get(&(dev, m.inode))?;
+    Some(PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())))
 }
 
 /// Keeps `o` open (or the same file already kept) and names it by our descriptor.
@@ -218,7 +237,7 @@ mod tests {
             std::fs::metadata(&exe).unwrap().ino()
         );
         // Asked again: the same descriptor.
-        assert_eq!(readable_path(me, m), Some(p));
+        assert_eq!(readable_path(me, m), Some(p.clone()));
         // A path that names another file now (replaced on disk): not that file.
         let mut replaced = m.clone();
         replaced.path = Some("/etc/hostname".into());
@@ -230,6 +249,12 @@ mod tests {
                 .is_none_or(|p| std::fs::metadata(p).unwrap().ino() == m.inode),
             "{other:?}"
         );
+        // Another mapping of the same file, under a path that names nothing here (a
+        // container's, once the process is gone): the file already held.
+        let mut elsewhere = m.clone();
+        elsewhere.path = Some("/no/such/dir/exe".into());
+        elsewhere.start += 2;
+        assert_eq!(readable_path(me, &elsewhere), Some(p.clone()));
         // Anonymous memory: nothing to read.
         let mut anon = m.clone();
         anon.path = None;

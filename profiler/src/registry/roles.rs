@@ -24,7 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
     registry::procmaps::{Maps, readable_path},
-    registry::threadstart::{libc_identity, read_memory, start_routine_offset},
+    registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
     vocab::ids::{self, ProcId, ThreadId},
 };
 
@@ -178,7 +178,9 @@ struct ProcessEntry {
 pub struct Roles {
     /// None: calibration failed (not glibc, or not x86_64); roles then come from names only.
     offset: Option<u64>,
-    our_libc: Option<(u64, u64)>,
+    /// Our C library, by build id: a process using the same build (a container's copy
+    /// included) keeps `start_routine` at the calibrated offset.
+    our_libc: Option<LibcIdentity>,
     processes: HashMap<ProcId, ProcessEntry>,
     symbolizer: Symbolizer,
     /// The profiler's own pid: its threads are `profiler` (settable for tests, which use
@@ -303,6 +305,16 @@ impl Roles {
         }
     }
 
+    /// A process exec'd: its maps and C library are the old image's, and so were its threads
+    /// but the one that exec'd (the kernel ends the others first). Threads alive now were
+    /// started by the new image, perhaps already observed: they keep their roles.
+    pub fn forget_image(&mut self, p: ProcId, alive: impl Fn(ThreadId) -> bool) {
+        if let Some(e) = self.processes.get_mut(&p) {
+            e.maps = None;
+            e.threads.retain(|&t, _| t.tid != p.pid && alive(t));
+        }
+    }
+
     /// Forgets a process that exited: its maps, its C library, and the threads still noted
     /// on its lock.
     pub fn forget_process(&mut self, p: ProcId) {
@@ -337,13 +349,13 @@ impl Roles {
             fsbase + offset
         );
         let addr = addr?;
-        let our_libc = self.our_libc;
+        let our_libc = &self.our_libc;
         let entry = self.processes.entry(owner).or_default();
         let (maps, same) = match &mut entry.maps {
             Some(m) => m,
             None => {
                 let maps = Maps::read_code(pid).ok()?;
-                let same = our_libc.is_some() && libc_identity(pid, &maps) == our_libc;
+                let same = our_libc.is_some() && libc_identity(pid, &maps) == *our_libc;
                 entry.maps.insert((maps, same))
             }
         };

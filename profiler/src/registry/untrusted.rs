@@ -111,7 +111,8 @@ impl Policy {
         }
     }
 
-    /// An ELF file of the process's whose inode is not known here.
+    /// An ELF file whose inode is not known here (tests).
+    #[cfg(test)]
     pub const ELF: Policy = Policy {
         owner: None,
         max_size: MAX_ELF_BYTES,

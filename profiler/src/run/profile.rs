@@ -196,6 +196,10 @@ impl Profile {
                 }
             }
         })?;
+        // The notices of execs that happened while the reading ran: what it read of a
+        // process's new image is labelled after that image (a container's node, not the
+        // runtime's init that exec'd it), since the interval is attributed before the next.
+        self.take_exit_notices();
         self.counters = counters;
         // The threads' time alive and on CPU, before the exited ones are retired.
         self.totals.tick(ids::boot_ns(), self.interval.as_mut());
@@ -280,7 +284,9 @@ impl Profile {
         self.execs.push(p);
         self.registry.names.forget(p);
         self.registry.names.prime(p);
-        self.registry.roles.forget_process(p);
+        self.registry
+            .roles
+            .forget_image(p, |t| !ids::thread_has_exited(p.pid, t));
         if let Some(stacks) = self.stacks.as_mut() {
             stacks.forget_process(p);
         }
@@ -386,11 +392,15 @@ impl Profile {
     /// report through its retired threads' totals).
     fn forget_process(&mut self, owner: ProcId) {
         // The name is part of the results: it moves to the totals.
+        // And to the interval it leaves in: its last report is still to come, and its main
+        // thread's name may be another image's (runc's init, before it exec'd node).
         if let Some(name) = self.registry.names.cached(owner) {
             self.totals.name_process(owner, name.to_string());
+            if let Some(w) = self.interval.as_mut() {
+                w.names.insert(owner, name.to_string());
+            }
         }
-        // Its cgroup too, and in the interval it leaves in (its last report is still to
-        // come: the agent labels it by its cgroup).
+        // Its cgroup too, in the interval as well (the agent labels it by its cgroup).
         if let Some(c) = self.registry.cgroups.get(owner) {
             self.totals.cgroup_process(owner, c.to_string());
             if let Some(w) = self.interval.as_mut() {

@@ -1,0 +1,238 @@
+//! The agent and a real Prometheus for the integration tests: the agent on a free loopback
+//! port, Prometheus (the Debian package, which `cargo xtask test` installs when missing)
+//! scraping it with storage of its own, each killed on drop; and the shipped dashboard's
+//! queries, ready for Prometheus.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::profiler_bin;
+
+/// A port free now on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The agent, killed on drop.
+pub struct Agent {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Agent {
+    pub fn start(args: &[&str]) -> Self {
+        Self::start_with_limit(args, None)
+    }
+
+    /// The agent, under an open-file limit (soft and hard) if given.
+    pub fn start_with_limit(args: &[&str], nofile: Option<u64>) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(profiler_bin());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt as _;
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: setrlimit is async-signal-safe, and only changes the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = cmd
+            .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the agent");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("agent: {l}");
+                let _ = tx.send(l);
+            }
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) if l.contains("serving") => break,
+                Ok(_) => {}
+                Err(_) => panic!("the agent did not start"),
+            }
+        }
+        Agent { child, port }
+    }
+
+    pub fn metrics(&self) -> String {
+        let r = ureq::get(&format!("http://127.0.0.1:{}/metrics", self.port))
+            .call()
+            .expect("GET /metrics");
+        // (Not `into_string`: with a series per pid the page passes its 10 MB cap.)
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut r.into_reader(), &mut text).expect("text");
+        text
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Prometheus server scraping `targets` every second, with its own storage; killed on drop.
+pub struct Prometheus {
+    child: Child,
+    pub port: u16,
+    _dir: PathBuf,
+}
+
+pub fn prometheus_bin() -> Option<PathBuf> {
+    ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+impl Prometheus {
+    pub fn start(bin: &Path, target_port: u16) -> Self {
+        Self::start_with(bin, target_port, &[])
+    }
+
+    pub fn start_with(bin: &Path, target_port: u16, flags: &[&str]) -> Self {
+        Self::start_scraping(
+            bin,
+            &format!(
+                "  - job_name: mmaplock\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+            ),
+            flags,
+        )
+    }
+
+    /// Prometheus with these `scrape_configs` entries (YAML, indented as list items).
+    pub fn start_scraping(bin: &Path, scrape_configs: &str, flags: &[&str]) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Its own directory: a test may run two at once.
+        let dir = std::env::temp_dir().join(format!("mmaplock-prom-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        let p = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ureq::get(&format!("http://127.0.0.1:{port}/-/ready"))
+            .call()
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "prometheus did not get ready");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// An instant query: its result vector (panics on a PromQL error).
+    pub fn query(&self, q: &str) -> Vec<Value> {
+        let body: Value = ureq::get(&format!("http://127.0.0.1:{}/api/v1/query", self.port))
+            .query("query", q)
+            .call()
+            .unwrap_or_else(|e| panic!("query {q}: {e}"))
+            .into_json()
+            .expect("json");
+        assert_eq!(body["status"], "success", "{q}: {body}");
+        body["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The single value of a query's result (None while it has none).
+    pub fn value(&self, q: &str) -> Option<f64> {
+        let r = self.query(q);
+        r.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+/// Every `targets[].expr` of the dashboard (rows' nested panels included), with Grafana's
+/// macros and template variables replaced as deploy/README.md says, and whether its panel
+/// may show no data.
+pub fn dashboard_queries() -> Vec<(String, bool)> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mmaplock-dashboard.json");
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    fn walk(panels: &Value, out: &mut Vec<(String, bool)>) {
+        for p in panels.as_array().into_iter().flatten() {
+            walk(&p["panels"], out);
+            let optional = p["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("May show no data:"));
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(e) = t["expr"].as_str() {
+                    let e = e
+                        .replace("$__rate_interval", "1m")
+                        .replace("$__range", "1m")
+                        .replace("$__interval", "1m")
+                        .replace("$instance", ".*")
+                        .replace("$process", ".*")
+                        .replace("$cgroup", ".*");
+                    assert!(!e.contains('$'), "unsubstituted: {e}");
+                    out.push((e, optional));
+                }
+            }
+        }
+    }
+    walk(&d["panels"], &mut out);
+    out
+}

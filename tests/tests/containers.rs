@@ -1,0 +1,422 @@
+//! ROOT-ONLY: Node.js in real containers (podman, runtime runc; `cargo xtask test` installs
+//! both), from an image the tests build from this host's node and its libraries
+//! (`integration_tests::containers`: node at `/opt/node/bin/node`, glibc a byte-identical copy
+//! of the host's, another inode on another device).
+//!
+//! What a container changes, each against ground truth: the agent's `process` and `cgroup`
+//! labels when runc's init is selected before it execs node (`podman create; init; start`) and
+//! in a plain `podman run`; thread roles (the Workers' tids as the container sees them, mapped
+//! to the host's through NSpid); JavaScript names from the perf map in the container's own
+//! /tmp, and from V8's heap with no flag; the files of the stacks named as the container sees
+//! them, after it has exited.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use integration_tests::{
+    Profiler, Workload,
+    containers::{self, Container, FIXTURES_IN_IMAGE, NODE_IN_IMAGE},
+    metric_sum, mmap_samples, process, require_root_and_tracepoints,
+    scrape::Agent,
+    skip_because,
+};
+use serde_json::Value;
+
+/// Root, the tracepoints, podman and the node image; None (the test skipped) without them.
+fn image() -> Option<String> {
+    if !require_root_and_tracepoints() {
+        return None;
+    }
+    match containers::node_image() {
+        Ok(tag) => Some(tag),
+        Err(why) => {
+            skip_because(&format!("no container image: {why}"));
+            None
+        }
+    }
+}
+
+/// The cgroup under which podman puts its containers here (runc, cgroupfs manager).
+fn libpod_parent() -> String {
+    let manager = containers::output(containers::podman().args([
+        "info",
+        "--format",
+        "{{.Host.CgroupManager}}",
+    ]))
+    .unwrap_or_default();
+    if manager == "systemd" {
+        "/machine.slice".into()
+    } else {
+        "/libpod_parent".into()
+    }
+}
+
+/// Waits (20 s at most) until the agent's metrics satisfy `done`; the last page.
+fn metrics_until(agent: &Agent, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = agent.metrics();
+        if done(&text) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent's metrics never got there:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The `process` labels of every series of the agent's page in `cgroup`.
+fn processes_in(text: &str, cgroup: &str) -> std::collections::BTreeSet<String> {
+    let needle = format!("cgroup=\"{cgroup}\"");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&needle))
+        .filter_map(|l| {
+            let rest = l.split_once("process=\"")?.1;
+            Some(rest.split_once('"')?.0.to_string())
+        })
+        .collect()
+}
+
+/// `podman create`, `podman init`, 2.5 s, `podman start`: runc's init (`runc:[2:INIT]`) waits
+/// in the container's cgroup, selected by the agent, before it execs node. Every series and
+/// every NDJSON record of that cgroup must name node, none runc's init.
+#[test]
+fn a_container_started_in_steps_is_named_node_in_its_own_cgroup() {
+    let Some(image) = image() else { return };
+    let c = Container::new_name("steps");
+    // 100 Buffers of 1 MiB: each its own mmap, by the main thread.
+    let script = "let s = 0; for (let i = 0; i < 100; i++) { const b = Buffer.allocUnsafeSlow(1 << 20); b.fill(i); s += b[0]; } setTimeout(() => process.exit(s < 0 ? 1 : 0), 1000);";
+    let id = c
+        .create(
+            &image,
+            &["-e", "MALLOC_MMAP_THRESHOLD_=131072"],
+            &["-e", script],
+        )
+        .expect("podman create");
+    c.verb("init").expect("podman init");
+    let init = c.host_pid();
+    assert_ne!(init, 0, "runc's init runs after podman init");
+    let comm = std::fs::read_to_string(format!("/proc/{init}/comm")).unwrap();
+    assert_eq!(comm.trim_end(), "runc:[2:INIT]");
+    let cgroup = containers::cgroup_of(init).expect("its cgroup");
+    assert!(cgroup.ends_with(&id), "{cgroup} is the container's ({id})");
+    let dir = tempfile::tempdir().unwrap();
+    let ndjson = dir.path().join("agent.ndjson");
+    let agent = Agent::start(&[
+        "--cgroup",
+        &cgroup,
+        "-i",
+        "0.2",
+        "-o",
+        ndjson.to_str().unwrap(),
+    ]);
+    // Selected as runc's init, and only that, for a while.
+    metrics_until(&agent, |t| {
+        integration_tests::metric_gauge(t, "mmaplock_tracked_processes") == 1
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    c.verb("start").expect("podman start");
+    assert_eq!(c.verb("wait").expect("podman wait"), "0");
+    let node = format!("cgroup=\"{cgroup}\"");
+    let text = metrics_until(&agent, |t| {
+        metric_sum(
+            t,
+            "mmaplock_acquisitions_total",
+            &["process=\"node\"", &node, "role=\"main\"", "cause=\"mmap\""],
+        ) >= 100
+    });
+    assert_node_is_named_node(&text, &cgroup);
+    // The NDJSON records of the same cgroup carry it (written each interval: one more).
+    std::thread::sleep(Duration::from_millis(500));
+    drop(agent);
+    let lines = std::fs::read_to_string(&ndjson).unwrap();
+    let mut writes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut last = String::new();
+    for l in lines.lines() {
+        let r: Value = serde_json::from_str(l).unwrap();
+        for p in r["processes"].as_array().into_iter().flatten() {
+            if p["cgroup"] == cgroup.as_str() {
+                last = p["comm"].as_str().unwrap().to_string();
+                *writes.entry(last.clone()).or_default() += p["write"]["count"].as_u64().unwrap();
+            }
+        }
+    }
+    assert_eq!(last, "node", "NDJSON records of the container: {writes:?}");
+    let node = writes["node"];
+    assert!(node >= 100, "{writes:?}");
+    for (name, n) in &writes {
+        assert!(
+            name == "node" || name.starts_with("runc") && *n * 10 < node,
+            "NDJSON records of the container: {writes:?}"
+        );
+    }
+}
+
+/// Writes by process name in `cgroup`, from the agent's page.
+fn writes_by_process(text: &str, cgroup: &str) -> BTreeMap<String, u64> {
+    processes_in(text, cgroup)
+        .into_iter()
+        .map(|name| {
+            let n = metric_sum(
+                text,
+                "mmaplock_acquisitions_total",
+                &[
+                    &format!("process=\"{name}\""),
+                    &format!("cgroup=\"{cgroup}\""),
+                    "op=\"write\"",
+                ],
+            );
+            (name, n)
+        })
+        .collect()
+}
+
+/// The container's node process is named node: every series of `cgroup` names node, or one
+/// of runc's own processes there before node (`runc init`, and `runc:[2:INIT]` until it execs
+/// node), which are named for what they were and did little: their writes are under a tenth
+/// of node's, by their main thread alone (node's Workers, threadpool and V8 threads would
+/// show under any name node had been given).
+fn assert_node_is_named_node(text: &str, cgroup: &str) {
+    let writes = writes_by_process(text, cgroup);
+    let node = writes.get("node").copied().unwrap_or(0);
+    assert!(node > 0, "{writes:?}\n{text}");
+    for (name, n) in &writes {
+        if name == "node" {
+            continue;
+        }
+        assert!(
+            name.starts_with("runc") && n * 10 < node,
+            "{name}: {n} writes (node: {node}) in {cgroup}\n{text}"
+        );
+        let roles: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| l.contains(&format!("process=\"{name}\"")) && l.contains(cgroup))
+            .filter_map(|l| l.split_once("role=\"")?.1.split_once('"').map(|r| r.0))
+            .collect();
+        assert!(
+            roles
+                .iter()
+                .all(|r| ["main", "foreign", "profiler"].contains(r)),
+            "{name} with roles {roles:?}"
+        );
+    }
+}
+
+/// A plain `podman run` of a Node process with known thread roles (`roles.js`: 3 Workers, a
+/// threadpool of 2, 2 V8 platform threads), under the agent selecting by name from before the
+/// container exists (the kernel selects node as runc execs it), and the one-shot profiler on
+/// its host pid:
+/// roles as on the host (the container's glibc is another file than the host's, the same
+/// build), labels node and the container's cgroup.
+#[test]
+fn a_podman_run_has_the_roles_and_labels_it_has_on_the_host() {
+    let Some(image) = image() else { return };
+    let parent = libpod_parent();
+    let agent = Agent::start(&["--comm", "node", "-i", "0.2"]);
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("data.bin"), vec![7u8; 64 * 1024]).unwrap();
+    let c = Container::new_name("roles");
+    let file = format!("{FIXTURES_IN_IMAGE}/roles.js");
+    let cmd = c.run_command(
+        &image,
+        &[
+            "-e",
+            "UV_THREADPOOL_SIZE=2",
+            "-v",
+            &format!("{}:/data:ro", data.path().display()),
+        ],
+        &["--v8-pool-size=2", &file, "3", "300", "/data/data.bin"],
+    );
+    let mut w = Workload::spawn(cmd);
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let pid = c.host_pid();
+    assert_ne!(pid, 0);
+    let cgroup = containers::cgroup_of(pid).expect("its cgroup");
+    assert!(cgroup.starts_with(&format!("{parent}/")), "{cgroup}");
+    // The Workers' tids as the container sees them, on the host.
+    let host = containers::host_tids(pid);
+    assert_eq!(
+        host.get(&1),
+        Some(&(pid as u64)),
+        "node is the container's pid 1"
+    );
+    let workers: Vec<u64> = ids["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| host[&t.as_u64().unwrap()])
+        .collect();
+    assert_eq!(workers.len(), 3);
+    let before: Vec<u64> = host.values().copied().collect();
+    let pid_s = pid.to_string();
+    let prof = Profiler::start(&["-p", &pid_s, "-i", "0"]);
+    w.go();
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    let p = process(out.summary(), pid).expect("node is in the summary");
+    assert_eq!(p["comm"], "node");
+    let threads = p["threads"].as_array().unwrap();
+    let mut roles: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in threads {
+        let tid = t["tid"].as_u64().unwrap();
+        let role = t["role"].as_str().unwrap();
+        *roles.entry(role).or_default() += 1;
+        match role {
+            "main" => assert_eq!(tid, pid as u64),
+            "worker" => assert!(workers.contains(&tid), "{t}"),
+            // Started lazily, by the first deflate after "go".
+            "libuv" => assert!(!before.contains(&tid), "{t}"),
+            "v8" => assert!(before.contains(&tid) && !workers.contains(&tid), "{t}"),
+            "foreign" | "profiler" => assert_ne!(t["pid"], pid),
+            // Only the thread that runs the process's exit after the others are gone.
+            "other" => assert!(
+                t["causes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|c| c["cause"] == "exit"),
+                "unclassified {t}"
+            ),
+            r => panic!("unexpected role {r} for {t}"),
+        }
+    }
+    assert_eq!(roles.get("worker"), Some(&3), "{roles:?}");
+    assert_eq!(
+        roles.get("libuv"),
+        Some(&2),
+        "UV_THREADPOOL_SIZE=2: {roles:?}"
+    );
+    assert!((1..=3).contains(roles.get("v8").unwrap_or(&0)), "{roles:?}");
+    // The agent, from before the container existed: node in the container's cgroup, by the
+    // same roles, nothing named after runc's init, no write unclassified (as on the host, a
+    // few reads are, by a thread that reads the lock only as the process ends).
+    let label = format!("cgroup=\"{cgroup}\"");
+    let text = metrics_until(&agent, |t| {
+        ["worker", "libuv", "v8"].iter().all(|r| {
+            metric_sum(
+                t,
+                "mmaplock_acquisitions_total",
+                &[&label, &format!("role=\"{r}\""), "op=\"write\""],
+            ) > 0
+        })
+    });
+    assert_node_is_named_node(&text, &cgroup);
+    let other_writes = text
+        .lines()
+        .filter(|l| l.starts_with("mmaplock_acquisitions_total{") && l.contains(&label))
+        .filter(|l| l.contains("role=\"other\"") && l.contains("op=\"write\""))
+        .filter(|l| !l.contains("cause=\"exit\""))
+        .collect::<Vec<_>>();
+    assert!(other_writes.is_empty(), "unclassified: {other_writes:?}");
+}
+
+/// Runs `jsframes.js` (a Worker's `hotAllocator` allocating 256 KiB Buffers, 64 a round) in a
+/// container under `node_flags`, profiled by its host pid with one write's stack in `sample`;
+/// returns node's summary entry and the folded stacks, read after the container has exited.
+fn profile_jsframes(image: &str, node_flags: &[&str], sample: u32, rounds: u32) -> (Value, String) {
+    let c = Container::new_name("js");
+    let file = format!("{FIXTURES_IN_IMAGE}/jsframes.js");
+    let rounds = rounds.to_string();
+    let mut args: Vec<&str> = node_flags.to_vec();
+    args.extend([file.as_str(), rounds.as_str()]);
+    // A fixed mmap threshold: each Buffer is one mmap (see jsframes.rs).
+    let mut w =
+        Workload::spawn(c.run_command(image, &["-e", "MALLOC_MMAP_THRESHOLD_=131072"], &args));
+    let pid = c.host_pid();
+    assert_ne!(pid, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("stacks.folded");
+    let (pid_s, sample) = (pid.to_string(), sample.to_string());
+    let prof = Profiler::start(&[
+        "-p",
+        &pid_s,
+        "-i",
+        "0",
+        "--stack-sample",
+        &sample,
+        "--stacks",
+        folded.to_str().unwrap(),
+    ]);
+    w.go();
+    assert!(w.wait().success());
+    // The profiler ends when node has exited: everything below is symbolized after the exit.
+    let out = prof.finish(Duration::from_secs(60));
+    let p = process(out.summary(), pid)
+        .expect("node is in the summary")
+        .clone();
+    (
+        p,
+        std::fs::read_to_string(&folded).expect("the folded stacks"),
+    )
+}
+
+/// The code a container's process ran is named as the container sees it: node's file is
+/// `/opt/node/bin/node` (the host has none there), its functions named after the container
+/// has exited.
+fn assert_dsos_as_the_container_sees_them(p: &Value, folded: &str) {
+    let dsos: Vec<&str> = p["dsos"]
+        .as_array()
+        .expect("dsos")
+        .iter()
+        .filter_map(|d| d["dso"].as_str())
+        .collect();
+    assert!(dsos.contains(&NODE_IN_IMAGE), "{dsos:?}");
+    assert!(
+        !dsos.contains(&"/usr/bin/node"),
+        "the host's path: {dsos:?}"
+    );
+    // node's own functions, by name (not `0x... (node)`), in the sampled stacks.
+    let named = folded
+        .split([';', '\n'])
+        .filter(|f| f.contains("v8::internal::") || f.contains("node::"))
+        .count();
+    assert!(named > 0, "no function of node named:\n{folded}");
+}
+
+#[test]
+fn js_names_come_from_the_perf_map_in_the_containers_own_tmp() {
+    let Some(image) = image() else { return };
+    let (p, folded) = profile_jsframes(&image, &["--perf-basic-prof-only-functions"], 4, 50);
+    let (sampled, named) = mmap_samples(&folded, "hotAllocator");
+    eprintln!("{sampled} sampled mmaps, {named} through hotAllocator");
+    assert!(sampled >= 200, "{sampled} sampled mmaps");
+    assert!(
+        named * 10 >= sampled * 9,
+        "hotAllocator in {named} of {sampled} sampled mmaps"
+    );
+    let js = p["js_functions"].as_array().expect("js_functions");
+    assert_eq!(js[0]["function"], "hotAllocator", "{js:?}");
+    assert!(
+        js[0]["file"]
+            .as_str()
+            .unwrap()
+            .contains("/app/jsframes.js:"),
+        "the script as the container names it: {}",
+        js[0]
+    );
+    // The perf map (in the container's /tmp, named by its pid there) named frames.
+    let from_map = p["js_frames"]["perf_map"].as_u64().unwrap_or(0)
+        + p["js_frames"]["agree"].as_u64().unwrap_or(0)
+        + p["js_frames"]["disagree"].as_u64().unwrap_or(0);
+    assert!(from_map > 0, "{}", p["js_frames"]);
+    assert!(p.get("js_hint").is_none(), "{}", p["js_hint"]);
+    assert_dsos_as_the_container_sees_them(&p, &folded);
+}
+
+#[test]
+fn js_names_come_from_v8s_heap_in_a_container_without_flags() {
+    let Some(image) = image() else { return };
+    let (p, folded) = profile_jsframes(&image, &[], 64, 200);
+    let (sampled, named) = mmap_samples(&folded, "hotAllocator");
+    eprintln!("{sampled} sampled mmaps, {named} through hotAllocator");
+    assert!(sampled >= 100, "{sampled} sampled mmaps");
+    assert!(
+        named * 10 >= sampled * 9,
+        "hotAllocator in {named} of {sampled} sampled mmaps"
+    );
+    assert_eq!(p["js_functions"][0]["function"], "hotAllocator");
+    assert_eq!(p["js_frames"]["perf_map"], 0, "{}", p["js_frames"]);
+    assert!(p.get("js_hint").is_none(), "{}", p["js_hint"]);
+    assert_dsos_as_the_container_sees_them(&p, &folded);
+}

@@ -1,0 +1,132 @@
+//! `cargo xtask image`: the agent's OCI image, built with podman from the dist tarball and
+//! `deploy/container/Containerfile` (`FROM scratch`): the tarball's binary and the C library
+//! it links, as `ldd` resolves them here (the dist step has checked that it links nothing
+//! else). Nothing is fetched: no base image, no registry.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::{run, toolchain::output, workspace_root};
+
+/// The tests' image (of the debug build), which `cargo xtask test` makes for tests/tests/image.rs.
+pub const TEST_TAG: &str = "localhost/mmaplock-prof:test";
+
+/// Builds the image from `tarball` as `tag` (default `localhost/mmaplock-prof:VERSION`); the tag.
+pub fn build(tarball: &Path, tag: Option<&str>) -> Result<String> {
+    let root = workspace_root();
+    let ctx = root.join("target/image-build");
+    let _ = fs::remove_dir_all(&ctx);
+    fs::create_dir_all(&ctx)?;
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(&ctx)
+        .arg("-xzf")
+        .arg(tarball))?;
+    let name = tarball
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".tar.gz"))
+        .context("a tarball named NAME.tar.gz")?;
+    let unpacked = ctx.join(name);
+    let version = name
+        .strip_prefix("mmaplock-prof-")
+        .and_then(|r| r.split('-').next())
+        .context("mmaplock-prof-VERSION-...")?
+        .to_string();
+    let rootfs = ctx.join("rootfs");
+    let bin = rootfs.join("usr/bin/mmaplock-prof");
+    fs::create_dir_all(bin.parent().unwrap())?;
+    fs::rename(unpacked.join("bin/mmaplock-prof"), &bin)?;
+    for lib in linked_files(&output(Command::new("ldd").arg(&bin))?) {
+        let dest = rootfs.join(lib.strip_prefix("/").unwrap_or(&lib));
+        fs::create_dir_all(dest.parent().unwrap())?;
+        // The file, not the host's link to it.
+        fs::copy(&lib, &dest).with_context(|| format!("copy {}", lib.display()))?;
+    }
+    fs::create_dir_all(rootfs.join("tmp"))?;
+    run(Command::new("chmod").arg("1777").arg(rootfs.join("tmp")))?;
+    let tag = tag.map_or_else(
+        || format!("localhost/mmaplock-prof:{version}"),
+        str::to_string,
+    );
+    let before = image_id(&tag);
+    run(Command::new("podman")
+        .args([
+            "build",
+            "--quiet",
+            "--format",
+            "oci",
+            "--pull=never",
+            "--tag",
+        ])
+        .arg(&tag)
+        .args([
+            "--label",
+            "org.opencontainers.image.title=mmaplock-prof",
+            "--label",
+        ])
+        .arg(format!("org.opencontainers.image.version={version}"))
+        .arg("--file")
+        .arg(root.join("deploy/container/Containerfile"))
+        .arg(&ctx))?;
+    let after = image_id(&tag).context("the image was not built")?;
+    // The image this tag named before is of no more use (the tests rebuild theirs each run).
+    if let Some(old) = before.filter(|b| *b != after) {
+        let _ = output(Command::new("podman").args(["rmi", &old]));
+    }
+    let _ = fs::remove_dir_all(&ctx);
+    let size =
+        output(Command::new("podman").args(["image", "inspect", "--format", "{{.Size}}", &tag]))?;
+    println!("{tag} ({} bytes): {}", size.trim(), tarball.display());
+    Ok(tag)
+}
+
+fn image_id(tag: &str) -> Option<String> {
+    output(Command::new("podman").args(["image", "inspect", "--format", "{{.Id}}", tag]))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// The files `ldd` names (libraries and the loader), as paths on this host.
+fn linked_files(ldd: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = ldd
+        .lines()
+        .filter_map(|l| {
+            let path = match l.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next()?,
+                None => l.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loader_and_libraries_are_taken_from_ldd() {
+        let ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n\
+                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\
+                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f2)\n\
+                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n";
+        assert_eq!(
+            linked_files(ldd),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            ]
+        );
+    }
+}
