@@ -161,6 +161,13 @@ fn check_named(run: &Run, what: &str) {
         for l in stacks.iter().take(12) {
             eprintln!("  {l}");
         }
+        // Where the failing functions' writes went.
+        for f in &failed {
+            for l in stacks.iter().filter(|l| l.contains(&format!("{f}_("))).take(3) {
+                eprintln!("  {f}: {l}");
+            }
+        }
+        eprintln!("js_functions: {}", run.p["js_functions"]);
     }
     assert!(
         failed.is_empty(),
