@@ -163,7 +163,11 @@ fn check_named(run: &Run, what: &str) {
         }
         // Where the failing functions' writes went.
         for f in &failed {
-            for l in stacks.iter().filter(|l| l.contains(&format!("{f}_("))).take(3) {
+            for l in stacks
+                .iter()
+                .filter(|l| l.contains(&format!("{f}_(")))
+                .take(3)
+            {
                 eprintln!("  {f}: {l}");
             }
         }

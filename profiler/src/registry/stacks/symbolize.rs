@@ -11,6 +11,17 @@ use super::{
     labels::{count_js_frame, frame_label, js_of},
 };
 
+/// The innermost JavaScript function of the application among a stack's JavaScript frames
+/// (innermost first): node's own library (`node:buffer`, `node:internal/...`) and V8's
+/// built-in functions, which have no script (`Uint8Array`, `get byteLength`), are passed over
+/// unless nothing else is there.
+pub(super) fn innermost_application<'a>(js: &[&'a JsFunction]) -> Option<&'a JsFunction> {
+    js.iter()
+        .find(|f| !f.location.is_empty() && !f.location.starts_with("node:"))
+        .or(js.first())
+        .copied()
+}
+
 impl StackAttribution {
     /// Names the stacks gathered so far (on the ELF files, so exited processes are fine).
     pub fn symbolize(&mut self) {
@@ -55,14 +66,8 @@ impl StackAttribution {
                     };
                     count_js_frame(&mut o.js_frames, f, agg.count);
                 }
-                // The innermost JavaScript function of the application: node's own library
-                // (`node:buffer`, `node:internal/...`) is skipped unless nothing else is there.
                 let js_frames: Vec<&JsFunction> = frames.iter().filter_map(js_of).collect();
-                let js = js_frames
-                    .iter()
-                    .find(|f| !f.location.starts_with("node:"))
-                    .or(js_frames.first())
-                    .map(|f| (*f).clone());
+                let js = innermost_application(&js_frames).cloned();
                 if let Some(js) = js {
                     let j = o.js_functions.entry(js).or_default();
                     j.count += agg.count;

@@ -184,3 +184,22 @@ fn unwinders_are_per_process_and_never_of_a_reused_pid() {
     a.forget_process(me());
     assert_eq!(a.cached_processes(), 0);
 }
+
+#[test]
+fn the_application_function_is_past_nodes_library_and_v8s_builtins() {
+    use super::symbolize::innermost_application;
+    let js = |name: &str, location: &str| JsFunction {
+        name: name.into(),
+        location: location.into(),
+    };
+    let builtin = js("Uint8Array", "");
+    let lib = js("alloc", "node:buffer:440:30");
+    let app = js("neverOptimized", "/srv/app.js:77:24");
+    assert_eq!(
+        innermost_application(&[&builtin, &lib, &app]),
+        Some(&app),
+        "a built-in function is not the application's"
+    );
+    assert_eq!(innermost_application(&[&lib, &builtin]), Some(&lib));
+    assert_eq!(innermost_application(&[]), None);
+}
