@@ -475,14 +475,21 @@ pub struct Profiler {
 impl Profiler {
     /// Starts the profiler and waits until its programs are attached.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(profiler_bin())
-            .args(["--format", "json"])
+        let mut cmd = Command::new(profiler_bin());
+        cmd.args(["--format", "json"])
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        Self::start_command(cmd)
+    }
+
+    /// Starts the profiler (or the agent) as `cmd` says (another user, capabilities, ...),
+    /// its output read as [`start`](Self::start)'s, and waits until it is attached.
+    pub fn start_command(mut cmd: Command) -> Self {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start mmaplock-prof");
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
         let stdout_thread = std::thread::spawn(move || {
             let mut s = String::new();
@@ -517,7 +524,11 @@ impl Profiler {
                         return p;
                     }
                 }
-                Err(_) => panic!("mmaplock-prof did not attach; stderr: {:?}", p.stderr),
+                Err(_) => panic!(
+                    "mmaplock-prof did not attach; exit {:?}, stderr: {:?}",
+                    p.child.try_wait(),
+                    p.stderr
+                ),
             }
         }
     }
@@ -559,6 +570,46 @@ impl Drop for Profiler {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Write acquisitions a mmap-churn process adds to its 2*T*N once the work starts: the
+/// process's own exit (exit_mmap takes the lock for write once), and glibc trimming the
+/// threads' malloc arenas and freeing thread stacks as they exit (0 to 2 per thread, seen
+/// 1 + 0 to 4 for T = 4 here). Generous enough for other glibc versions, small against 2*T*N.
+pub fn churn_slack(threads: u64) -> u64 {
+    4 + 2 * threads
+}
+
+/// Checks a mmap-churn process's entry (`t` threads x `n` iterations, `pid`) against what it
+/// did: its writes are 2*T*N plus at most [`churn_slack`], each worker thread made exactly 2N
+/// (+ its exit's clean-up) and is `other` (started by Rust's std::thread, none of Node's),
+/// and the main thread is `main`. Returns the process's write count.
+pub fn check_churn_writes(p: &Value, pid: u32, t: u64, n: u64, what: &str) -> u64 {
+    let (writes, _) = stats(p, "write");
+    let expected = 2 * t * n;
+    eprintln!(
+        "{what}: writes {writes}, expected {expected} + at most {}",
+        churn_slack(t)
+    );
+    assert!(
+        (expected..=expected + churn_slack(t)).contains(&writes),
+        "{what}: writes {writes} not in {expected}..={}",
+        expected + churn_slack(t)
+    );
+    let threads = p["threads"].as_array().unwrap();
+    let busy: Vec<&Value> = threads
+        .iter()
+        .filter(|th| th["write"]["count"].as_u64().unwrap() >= 2 * n)
+        .collect();
+    assert_eq!(busy.len(), t as usize, "{what}: {threads:?}");
+    for th in &busy {
+        assert!(th["write"]["count"].as_u64().unwrap() <= 2 * n + 2, "{th}");
+        assert_eq!(th["role"], "other", "{th}");
+        assert_ne!(th["tid"], pid, "{th}");
+    }
+    let main = threads.iter().find(|th| th["tid"] == pid).expect("main");
+    assert_eq!(main["role"], "main");
+    writes
 }
 
 /// Runs the profiler to completion with the given arguments (for usage errors and the like).

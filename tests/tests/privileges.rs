@@ -10,18 +10,17 @@
 //! are skipped, which under CI is a failure (`skip_because`).
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::{TcpListener, TcpStream},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use integration_tests::{
-    Finished, Workload, churn_bin, fixture, metric_gauge, metric_sum, process, profiler_bin,
-    require_root_and_tracepoints, skip_because, stats,
+    Profiler, Workload, check_churn_writes, churn_bin, churn_slack, fixture, metric_gauge,
+    metric_sum, process, profiler_bin, require_root_and_tracepoints, skip_because,
 };
 use serde_json::Value;
 
@@ -121,111 +120,10 @@ impl Unprivileged {
 
     /// Starts the profiler (JSON output) with the four capabilities and waits until it is
     /// attached.
-    fn start(&self, args: &[&str]) -> Capped {
+    fn start(&self, args: &[&str]) -> Profiler {
         let mut all = vec!["--format", "json"];
         all.extend_from_slice(args);
-        Capped::start(self.command(&CAPS, &all))
-    }
-}
-
-/// A running profiler started through setpriv; killed when dropped.
-struct Capped {
-    child: Child,
-    stderr_rx: mpsc::Receiver<String>,
-    stderr: Vec<String>,
-    stdout_thread: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Capped {
-    fn start(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let stdout = child.stdout.take().expect("stdout");
-        let stdout_thread = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
-            s
-        });
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, stderr_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut p = Capped {
-            child,
-            stderr_rx,
-            stderr: Vec::new(),
-            stdout_thread: Some(stdout_thread),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match p
-                .stderr_rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(l) => {
-                    let attached = l.contains("attached in");
-                    p.stderr.push(l);
-                    if attached {
-                        return p;
-                    }
-                }
-                Err(_) => panic!(
-                    "mmaplock-prof (as nobody) did not attach; exit {:?}, stderr: {:?}",
-                    p.child.try_wait(),
-                    p.stderr
-                ),
-            }
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn finish(mut self, timeout: Duration) -> Finished {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "mmaplock-prof (as nobody) did not end within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let raw_stdout = self
-            .stdout_thread
-            .take()
-            .expect("once")
-            .join()
-            .expect("stdout reader");
-        self.stderr.extend(self.stderr_rx.try_iter());
-        let lines = raw_stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
-            .collect();
-        Finished {
-            status,
-            lines,
-            raw_stdout,
-            stderr: self.stderr.join("\n"),
-        }
-    }
-}
-
-impl Drop for Capped {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Profiler::start_command(self.command(&CAPS, &all))
     }
 }
 
@@ -254,12 +152,6 @@ fn assert_runs_with_exactly_the_four(pid: u32) {
         assert_eq!(v, CAPS_MASK, "{set} {v:#x}, expected {CAPS_MASK:#x}");
     }
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
-}
-
-/// As in profiler.rs: the writes a mmap-churn process adds to its 2*T*N (its exit, glibc's
-/// arena trims and stack frees as its threads end).
-fn churn_slack(threads: u64) -> u64 {
-    4 + 2 * threads
 }
 
 /// Root's mmap-churn, started from a directory that only root may enter, profiled by `nobody`
@@ -295,31 +187,7 @@ fn four_capabilities_profile_another_users_process_exactly() {
         out.stderr
     );
     let p = process(out.summary(), w.pid).expect("the target is in the summary");
-    let (writes, _) = stats(p, "write");
-    let expected = 2 * t * n;
-    eprintln!(
-        "writes as nobody: {writes}, expected {expected} + at most {}",
-        churn_slack(t)
-    );
-    assert!(
-        (expected..=expected + churn_slack(t)).contains(&writes),
-        "writes {writes} not in {expected}..={}",
-        expected + churn_slack(t)
-    );
-    let threads = p["threads"].as_array().unwrap();
-    let busy: Vec<&Value> = threads
-        .iter()
-        .filter(|th| th["write"]["count"].as_u64().unwrap() >= 2 * n)
-        .collect();
-    assert_eq!(busy.len(), t as usize, "{threads:?}");
-    for th in &busy {
-        assert!(th["write"]["count"].as_u64().unwrap() <= 2 * n + 2, "{th}");
-        // Started by Rust's std::thread: its start routine (read from the target's memory)
-        // is none of Node's.
-        assert_eq!(th["role"], "other", "{th}");
-    }
-    let main = threads.iter().find(|th| th["tid"] == w.pid).expect("main");
-    assert_eq!(main["role"], "main");
+    check_churn_writes(p, w.pid, t, n, "as nobody");
     // Code attribution needs the target's maps and binary.
     let dsos = p["dsos"].as_array().expect("dsos with --stack-sample");
     let top = dsos
@@ -524,7 +392,7 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     let mut w = Workload::spawn(cmd);
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let agent = Capped::start(unpriv.command(
+    let agent = Profiler::start_command(unpriv.command(
         &CAPS,
         &[
             "agent",

@@ -4,18 +4,10 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Finished, Profiler, Workload, build_addon, cause_counts, check_lost, check_stats, fixture,
-    process, require_root_and_tracepoints, run_profiler, stats,
+    Finished, Profiler, Workload, build_addon, cause_counts, check_churn_writes, check_lost,
+    check_stats, churn_slack, fixture, process, require_root_and_tracepoints, run_profiler, stats,
 };
 use serde_json::Value;
-
-/// Write acquisitions a mmap-churn process adds to its 2*T*N once the work starts: the
-/// process's own exit (exit_mmap takes the lock for write once), and glibc trimming the
-/// threads' malloc arenas and freeing thread stacks as they exit (0 to 2 per thread, seen
-/// 1 + 0 to 4 for T = 4 here). Generous enough for other glibc versions, small against 2*T*N.
-fn churn_slack(threads: u64) -> u64 {
-    4 + 2 * threads
-}
 
 /// Profiles one mmap-churn run of `threads` x `iterations` and returns the summary.
 fn profile_churn(threads: u32, iterations: u32, extra: &[&str]) -> (u32, Finished) {
@@ -46,32 +38,8 @@ fn write_count_matches_ground_truth_exactly_up_to_exit() {
     let (pid, out) = profile_churn(t as u32, n as u32, &[]);
     let s = out.summary();
     let p = process(s, pid).expect("the target is in the summary");
-    let (writes, _) = stats(p, "write");
-    let expected = 2 * t * n;
-    eprintln!(
-        "writes: {writes}, expected {expected} + at most {}",
-        churn_slack(t)
-    );
-    assert!(
-        (expected..=expected + churn_slack(t)).contains(&writes),
-        "writes {writes} not in {expected}..={}",
-        expected + churn_slack(t)
-    );
-    // Each worker thread did exactly 2N writes (+ its exit's arena/stack clean-up).
+    let writes = check_churn_writes(p, pid, t, n, "mmap-churn");
     let threads = p["threads"].as_array().unwrap();
-    let busy: Vec<&Value> = threads
-        .iter()
-        .filter(|th| th["write"]["count"].as_u64().unwrap() >= 2 * n)
-        .collect();
-    assert_eq!(busy.len(), t as usize, "{threads:?}");
-    for th in &busy {
-        let c = th["write"]["count"].as_u64().unwrap();
-        assert!(c <= 2 * n + 2, "thread wrote {c}");
-        assert_eq!(th["role"], "other");
-        assert_ne!(th["tid"], pid);
-    }
-    let main = threads.iter().find(|th| th["tid"] == pid).expect("main");
-    assert_eq!(main["role"], "main");
     // Process totals are the sum of its threads.
     let sum: u64 = threads
         .iter()
