@@ -501,10 +501,29 @@ fn short_processes_are_counted_from_their_first_instruction() {
     loop {
         let text = agent.metrics();
         let got = agent_writes_by_pid(&text, "shortling");
+        // A known gap (docs/report-format.md, "How the numbers are kept exact"): when the
+        // agent's own read of a process (a new thread's start routine) holds the last
+        // reference to its address space as it exits, the exit_mmap write runs on the agent's
+        // thread with `mm->owner` cleared, and is not counted. Only that difference, on a
+        // process the agent read, is let through; any other is not.
+        let exit_on_our_reference = |p: &String| {
+            let mut want = per_process.clone();
+            want.remove(&("any".to_string(), "exit".to_string()));
+            got.get(p) == Some(&want)
+                && text.lines().any(|l| {
+                    l.starts_with("mmaplock_acquisitions_total{")
+                        && l.contains("role=\"profiler\"")
+                        && l.contains(&format!("pid=\"{p}\""))
+                })
+        };
+        let spared: Vec<_> = pids.iter().filter(|p| exit_on_our_reference(p)).collect();
         let wrong: Vec<_> = pids
             .iter()
-            .filter(|p| got.get(*p) != Some(&per_process))
+            .filter(|p| got.get(*p) != Some(&per_process) && !exit_on_our_reference(p))
             .collect();
+        if !spared.is_empty() {
+            eprintln!("exit write not counted (agent's last reference): {spared:?}");
+        }
         if wrong.is_empty()
             && got.len() == total
             && metric_gauge(&text, "mmaplock_tracked_processes") == 0
@@ -516,10 +535,15 @@ fn short_processes_are_counted_from_their_first_instruction() {
         assert!(
             Instant::now() < deadline,
             "{} of {total} processes differ from one run under the one-shot profiler \
-             {per_process:?}, e.g. {:?}; tracked {}\n{}",
+             {per_process:?}, e.g. {:?}; tracked {}; its series: {:?}\n{}",
             wrong.len(),
             wrong.first().map(|p| (p, got.get(*p))),
             metric_gauge(&text, "mmaplock_tracked_processes"),
+            wrong.first().map(|p| text
+                .lines()
+                .filter(|l| l.starts_with("mmaplock_acquisitions_total")
+                    && l.contains(&format!("pid=\"{p}\"")))
+                .collect::<Vec<_>>()),
             text.lines()
                 .filter(|l| l.starts_with("mmaplock_lost_total"))
                 .collect::<Vec<_>>()

@@ -105,7 +105,7 @@ struct Pending {
     end: StackEnd,
 }
 
-/// A sample's V8 frames, to be named at the end of its batch.
+/// A sample's V8 frames, to be named with others (within [`MAX_DEFER`], or at its batch's end).
 struct Deferred {
     /// The sample, as [`SampleDone`] names it.
     key: (u32, u32),
