@@ -8,7 +8,7 @@ use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
     helpers::generated::bpf_loop,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{
     BlockedKey, BlockedVal, Filter, KernelLayout, LOCK_SLOTS, LockAcc, Settings, StatsKey,
@@ -81,6 +81,23 @@ pub static STATS: HashMap<StatsKey, ThreadStats> =
 /// The agent's selection (`Filter::use_selection`): pid -> start time in clock ticks.
 #[map]
 pub static SELECTED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// A profiled address space's process, by `mm_struct` address, noted when one of its own
+/// threads resolves its verdict (once per thread and selection change). When the last
+/// reference to an exited process's address space is another task's (the profiler reading its
+/// memory or /proc files), its `exit_mmap` runs on that task with `mm->owner` already cleared:
+/// the teardown is charged to the process noted here. LRU: nothing to clean up.
+#[map]
+pub static MM_OWNER: LruHashMap<u64, MmOwner> = LruHashMap::with_max_entries(16384, 0);
+
+/// [`MM_OWNER`]'s value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MmOwner {
+    pub start: u64,
+    pub pid: u32,
+    pub _pad: u32,
+}
 
 /// Bumped whenever `SELECTED` changes, by userspace (element 0, which it sets) or by the
 /// kernel (element 1, an atomic add: a rename selected a process): threads then resolve

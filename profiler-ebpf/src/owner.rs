@@ -7,7 +7,7 @@ use profiler_common::{MAX_FILTER_COMMS, MAX_FILTER_PIDS, SELECTED_BY_RULE, cause
 
 use crate::{
     kread::{self, Task},
-    maps::{FILTER, KERNEL, SELECTED, konst, selection_generation},
+    maps::{FILTER, KERNEL, MM_OWNER, MmOwner, SELECTED, konst, selection_generation},
     state::{HELD, NOT_TRACKED, OwnCache, Slot, TRACKED},
 };
 
@@ -107,6 +107,15 @@ pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner 
         own.owner = tgid;
         own.tracked = if tracked { TRACKED } else { NOT_TRACKED };
         own.generation = generation;
+        if tracked {
+            let o = MmOwner {
+                start,
+                pid: tgid,
+                _pad: 0,
+            };
+            // A full map evicts its least used entry; a failed insert only loses the note.
+            let _ = MM_OWNER.insert(mm, o, 0);
+        }
         return if tracked {
             Owner::Tracked(tgid, start)
         } else {
@@ -127,6 +136,14 @@ pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner 
     } else {
         kread::u64_at(mm + mm_owner as u64)
     };
+    if owner_task == 0 && mm_owner != 0 {
+        // mm->owner cleared: its process has exited and this task holds the last reference
+        // (exit_mmap's teardown runs here). Charged to the process noted while it lived.
+        // SAFETY: a map lookup, the value copied out at once.
+        if let Some(o) = unsafe { MM_OWNER.get(mm) } {
+            return Owner::Tracked(o.pid, o.start);
+        }
+    }
     if owner_task == 0 {
         // No mm->owner in this kernel (no CONFIG_MEMCG), or none set: charged to owner 0.
         return if passes_filter(0, 0) {

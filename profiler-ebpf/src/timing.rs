@@ -136,7 +136,15 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     };
     let mut sample_seq = 0;
     let kind = if write {
-        let c = write_cause(task);
+        let mut c = write_cause(task);
+        // The profiler takes a target's lock only to read, but for one thing: holding the last
+        // reference to an exited target's address space, whose exit_mmap then runs on its
+        // thread. That write is the target's exit.
+        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        let me = konst(&SETTINGS.self_tgid);
+        if me != 0 && tgid == me && owner != me {
+            c = cause::EXIT;
+        }
         let seq = sampling::pick(st);
         if seq != 0 {
             let pid_tgid = bpf_get_current_pid_tgid();

@@ -532,7 +532,8 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         });
         let blocked_by_role =
             pairs.map(|(_, pairs)| by_role(proc_id, pairs, Some(threads_agg), attribution));
-        let (mut own_read, mut own_write) = (SideStats::default(), SideStats::default());
+        // The profiler's reads: its writes are the process's teardown (below), never its own.
+        let (mut own_read, own_write) = (SideStats::default(), SideStats::default());
         let (mut own_time, mut role_time) = (ShareSum::default(), BTreeMap::new());
         for (&thread, t) in threads_agg {
             let tw = t.write();
@@ -554,7 +555,12 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             }
             if r == Role::Profiler {
                 own_read.merge(&t.read);
-                own_write.merge(&tw);
+                // Its writes are the process's own teardown (its exit_mmap run on the
+                // profiler's last reference to the address space, cause `exit`): the process's.
+                write.merge(&tw);
+                for (c, s) in t.writes.iter() {
+                    causes.entry(c).or_default().merge(s);
+                }
             } else {
                 read.merge(&t.read);
                 write.merge(&tw);
