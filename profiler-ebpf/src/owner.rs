@@ -15,6 +15,9 @@ use crate::{
 pub enum Owner {
     /// Profiled: its pid and start time.
     Tracked(u32, u64),
+    /// Profiled, and its address space is being torn down on another task's last reference
+    /// (`exit_mmap` after its process exited, `mm->owner` cleared): its pid and start time.
+    Teardown(u32, u64),
     /// Filtered out.
     Ignored,
     /// A child's new mm inside fork's dup_mmap: counted apart, never charged.
@@ -141,7 +144,7 @@ pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner 
         // (exit_mmap's teardown runs here). Charged to the process noted while it lived.
         // SAFETY: a map lookup, the value copied out at once.
         if let Some(o) = unsafe { MM_OWNER.get(mm) } {
-            return Owner::Tracked(o.pid, o.start);
+            return Owner::Teardown(o.pid, o.start);
         }
     }
     if owner_task == 0 {

@@ -41,7 +41,10 @@ fn state_of(task: Task, mm: u64) -> Option<&'static mut ThreadState> {
         return Some(st);
     }
     let verdict = VERDICT.get(task, true)?;
-    if !matches!(owner::resolve(verdict, None, mm), Owner::Tracked(..)) {
+    if !matches!(
+        owner::resolve(verdict, None, mm),
+        Owner::Tracked(..) | Owner::Teardown(..)
+    ) {
         return None;
     }
     let st = THREAD_STATE.get(task, true)?;
@@ -121,8 +124,9 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     if free0 && free1 && (st.head.wrapping_sub(tail) >= FLUSH_AT || st.charge_pending != 0) {
         accum::flush(st, task, true);
     }
-    let (owner, owner_start) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
-        Owner::Tracked(o, s) => (o, s),
+    let (owner, owner_start, teardown) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
+        Owner::Tracked(o, s) => (o, s, false),
+        Owner::Teardown(o, s) => (o, s, true),
         // A fork child's lock is counted once, when acquired.
         Owner::Ignored | Owner::ForkChild => return 0,
     };
@@ -136,15 +140,12 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     };
     let mut sample_seq = 0;
     let kind = if write {
-        let mut c = write_cause(task);
-        // The profiler takes a target's lock only to read, but for one thing: holding the last
-        // reference to an exited target's address space, whose exit_mmap then runs on its
-        // thread. That write is the target's exit.
-        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        let me = konst(&SETTINGS.self_tgid);
-        if me != 0 && tgid == me && owner != me {
-            c = cause::EXIT;
-        }
+        // A teardown on another task's reference is the owner's exit, whatever that task does.
+        let c = if teardown {
+            cause::EXIT
+        } else {
+            write_cause(task)
+        };
         let seq = sampling::pick(st);
         if seq != 0 {
             let pid_tgid = bpf_get_current_pid_tgid();
@@ -296,8 +297,9 @@ fn on_acquire(
             return Some(d);
         }
     }
-    let (owner, owner_start) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
-        Owner::Tracked(o, s) => (o, s),
+    let (owner, owner_start, teardown) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
+        Owner::Tracked(o, s) => (o, s, false),
+        Owner::Teardown(o, s) => (o, s, true),
         Owner::Ignored => return None,
         Owner::ForkChild => {
             bump(counter::FORK_CHILD);
@@ -305,7 +307,9 @@ fn on_acquire(
         }
     };
     // A write trylock (rare) finds its cause now.
-    let kind = if write {
+    let kind = if write && teardown {
+        cause::EXIT
+    } else if write {
         write_cause(task)
     } else {
         cause::READ

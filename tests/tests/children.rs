@@ -9,6 +9,16 @@ use integration_tests::{
     require_root_and_tracepoints,
 };
 
+/// The pids spawner.js says its children had.
+fn children_of(did: &serde_json::Value) -> Vec<u32> {
+    did["children"]
+        .as_array()
+        .expect("the children's pids")
+        .iter()
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect()
+}
+
 #[test]
 fn a_node_parents_children_are_followed_from_their_first_write() {
     if !require_root_and_tracepoints() {
@@ -23,12 +33,7 @@ fn a_node_parents_children_are_followed_from_their_first_write() {
     let mut w = Workload::spawn(cmd);
     let out = profile_workload(&mut w, &["--children", "-i", "0"]);
     let did = w.report();
-    let pids: Vec<u32> = did["children"]
-        .as_array()
-        .expect("the children's pids")
-        .iter()
-        .map(|p| p.as_u64().unwrap() as u32)
-        .collect();
+    let pids = children_of(&did);
     assert_eq!(pids.len() as u64, children);
     let s = out.summary();
     assert_eq!(s["lost"]["events"], 0, "{}", s["lost"]);
@@ -71,12 +76,7 @@ fn descendants_that_exist_at_attach_are_followed_too() {
     let mut w = Workload::spawn(cmd);
     let out = profile_workload(&mut w, &["--children", "-i", "0"]);
     let did = w.report();
-    let pids: Vec<u32> = did["children"]
-        .as_array()
-        .expect("the children's pids")
-        .iter()
-        .map(|p| p.as_u64().unwrap() as u32)
-        .collect();
+    let pids = children_of(&did);
     assert_eq!(pids.len(), 2);
     let s = out.summary();
     assert_eq!(s["lost"]["events"], 0, "{}", s["lost"]);
