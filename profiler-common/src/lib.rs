@@ -350,10 +350,12 @@ pub mod stack_record {
     pub const DONE: u32 = 2;
 }
 
-/// The user stack of a sampled write acquisition.
+/// What a sampled write's record says before its stack: a [`stack_record::SAMPLE`] record on
+/// the ring is this header followed by `stack_len` bytes of stack (not `STACK_BYTES`: a
+/// record as long as the stack is deep keeps eight times more shallow samples in the ring).
 #[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct StackSample {
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct StackHeader {
     pub tag: u32,
     pub owner: u32,
     pub tid: u32,
@@ -367,9 +369,17 @@ pub struct StackSample {
     pub bp: u64,
     /// Start time of the owner (see [`StatsKey::owner_start`]).
     pub owner_start: u64,
-    /// Valid bytes of `stack` (from `sp` up).
+    /// Bytes of stack that follow (from `sp` up; a multiple of `STACK_CHUNK`).
     pub stack_len: u32,
     pub _pad: u32,
+}
+
+/// A sample as the eBPF side assembles it (in a per-CPU buffer) before sending the header and
+/// the `stack_len` bytes of `stack` that were read.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct StackSample {
+    pub head: StackHeader,
     pub stack: [u8; STACK_BYTES],
 }
 
@@ -683,6 +693,7 @@ mod tests {
         }
         assert!(used.iter().filter(|&&n| n > 0).count() >= 10, "{used:?}");
         assert_ne!(holder_slot(7, cause::READ), holder_slot(7, cause::MUNMAP));
+        assert_eq!(size_of::<StackHeader>(), 64);
         assert_eq!(size_of::<StackSample>(), 64 + STACK_BYTES);
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);

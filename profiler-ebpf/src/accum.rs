@@ -230,7 +230,7 @@ fn record(st: &mut ThreadState, d: &Done) {
                 wait_ns: d.wait,
                 hold_ns: d.hold,
             },
-            crate::sampling::wakeup_flags(),
+            crate::sampling::wakeup_before(size_of::<SampleDone>() as u64),
         );
     }
 }

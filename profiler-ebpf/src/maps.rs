@@ -11,8 +11,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{
-    BlockedKey, BlockedVal, Filter, KernelLayout, LOCK_SLOTS, LockAcc, Settings, StatsKey,
-    ThreadStats, counter,
+    BlockedKey, BlockedVal, Filter, KernelLayout, LOCK_SLOTS, LockAcc, Settings, StackSample,
+    StatsKey, ThreadStats, counter,
 };
 
 /// Kernel facts (struct offsets), set by userspace at load time from the running kernel's BTF.
@@ -166,6 +166,11 @@ pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
 /// Sampled write stacks and their outcomes (sized by userspace for the sampling rate).
 #[map]
 pub static STACKS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
+
+/// Where a sample is assembled before the part of it that was read goes to `STACKS` (a
+/// record reserved at full size would take 16 KiB of the ring for a 2 KiB stack).
+#[map]
+pub static SAMPLE_BUF: PerCpuArray<StackSample> = PerCpuArray::with_max_entries(1, 0);
 
 /// Each profiled lock's hold times per holder (`--blockers`; one element when off).
 #[map]

@@ -5,18 +5,20 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::{bpf_get_prandom_u32, bpf_probe_read_user_buf},
 };
-use profiler_common::{STACK_BYTES, STACK_CHUNK, StackSample, counter, stack_record};
+use profiler_common::{STACK_BYTES, STACK_CHUNK, StackHeader, counter, stack_record};
 
 use crate::{
     kread::Task,
-    maps::{KERNEL, SETTINGS, STACKS, bump, konst},
+    maps::{KERNEL, SAMPLE_BUF, SETTINGS, STACKS, bump, konst},
     state::ThreadState,
 };
 
-/// Whether this write is sampled: one in `--stack-sample`, at random (a counter would alias
-/// with periodic workloads: a loop of mmap then munmap sampled one in an even N shows
-/// munmaps only). Returns the sample's sequence number (never 0, which means "not sampled";
-/// below 2^16, and unique among a thread's last 65,535 writes).
+/// Whether this write is sampled: one in `--stack-sample` on average, at random (a counter
+/// would alias with periodic workloads: a loop of mmap then munmap sampled one in an even N
+/// shows munmaps only). The gaps between samples are drawn uniformly in 1..=2N-1 (mean N),
+/// one draw per sample: a random number per write cost about 8% of `start_locking`. Returns
+/// the sample's sequence number (never 0, which means "not sampled"; below 2^16, and unique
+/// among a thread's last 65,535 writes).
 #[inline(always)]
 pub fn pick(st: &mut ThreadState) -> u16 {
     let every = konst(&SETTINGS.stack_sample);
@@ -24,9 +26,16 @@ pub fn pick(st: &mut ThreadState) -> u16 {
         return 0;
     }
     st.writes = st.writes.wrapping_add(1);
-    // SAFETY: no preconditions.
-    if every != 1 && unsafe { bpf_get_prandom_u32() } % every != 0 {
-        return 0;
+    if every != 1 {
+        if st.sample_left == 0 {
+            // SAFETY: no preconditions.
+            let r = unsafe { bpf_get_prandom_u32() };
+            st.sample_left = 1 + r % every.saturating_mul(2).saturating_sub(1).max(1);
+        }
+        st.sample_left -= 1;
+        if st.sample_left != 0 {
+            return 0;
+        }
     }
     let seq = st.writes as u16;
     if seq == 0 { 1 } else { seq }
@@ -51,27 +60,27 @@ pub fn sample(
     let Some(regs) = task.user_regs() else {
         return false;
     };
-    let Some(mut entry) = STACKS.reserve::<StackSample>(0) else {
-        bump(counter::STACKS_LOST);
+    let Some(e) = SAMPLE_BUF.get_ptr_mut(0) else {
         return false;
     };
-    let e = entry.as_mut_ptr();
+    // SAFETY: this CPU's buffer; programs do not migrate while they run, and only this
+    // program uses it, which the kernel never runs nested in itself on one CPU.
+    let e = unsafe { &mut *e };
     let sp = regs.u64_at(sp_off);
-    // SAFETY: `e` points to a reserved ring buffer record of StackSample's size, ours until
-    // submitted; its header is written field by field, the stack below.
-    unsafe {
-        (*e).tag = stack_record::SAMPLE;
-        (*e).owner = owner;
-        (*e).tid = tid;
-        (*e).tgid = tgid;
-        (*e).kind = kind;
-        (*e).seq = seq as u32;
-        (*e).ip = regs.u64_at(konst(&KERNEL.regs_ip));
-        (*e).sp = sp;
-        (*e).bp = regs.u64_at(konst(&KERNEL.regs_bp));
-        (*e).owner_start = owner_start;
-        (*e)._pad = 0;
-    }
+    e.head = StackHeader {
+        tag: stack_record::SAMPLE,
+        owner,
+        tid,
+        tgid,
+        kind,
+        seq: seq as u32,
+        ip: regs.u64_at(konst(&KERNEL.regs_ip)),
+        sp,
+        bp: regs.u64_at(konst(&KERNEL.regs_bp)),
+        owner_start,
+        stack_len: 0,
+        _pad: 0,
+    };
     // Only as deep as the stack is: a glibc thread's fs base is its `struct pthread`, at the
     // top of its stack, above the outermost frame (the main thread's is elsewhere: it gets
     // the whole copy). Copying 16 KiB of cold memory above a shallow C stack cost some
@@ -85,36 +94,57 @@ pub fn sample(
     };
     // Chunk by chunk, so that a stack whose mapping ends within STACK_BYTES still yields the
     // part that exists.
-    let mut len = 0u32;
+    let mut chunks = 0usize;
     for i in 0..STACK_BYTES / STACK_CHUNK {
         let off = i * STACK_CHUNK;
         if off >= depth {
             break;
         }
-        // SAFETY: a subslice of the reserved record's stack array.
-        let dst = unsafe { &mut (&mut (*e).stack)[off..off + STACK_CHUNK] };
+        let dst = &mut e.stack[off..off + STACK_CHUNK];
         // SAFETY: bpf_probe_read_user fails instead of faulting on unmapped user memory.
         if unsafe { bpf_probe_read_user_buf((sp + off as u64) as *const u8, dst) }.is_err() {
             break;
         }
-        len += STACK_CHUNK as u32;
+        chunks = i + 1;
     }
-    // SAFETY: as above.
-    unsafe { (*e).stack_len = len };
-    entry.submit(wakeup_flags());
+    let len = chunks * STACK_CHUNK;
+    e.head.stack_len = len as u32;
+    // The header and the stack read, as one record: they are contiguous in the buffer.
+    let n = size_of::<StackHeader>() + len;
+    let bytes = bytemuck::bytes_of(e);
+    let Some(record) = bytes.get(..n) else {
+        return false;
+    };
+    let flags = wakeup_before(n as u64);
+    if STACKS.output::<[u8]>(record, flags).is_err() {
+        bump(counter::STACKS_LOST);
+        return false;
+    }
     true
 }
 
-/// Ring buffer flags for a STACKS record: no wakeup of userspace (which drains the ring every
-/// 50 ms) until a quarter of the ring is used. Waking it for every sample cost far more
-/// than copying the sample: a wakeup signals another CPU, which a virtual machine pays
-/// dearly for (about 19 us a sample here, 300 ns a write at one write in 64).
+/// Ring buffer flags for a STACKS record of `bytes` (its 8-byte header included) that
+/// `avail` (`BPF_RB_AVAIL_DATA` after it was reserved) ends: a wakeup of userspace only when
+/// this record takes the ring past a quarter of its size. Waking for every record cost far
+/// more than copying a sample: a wakeup is an interrupt the CPU sends itself, which a virtual
+/// machine pays dearly for (several microseconds). Userspace drains the ring every 25 ms in
+/// any case; past the quarter it is woken once, not for every record until it catches up
+/// (which cost half of `start_locking` at one write in 64 on a write-heavy workload).
 #[inline(always)]
-pub fn wakeup_flags() -> u64 {
-    let size = STACKS.query(BPF_RB_RING_SIZE as u64);
-    if STACKS.query(BPF_RB_AVAIL_DATA as u64) >= size / 4 {
+fn wakeup_at(avail: u64, bytes: u64) -> u64 {
+    let quarter = STACKS.query(BPF_RB_RING_SIZE as u64) / 4;
+    if avail >= quarter && avail < quarter + bytes {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
     }
+}
+
+/// [`wakeup_at`] for a record of `len` bytes about to be written with `output` (the ring's
+/// data does not count it yet).
+#[inline(always)]
+pub fn wakeup_before(len: u64) -> u64 {
+    // Records are rounded up to 8 bytes, after an 8-byte header.
+    let bytes = len.next_multiple_of(8) + 8;
+    wakeup_at(STACKS.query(BPF_RB_AVAIL_DATA as u64) + bytes, bytes)
 }

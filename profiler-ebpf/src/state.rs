@@ -144,8 +144,10 @@ pub struct ThreadState {
     /// 1 while a context accumulates or copies (claimed with a compare-and-swap; 64 bits, as
     /// the BPF instruction set without alu32 has a 64-bit compare-and-swap only).
     pub flushing: u64,
-    /// Writes started by this thread, for sampling one in `stack_sample`.
+    /// Writes started by this thread: the sequence numbers of its samples.
     pub writes: u32,
+    /// Writes until the next sample (0: draw the next gap; see `sampling::pick`).
+    pub sample_left: u32,
     /// Whether the thread accumulated an acquisition of a profiled lock (only then are its
     /// exits announced).
     pub profiled: u32,

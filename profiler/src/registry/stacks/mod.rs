@@ -15,7 +15,7 @@ mod symbolize;
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::{SampleDone, StackSample, stack_record};
+use profiler_common::{SampleDone, StackHeader, stack_record};
 
 use crate::{
     registry::perfmap::JsFunction,
@@ -114,14 +114,14 @@ struct Deferred {
 }
 
 /// The process whose lock a sample took (its start time in ticks, as [`ProcId`]s have it).
-fn owner(s: &StackSample) -> ProcId {
+fn owner(s: &StackHeader) -> ProcId {
     ProcId::new(s.owner, ids::ticks_of_ns(s.owner_start))
 }
 
 /// The process of the thread that took the lock: the owner itself (the common case), or
 /// another process, whose start time the sample does not carry (0: a reused pid then shares
 /// its unwinder until either is forgotten).
-fn actor(s: &StackSample) -> ProcId {
+fn actor(s: &StackHeader) -> ProcId {
     if s.tgid == s.owner {
         owner(s)
     } else {
@@ -175,13 +175,12 @@ fn intern(
     i
 }
 
-fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: T is a repr(C) plain-old-data record type and `bytes` is at least that long;
-    // the ring buffer only guarantees 8-byte alignment, so read unaligned.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+/// Decodes a plain-data record from the front of `bytes` (ring buffer records are aligned to
+/// 8 bytes only, hence unaligned); None if it is too short.
+fn read_record<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
+    bytes
+        .get(..std::mem::size_of::<T>())
+        .map(bytemuck::pod_read_unaligned::<T>)
 }
 
 /// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
@@ -201,9 +200,11 @@ impl StackAttribution {
         };
         match tag {
             stack_record::SAMPLE => {
-                // Boxed: the record is 16 KiB.
-                if let Some(s) = read_record::<StackSample>(bytes).map(Box::new) {
-                    self.on_sample(&s);
+                // The header, then as many bytes of stack as it says were read.
+                if let Some(h) = read_record::<StackHeader>(bytes) {
+                    let at = std::mem::size_of::<StackHeader>();
+                    let stack = bytes.get(at..).unwrap_or_default();
+                    self.on_sample(&h, &stack[..stack.len().min(h.stack_len as usize)]);
                 }
             }
             stack_record::DONE => {
@@ -247,10 +248,8 @@ impl StackAttribution {
         self.unwinders.get_mut(&p)?.as_mut()
     }
 
-    fn on_sample(&mut self, s: &StackSample) {
+    fn on_sample(&mut self, s: &StackHeader, stack: &[u8]) {
         let t0 = std::time::Instant::now();
-        let len = (s.stack_len as usize).min(s.stack.len());
-        let stack = &s.stack[..len];
         let actor = actor(s);
         let mut deferred = None;
         let (frames, dso, end) = match self.unwinder(actor) {

@@ -2,6 +2,7 @@
 use super::labels::frame_label;
 use super::*;
 use crate::registry::perfmap::JitName;
+use bytemuck::Zeroable;
 use std::path::PathBuf;
 
 fn f(symbol: Option<&str>, dso: Option<&str>) -> Frame {
@@ -124,8 +125,7 @@ fn a_reused_pid_is_another_owner_and_actor() {
 
 #[test]
 fn actor_is_the_owner_with_its_start_or_a_foreign_pid() {
-    // SAFETY: StackSample is plain old data; all zeroes is a valid value.
-    let mut s: Box<StackSample> = Box::new(unsafe { std::mem::zeroed() });
+    let mut s = StackHeader::zeroed();
     // Kernel start times are in ns, ProcIds' in clock ticks.
     (s.owner, s.tgid, s.owner_start) = (5, 5, 77_000_000_000);
     assert_eq!(actor(&s), ProcId::new(5, ids::ticks_of_ns(77_000_000_000)));
