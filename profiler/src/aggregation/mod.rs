@@ -156,9 +156,81 @@ pub struct Window {
     pub cgroups: BTreeMap<ProcId, String>,
     /// Waits charged to the holds that made them wait; None when blockers are off.
     pub blocked: Option<blocked::Blocked>,
+    /// The time of live threads whose process took no lock in the window so far, kept apart
+    /// (small, unordered) until [`settle`](Self::settle) says whether it is wanted: ten
+    /// thousand idle threads made a thread entry each, every second, for a report that
+    /// lists none of them.
+    idle: HashMap<(ProcId, ThreadId), IdleThread>,
+}
+
+/// A live thread's time in a window, while its process took no lock in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct IdleThread {
+    tgid: u32,
+    comm: [u8; COMM_LEN],
+    fsbase: u64,
+    time: ThreadTime,
 }
 
 impl Window {
+    /// Adds a live thread's time in the window (see [`Totals::tick`]).
+    pub fn add_time(
+        &mut self,
+        owner: ProcId,
+        tid: ThreadId,
+        (tgid, comm, fsbase): (u32, [u8; COMM_LEN], u64),
+        time: &ThreadTime,
+    ) {
+        match self.processes.get_mut(&owner) {
+            Some(threads) => threads
+                .entry(tid)
+                .or_insert_with(|| ThreadAgg::new(tgid, comm, fsbase))
+                .time
+                .merge(time),
+            None => self
+                .idle
+                .entry((owner, tid))
+                .or_insert_with(|| IdleThread {
+                    tgid,
+                    comm,
+                    fsbase,
+                    time: ThreadTime::default(),
+                })
+                .time
+                .merge(time),
+        }
+    }
+
+    /// Puts the time kept apart where it belongs: with the threads of the processes that
+    /// took a lock in the window, and, when `all`, for every other process too (the agent's
+    /// metrics count every live thread's time; a report lists only processes that took a
+    /// lock).
+    pub fn settle(&mut self, all: bool) {
+        for ((owner, tid), t) in self.idle.drain() {
+            let threads = match self.processes.get_mut(&owner) {
+                Some(threads) => threads,
+                None if all => self.processes.entry(owner).or_default(),
+                None => continue,
+            };
+            threads
+                .entry(tid)
+                .or_insert_with(|| ThreadAgg::new(t.tgid, t.comm, t.fsbase))
+                .time
+                .merge(&t.time);
+        }
+    }
+
+    /// Keeps the processes that took a lock in the window (or were charged a wait), with
+    /// their threads' time: the ones a report lists.
+    pub fn retain_active(&mut self) {
+        self.settle(false);
+        let blocked = self.blocked.as_ref();
+        self.processes.retain(|p, threads| {
+            threads.values().any(|t| !t.is_idle())
+                || blocked.is_some_and(|b| b.owners.get(p).is_some_and(|o| !o.is_empty()))
+        });
+    }
+
     pub fn add(&mut self, d: &ThreadDelta) {
         let (owner, tid) = ids_of(&d.key);
         self.processes

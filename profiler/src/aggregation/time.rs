@@ -15,7 +15,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::{ThreadAgg, Totals, Window};
+use super::{Totals, Window};
 use crate::vocab::ids::ThreadId;
 
 /// A thread's time in a window, ns.
@@ -201,19 +201,18 @@ impl Totals {
             let alive = life.alive_within(from, now_ns);
             let cpu = life.cpu_tick(self.cpu.get(tid), from, epoch);
             if let Some(w) = interval.as_deref_mut() {
-                let t = w
-                    .processes
-                    .entry(owner)
-                    .or_default()
-                    .entry(tid)
-                    .or_insert_with(|| ThreadAgg::new(info.tgid, info.comm, info.fsbase));
                 // (Not clipped to its time alive: the CPU is read by the kernel a little
                 // before the tick, so a window's CPU may exceed it by that much, and the next
                 // window's falls short by as much; the windows add up to the run's.)
-                t.time.merge(&ThreadTime {
-                    alive_ns: alive,
-                    cpu_ns: cpu,
-                });
+                w.add_time(
+                    owner,
+                    tid,
+                    (info.tgid, info.comm, info.fsbase),
+                    &ThreadTime {
+                        alive_ns: alive,
+                        cpu_ns: cpu,
+                    },
+                );
             }
         }
         self.last_tick_ns = self.last_tick_ns.max(now_ns);
@@ -225,8 +224,10 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregation::ThreadAgg;
     use crate::aggregation::tests::{P10, T11, W, kernel_entry};
-    use profiler_common::StatsKey;
+    use crate::vocab::{hist::SideStats, ids::ProcId};
+    use profiler_common::{COMM_LEN, StatsKey};
 
     const S: u64 = 1_000_000_000;
 
@@ -356,6 +357,7 @@ mod tests {
         ]);
         let mut interval = Window::default();
         tot.tick(102 * S, Some(&mut interval));
+        interval.settle(true);
         let iv = &interval.processes[&P10];
         assert_eq!(iv[&T11].time.alive_ns, 2 * S, "the run's start to now");
         assert_eq!(
@@ -374,6 +376,7 @@ mod tests {
         tot.note_exit(t12, 103 * S + S / 2);
         let mut next = Window::default();
         tot.tick(104 * S, Some(&mut next));
+        next.settle(true);
         let nx = &next.processes[&P10];
         assert!(nx[&T11].is_idle());
         assert_eq!(
@@ -431,5 +434,52 @@ mod tests {
                 cpu_ns: Some(7)
             }
         );
+    }
+
+    #[test]
+    fn idle_time_joins_a_process_that_took_a_lock_and_is_dropped_for_one_that_did_not() {
+        let p20 = ProcId::new(20, 1);
+        let (a, b, c) = (
+            ThreadId::new(11, 1),
+            ThreadId::new(12, 1),
+            ThreadId::new(21, 1),
+        );
+        let who = (10, [0u8; COMM_LEN], 0);
+        let second = ThreadTime {
+            alive_ns: S,
+            cpu_ns: Some(S / 10),
+        };
+        let mut w = Window::default();
+        // First tick: nothing took a lock yet; every thread's second is kept apart.
+        for (p, t) in [(P10, a), (P10, b), (p20, c)] {
+            w.add_time(p, t, who, &second);
+        }
+        assert!(w.processes.is_empty());
+        // Then thread a takes the lock, and a second tick.
+        let active = ThreadAgg {
+            read: SideStats {
+                count: 1,
+                ..SideStats::default()
+            },
+            ..ThreadAgg::new(10, [0; COMM_LEN], 0)
+        };
+        w.add_thread(P10, a, &active);
+        for (p, t) in [(P10, a), (P10, b), (p20, c)] {
+            w.add_time(p, t, who, &second);
+        }
+        let mut agent = w.clone();
+        w.retain_active();
+        let two = ThreadTime {
+            alive_ns: 2 * S,
+            cpu_ns: Some(S / 5),
+        };
+        assert_eq!(w.processes.len(), 1, "process 20 took no lock");
+        assert_eq!(w.processes[&P10][&a].time, two);
+        assert_eq!(w.processes[&P10][&b].time, two, "idle, both seconds");
+        assert_eq!(w.processes[&P10][&a].read.count, 1);
+        // The agent's view keeps every live thread's time.
+        agent.settle(true);
+        assert_eq!(agent.processes[&p20][&c].time, two);
+        assert_eq!(agent.processes[&P10][&b].time, two);
     }
 }

@@ -534,18 +534,23 @@ impl Profile {
     /// The interval since the previous one, which then starts anew: its activity, its
     /// attribution (resolved now, while its processes likely live) and the report's metadata.
     pub fn take_interval(&mut self) -> (Window, Attribution, Meta) {
+        let (mut window, meta) = self.take_interval_window();
+        window.settle(true);
+        let attribution = Attribution::of(&mut self.registry, &window);
+        (window, attribution, meta)
+    }
+
+    /// [`take_interval`](Self::take_interval) before attribution.
+    fn take_interval_window(&mut self) -> (Window, Meta) {
         let now = SystemTime::now();
         let overhead = self.overhead(
             self.programs_at_interval.as_deref(),
             self.interval_start,
             now,
         );
-        let fresh = Window {
-            blocked: self.collector.blockers().then(Blocked::default),
-            ..Window::default()
-        };
+        let mut fresh = Window::default();
+        fresh.blocked = self.collector.blockers().then(Blocked::default);
         let window = self.interval.replace(fresh).unwrap_or_default();
-        let attribution = Attribution::of(&mut self.registry, &window);
         let meta = Meta {
             kind: Kind::Interval,
             start: self.interval_start,
@@ -557,12 +562,17 @@ impl Profile {
         self.interval_start = now;
         self.counters_at_interval = self.counters;
         self.programs_at_interval = self.programs.clone();
-        (window, attribution, meta)
+        (window, meta)
     }
 
     /// The report for the interval since the previous one, which it then starts anew.
+    /// Processes that only lived through the interval are not in its report: they are left
+    /// out before attributing it (with ten thousand idle threads, attributing them was most
+    /// of an idle profiler's work).
     pub fn interval_report(&mut self) -> Report {
-        let (window, attribution, meta) = self.take_interval();
+        let (mut window, meta) = self.take_interval_window();
+        window.retain_active();
+        let attribution = Attribution::of(&mut self.registry, &window);
         report::build(&window, &attribution, meta)
     }
 
