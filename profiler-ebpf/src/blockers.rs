@@ -10,7 +10,7 @@ use core::{
     ptr,
 };
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
+use aya_ebpf::bindings::BPF_NOEXIST;
 use profiler_common::{
     BlockedKey, BlockedVal, HOLDER_SLOTS, LOCK_SLOTS, LockAcc, cause, counter, holder_slot,
 };
@@ -18,7 +18,7 @@ use profiler_common::{
 use crate::{
     kread::{self, Task},
     maps::{BLOCKED, KERNEL, LOCKS, SETTINGS, bump, for_each, konst},
-    state::{BLOCK_STATE, BlockState, Slot, ThreadState},
+    state::{BLOCK_STATE, BlockState, Slot, SlotSnap, ThreadState},
 };
 
 /// Is `kind` a write hold's?
@@ -199,18 +199,22 @@ fn as_bytes(a: &mut [u64; HOLDER_SLOTS]) -> &mut [u8; HOLDER_SLOTS * 8] {
 }
 
 /// A wait begins, before the lock is held: what the holders had held so far (one wait at a
-/// time, and only when the lock is not free). Returns whether the slot was snapshotted.
+/// time, and only when the lock is not free). Returns the snapshot when one was taken; its
+/// `pre` holds the start of the write hold in progress until [`wait_starts`] says when the
+/// wait began (the wait's own timestamp: no clock read of its own).
 #[inline(always)]
-pub fn begin_wait(st: &ThreadState, task: Task, idx: usize, mm: u64, write: bool) -> bool {
+pub fn begin_wait(
+    st: &ThreadState,
+    task: Task,
+    idx: usize,
+    mm: u64,
+    write: bool,
+) -> Option<&'static mut SlotSnap> {
     if idx != 0 || st.charge_pending != 0 || lock_free(mm, write) {
-        return false;
+        return None;
     }
-    let Some(a) = lock_acc_of(mm) else {
-        return false;
-    };
-    let Some(bs) = BLOCK_STATE.get(task, true) else {
-        return false;
-    };
+    let a = lock_acc_of(mm)?;
+    let bs = BLOCK_STATE.get(task, true)?;
     // SAFETY: a volatile read of a live map value's field.
     let releases0 = unsafe { ptr::read_volatile(&a.releases) };
     if write {
@@ -219,17 +223,25 @@ pub fn begin_wait(st: &ThreadState, task: Task, idx: usize, mm: u64, write: bool
     }
     // SAFETY: as above.
     let cur = unsafe { ptr::read_volatile(&a.cur_acq) };
+    let copied = kread::bytes_at(ptr::from_ref(&a.held) as u64, as_bytes(&mut bs.snap));
     let snap = &mut bs.slots[0];
     snap.releases0 = releases0;
     snap.pre_slot = a.cur_slot as u32;
-    snap.pre = 0;
-    if kread::bytes_at(ptr::from_ref(&a.held) as u64, as_bytes(&mut bs.snap)) {
-        // SAFETY: no preconditions.
-        let now = unsafe { bpf_ktime_get_ns() };
-        snap.pre = if cur != 0 && now > cur { now - cur } else { 0 };
-    }
+    snap.pre = if copied { cur } else { 0 };
     // Snapshotted even if the copy failed: `waiting` must be undone.
-    true
+    Some(snap)
+}
+
+/// The wait [`begin_wait`] snapshotted began at `start`: the part of the write hold in
+/// progress then that lay before it.
+#[inline(always)]
+pub fn wait_starts(snap: &mut SlotSnap, start: u64) {
+    let cur = snap.pre;
+    snap.pre = if cur != 0 && start > cur {
+        start - cur
+    } else {
+        0
+    };
 }
 
 /// At a contended acquisition (with the lock held): if holds were added during the wait,

@@ -165,7 +165,12 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     } else {
         cause::READ
     };
-    let snapped = blockers_on() && blockers::begin_wait(st, task, idx, mm, write);
+    let mut snap = if blockers_on() {
+        blockers::begin_wait(st, task, idx, mm, write)
+    } else {
+        None
+    };
+    let snapped = snap.is_some();
     let s = &mut st.slots[idx];
     s.mm = mm;
     s.owner = owner;
@@ -175,7 +180,11 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     s.snapped = snapped as u16;
     s.acq_ts = 0;
     s.state = WAITING;
-    s.start_ts = now();
+    let start = now();
+    s.start_ts = start;
+    if let Some(snap) = snap.as_mut() {
+        blockers::wait_starts(snap, start);
+    }
     0
 }
 
