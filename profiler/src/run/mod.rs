@@ -16,6 +16,7 @@ use crate::{
     },
 };
 
+mod heap;
 pub mod lost;
 mod profile;
 mod rings;
@@ -100,6 +101,7 @@ pub async fn run_loop(
     };
     tokio::pin!(exited);
     let mut targets_gone = false;
+    let mut trim = heap::Trim::default();
     loop {
         tokio::select! {
             _ = ticker.tick() => {
@@ -113,6 +115,7 @@ pub async fn run_loop(
                     return Ok(Err(e));
                 }
                 lost::check(&profile.lost_so_far());
+                trim.now_and_then();
                 if targets_gone && driver.may_end(profile) {
                     return Ok(Ok(()));
                 }
