@@ -6,6 +6,8 @@
 mod batch;
 pub mod btf;
 pub mod collector;
+#[cfg(test)]
+pub mod fake;
 pub mod load;
 pub mod minkernel;
 pub mod readings;

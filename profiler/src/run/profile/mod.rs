@@ -30,6 +30,8 @@ use crate::run::SessionError;
 
 mod lifecycle;
 mod reports;
+#[cfg(test)]
+mod tests;
 
 use lifecycle::Exits;
 
