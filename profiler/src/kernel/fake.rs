@@ -42,7 +42,6 @@ pub struct Task {
 }
 
 impl Task {
-    #[allow(dead_code)]
     pub fn thread(&self) -> ThreadId {
         ThreadId::new(self.tid, ticks_of_ns(self.start_ns))
     }

@@ -90,7 +90,11 @@ impl<K: Kernel> Profile<K> {
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
             self.totals.note_cpu(t, e.cpu_ns, e.at_ns);
-            self.totals.note_exit(t, e.at_ns);
+            // An exit ends the thread's time alive; an exec's or a fork's notice names a
+            // process's main thread, which lives on.
+            if matches!(e.tag, exit_record::EXITING | exit_record::FREED) {
+                self.totals.note_exit(t, e.at_ns);
+            }
             match e.tag {
                 exit_record::EXITING => {
                     self.exits.exiting.insert(t, e.tgid);

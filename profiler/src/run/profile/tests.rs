@@ -7,7 +7,10 @@ use profiler_common::{cause, exit_record};
 
 use super::Profile;
 use crate::{
-    kernel::fake::{FakeKernel, Task, WAIT_NS},
+    kernel::{
+        Kernel,
+        fake::{FakeKernel, Task, WAIT_NS},
+    },
     output::report::{ProcessReport, Report, ThreadReport},
     registry::roles::Role,
 };
@@ -384,6 +387,41 @@ fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
     assert_eq!(p.collector.removed.len(), 0, "the same process goes on");
     let summary = p.summary();
     assert_eq!(process(&summary, &main).write.count, 5);
+}
+
+/// A thread's time alive in the run so far, ns.
+fn alive_ns(p: &Profile<FakeKernel>, t: &Task) -> u64 {
+    p.total_window().processes[&t.process()][&t.thread()]
+        .time
+        .alive_ns
+}
+
+#[test]
+fn an_exec_or_a_fork_notice_ends_no_threads_life() {
+    let mut p = profile(false);
+    let main = p.collector.spawn_process(PID, "node");
+    p.collector.take(&main, cause::MMAP, 1);
+    p.poll(false).unwrap();
+    // The process execs (its main thread goes on), and forks a child noticed before its
+    // first acquisitions are read.
+    p.collector.notice(&main, exit_record::EXEC);
+    let child = p.collector.spawn_process(OTHER_PID, "node");
+    p.collector.notice(&child, exit_record::FORK);
+    p.collector.take(&child, cause::MMAP, 1);
+    p.collector.take(&main, cause::MMAP, 1);
+    p.poll(false).unwrap();
+    p.collector.take(&child, cause::MMAP, 1);
+    p.collector.spawn_process(OTHER_PID + 1, "later");
+    p.poll(false).unwrap();
+    let now = p.collector.now_ns();
+    assert_eq!(alive_ns(&p, &main), now - main.start_ns);
+    assert_eq!(alive_ns(&p, &child), now - child.start_ns);
+    // And a real exit does end it.
+    p.collector.exit(&child);
+    let exited_at = p.collector.now_ns();
+    p.collector.spawn_process(OTHER_PID + 2, "later");
+    p.poll(false).unwrap();
+    assert_eq!(alive_ns(&p, &child), exited_at - child.start_ns);
 }
 
 #[tokio::test(flavor = "current_thread")]
