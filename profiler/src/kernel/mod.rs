@@ -1,10 +1,17 @@
 //! The kernel side, as userspace sees it: what the running kernel offers (BTF offsets,
 //! tracepoint layout, version), loading and attaching the eBPF programs, and reading their
-//! maps and ring buffers. Everything downstream gets plain data from here.
+//! maps and ring buffers. Everything downstream gets plain data from here, through the
+//! [`Kernel`] trait, which unit tests replace by a scripted kernel (`fake`).
 
 mod batch;
 pub mod btf;
 pub mod collector;
+#[cfg(test)]
+pub mod fake;
 pub mod load;
 pub mod minkernel;
+pub mod readings;
+mod selection;
 pub mod selectors;
+
+pub use readings::Kernel;

@@ -60,6 +60,12 @@ impl CgroupNames {
         self.by_proc.remove(&p);
     }
 
+    /// Learns a cgroup as if read from /proc (tests of processes made up).
+    #[cfg(test)]
+    pub fn learn(&mut self, p: ProcId, path: &str) {
+        self.by_proc.insert(p, path.to_string());
+    }
+
     /// Learns the id of every cgroup in the hierarchy (rate-limited).
     fn walk(&mut self) {
         if self.walked.is_some_and(|t| t.elapsed() < WALK_EVERY) {

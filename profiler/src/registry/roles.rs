@@ -470,6 +470,12 @@ impl ProcessNames {
     pub fn len(&self) -> usize {
         self.names.len()
     }
+
+    /// Learns a name as if read from /proc (tests of processes made up).
+    #[cfg(test)]
+    pub fn learn(&mut self, p: ProcId, name: &str) {
+        self.names.insert(p, name.to_string());
+    }
 }
 
 /// `/proc/PID/comm` of process `p`, if that pid is still `p`'s.

@@ -6,7 +6,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 use aya::maps::{MapData, RingBuf};
 
-use crate::kernel::collector::Collector;
+use crate::kernel::{Kernel, collector::Collector};
 
 use crate::run::{SessionError, profile::Profile};
 
@@ -83,16 +83,26 @@ impl Rings {
     pub fn drain(&mut self, profile: &mut Profile) {
         let t0 = std::time::Instant::now();
         loop {
-            profile.classify_new_threads(self.new_threads.get_mut());
+            classify_new_threads(self.new_threads.get_mut(), profile);
             let Some(s) = self.stacks.as_mut() else {
                 return;
             };
             if profile.take_stacks(s.get_mut(), STACK_BATCH) < STACK_BATCH
                 || t0.elapsed() >= DRAIN_BUDGET
             {
-                profile.classify_new_threads(self.new_threads.get_mut());
+                classify_new_threads(self.new_threads.get_mut(), profile);
                 return;
             }
+        }
+    }
+}
+
+/// Hands the threads announced on the ring buffer to `profile`, to be classified while they
+/// run.
+fn classify_new_threads(ring: &mut RingBuf<MapData>, profile: &mut Profile) {
+    while let Some(item) = ring.next() {
+        if let Some(t) = Collector::parse_new_thread(&item) {
+            profile.note_new_thread(&t);
         }
     }
 }

@@ -76,28 +76,39 @@ pub fn stat_start_ticks(stat: &str) -> Option<u64> {
     rest.split_ascii_whitespace().nth(19)?.parse().ok()
 }
 
-/// Does /proc show this very process (same pid, same start time) alive?
+/// What /proc shows of a thread (tid *and* start time) of process `pid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// Listed and not a zombie: it may still take its process's lock.
+    Alive,
+    /// Listed but a zombie (or dead): it has run its last instruction, and is not reaped yet.
+    Zombie,
+    /// Not listed, or its tid is another thread's now.
+    Gone,
+}
+
+/// Reads `/proc/PID/task/TID/stat` once and tells what it shows of thread `t`. A thread not
+/// `Alive` has run its last instruction; until then, even after its exit notice, it may still
+/// take its process's lock (exit_mm; the last thread's exit_mmap).
+pub fn presence(pid: u32, t: ThreadId) -> Presence {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{}/stat", t.tid)) {
+        Ok(stat) if stat_start_ticks(&stat) == Some(t.start) => {
+            if matches!(stat_state(&stat), Some('Z' | 'X')) {
+                Presence::Zombie
+            } else {
+                Presence::Alive
+            }
+        }
+        _ => Presence::Gone,
+    }
+}
+
+/// Does /proc show this very process (same pid, same start time) alive (a zombie not reaped
+/// yet included)?
 pub fn is_alive(p: ProcId) -> bool {
     // The leader's own stat, not the process's: the latter sums every thread's times and
     // faults, which costs a millisecond with ten thousand threads; the start time is the same.
-    matches_proc(&format!("/proc/{0}/task/{0}/stat", p.pid), p.start)
-}
-
-/// Does /proc show this very thread of process `pid` alive?
-pub fn thread_is_alive(pid: u32, t: ThreadId) -> bool {
-    matches_proc(&format!("/proc/{pid}/task/{}/stat", t.tid), t.start)
-}
-
-/// Has this thread of process `pid` run its last instruction: gone from /proc (or its tid
-/// reused), or a zombie? Until then, even after its exit notice, it may still take its
-/// process's lock (exit_mm; the last thread's exit_mmap).
-pub fn thread_has_exited(pid: u32, t: ThreadId) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{}/stat", t.tid)) {
-        Err(_) => true,
-        Ok(stat) => {
-            stat_start_ticks(&stat) != Some(t.start) || matches!(stat_state(&stat), Some('Z' | 'X'))
-        }
-    }
+    presence(p.pid, ThreadId::new(p.pid, p.start)) != Presence::Gone
 }
 
 /// Field 3 of a `/proc/PID/stat` line: the state (R, S, D, Z, X...).
@@ -150,13 +161,6 @@ pub fn descendants(roots: &[u32]) -> Vec<ProcId> {
     out
 }
 
-fn matches_proc(path: &str, start: u64) -> bool {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|stat| stat_start_ticks(&stat))
-        == Some(start)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,11 +175,14 @@ mod tests {
     }
 
     #[test]
-    fn a_zombie_thread_has_exited_a_running_one_has_not() {
+    fn a_zombie_thread_is_present_but_not_alive() {
         let me = std::process::id();
         let tid = ThreadId::new(me, ProcId::of_live(me).unwrap().start);
-        assert!(!thread_has_exited(me, tid));
-        assert!(thread_has_exited(me, ThreadId::new(me, tid.start + 1)));
+        assert_eq!(presence(me, tid), Presence::Alive);
+        assert_eq!(
+            presence(me, ThreadId::new(me, tid.start + 1)),
+            Presence::Gone
+        );
         // A child that exited and is not waited for yet: a zombie.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
@@ -188,7 +195,8 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         if let Some(start) = start {
-            assert!(thread_has_exited(pid, ThreadId::new(pid, start)));
+            assert_eq!(presence(pid, ThreadId::new(pid, start)), Presence::Zombie);
+            assert!(is_alive(ProcId::new(pid, start)), "not reaped yet");
         }
         child.wait().unwrap();
     }

@@ -1,0 +1,454 @@
+//! The lifecycle of threads and processes in a profile, on a scripted kernel
+//! (`kernel::fake`): synthetic readings go through the real profile, aggregation, registry
+//! and report, and every test checks exact counts in the reports, and what the kernel's maps
+//! and the registry still hold.
+
+use profiler_common::{cause, exit_record};
+
+use super::Profile;
+use crate::{
+    kernel::{
+        Kernel,
+        fake::{FakeKernel, Task, WAIT_NS},
+    },
+    output::report::{ProcessReport, Report, ThreadReport},
+    registry::roles::Role,
+};
+
+/// Made-up pids (above any real `pid_max`).
+const PID: u32 = 5_000_001;
+const OTHER_PID: u32 = 5_000_002;
+
+fn profile(blockers: bool) -> Profile<FakeKernel> {
+    Profile::new(FakeKernel::new(blockers), true)
+}
+
+/// The one process of the report that is `t`'s (pid and start time).
+fn process<'r>(r: &'r Report, t: &Task) -> &'r ProcessReport {
+    let p = t.process();
+    let found: Vec<&ProcessReport> = r
+        .processes
+        .iter()
+        .filter(|x| x.pid == p.pid && x.start_ticks == p.start)
+        .collect();
+    assert_eq!(found.len(), 1, "process {p:?} once in {:?}", r.processes);
+    found[0]
+}
+
+/// The one thread `t` of a process's report.
+fn thread<'r>(p: &'r ProcessReport, t: &Task) -> &'r ThreadReport {
+    let found: Vec<&ThreadReport> = p.threads.iter().filter(|x| x.tid == t.tid).collect();
+    assert_eq!(found.len(), 1, "thread {} once in {:?}", t.tid, p.threads);
+    found[0]
+}
+
+/// How many times the profile deleted `t`'s entries (each kind once per retirement).
+fn deletions(p: &Profile<FakeKernel>, t: &Task) -> usize {
+    let mine = |k: &&profiler_common::StatsKey| k.tid == t.tid && k.tid_start == t.start_ns;
+    p.collector.removed.iter().filter(mine).count()
+}
+
+/// A process `node` whose main thread took one mmap and whose `libuv-worker` threads took
+/// `writes[i]` writes of `kind` each, read once.
+fn node_with_workers<const N: usize>(
+    p: &mut Profile<FakeKernel>,
+    kind: u32,
+    writes: [u64; N],
+) -> (Task, [Task; N]) {
+    let k = &mut p.collector;
+    let main = k.spawn_process(PID, "node");
+    k.take(&main, cause::MMAP, 1);
+    let workers = writes.map(|n| {
+        let w = k.spawn_thread(&main, "libuv-worker");
+        k.take(&w, kind, n);
+        w
+    });
+    p.poll(false).unwrap();
+    (main, workers)
+}
+
+#[test]
+fn a_thread_that_exits_between_two_readings_keeps_all_its_acquisitions_and_is_retired_once() {
+    let mut p = profile(false);
+    let (main, [worker]) = node_with_workers(&mut p, cause::MUNMAP, [3]);
+    p.collector.take(&worker, cause::READ, 4);
+    p.poll(false).unwrap();
+    assert_eq!(p.live(), (2, 3));
+    let first = p.interval_report();
+    assert_eq!(thread(process(&first, &main), &worker).write.count, 3);
+
+    // Between two readings: five more writes, then the worker exits.
+    p.collector.take(&worker, cause::MUNMAP, 5);
+    p.collector.exit(&worker);
+    p.poll(false).unwrap();
+    assert_eq!(
+        deletions(&p, &worker),
+        2,
+        "its two entries, deleted once each"
+    );
+    assert_eq!(p.live(), (1, 1), "the main thread's entry is left");
+    assert_eq!(p.collector.entries(), 1);
+    let second = p.interval_report();
+    let w = thread(process(&second, &main), &worker);
+    assert_eq!((w.write.count, w.read.count), (5, 0), "only what is new");
+    assert_eq!(
+        w.role,
+        Role::Libuv,
+        "the role it had, decided at its retirement"
+    );
+
+    // Later readings do not retire it again, nor count it again.
+    p.poll(false).unwrap();
+    p.poll(true).unwrap();
+    assert_eq!(deletions(&p, &worker), 2);
+    let summary = p.summary();
+    let proc = process(&summary, &main);
+    let w = thread(proc, &worker);
+    assert_eq!((w.write.count, w.read.count), (8, 4));
+    assert_eq!(w.write.wait_ns.sum, 8 * WAIT_NS);
+    assert_eq!(w.role, Role::Libuv);
+    assert_eq!(thread(proc, &main).role, Role::Main);
+    assert_eq!((proc.write.count, proc.read.count), (9, 4));
+}
+
+#[test]
+fn an_exit_noticed_before_the_threads_last_acquisitions_waits_for_them() {
+    let mut p = profile(false);
+    let (main, [worker, quitter]) = node_with_workers(&mut p, cause::MPROTECT, [3, 1]);
+
+    // The worker's notice comes while it still runs (exit_mm is still to take the lock),
+    // and another's exit is noticed before its pending acquisitions could be flushed.
+    p.collector.notice(&worker, exit_record::FREED);
+    p.collector.notice(&quitter, exit_record::EXITING);
+    p.poll(false).unwrap();
+    assert_eq!(deletions(&p, &worker), 0, "not done with the lock yet");
+    assert_eq!(deletions(&p, &quitter), 0, "not freed yet");
+    assert_eq!(p.live(), (3, 3));
+
+    // Their last acquisitions arrive after the notices; then they are gone.
+    let k = &mut p.collector;
+    k.take(&worker, cause::MUNMAP, 2);
+    k.notice(&worker, exit_record::FREED);
+    k.vanish(&worker);
+    k.take(&quitter, cause::MPROTECT, 4);
+    k.exit(&quitter);
+    p.poll(false).unwrap();
+    assert_eq!(deletions(&p, &worker), 2, "its mprotect and munmap entries");
+    assert_eq!(deletions(&p, &quitter), 1);
+    assert_eq!(p.live(), (1, 1));
+    let summary = p.summary();
+    let proc = process(&summary, &main);
+    assert_eq!(thread(proc, &worker).write.count, 5);
+    assert_eq!(thread(proc, &quitter).write.count, 5);
+    assert_eq!(proc.write.count, 11);
+}
+
+#[test]
+fn a_thread_born_and_gone_between_two_readings_is_counted_and_retired() {
+    let mut p = profile(false);
+    let main = p.collector.spawn_process(PID, "node");
+    p.collector.take(&main, cause::BRK, 1);
+    p.poll(false).unwrap();
+    // Its exit notice is taken before the reading that first sees its entries.
+    let brief = p.collector.spawn_thread(&main, "WorkerThread");
+    p.collector.take(&brief, cause::MMAP, 4);
+    p.collector.exit(&brief);
+    p.poll(false).unwrap();
+    assert_eq!(deletions(&p, &brief), 1);
+    assert_eq!(p.live(), (1, 1));
+    let interval = p.interval_report();
+    assert_eq!(thread(process(&interval, &main), &brief).write.count, 4);
+    let summary = p.summary();
+    let b = thread(process(&summary, &main), &brief);
+    assert_eq!((b.write.count, b.role), (4, Role::Worker));
+}
+
+#[test]
+fn a_process_whose_threads_all_exited_is_retired_once_reaped_and_kept_in_the_report() {
+    let mut p = profile(false);
+    let k = &mut p.collector;
+    let main = k.spawn_process(PID, "node");
+    let worker = k.spawn_thread(&main, "libuv-worker");
+    k.take(&main, cause::MMAP, 6);
+    k.take(&worker, cause::MUNMAP, 2);
+    p.poll(false).unwrap();
+
+    // Every thread exits; the main thread stays a zombie until its parent reaps it.
+    let k = &mut p.collector;
+    k.take(&main, cause::EXIT, 1);
+    k.exit(&worker);
+    k.notice(&main, exit_record::FREED);
+    k.zombie(&main);
+    p.poll(false).unwrap();
+    assert_eq!(p.live(), (0, 0));
+    assert_eq!(p.collector.entries(), 0);
+    assert!(
+        p.collector.deselected.is_empty(),
+        "not reaped: still a process"
+    );
+
+    p.collector.vanish(&main);
+    p.poll(false).unwrap();
+    let pid = main.process();
+    assert_eq!(p.collector.deselected, vec![(pid.pid, pid.start)]);
+    p.poll(false).unwrap();
+    assert_eq!(p.collector.deselected.len(), 1, "evicted once");
+    assert_eq!((deletions(&p, &main), deletions(&p, &worker)), (2, 1));
+
+    let summary = p.summary();
+    let proc = process(&summary, &main);
+    assert_eq!(proc.comm, "node", "named after its main thread");
+    assert_eq!(proc.write.count, 9);
+    assert_eq!(proc.causes.iter().map(|c| c.write.count).sum::<u64>(), 9);
+    assert_eq!(thread(proc, &main).role, Role::Main);
+    assert_eq!(thread(proc, &worker).role, Role::Libuv);
+}
+
+#[test]
+fn a_reused_pid_is_another_process_whose_counts_never_mix() {
+    let mut p = profile(false);
+    let old = p.collector.spawn_process(PID, "node");
+    let old_worker = p.collector.spawn_thread(&old, "libuv-worker");
+    p.collector.take(&old, cause::MMAP, 3);
+    p.collector.take(&old_worker, cause::MUNMAP, 1);
+    p.poll(false).unwrap();
+
+    // It exits and is reaped, and its pid (and main thread's tid) goes to a new process,
+    // all before the next reading.
+    let k = &mut p.collector;
+    k.take(&old, cause::EXIT, 1);
+    k.exit(&old_worker);
+    k.exit(&old);
+    let new = k.spawn_process(PID, "python3");
+    k.take(&new, cause::MMAP, 7);
+    assert_ne!(old.process(), new.process());
+    p.poll(false).unwrap();
+    let gone = old.process();
+    assert_eq!(p.collector.deselected, vec![(gone.pid, gone.start)]);
+    assert_eq!(p.live(), (1, 1), "the new process lives on");
+    assert!(
+        p.collector
+            .removed
+            .iter()
+            .all(|k| k.owner_start == old.proc_start_ns),
+        "nothing of the new process deleted"
+    );
+
+    p.collector.take(&new, cause::MMAP, 2);
+    p.poll(false).unwrap();
+    let summary = p.summary();
+    let (o, n) = (process(&summary, &old), process(&summary, &new));
+    assert_eq!((o.write.count, n.write.count), (5, 9));
+    assert_eq!(thread(o, &old).write.count, 4);
+    assert_eq!(thread(n, &new).write.count, 9);
+    assert_eq!((o.comm.as_str(), n.comm.as_str()), ("node", "python3"));
+    assert_eq!(
+        n.threads.len(),
+        1,
+        "the old worker is not the new process's"
+    );
+}
+
+#[test]
+fn lost_exit_notices_are_made_up_for_by_proc_which_tells_a_reused_pid_apart() {
+    let mut p = profile(false);
+    let old = p.collector.spawn_process(PID, "node");
+    p.collector.take(&old, cause::MMAP, 3);
+    p.poll(false).unwrap();
+    // Gone without a notice (the ring was full), its pid reused at once.
+    let k = &mut p.collector;
+    k.vanish(&old);
+    k.counters.exits_lost += 1;
+    let new = k.spawn_process(PID, "node");
+    k.take(&new, cause::MMAP, 2);
+    p.poll(false).unwrap();
+    assert_eq!((deletions(&p, &old), deletions(&p, &new)), (1, 0));
+    assert_eq!(p.live(), (1, 1));
+    let summary = p.summary();
+    assert_eq!(process(&summary, &old).write.count, 3);
+    assert_eq!(process(&summary, &new).write.count, 2);
+}
+
+#[test]
+fn an_evicted_process_leaves_the_registry_but_not_the_report() {
+    let mut p = profile(false);
+    let main = p.collector.spawn_process(PID, "node");
+    let worker = p.collector.spawn_thread(&main, "libuv-worker");
+    p.registry.names.learn(main.process(), "api-server");
+    p.registry
+        .cgroups
+        .learn(main.process(), "/system.slice/api.service");
+    p.collector.take(&main, cause::MMAP, 1);
+    p.collector.take(&worker, cause::MPROTECT, 2);
+    p.poll(false).unwrap();
+    assert_eq!(p.registry.roles.cached_processes(), 1);
+    assert_eq!(p.registry.roles.cached_threads(), 2);
+    let _ = p.interval_report();
+
+    p.collector.take(&worker, cause::MPROTECT, 3);
+    p.collector.exit(&worker);
+    p.collector.exit(&main);
+    p.poll(false).unwrap();
+    // Evicted: nothing of it is cached any more.
+    assert_eq!(p.registry.roles.cached_threads(), 0);
+    assert_eq!(p.registry.roles.cached_processes(), 0);
+    assert_eq!(p.registry.names.len(), 0);
+    assert_eq!(p.registry.cgroups.get(main.process()), None);
+
+    // Its last interval and the summary still have it whole, named.
+    for r in [p.interval_report(), p.summary()] {
+        let proc = process(&r, &main);
+        assert_eq!(proc.comm, "api-server");
+        assert_eq!(proc.cgroup.as_deref(), Some("/system.slice/api.service"));
+        assert_eq!(thread(proc, &worker).role, Role::Libuv);
+    }
+    let summary = p.summary();
+    let proc = process(&summary, &main);
+    assert_eq!(
+        (proc.write.count, thread(proc, &worker).write.count),
+        (6, 5)
+    );
+}
+
+#[test]
+fn the_agent_keeps_no_history_of_what_it_evicted() {
+    let mut p = profile(false);
+    p.forget_history();
+    let gone = p.collector.spawn_process(PID, "node");
+    let stays = p.collector.spawn_process(OTHER_PID, "node");
+    p.registry.names.learn(gone.process(), "api-server");
+    p.collector.take(&gone, cause::MMAP, 4);
+    p.collector.take(&stays, cause::MMAP, 1);
+    p.poll(false).unwrap();
+    p.collector.exit(&gone);
+    p.poll(false).unwrap();
+    // The interval it left in reports it (the agent's metrics keep its counts from there)...
+    let interval = p.interval_report();
+    let proc = process(&interval, &gone);
+    assert_eq!((proc.comm.as_str(), proc.write.count), ("api-server", 4));
+    // ...and nothing of it stays in memory.
+    let summary = p.summary();
+    assert_eq!(summary.processes.len(), 1);
+    assert_eq!(process(&summary, &stays).write.count, 1);
+    assert_eq!(p.registry.names.len(), 0);
+}
+
+#[test]
+fn a_foreign_takers_entries_go_with_the_lock_it_took() {
+    let mut p = profile(false);
+    let target = p.collector.spawn_process(PID, "node");
+    let monitor = p.collector.spawn_process(OTHER_PID, "node_exporter");
+    // The monitor reads the target's /proc files: it takes the target's lock.
+    p.collector.take(&target, cause::MMAP, 1);
+    p.collector.take_on(&monitor, &target, cause::READ, 6);
+    p.collector.take(&monitor, cause::MMAP, 2);
+    p.poll(false).unwrap();
+    assert_eq!(p.live(), (3, 3), "the monitor on two locks");
+
+    p.collector.exit(&target);
+    p.poll(false).unwrap();
+    assert_eq!(
+        deletions(&p, &monitor),
+        1,
+        "its entry on the gone lock only"
+    );
+    assert_eq!(p.live(), (1, 1), "its entry on its own lock lives");
+    let summary = p.summary();
+    let t = process(&summary, &target);
+    let m = thread(t, &monitor);
+    assert_eq!((m.read.count, m.role), (6, Role::Foreign));
+    assert_eq!(process(&summary, &monitor).write.count, 2);
+}
+
+#[test]
+fn blockers_entries_go_with_their_waiter() {
+    let mut p = profile(true);
+    let main = p.collector.spawn_process(PID, "node");
+    let waiter = p.collector.spawn_thread(&main, "libuv-worker");
+    p.collector.take(&main, cause::MUNMAP, 2);
+    p.collector.take(&waiter, cause::MMAP, 2);
+    p.collector.charge(&main, &waiter, &main, 2, 500);
+    p.poll(false).unwrap();
+    p.collector.charge(&main, &waiter, &main, 1, 100);
+    p.collector.exit(&waiter);
+    p.poll(false).unwrap();
+    assert_eq!(p.collector.blocked_entries(), 0);
+    assert_eq!(p.collector.removed_blocked.len(), 1);
+    let summary = p.summary();
+    let proc = process(&summary, &main);
+    assert_eq!(proc.blocked_wait_ns, Some(600), "its waits stay charged");
+    let blockers = proc.blockers.as_deref().unwrap_or_default();
+    assert_eq!(blockers.iter().map(|b| b.waits).sum::<u64>(), 3);
+}
+
+#[test]
+fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
+    let mut p = profile(false);
+    let main = p.collector.spawn_process(PID, "runc:[2:INIT]");
+    p.collector.take(&main, cause::MMAP, 2);
+    p.poll(false).unwrap();
+    p.collector.notice(&main, exit_record::EXEC);
+    p.collector.take(&main, cause::MMAP, 3);
+    p.poll(false).unwrap();
+    assert_eq!(p.take_execs(), vec![main.process()]);
+    assert!(p.take_execs().is_empty());
+    assert_eq!(p.collector.removed.len(), 0, "the same process goes on");
+    let summary = p.summary();
+    assert_eq!(process(&summary, &main).write.count, 5);
+}
+
+/// A thread's time alive in the run so far, ns.
+fn alive_ns(p: &Profile<FakeKernel>, t: &Task) -> u64 {
+    p.total_window().processes[&t.process()][&t.thread()]
+        .time
+        .alive_ns
+}
+
+#[test]
+fn an_exec_or_a_fork_notice_ends_no_threads_life() {
+    let mut p = profile(false);
+    let main = p.collector.spawn_process(PID, "node");
+    p.collector.take(&main, cause::MMAP, 1);
+    p.poll(false).unwrap();
+    // The process execs (its main thread goes on), and forks a child noticed before its
+    // first acquisitions are read.
+    p.collector.notice(&main, exit_record::EXEC);
+    let child = p.collector.spawn_process(OTHER_PID, "node");
+    p.collector.notice(&child, exit_record::FORK);
+    p.collector.take(&child, cause::MMAP, 1);
+    p.collector.take(&main, cause::MMAP, 1);
+    p.poll(false).unwrap();
+    p.collector.take(&child, cause::MMAP, 1);
+    p.collector.spawn_process(OTHER_PID + 1, "later");
+    p.poll(false).unwrap();
+    let now = p.collector.now_ns();
+    assert_eq!(alive_ns(&p, &main), now - main.start_ns);
+    assert_eq!(alive_ns(&p, &child), now - child.start_ns);
+    // And a real exit does end it.
+    p.collector.exit(&child);
+    let exited_at = p.collector.now_ns();
+    p.collector.spawn_process(OTHER_PID + 2, "later");
+    p.poll(false).unwrap();
+    assert_eq!(alive_ns(&p, &child), exited_at - child.start_ns);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_end_of_a_run_retires_the_freed_and_counts_the_exits_still_pending() {
+    let mut p = profile(false);
+    let (main, [slow, stuck]) = node_with_workers(&mut p, cause::MUNMAP, [2, 3]);
+    // One freed but still in its exit_mmap when the run ends; one gone from /proc without
+    // ever being freed (its last acquisitions never reach the map).
+    let k = &mut p.collector;
+    k.take(&slow, cause::MUNMAP, 1);
+    k.notice(&slow, exit_record::FREED);
+    k.notice(&stuck, exit_record::EXITING);
+    k.vanish(&stuck);
+    p.finish().await.unwrap();
+    assert_eq!(deletions(&p, &slow), 1, "retired as it stands");
+    assert_eq!(deletions(&p, &stuck), 0, "never freed");
+    let summary = p.summary();
+    assert_eq!(summary.lost.exit_pending, 1);
+    let proc = process(&summary, &main);
+    assert_eq!(thread(proc, &slow).write.count, 3);
+    assert_eq!(thread(proc, &stuck).write.count, 3);
+}
