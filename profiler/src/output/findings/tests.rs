@@ -56,6 +56,8 @@ fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -
         role,
         comm: "node".into(),
         pid: matches!(role, Role::Foreign | Role::Profiler).then_some(99),
+        role_addon: None,
+        role_library: None,
         write: Stats::new(&write),
         read,
         downgrade: Stats::default(),
