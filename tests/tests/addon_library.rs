@@ -1,0 +1,104 @@
+//! ROOT-ONLY: a thread started by a library that an addon needs (libvips's workers behind
+//! sharp's `.node`) is the addon's: role `addon`, with the library and the addon named, and
+//! exactly its own writes; node's own threads keep their roles.
+
+use std::{process::Command, time::Duration};
+
+use integration_tests::{
+    Profiler, Workload, build_spawner_addon, cause_counts, fixture, process,
+    require_root_and_tracepoints,
+};
+use serde_json::Value;
+
+#[test]
+fn a_thread_started_by_a_library_behind_an_addon_is_the_addons() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let addon = build_spawner_addon(dir.path());
+    let (workers, n, size) = (2u64, 300u64, 65536u64);
+    let mut cmd = Command::new("node");
+    cmd.env("UV_THREADPOOL_SIZE", "2")
+        .arg("--v8-pool-size=2")
+        .arg(fixture("addon/library.js"))
+        .arg(&addon)
+        .args([workers, n, size].map(|x| x.to_string()));
+    let mut w = Workload::spawn(cmd);
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let worker_tids: Vec<u64> = ids["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    // Threads before the work: main, V8's platform threads, the Workers (libuv's threadpool
+    // and the library's thread start after "go").
+    let before: Vec<u64> = std::fs::read_dir(format!("/proc/{}/task", w.pid))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
+    w.send("go");
+    let done: Value = serde_json::from_str(&w.read_line()).expect("done line");
+    let lib_tid = done["library_thread"]
+        .as_u64()
+        .expect("the library's thread");
+    w.send("exit");
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let p = process(out.summary(), w.pid).expect("node in the summary");
+    let threads = p["threads"].as_array().unwrap();
+
+    // The library's thread: the addon's, both named, and exactly its n mmaps and n munmaps.
+    let t = threads
+        .iter()
+        .find(|t| t["tid"] == lib_tid)
+        .unwrap_or_else(|| panic!("thread {lib_tid} not in {threads:?}"));
+    assert_eq!(t["role"], "addon", "{t}");
+    let named = |field: &str, file: &str| {
+        t[field]
+            .as_str()
+            .is_some_and(|p| p == dir.path().join(file).to_str().unwrap())
+    };
+    assert!(named("role_library", "libmmaplock_spawner.so"), "{t}");
+    assert!(named("role_addon", "spawner.node"), "{t}");
+    assert_eq!(t["write"]["count"], 2 * n, "{t}");
+    let causes = cause_counts(t);
+    assert_eq!((causes["mmap"], causes["munmap"]), (n, n), "{causes:?}");
+
+    // Node's own threads keep their roles; the library's is the only addon thread.
+    let with_role = |role: &str| -> Vec<u64> {
+        threads
+            .iter()
+            .filter(|t| t["role"] == role)
+            .map(|t| t["tid"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(with_role("addon"), [lib_tid]);
+    assert_eq!(with_role("main"), [w.pid as u64]);
+    let mut found = with_role("worker");
+    found.sort_unstable();
+    let mut expected = worker_tids.clone();
+    expected.sort_unstable();
+    assert_eq!(found, expected, "{threads:?}");
+    let libuv = with_role("libuv");
+    assert_eq!(libuv.len(), 2, "UV_THREADPOOL_SIZE=2: {threads:?}");
+    assert!(libuv.iter().all(|t| !before.contains(t)), "{libuv:?}");
+    let v8 = with_role("v8");
+    assert!((1..=3).contains(&v8.len()), "{threads:?}");
+    assert!(
+        v8.iter()
+            .all(|t| before.contains(t) && !worker_tids.contains(t))
+    );
+    // Nothing else is unclassified but the thread that ran the exit, whose start routine
+    // could no longer be read.
+    for t in threads.iter().filter(|t| t["role"] == "other") {
+        assert!(
+            cause_counts(t).keys().all(|c| c == "exit"),
+            "unclassified {t}"
+        );
+    }
+}
