@@ -6,7 +6,7 @@ use std::{process::Command, time::Duration};
 
 use integration_tests::{
     Profiler, Workload, build_spawner_addon, cause_counts, fixture, process,
-    require_root_and_tracepoints,
+    require_root_and_tracepoints, skip_because,
 };
 use serde_json::Value;
 
@@ -93,12 +93,73 @@ fn a_thread_started_by_a_library_behind_an_addon_is_the_addons() {
         v8.iter()
             .all(|t| before.contains(t) && !worker_tids.contains(t))
     );
-    // Nothing else is unclassified but the thread that ran the exit, whose start routine
-    // could no longer be read.
+    only_the_exit_is_unclassified(threads);
+}
+
+/// The thread that ran the process's exit (exit_mmap) after the others were gone, if it
+/// took the lock only then, could no longer be read; nothing else is unclassified.
+fn only_the_exit_is_unclassified(threads: &[Value]) {
     for t in threads.iter().filter(|t| t["role"] == "other") {
         assert!(
             cause_counts(t).keys().all(|c| c == "exit"),
             "unclassified {t}"
         );
     }
+}
+
+/// The case users meet: sharp's addon needs libvips, whose worker threads (glib names them
+/// `libvips worker`) start in libvips. They are sharp's addon threads, libvips named.
+#[test]
+fn libvips_threads_behind_sharp_are_addon_threads() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let sharp = std::path::Path::new(&home).join(".cache/mmaplock-prof/sharp/node_modules/sharp");
+    if !sharp.join("package.json").exists() {
+        skip_because("sharp is not installed (cargo xtask test installs it)");
+        return;
+    }
+    let mut cmd = Command::new("node");
+    cmd.arg(fixture("addon/sharp.js")).arg(&sharp).arg("20");
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    w.send("exit");
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let p = process(out.summary(), w.pid).expect("node in the summary");
+    let threads = p["threads"].as_array().unwrap();
+    let libvips: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["comm"] == "libvips worker")
+        .collect();
+    assert!(
+        !libvips.is_empty(),
+        "no libvips thread took the lock: {threads:?}"
+    );
+    let file = |t: &Value, field: &str| {
+        let path = t[field].as_str().unwrap_or_default();
+        path.rsplit('/').next().unwrap_or_default().to_string()
+    };
+    for t in &libvips {
+        if t["role"] == "other" {
+            continue; // only_the_exit_is_unclassified, below
+        }
+        assert_eq!(t["role"], "addon", "{t}");
+        assert!(
+            file(t, "role_library").starts_with("libvips-cpp.so."),
+            "{t}"
+        );
+        assert!(file(t, "role_addon").starts_with("sharp-linux-x64"), "{t}");
+        assert!(file(t, "role_addon").ends_with(".node"), "{t}");
+    }
+    // sharp's own work runs on libuv's threadpool: libvips's are the only addon threads.
+    for t in threads.iter().filter(|t| t["role"] == "addon") {
+        assert_eq!(t["comm"], "libvips worker", "{t}");
+    }
+    only_the_exit_is_unclassified(threads);
 }
