@@ -38,18 +38,11 @@ fn a_thread_started_by_a_library_behind_an_addon_is_the_addons() {
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
-    w.send("go");
-    let done: Value = serde_json::from_str(&w.read_line()).expect("done line");
+    let (done, p) = profile(&mut w);
+    let done: Value = serde_json::from_str(&done).expect("done line");
     let lib_tid = done["library_thread"]
         .as_u64()
         .expect("the library's thread");
-    w.send("exit");
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", out.stderr);
-    let p = process(out.summary(), w.pid).expect("node in the summary");
     let threads = p["threads"].as_array().unwrap();
 
     // The library's thread: the addon's, both named, and exactly its n mmaps and n munmaps.
@@ -96,6 +89,21 @@ fn a_thread_started_by_a_library_behind_an_addon_is_the_addons() {
     only_the_exit_is_unclassified(threads);
 }
 
+/// Profiles the node workload `w` from "go" to its exit: the line it printed when done, and
+/// its process's entry in the summary.
+fn profile(w: &mut Workload) -> (String, Value) {
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
+    w.send("go");
+    let done = w.read_line();
+    w.send("exit");
+    assert!(w.wait().success());
+    let out = prof.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let p = process(out.summary(), w.pid).expect("node in the summary");
+    (done, p.clone())
+}
+
 /// The thread that ran the process's exit (exit_mmap) after the others were gone, if it
 /// took the lock only then, could no longer be read; nothing else is unclassified.
 fn only_the_exit_is_unclassified(threads: &[Value]) {
@@ -123,15 +131,8 @@ fn libvips_threads_behind_sharp_are_addon_threads() {
     let mut cmd = Command::new("node");
     cmd.arg(fixture("addon/sharp.js")).arg(&sharp).arg("20");
     let mut w = Workload::spawn(cmd);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    w.send("exit");
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", out.stderr);
-    let p = process(out.summary(), w.pid).expect("node in the summary");
+    let (done, p) = profile(&mut w);
+    assert_eq!(done, "done");
     let threads = p["threads"].as_array().unwrap();
     let libvips: Vec<&Value> = threads
         .iter()
