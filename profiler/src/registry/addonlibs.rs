@@ -18,7 +18,7 @@ use std::{
 
 use object::read::elf::{FileHeader as _, SectionTable};
 
-use crate::registry::procmaps::{Maps, readable_path};
+use crate::registry::procmaps::{Maps, open_mapped};
 
 /// Where an `addon` thread's code came from: its addon, and the library its start routine
 /// lies in when that is not the addon itself but a library the addon needs. Paths as the
@@ -156,15 +156,15 @@ fn closure(
 }
 
 /// The mapped files of process `pid` (one entry per file, in address order), each with its
-/// dynamic section read from the file as mapped (`procmaps::readable_path`: a container's
-/// own file, or a replaced one). Only called while the process lives.
+/// dynamic section read from the file as mapped (`procmaps::open_mapped`: a container's own
+/// file, or a replaced one; not kept open). Only called while the process lives.
 pub fn linked_objects(pid: u32, maps: &Maps) -> Vec<Linked> {
     let mut seen = HashSet::new();
     maps.iter()
         .filter(|m| m.path.as_ref().is_some_and(|p| seen.insert(p.clone())))
         .filter_map(|m| {
             let path = m.path.clone()?;
-            let dynamic = readable_path(pid, m).and_then(|r| read_dynamic(&r));
+            let dynamic = open_mapped(pid, m).and_then(read_dynamic);
             Some(match dynamic {
                 Some((soname, needed)) => Linked {
                     path,
@@ -188,11 +188,10 @@ pub fn executable(pid: u32) -> Option<PathBuf> {
     Some(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(s)))
 }
 
-/// DT_SONAME and the DT_NEEDED entries of the ELF file at `path` (ours to read: a
-/// descriptor `readable_path` holds). Only the section headers, the dynamic section and the
-/// strings it names are read, never the whole file (node's is a hundred megabytes).
-pub fn read_dynamic(path: &Path) -> Option<(Option<String>, Vec<String>)> {
-    let file = File::open(path).ok()?;
+/// DT_SONAME and the DT_NEEDED entries of an ELF file. Only the section headers, the
+/// dynamic section and the strings it names are read, never the whole file (node's is a
+/// hundred megabytes).
+pub fn read_dynamic(file: File) -> Option<(Option<String>, Vec<String>)> {
     let data = object::ReadCache::new(file);
     let header = object::elf::FileHeader64::<object::Endianness>::parse(&data).ok()?;
     let endian = header.endian().ok()?;

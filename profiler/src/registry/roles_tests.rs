@@ -361,7 +361,8 @@ mod addon_libraries {
     #[test]
     fn dynamic_sections_are_read_from_the_files_as_mapped() {
         let exe = std::env::current_exe().unwrap();
-        let (soname, needed) = read_dynamic(&exe).expect("our dynamic section");
+        let (soname, needed) =
+            read_dynamic(fs::File::open(&exe).unwrap()).expect("our dynamic section");
         assert_eq!(soname, None);
         assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
         let maps = Maps::read_code(std::process::id()).unwrap();
@@ -377,7 +378,7 @@ mod addon_libraries {
         let dir = tempfile::tempdir().unwrap();
         let junk = dir.path().join("junk.so");
         fs::write(&junk, b"not an ELF file").unwrap();
-        assert_eq!(read_dynamic(&junk), None);
+        assert_eq!(read_dynamic(fs::File::open(&junk).unwrap()), None);
     }
 
     #[inline(never)]
