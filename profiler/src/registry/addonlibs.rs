@@ -62,11 +62,16 @@ pub fn origin(
         return None;
     }
     // Every library mapped now is decided at once (a thread of another library may follow).
+    let began = std::time::Instant::now();
     let objects = linked_objects(pid, maps);
     let found = executable(pid)
         .map(|exe| behind_addons(&objects, &exe))
         .unwrap_or_default();
-    log::debug!("pid {pid}: libraries behind addons: {found:?}");
+    log::debug!(
+        "pid {pid}: libraries behind addons (of {} files, {:?}): {found:?}",
+        objects.len(),
+        began.elapsed()
+    );
     for o in objects {
         let origin = found.get(&o.path).map(|addon| {
             Arc::new(AddonOrigin {
