@@ -203,6 +203,32 @@ pub fn fixture(name: &str) -> PathBuf {
 /// Node headers, into `dir`.
 pub fn build_addon(dir: &Path) -> PathBuf {
     let out = dir.join("churn.node");
+    gcc(&out, "addon/churn.c", &[]);
+    out
+}
+
+/// Builds the addon-library fixture into `dir`: `libmmaplock_spawner.so`
+/// (`fixtures/addon/libspawner.c`, which starts a thread of its own) and `spawner.node`
+/// (`fixtures/addon/spawner.c`), which needs it (DT_NEEDED, found through its rpath
+/// `$ORIGIN`). Returns the addon.
+pub fn build_spawner_addon(dir: &Path) -> PathBuf {
+    gcc(
+        &dir.join("libmmaplock_spawner.so"),
+        "addon/libspawner.c",
+        &["-Wl,-soname,libmmaplock_spawner.so"],
+    );
+    let out = dir.join("spawner.node");
+    let lib_dir = format!("-L{}", dir.display());
+    gcc(
+        &out,
+        "addon/spawner.c",
+        &[&lib_dir, "-lmmaplock_spawner", "-Wl,-rpath,$ORIGIN"],
+    );
+    out
+}
+
+/// Compiles the fixture `source` into the shared object `out` (with Node's headers).
+fn gcc(out: &Path, source: &str, link: &[&str]) {
     let status = Command::new("gcc")
         .args([
             "-shared",
@@ -212,12 +238,12 @@ pub fn build_addon(dir: &Path) -> PathBuf {
             "-I/usr/include/node",
             "-o",
         ])
-        .arg(&out)
-        .arg(fixture("addon/churn.c"))
+        .arg(out)
+        .arg(fixture(source))
+        .args(link)
         .status()
         .expect("gcc");
-    assert!(status.success(), "building the addon failed");
-    out
+    assert!(status.success(), "building {source} failed");
 }
 
 /// The environment variable through which `cargo xtask test` names the file where skipped

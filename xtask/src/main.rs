@@ -140,6 +140,7 @@ fn test(linker_dir: &Path, args: &[String]) -> Result<()> {
     packages::ensure_node18_builtins()?;
     packages::ensure_podman()?;
     packages::ensure_k8s_validator()?;
+    packages::ensure_sharp()?;
     // The project's own image, as `cargo xtask image` makes it, from this (debug) build: for
     // the test that runs it (tests/tests/image.rs).
     let test_image = test_image()?;

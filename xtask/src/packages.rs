@@ -19,8 +19,13 @@ pub fn ensure_podman() -> Result<()> {
 
 /// Where the Kubernetes manifests' validator is installed (npm packages, not global).
 pub fn k8s_validator_dir() -> std::path::PathBuf {
+    cache_dir("k8s-validator")
+}
+
+/// `~/.cache/mmaplock-prof/NAME`, where the tests' npm packages are installed.
+fn cache_dir(name: &str) -> std::path::PathBuf {
     let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
-    home.join(".cache/mmaplock-prof/k8s-validator")
+    home.join(".cache/mmaplock-prof").join(name)
 }
 
 /// The validators of deploy/kubernetes/, offline (the schemas ship inside the packages):
@@ -66,6 +71,24 @@ pub fn ensure_k8s_validator() -> Result<()> {
                 "@kubernetes-models/prometheus-operator@6",
                 "yaml@2",
             ]),
+    )
+}
+
+/// The npm package `sharp` (its prebuilt addon and libvips ship inside the packages
+/// `@img/sharp-linux-x64` and `@img/sharp-libvips-linux-x64`): libvips's worker threads are
+/// the real case of threads started by a library behind an addon.
+pub fn ensure_sharp() -> Result<()> {
+    let dir = cache_dir("sharp");
+    if dir.join("node_modules/sharp/package.json").exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing sharp (npm) into {}", dir.display());
+    std::fs::create_dir_all(&dir)?;
+    crate::run(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .arg("sharp@0.35.5"),
     )
 }
 

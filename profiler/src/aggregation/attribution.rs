@@ -8,7 +8,8 @@ use crate::{
     aggregation::{ThreadAgg, Window},
     registry::{
         Registry,
-        roles::{Role, comm_str},
+        addonlibs::AddonOrigin,
+        roles::{Decided, Role, comm_str},
     },
     vocab::ids::{ProcId, ThreadId},
 };
@@ -19,7 +20,7 @@ use crate::{
 pub struct Attribution {
     names: BTreeMap<ProcId, String>,
     cgroups: BTreeMap<ProcId, String>,
-    roles: HashMap<(ProcId, ThreadId), Role>,
+    roles: HashMap<(ProcId, ThreadId), Decided>,
 }
 
 impl Attribution {
@@ -44,14 +45,27 @@ impl Attribution {
 
     /// A thread's role: decided when it retired, or resolved; `other` if neither.
     pub fn role(&self, p: ProcId, t: ThreadId, agg: &ThreadAgg) -> Role {
-        agg.role
-            .or_else(|| self.roles.get(&(p, t)).copied())
-            .unwrap_or(Role::Other)
+        self.decided(p, t, agg).map_or(Role::Other, |d| d.role)
+    }
+
+    /// Where an `addon` thread's code came from (its addon, and the library behind it that
+    /// started it), when its start routine was read.
+    pub fn origin<'a>(
+        &'a self,
+        p: ProcId,
+        t: ThreadId,
+        agg: &'a ThreadAgg,
+    ) -> Option<&'a AddonOrigin> {
+        self.decided(p, t, agg)?.origin.as_deref()
+    }
+
+    fn decided<'a>(&'a self, p: ProcId, t: ThreadId, agg: &'a ThreadAgg) -> Option<&'a Decided> {
+        agg.role.as_ref().or_else(|| self.roles.get(&(p, t)))
     }
 
     /// A thread's resolved role, if the registry knew it.
     pub fn role_of(&self, p: ProcId, t: ThreadId) -> Option<Role> {
-        self.roles.get(&(p, t)).copied()
+        self.roles.get(&(p, t)).map(|d| d.role)
     }
 
     #[cfg(test)]
@@ -59,7 +73,10 @@ impl Attribution {
         Attribution {
             names: names.iter().map(|(p, n)| (*p, n.to_string())).collect(),
             cgroups: BTreeMap::new(),
-            roles: roles.iter().map(|(p, t, r)| ((*p, *t), *r)).collect(),
+            roles: roles
+                .iter()
+                .map(|(p, t, r)| ((*p, *t), (*r).into()))
+                .collect(),
         }
     }
 

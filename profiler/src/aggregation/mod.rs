@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use profiler_common::{COMM_LEN, StatsKey, ThreadStats, cause};
 
 use crate::{
-    registry::roles::Role,
+    registry::roles::Decided,
     vocab::ids::{ProcId, ThreadId, ticks_of_ns},
 };
 use rustc_hash::FxHashMap as HashMap;
@@ -84,7 +84,7 @@ pub struct ThreadAgg {
     /// Write locks downgraded to read (not acquisitions; hold = the read hold after).
     pub downgrade: SideStats,
     /// Decided when the thread was retired (its caches are gone by the report).
-    pub role: Option<Role>,
+    pub role: Option<Decided>,
     /// Its time alive and on CPU in the window (the denominators of its time share).
     pub time: ThreadTime,
 }
@@ -132,7 +132,7 @@ impl ThreadAgg {
             self.writes.entry(k).merge(s);
         }
         if self.role.is_none() {
-            self.role = o.role;
+            self.role.clone_from(&o.role);
         }
         self.time.merge(&o.time);
     }
@@ -411,7 +411,7 @@ impl Totals {
     /// Thread `tid` is gone and its kernel entries (every kind) were read one last time and
     /// deleted: keep its totals apart, with its `role`, so that nothing about it needs to stay
     /// cached.
-    pub fn retire(&mut self, owner: ProcId, tid: ThreadId, role: Option<Role>) {
+    pub fn retire(&mut self, owner: ProcId, tid: ThreadId, role: Option<Decided>) {
         if let Some(o) = self.owners.get_mut(&tid) {
             o.retain(|x| *x != owner);
             if o.is_empty() {
@@ -500,6 +500,7 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::roles::Role;
     use profiler_common::bucket_index;
 
     /// A kernel entry after the given (wait, hold) acquisitions, aggregated exactly as the
@@ -629,7 +630,7 @@ mod tests {
         tot.update(&[(W, s), (r, s), (dg, kernel_entry(&[(0, 5)]))]);
         assert_eq!(tot.owners_of(T11), vec![P10]);
         assert_eq!(tot.keys_of(P10, T11).len(), 3);
-        tot.retire(P10, T11, Some(Role::Worker));
+        tot.retire(P10, T11, Some(Role::Worker.into()));
         assert_eq!(tot.live_threads().count(), 0);
         assert!(tot.owners_of(T11).is_empty());
         assert!(!tot.has_own_live_threads(P10));
@@ -649,7 +650,7 @@ mod tests {
         let old = &w.processes[&P10][&T11];
         assert_eq!(old.writes.get(cause::MPROTECT).unwrap().count, 2);
         assert_eq!((old.read.count, old.downgrade.count), (2, 1));
-        assert_eq!(old.role, Some(Role::Worker));
+        assert_eq!(old.role, Some(Role::Worker.into()));
         let new = &w.processes[&P10][&ThreadId::new(11, 9000)];
         assert_eq!(new.writes.get(cause::MPROTECT).unwrap().count, 1);
         assert_eq!(new.role, None);

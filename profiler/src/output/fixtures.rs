@@ -30,6 +30,8 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         role,
         comm: comm.into(),
         pid: None,
+        role_addon: None,
+        role_library: None,
         write,
         read: Stats::default(),
         downgrade: Stats::default(),

@@ -63,6 +63,8 @@ impl Sides {
 
 struct Thread {
     role: Role,
+    /// An addon thread's addon and library (`role_addon`, `role_library`).
+    origin: (Option<String>, Option<String>),
     comm: String,
     sides: Sides,
     time: Option<ShareSum>,
@@ -128,12 +130,16 @@ impl Summed {
             for t in &p.threads {
                 let th = e.threads.entry((t.tid, t.pid)).or_insert_with(|| Thread {
                     role: t.role,
+                    origin: (None, None),
                     comm: String::new(),
                     sides: Sides::default(),
                     time: None,
                 });
                 // The last line's role is the latest known (a thread may be named later).
                 th.role = t.role;
+                if t.role_addon.is_some() {
+                    th.origin = (t.role_addon.clone(), t.role_library.clone());
+                }
                 th.comm.clone_from(&t.comm);
                 th.sides.add(&t.write, &t.read, &t.downgrade, &t.causes);
                 add_share(&mut th.time, t.time_share.as_ref());
@@ -153,6 +159,8 @@ impl Summed {
                     .map(|(&(tid, taker), t)| ThreadReport {
                         tid,
                         role: t.role,
+                        role_addon: t.origin.0.clone(),
+                        role_library: t.origin.1.clone(),
                         comm: t.comm.clone(),
                         pid: taker,
                         write: Stats::new(&t.sides.write),
@@ -221,6 +229,11 @@ mod tests {
         a.processes[0].write = stats(4, 4096, 3000, &[(1024, 3), (4096, 1)]);
         b.processes[0].write = stats(2, 1 << 19, (1 << 20) - 1, &[(1024, 1), (1 << 20, 1)]);
         b.processes[0].threads[1].role = Role::Libuv;
+        // An addon thread named in the first line only: it stays named.
+        a.processes[0].threads[0].role = Role::Addon;
+        a.processes[0].threads[0].role_addon = Some("/app/a.node".into());
+        a.processes[0].threads[0].role_library = Some("/app/liba.so".into());
+        b.processes[0].threads[0].role = Role::Addon;
         a.lost.nested = 2;
         b.lost.nested = 3;
         b.uncounted.fork_child = 4;
@@ -256,6 +269,14 @@ mod tests {
         assert_eq!(p.threads.len(), 2);
         assert_eq!(p.threads[0].role, Role::Libuv);
         assert_eq!(p.threads[0].write.count, 12);
+        assert_eq!(p.threads[1].role, Role::Addon);
+        assert_eq!(
+            (
+                p.threads[1].role_addon.as_deref(),
+                p.threads[1].role_library.as_deref()
+            ),
+            (Some("/app/a.node"), Some("/app/liba.so"))
+        );
         assert_eq!((r.lost.nested, r.uncounted.fork_child), (5, 4));
     }
 

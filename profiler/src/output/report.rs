@@ -139,6 +139,14 @@ pub struct ThreadReport {
     /// The process of a `foreign` thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// An `addon` thread's addon (its `*.node` file, as mapped), when its start routine was
+    /// read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_addon: Option<String>,
+    /// The library an `addon` thread started in, when that is not the addon itself but a
+    /// library only the addon needs (libvips behind sharp's `.node`), as mapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_library: Option<String>,
     pub write: Stats,
     /// Real read acquisitions (downgrades are apart).
     pub read: Stats,
@@ -538,6 +546,9 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         for (&thread, t) in threads_agg {
             let tw = t.write();
             let r = attribution.role(proc_id, thread, t);
+            let origin = attribution
+                .origin(proc_id, thread, t)
+                .filter(|_| r == Role::Addon);
             let wait = tw.wait.sum + t.read.wait.sum;
             // The profiler's threads are in no share: their time is not the process's.
             if r != Role::Profiler {
@@ -574,6 +585,10 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 role: r,
                 comm: comm_str(&t.comm),
                 pid: matches!(r, Role::Foreign | Role::Profiler).then_some(t.tgid),
+                role_addon: origin.map(|o| o.addon.display().to_string()),
+                role_library: origin
+                    .and_then(|o| o.library.as_ref())
+                    .map(|l| l.display().to_string()),
                 write: Stats::new(&tw),
                 read: Stats::new(&t.read),
                 downgrade: Stats::new(&t.downgrade),

@@ -156,6 +156,29 @@ fn roles_text(p: &ProcessReport) -> String {
     for (role, n, wait) in by_role {
         let _ = writeln!(out, "  {role:<10} {n:>9} {:>10}", fmt_ns(wait));
     }
+    // Addon threads that a library behind the addon started: which library, whose addon.
+    let mut libraries: Vec<(String, u64, u64)> = Vec::new();
+    for t in &p.threads {
+        let (Some(lib), Some(addon)) = (&t.role_library, &t.role_addon) else {
+            continue;
+        };
+        let name = |p: &str| {
+            std::path::Path::new(p)
+                .file_name()
+                .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
+        };
+        let what = format!("{}, which {} needs", name(lib), name(addon));
+        match libraries.iter_mut().find(|l| l.0 == what) {
+            Some(l) => (l.1, l.2) = (l.1 + 1, l.2 + t.write.count),
+            None => libraries.push((what, 1, t.write.count)),
+        }
+    }
+    for (what, threads, writes) in libraries {
+        let _ = writeln!(
+            out,
+            "  {threads} addon thread(s) started in {what}: {writes} writes"
+        );
+    }
     out
 }
 
@@ -527,6 +550,7 @@ mod tests {
         fixtures::{process, stats},
         report::{DsoReport, JsFunctionReport},
     };
+    use crate::registry::roles::Role;
 
     #[test]
     fn long_names_are_cut_and_the_columns_stay_aligned() {
@@ -570,5 +594,24 @@ mod tests {
         assert_eq!(width(thread), width(head), "{thread}\n{head}");
         assert_eq!(fit("short", 10), "short");
         assert_eq!(fit("exactly-10", 10), "exactly-10");
+    }
+
+    /// Addon threads that a library behind the addon started say which, by file name.
+    #[test]
+    fn the_roles_name_the_library_behind_an_addon() {
+        let mut p = process(1, "node", 5000, false);
+        let t = &mut p.threads[1];
+        t.role = Role::Addon;
+        t.role_addon = Some("/app/node_modules/sharp/build/Release/sharp.node".into());
+        t.role_library = Some("/app/node_modules/sharp/lib/libvips-cpp.so.42".into());
+        let writes = t.write.count;
+        let text = roles_text(&p);
+        let line = format!(
+            "  1 addon thread(s) started in libvips-cpp.so.42, which sharp.node needs: {writes} writes"
+        );
+        assert!(text.lines().any(|l| l == line), "{text}");
+        // An addon thread started in the addon itself: nothing more to say.
+        p.threads[1].role_library = None;
+        assert!(!roles_text(&p).contains("started in"));
     }
 }

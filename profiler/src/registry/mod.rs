@@ -2,6 +2,7 @@
 //! (start routines), mappings, unwinders and sampled stacks. Filled while processes live,
 //! evicted when they exit; it attributes what the kernel side counted.
 
+pub mod addonlibs;
 pub mod cgroups;
 pub mod perfmap;
 pub mod procmaps;

@@ -116,6 +116,21 @@ fn find_readable(pid: u32, m: &Mapping, path: &Path) -> Option<PathBuf> {
     if let Some(held) = held_by_identity(m) {
         return Some(held);
     }
+    hold(open_unheld(pid, m, path)?)
+}
+
+/// The file that process `pid` maps in `m`, opened as [`readable_path`] finds it but not
+/// kept: for a read done once, while the process lives (the libraries' dynamic sections).
+pub fn open_mapped(pid: u32, m: &Mapping) -> Option<File> {
+    if let Some(held) = held_by_identity(m) {
+        return File::open(held).ok();
+    }
+    Some(open_unheld(pid, m, m.path.as_deref()?)?.file)
+}
+
+/// Opens the file of mapping `m` (at `path` in process `pid`) as `readable_path` explains:
+/// through /proc/PID/root, then map_files, then the path itself, checked by identity.
+fn open_unheld(pid: u32, m: &Mapping, path: &Path) -> Option<untrusted::Opened> {
     let mut candidates = Vec::with_capacity(3);
     if let Ok(rel) = path.strip_prefix("/") {
         candidates.push(Path::new(&format!("/proc/{pid}/root")).join(rel));
@@ -128,7 +143,7 @@ fn find_readable(pid: u32, m: &Mapping, path: &Path) -> Option<PathBuf> {
     let policy = untrusted::Policy::mapped(m.inode);
     for c in candidates {
         match untrusted::open(&c, &policy) {
-            Ok(o) => return hold(o),
+            Ok(o) => return Some(o),
             Err(e) if e.is_suspicious() => {
                 untrusted::warn_once(&c, &format_args!("not read as process {pid}'s file: {e}"));
                 return None;

@@ -7,12 +7,15 @@
 //! start routine in its `struct pthread`, which the thread's fs base points to: the eBPF side
 //! records the fs base, we read the routine's address from the process's memory and
 //! symbolize it (blazesym). This works for threads that existed before we attached, and is
-//! done once per thread, as soon as it is first seen.
+//! done once per thread, as soon as it is first seen. A start routine in a library that only
+//! an addon needs (libvips's threads behind sharp) makes the thread the addon's
+//! (`addonlibs`), with the library named.
 
 use std::{
     collections::{HashMap, hash_map::Entry},
     fs,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use blazesym::symbolize::{
@@ -23,6 +26,7 @@ use profiler_common::COMM_LEN;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
+    registry::addonlibs::{self, AddonOrigin, is_addon},
     registry::procmaps::{Maps, readable_path},
     registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
     vocab::ids::{self, ProcId, ThreadId},
@@ -80,6 +84,20 @@ impl Role {
     }
 }
 
+/// A thread's role as decided, and for an `addon` thread whose start routine was read, where
+/// its code came from (its addon, and the library behind it that started the thread).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    pub role: Role,
+    pub origin: Option<Arc<AddonOrigin>>,
+}
+
+impl From<Role> for Decided {
+    fn from(role: Role) -> Self {
+        Decided { role, origin: None }
+    }
+}
+
 /// A kernel comm (NUL-padded bytes) as text.
 pub fn comm_str(comm: &[u8; COMM_LEN]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
@@ -124,11 +142,7 @@ fn role_from_name(comm: &str) -> Option<Role> {
 
 /// Role of a thread whose start routine is `symbol` in the file `module`.
 fn role_from_start_routine(symbol: &str, module: Option<&Path>) -> Role {
-    let in_addon = module
-        .and_then(|m| m.file_name())
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(".node"));
-    if in_addon {
+    if module.is_some_and(is_addon) {
         Role::Addon
     } else if symbol.contains("worker::Worker::StartThread") {
         Role::Worker
@@ -153,11 +167,14 @@ type StartSite = Option<(Site, u64)>;
 struct Site {
     mapped: PathBuf,
     readable: PathBuf,
+    /// The addon, when the file is one or a library behind one: decided while the process
+    /// lives (its files are read), used if the routine's name says nothing else.
+    origin: Option<Arc<AddonOrigin>>,
 }
 
 /// What is known of one thread on one lock.
 enum ThreadRole {
-    Known(Role),
+    Known(Decided),
     /// Start routine read while the thread lived, not yet symbolized.
     Pending(StartSite),
 }
@@ -168,6 +185,9 @@ struct ProcessEntry {
     /// Its mappings, and whether it uses our C library (so that the calibrated offset applies
     /// to it); read when a start routine of one of its threads is first needed.
     maps: Option<(Maps, bool)>,
+    /// Its mapped libraries, each with the addon it is behind (None: not behind one),
+    /// decided the first time a thread starts in a library it does not know.
+    behind: addonlibs::Behind,
     /// The threads seen taking its lock: its own, and foreign ones.
     threads: HashMap<ThreadId, ThreadRole>,
 }
@@ -211,7 +231,7 @@ impl Default for Roles {
 impl Roles {
     /// Notes a thread as soon as it is seen: what needs it alive (its start routine's address
     /// and mapping) is read now; symbolizing, which may take a while the first time for a big
-    /// binary, waits until [`role`](Self::role) is asked.
+    /// binary, waits until [`decide`](Self::decide) is asked.
     pub fn observe(
         &mut self,
         owner: ProcId,
@@ -234,11 +254,11 @@ impl Roles {
             &comm_str(comm),
             self.profiler,
         ) {
-            Some(r) => ThreadRole::Known(r),
+            Some(r) => ThreadRole::Known(r.into()),
             // Here tgid == owner.pid: the thread is the owner's own.
             None => match self.start_site(owner, fsbase) {
                 Some(site) => ThreadRole::Pending(site),
-                None => ThreadRole::Known(Role::Other),
+                None => ThreadRole::Known(Role::Other.into()),
             },
         };
         self.processes
@@ -249,15 +269,16 @@ impl Roles {
     }
 
     /// Role of `thread` (of process `tgid`, named `comm`, fs base `fsbase`) on the lock of
-    /// process `owner`. Best called after [`observe`](Self::observe), while the thread lived.
-    pub fn role(
+    /// process `owner`, with an addon thread's origin. Best called after
+    /// [`observe`](Self::observe), while the thread lived.
+    pub fn decide(
         &mut self,
         owner: ProcId,
         thread: ThreadId,
         tgid: u32,
         comm: &[u8; COMM_LEN],
         fsbase: u64,
-    ) -> Role {
+    ) -> Decided {
         self.observe(owner, thread, tgid, comm, fsbase);
         let Roles {
             processes,
@@ -273,7 +294,7 @@ impl Roles {
 
     /// The role of a thread already observed, without noting anything new: a report asks
     /// this, so that it can never bring back a thread or process that was forgotten.
-    pub fn cached_role(&mut self, owner: ProcId, thread: ThreadId) -> Option<Role> {
+    pub fn cached_role(&mut self, owner: ProcId, thread: ThreadId) -> Option<Decided> {
         let Roles {
             processes,
             symbolizer,
@@ -294,7 +315,7 @@ impl Roles {
         }
     }
 
-    /// Forgets a thread that exited, on the lock of `owner` (ask its [`role`](Self::role)
+    /// Forgets a thread that exited, on the lock of `owner` (ask its [`decide`](Self::decide)
     /// first). A thread seen on several locks is forgotten once per owner.
     pub fn forget_thread(&mut self, owner: ProcId, thread: ThreadId) {
         if let Entry::Occupied(mut e) = self.processes.entry(owner) {
@@ -311,6 +332,7 @@ impl Roles {
     pub fn forget_image(&mut self, p: ProcId, alive: impl Fn(ThreadId) -> bool) {
         if let Some(e) = self.processes.get_mut(&p) {
             e.maps = None;
+            e.behind.clear();
             e.threads.retain(|&t, _| t.tid != p.pid && alive(t));
         }
     }
@@ -371,13 +393,22 @@ impl Roles {
         let site = maps.find(addr).map(|m| {
             let mapped = m.path.clone()?;
             let readable = readable_path(pid, m)?;
-            Some((Site { mapped, readable }, m.file_offset(addr)))
+            let origin = addonlibs::origin(pid, maps, &mut entry.behind, &mapped);
+            Some((
+                Site {
+                    mapped,
+                    readable,
+                    origin,
+                },
+                m.file_offset(addr),
+            ))
         });
         // The kernel saw `owner` before the reads above; alive now, it is the process they
         // read, not a newer one under the same pid.
         if !ids::is_alive(owner) {
             log::debug!("process {owner:?} is gone: its pid's memory is not its own");
             entry.maps = None;
+            entry.behind.clear();
             return None;
         }
         site
@@ -397,10 +428,10 @@ impl Roles {
 }
 
 /// Decides a thread's role from its start routine if that is pending, and remembers it.
-fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) -> Role {
-    let r = match known {
-        ThreadRole::Known(r) => return *r,
-        ThreadRole::Pending(None) => role_from_start_routine("[anonymous]", None),
+fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) -> Decided {
+    let d = match known {
+        ThreadRole::Known(d) => return d.clone(),
+        ThreadRole::Pending(None) => role_from_start_routine("[anonymous]", None).into(),
         ThreadRole::Pending(Some((site, offset))) => {
             let (name, path) = (symbolize(symbolizer, site, *offset), &site.mapped);
             log::debug!(
@@ -408,11 +439,23 @@ fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) ->
                 thread.tid,
                 path.display()
             );
-            role_from_start_routine(&name, Some(path))
+            match role_from_start_routine(&name, Some(path)) {
+                // Started in the addon itself.
+                Role::Addon => Decided {
+                    role: Role::Addon,
+                    origin: site.origin.clone(),
+                },
+                // Nothing in the name: in a library behind an addon, the thread is the addon's.
+                Role::Other if site.origin.is_some() => Decided {
+                    role: Role::Addon,
+                    origin: site.origin.clone(),
+                },
+                r => r.into(),
+            }
         }
     };
-    *known = ThreadRole::Known(r);
-    r
+    *known = ThreadRole::Known(d.clone());
+    d
 }
 
 /// The function at `offset` in the start routine's ELF file (the file, not the process: this

@@ -133,7 +133,7 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     let mut roles = Roles::default();
     let (old, new) = (ProcId::new(100, 1_000), ProcId::new(100, 9_000));
     let (old_t, new_t) = (ThreadId::new(101, 2_000), ThreadId::new(101, 9_500));
-    let role = |roles: &mut Roles, p, t, c| roles.role(p, t, 100, &comm(c), 0);
+    let role = |roles: &mut Roles, p, t, c| roles.decide(p, t, 100, &comm(c), 0).role;
     assert_eq!(role(&mut roles, old, old_t, "WorkerThread"), Role::Worker);
     // Decided once: a later name does not change it.
     assert_eq!(role(&mut roles, old, old_t, "libuv-worker"), Role::Worker);
@@ -144,7 +144,10 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     assert_eq!(role(&mut roles, old, reused_t, "V8Worker"), Role::V8);
     // A foreign thread on the new process's lock.
     let foreign = ThreadId::new(300, 1);
-    assert_eq!(roles.role(new, foreign, 300, &comm("ps"), 0), Role::Foreign);
+    assert_eq!(
+        roles.decide(new, foreign, 300, &comm("ps"), 0).role,
+        Role::Foreign
+    );
     assert_eq!(roles.cached_threads(), 4);
     assert_eq!(roles.cached_processes(), 2);
 
@@ -216,13 +219,231 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
     roles.resolve_pending();
     assert!(matches!(
         roles.processes[&me()].threads[&thread],
-        ThreadRole::Known(Role::Other)
+        ThreadRole::Known(Decided {
+            role: Role::Other,
+            origin: None
+        })
     ));
     assert_eq!(
-        roles.role(me(), thread, me().pid, &comm(""), 0),
+        roles.decide(me(), thread, me().pid, &comm(""), 0).role,
         Role::Other
     );
     roles.forget_process(me());
     roles.forget_process(my_predecessor());
     assert_eq!((roles.cached_threads(), roles.cached_processes()), (0, 0));
+}
+
+mod addon_libraries {
+    use super::*;
+    use crate::registry::addonlibs::{Linked, behind_addons, linked_objects, read_dynamic};
+
+    fn lib(path: &str, soname: Option<&str>, needed: &[&str]) -> Linked {
+        Linked {
+            path: path.into(),
+            soname: soname.map(Into::into),
+            needed: Some(needed.iter().map(|n| n.to_string()).collect()),
+        }
+    }
+
+    const SHARP: &str = "/app/node_modules/@img/sharp-linux-x64/lib/sharp-linux-x64.node";
+    const VIPS: &str = "/app/node_modules/@img/sharp-libvips-linux-x64/lib/libvips-cpp.so.8.17.1";
+
+    /// A process as sharp's makes it: node (which needs libstdc++ and the C library), sharp's
+    /// addon, the libvips it needs (by soname, a file of another name), and what libvips needs.
+    fn sharp_process() -> Vec<Linked> {
+        vec![
+            lib(
+                "/usr/bin/node",
+                None,
+                &["libstdc++.so.6", "libm.so.6", "libc.so.6"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
+                Some("libstdc++.so.6"),
+                &["libm.so.6", "libc.so.6", "libgcc_s.so.1"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                Some("libm.so.6"),
+                &["libc.so.6"],
+            ),
+            // No soname: found by its file name.
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
+                None,
+                &["libc.so.6"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                Some("libc.so.6"),
+                &["ld-linux-x86-64.so.2"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                Some("ld-linux-x86-64.so.2"),
+                &[],
+            ),
+            lib(
+                SHARP,
+                None,
+                &[
+                    "libvips-cpp.so.42",
+                    "libstdc++.so.6",
+                    "libgcc_s.so.1",
+                    "libc.so.6",
+                ],
+            ),
+            lib(
+                VIPS,
+                Some("libvips-cpp.so.42"),
+                &["libglib-2.0.so.0", "libstdc++.so.6", "libc.so.6"],
+            ),
+            // Needed by path (linked without -l).
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libglib-2.0.so.0.7400.0",
+                Some("libglib-2.0.so.0"),
+                &["/opt/extra/libextra.so", "libc.so.6"],
+            ),
+            lib("/opt/extra/libextra.so", None, &["libc.so.6"]),
+            // Another addon, needing glib too: it is the first addon's (in map order).
+            lib("/app/build/Release/other.node", None, &["libglib-2.0.so.0"]),
+        ]
+    }
+
+    #[test]
+    fn a_library_only_an_addon_needs_is_the_addons_and_what_node_needs_never_is() {
+        let objects = sharp_process();
+        let behind = behind_addons(&objects, Path::new("/usr/bin/node"));
+        let addon_of = |p: &str| behind.get(Path::new(p)).map(|a| a.to_str().unwrap());
+        assert_eq!(addon_of(VIPS), Some(SHARP));
+        assert_eq!(
+            addon_of("/usr/lib/x86_64-linux-gnu/libglib-2.0.so.0.7400.0"),
+            Some(SHARP)
+        );
+        assert_eq!(addon_of("/opt/extra/libextra.so"), Some(SHARP));
+        // What node needs itself, directly or not, is never an addon's, though the addons
+        // need it too.
+        for own in [
+            "/usr/bin/node",
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
+            "/usr/lib/x86_64-linux-gnu/libm.so.6",
+            "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        ] {
+            assert_eq!(addon_of(own), None, "{own}");
+        }
+        // An addon is not a library behind itself or another addon.
+        assert_eq!(addon_of(SHARP), None);
+        assert_eq!(addon_of("/app/build/Release/other.node"), None);
+        assert_eq!(behind.len(), 3, "{behind:?}");
+    }
+
+    #[test]
+    fn nothing_is_claimed_when_what_node_needs_cannot_be_told() {
+        let mut objects = sharp_process();
+        // The executable is not among the mapped files (or not known).
+        assert!(behind_addons(&objects, Path::new("/usr/local/bin/node")).is_empty());
+        // A file node needs could not be read: what it needs in turn is unknown, so the C
+        // library (needed by the addon too) could look like the addon's own.
+        objects[1].needed = None;
+        assert!(behind_addons(&objects, Path::new("/usr/bin/node")).is_empty());
+        // A file only the addon needs could not be read: only what lies behind it is hidden.
+        let mut objects = sharp_process();
+        objects[8].needed = None;
+        let behind = behind_addons(&objects, Path::new("/usr/bin/node"));
+        assert!(behind.contains_key(Path::new(VIPS)));
+        assert!(!behind.contains_key(Path::new("/opt/extra/libextra.so")));
+    }
+
+    /// The dynamic sections of real files: this test binary needs the C library, whose
+    /// soname is its file name; in a process with no addon, nothing is behind one.
+    #[test]
+    fn dynamic_sections_are_read_from_the_files_as_mapped() {
+        let exe = std::env::current_exe().unwrap();
+        let (soname, needed) =
+            read_dynamic(fs::File::open(&exe).unwrap()).expect("our dynamic section");
+        assert_eq!(soname, None);
+        assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
+        let maps = Maps::read_code(std::process::id()).unwrap();
+        let objects = linked_objects(std::process::id(), &maps);
+        let libc = objects
+            .iter()
+            .find(|o| o.path.file_name().is_some_and(|n| n == "libc.so.6"))
+            .expect("the C library is mapped");
+        assert_eq!(libc.soname.as_deref(), Some("libc.so.6"));
+        assert!(objects.iter().all(|o| o.needed.is_some()), "{objects:?}");
+        assert!(behind_addons(&objects, &exe).is_empty());
+        // Not an ELF file.
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.so");
+        fs::write(&junk, b"not an ELF file").unwrap();
+        assert_eq!(read_dynamic(fs::File::open(&junk).unwrap()), None);
+    }
+
+    #[inline(never)]
+    extern "C" fn mlp_library_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+        std::ptr::null_mut()
+    }
+
+    /// A start routine whose name says nothing: `other`, unless its file is behind an addon,
+    /// then `addon` with its origin. A name that says something keeps its role.
+    #[test]
+    fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
+        let me = std::process::id();
+        let maps = Maps::read_code(me).unwrap();
+        let addr = mlp_library_thread_body as *const () as u64;
+        let m = maps.find(addr).unwrap();
+        let readable = readable_path(me, m).unwrap();
+        let origin = Arc::new(AddonOrigin {
+            addon: "/app/spawner.node".into(),
+            library: Some("/app/libspawner.so".into()),
+        });
+        let pending = |origin: Option<Arc<AddonOrigin>>| {
+            ThreadRole::Pending(Some((
+                Site {
+                    mapped: "/app/libspawner.so".into(),
+                    readable: readable.clone(),
+                    origin,
+                },
+                m.file_offset(addr),
+            )))
+        };
+        let symbolizer = Symbolizer::new();
+        let t = ThreadId::new(1, 1);
+        let mut behind = pending(Some(origin.clone()));
+        let d = resolve(&symbolizer, t, &mut behind);
+        assert_eq!(
+            d,
+            Decided {
+                role: Role::Addon,
+                origin: Some(origin.clone())
+            }
+        );
+        assert!(matches!(behind, ThreadRole::Known(ref k) if *k == d));
+        assert_eq!(
+            resolve(&symbolizer, t, &mut pending(None)),
+            Role::Other.into()
+        );
+        // A routine whose name gives a role keeps it, even in a library behind an addon.
+        let named = mlp_inspector_thread_body as *const () as u64;
+        let m = maps.find(named).unwrap();
+        let mut inspector = ThreadRole::Pending(Some((
+            Site {
+                mapped: "/app/libspawner.so".into(),
+                readable: readable_path(me, m).unwrap(),
+                origin: Some(origin),
+            },
+            m.file_offset(named),
+        )));
+        assert_eq!(
+            resolve(&symbolizer, t, &mut inspector),
+            Role::Inspector.into()
+        );
+    }
+
+    #[inline(never)]
+    extern "C" fn mlp_inspector_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+        std::ptr::null_mut()
+    }
 }

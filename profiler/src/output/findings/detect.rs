@@ -292,10 +292,22 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
                 .map_or(d.dso.clone(), |n| n.to_string_lossy().into_owned())
         })
         .collect();
-    let what = if names.is_empty() {
-        "a native addon (sample stacks to name its .node file)".to_string()
-    } else {
+    // Without sampled stacks, the addons its threads' start routines named.
+    let file_name = |p: &str| {
+        std::path::Path::new(p)
+            .file_name()
+            .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
+    };
+    let started: std::collections::BTreeSet<String> = addon
+        .iter()
+        .filter_map(|t| t.role_addon.as_deref().map(file_name))
+        .collect();
+    let what = if !names.is_empty() {
         names.join(", ")
+    } else if !started.is_empty() {
+        started.into_iter().collect::<Vec<_>>().join(", ")
+    } else {
+        "a native addon (sample stacks to name its .node file)".to_string()
     };
     let explained = w.max(file_wait);
     let mut roles = vec![Role::Addon];
@@ -314,6 +326,20 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
         addon.len(),
         fmt_ns(w)
     ));
+    // Threads that a library behind the addon started (libvips's, behind sharp's addon).
+    let mut libraries: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
+    for t in &addon {
+        if let (Some(lib), Some(a)) = (&t.role_library, &t.role_addon) {
+            let e = libraries.entry((lib, a)).or_default();
+            (e.0, e.1) = (e.0 + 1, e.1 + t.write.count);
+        }
+    }
+    for ((lib, a), (threads, writes)) in libraries {
+        f.evidence.facts.push(format!(
+            "{threads} of them started in {lib}, a library {} needs: {writes} writes",
+            file_name(a)
+        ));
+    }
     for d in &files {
         f.evidence.facts.push(format!(
             "{} of {sampled} sampled writes came from {}",

@@ -56,6 +56,8 @@ fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -
         role,
         comm: "node".into(),
         pid: matches!(role, Role::Foreign | Role::Profiler).then_some(99),
+        role_addon: None,
+        role_library: None,
         write: Stats::new(&write),
         read,
         downgrade: Stats::default(),
@@ -316,22 +318,51 @@ fn an_addons_threads_and_file_are_named() {
         stack_sample: Some(1),
         ..summary(vec![p])
     };
-    let f = find(&s, None);
-    let a = f
-        .iter()
-        .find(|f| f.id == "addon-threads")
-        .expect("addon-threads");
-    assert!(
-        a.title
-            .starts_with("churn.node takes the lock for write itself: 300 writes"),
-        "{}",
-        a.title
-    );
+    let a = addon_finding(&s, "churn.node takes the lock for write itself: 300 writes");
     assert_eq!(
         a.evidence.code,
         ["/srv/app/node_modules/x/build/Release/churn.node"]
     );
     assert_eq!(a.evidence.causes, ["mmap", "munmap"]);
+}
+
+/// The `addon-threads` finding of `s`, whose title starts with `title`.
+fn addon_finding(s: &Report, title: &str) -> super::Finding {
+    let a = find(s, None)
+        .into_iter()
+        .find(|f| f.id == "addon-threads")
+        .expect("addon-threads");
+    assert!(a.title.starts_with(title), "{}", a.title);
+    a
+}
+
+/// Without sampled stacks, the addon is named by its threads' start routines, and a thread
+/// that a library behind it started (libvips behind sharp) is said to be that library's.
+#[test]
+fn an_addons_threads_name_it_and_its_library_without_stacks() {
+    let mut lib_thread = thread(
+        32,
+        Role::Addon,
+        &[("mmap", stats(200, 1000)), ("munmap", stats(200, 1000))],
+        stats(0, 0),
+    );
+    lib_thread.role_addon = Some("/app/node_modules/sharp/sharp.node".into());
+    lib_thread.role_library = Some("/app/node_modules/sharp/lib/libvips-cpp.so.42".into());
+    let p = process(
+        30,
+        vec![thread(30, Role::Main, &[], stats(1, 10)), lib_thread],
+        4 * S,
+    );
+    let a = addon_finding(
+        &summary(vec![p]),
+        "sharp.node takes the lock for write itself: 400 writes",
+    );
+    assert!(
+        a.evidence.facts.iter().any(|f| f
+            == "1 of them started in /app/node_modules/sharp/lib/libvips-cpp.so.42, a library sharp.node needs: 400 writes"),
+        "{:?}",
+        a.evidence.facts
+    );
 }
 
 #[test]

@@ -254,11 +254,13 @@ impl<K: Kernel> Profile<K> {
             .totals
             .identity(owner, thread)
             .map(|(tgid, comm, fsbase)| {
-                self.registry.roles.role(owner, thread, tgid, &comm, fsbase)
+                self.registry
+                    .roles
+                    .decide(owner, thread, tgid, &comm, fsbase)
             });
         // The interval's copy too: its last counts keep the role decided while it lived, and
         // nothing asks the registry (which forgets it below) about it again.
-        if let (Some(w), Some(r)) = (self.interval.as_mut(), role)
+        if let (Some(w), Some(r)) = (self.interval.as_mut(), role.clone())
             && let Some(t) = w.processes.get_mut(&owner).and_then(|m| m.get_mut(&thread))
         {
             t.role = Some(r);
