@@ -11,6 +11,7 @@ use super::{
     svg::{Unit, bars, esc, histogram, lines},
 };
 use crate::output::{
+    Output,
     findings::Finding,
     report::{FlameStack, ProcessReport},
     text::fmt_ns,
@@ -298,6 +299,18 @@ fn code_tables(out: &mut String, p: &ProcessReport) {
     }
 }
 
+/// `report --html`: the page of a run read from its file, with these findings first.
+pub struct RunPage<'a> {
+    pub name: &'a str,
+    pub findings: &'a [Finding],
+}
+
+impl Output<RunLines> for RunPage<'_> {
+    fn emit(&mut self, run: &RunLines, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(run_page_with_findings(self.name, run, self.findings).as_bytes())
+    }
+}
+
 /// The page of a run: per process (the largest write wait first), from its last summary, and
 /// its interval lines for the charts over time; first, the findings of what it draws (as
 /// the summaries carry them, else recomputed).
@@ -306,7 +319,7 @@ pub fn run_page(name: &str, run: &RunLines) -> String {
 }
 
 /// The page of a run, with these findings first (`report` recomputes them, with a study).
-pub fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
+fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
     if let Some(study) = &run.study {
         return super::study::study_page(study);
     }
