@@ -24,6 +24,19 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// `GET /metrics` of an agent on this loopback port: the page (which must be served).
+pub fn metrics(port: u16) -> String {
+    // A bound, not a measure: a page that never comes fails the test instead of hanging it.
+    let r = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .timeout(Duration::from_secs(60))
+        .call()
+        .expect("GET /metrics");
+    // (Not `into_string`: with a series per pid the page passes its 10 MB cap.)
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut r.into_reader(), &mut text).expect("text");
+    text
+}
+
 /// The agent, killed on drop.
 pub struct Agent {
     pub child: Child,
@@ -83,13 +96,7 @@ impl Agent {
     }
 
     pub fn metrics(&self) -> String {
-        let r = ureq::get(&format!("http://127.0.0.1:{}/metrics", self.port))
-            .call()
-            .expect("GET /metrics");
-        // (Not `into_string`: with a series per pid the page passes its 10 MB cap.)
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut r.into_reader(), &mut text).expect("text");
-        text
+        metrics(self.port)
     }
 }
 

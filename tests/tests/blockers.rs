@@ -4,7 +4,7 @@
 //! from the workload itself.
 
 use integration_tests::{
-    Workload, check_lost, process, profile_workload, require_root_and_tracepoints,
+    Workload, check_lost, process, profile_workload, require_root_and_tracepoints, thread,
 };
 use serde_json::Value;
 
@@ -14,15 +14,6 @@ fn tid_set(v: &Value) -> Vec<u64> {
         .iter()
         .map(|t| t.as_u64().unwrap())
         .collect()
-}
-
-fn thread(p: &Value, tid: u64) -> &Value {
-    p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == tid)
-        .unwrap_or_else(|| panic!("thread {tid} not in {}", p["threads"]))
 }
 
 fn all_wait(t: &Value) -> u64 {

@@ -13,9 +13,9 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use integration_tests::{
-    Profiler, Workload,
+    Profiler, Workload, assert_mmaps_named,
     containers::{self, Container, FIXTURES_IN_IMAGE, NODE_IN_IMAGE},
-    metric_sum, mmap_samples, process, require_root_and_tracepoints,
+    metric_sum, process, require_root_and_tracepoints,
     scrape::Agent,
     skip_because,
 };
@@ -327,17 +327,7 @@ fn profile_jsframes(image: &str, node_flags: &[&str], sample: u32, rounds: u32) 
     assert_ne!(pid, 0);
     let dir = tempfile::tempdir().unwrap();
     let folded = dir.path().join("stacks.folded");
-    let (pid_s, sample) = (pid.to_string(), sample.to_string());
-    let prof = Profiler::start(&[
-        "-p",
-        &pid_s,
-        "-i",
-        "0",
-        "--stack-sample",
-        &sample,
-        "--stacks",
-        folded.to_str().unwrap(),
-    ]);
+    let prof = Profiler::start_with_stacks(pid, sample, &folded);
     w.go();
     assert!(w.wait().success());
     // The profiler ends when node has exited: everything below is symbolized after the exit.
@@ -378,13 +368,7 @@ fn assert_dsos_as_the_container_sees_them(p: &Value, folded: &str) {
 fn js_names_come_from_the_perf_map_in_the_containers_own_tmp() {
     let Some(image) = image() else { return };
     let (p, folded) = profile_jsframes(&image, &["--perf-basic-prof-only-functions"], 4, 50);
-    let (sampled, named) = mmap_samples(&folded, "hotAllocator");
-    eprintln!("{sampled} sampled mmaps, {named} through hotAllocator");
-    assert!(sampled >= 200, "{sampled} sampled mmaps");
-    assert!(
-        named * 10 >= sampled * 9,
-        "hotAllocator in {named} of {sampled} sampled mmaps"
-    );
+    assert_mmaps_named(&folded, "hotAllocator", 200, "in a container, perf map");
     let js = p["js_functions"].as_array().expect("js_functions");
     assert_eq!(js[0]["function"], "hotAllocator", "{js:?}");
     assert!(
@@ -408,13 +392,7 @@ fn js_names_come_from_the_perf_map_in_the_containers_own_tmp() {
 fn js_names_come_from_v8s_heap_in_a_container_without_flags() {
     let Some(image) = image() else { return };
     let (p, folded) = profile_jsframes(&image, &[], 64, 200);
-    let (sampled, named) = mmap_samples(&folded, "hotAllocator");
-    eprintln!("{sampled} sampled mmaps, {named} through hotAllocator");
-    assert!(sampled >= 100, "{sampled} sampled mmaps");
-    assert!(
-        named * 10 >= sampled * 9,
-        "hotAllocator in {named} of {sampled} sampled mmaps"
-    );
+    assert_mmaps_named(&folded, "hotAllocator", 100, "in a container, no flags");
     assert_eq!(p["js_functions"][0]["function"], "hotAllocator");
     assert_eq!(p["js_frames"]["perf_map"], 0, "{}", p["js_frames"]);
     assert!(p.get("js_hint").is_none(), "{}", p["js_hint"]);

@@ -4,29 +4,19 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Finished, Profiler, Workload, build_addon, cause_counts, check_churn_writes, check_lost,
-    check_stats, churn_slack, fixture, process, require_root_and_tracepoints, run_profiler, stats,
+    Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, build_addon,
+    cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, fixture,
+    helper_threads, process, profile_workload, require_root_and_tracepoints, roles_workload,
+    run_profiler, stats, thread, thread_writes,
 };
 use serde_json::Value;
 
 /// Profiles one mmap-churn run of `threads` x `iterations` and returns the summary.
 fn profile_churn(threads: u32, iterations: u32, extra: &[&str]) -> (u32, Finished) {
     let mut w = Workload::churn(threads, iterations, None);
-    let pid = w.pid.to_string();
-    let mut args = vec!["--pid", pid.as_str(), "--interval", "0"];
+    let mut args = vec!["--interval", "0"];
     args.extend_from_slice(extra);
-    let prof = Profiler::start(&args);
-    w.go();
-    assert!(w.wait().success());
-    // The target exited: the profiler ends by itself.
-    let out = prof.finish(Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "exit status {:?}: {}",
-        out.status,
-        out.stderr
-    );
-    (w.pid, out)
+    (w.pid, profile_workload(&mut w, &args))
 }
 
 #[test]
@@ -134,22 +124,7 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
         return;
     }
     let dir = tempfile_dir();
-    let file = dir.join("data.bin");
-    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
-    let mut cmd = Command::new("node");
-    cmd.env("UV_THREADPOOL_SIZE", "2")
-        .arg("--v8-pool-size=2")
-        .arg(fixture("roles.js"))
-        .args(["3", "300"])
-        .arg(&file);
-    let mut w = Workload::spawn(cmd);
-    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
-    let workers: Vec<u64> = ids["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    let (mut w, workers) = roles_workload(&dir);
     assert_eq!(workers.len(), 3);
     // Threads that exist before the work starts: main, V8's platform threads, the Workers.
     // libuv starts its threadpool lazily, on the first deflate: every thread that appears
@@ -163,23 +138,11 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
     let out = prof.finish(Duration::from_secs(60));
     let s = out.summary();
     let p = process(s, w.pid).expect("node is in the summary");
-    let threads = p["threads"].as_array().unwrap();
-    let role_of = |tid: u64| {
-        threads
-            .iter()
-            .find(|t| t["tid"] == tid)
-            .map(|t| t["role"].as_str().unwrap().to_string())
-    };
-    assert_eq!(role_of(w.pid as u64).as_deref(), Some("main"));
+    assert_main_and_workers(p, w.pid, &workers);
     for tid in &workers {
-        assert_eq!(
-            role_of(*tid).as_deref(),
-            Some("worker"),
-            "worker {tid}: {threads:?}"
-        );
-        let t = threads.iter().find(|t| t["tid"] == *tid).unwrap();
-        assert!(t["write"]["count"].as_u64().unwrap() > 0, "{t}");
+        assert!(thread_writes(p, *tid) > 0, "{}", thread(p, *tid));
     }
+    let threads = p["threads"].as_array().unwrap();
     let libuv: Vec<u64> = threads
         .iter()
         .filter(|t| t["role"] == "libuv")
@@ -591,11 +554,7 @@ fn writes_only_counts_every_write_and_no_read() {
     let (t, n) = (2u64, 1500u64);
     let (pid, out) = profile_churn(t as u32, n as u32, &["--writes-only"]);
     let p = process(out.summary(), pid).expect("target");
-    let (writes, _) = stats(p, "write");
-    assert!(
-        (2 * t * n..=2 * t * n + churn_slack(t)).contains(&writes),
-        "writes {writes}"
-    );
+    assert_churn_total(stats(p, "write").0, t, n, "--writes-only", "");
     assert_eq!(p["read"]["count"], 0);
     let munmap = cause_counts(p)["munmap"];
     assert!(
@@ -623,12 +582,7 @@ fn exited_threads_free_their_entries_and_stay_in_the_summary() {
         "exited threads' entries were freed"
     );
     let p = process(s, w.pid).expect("target");
-    let workers: Vec<&Value> = p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["tid"] != w.pid && t["role"] != "foreign" && t["role"] != "profiler")
-        .collect();
+    let workers = helper_threads(p, w.pid);
     assert_eq!(workers.len() as u64, waves * threads, "{workers:?}");
     for t in workers {
         let c = t["write"]["count"].as_u64().unwrap();
