@@ -5,7 +5,7 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-use crate::{skip_because, under_ci};
+use crate::installed_or_skip;
 
 /// Headless Chromium (Debian's), for the HTML reports.
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -32,14 +32,7 @@ pub fn page_requests(page: &Path) -> Option<Vec<String>> {
 }
 
 fn render(page: &Path, screenshot: Option<&Path>) -> Option<(String, Vec<String>)> {
-    if !Path::new(CHROMIUM).exists() {
-        assert!(
-            !under_ci(),
-            "chromium is not installed (cargo xtask test installs it)"
-        );
-        skip_because("chromium is not installed");
-        return None;
-    }
+    installed_or_skip(Path::new(CHROMIUM).exists().then_some(()), "chromium")?;
     static RENDERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let profile = std::env::temp_dir().join(format!(
         "mmaplock-chromium-{}-{}",

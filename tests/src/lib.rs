@@ -28,38 +28,30 @@ pub use browser::{
     assert_charts, assert_self_contained, charts, page_requests, rendered_charts, rendered_dom,
 };
 pub use lookup::{
-    cause_counts, cause_stats, find, helper_threads, process, read_lines, stats, thread,
+    cause_counts, cause_stats, find, finding, helper_threads, process, read_lines, stats, thread,
     thread_writes,
 };
 
 /// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one
 /// write acquisition of the process's mmap_lock (the ground-truth helpers' building block).
 pub fn map_anon(size: usize) -> *mut libc::c_void {
-    // SAFETY: a fresh anonymous mapping; the caller owns it and unmaps it.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap failed");
-    p
+    mmap_anon(size, 0)
 }
 
 /// One anonymous private read-write mapping of `size` bytes with every page populated (one
 /// mmap(2); the pages are faulted in by the kernel, not by touches).
 pub fn map_anon_populated(size: usize) -> *mut libc::c_void {
-    // SAFETY: a fresh anonymous mapping; the caller owns it.
+    mmap_anon(size, libc::MAP_POPULATE)
+}
+
+fn mmap_anon(size: usize, flags: libc::c_int) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping; the caller owns it (and unmaps it).
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             -1,
             0,
         )
@@ -80,6 +72,16 @@ pub fn map_touch_unmap(n: u64, size: usize) {
             assert_eq!(libc::munmap(p, size), 0, "munmap failed");
         }
     }
+}
+
+/// For the ground-truth helpers: their `N` numeric arguments; otherwise the usage line
+/// (`usage`, the command and its arguments' names) on standard error, and exit status 2.
+pub fn numeric_args<T: std::str::FromStr, const N: usize>(usage: &str) -> [T; N] {
+    let args: Option<Vec<T>> = std::env::args().skip(1).map(|a| a.parse().ok()).collect();
+    args.and_then(|a| a.try_into().ok()).unwrap_or_else(|| {
+        eprintln!("usage: {usage}");
+        std::process::exit(2)
+    })
 }
 
 /// For the ground-truth helpers: flush standard output and end the process at once with
@@ -324,6 +326,19 @@ pub fn skip_because(reason: &str) -> bool {
     true
 }
 
+/// A tool that `cargo xtask test` installs (`what` names it), or None with the calling test
+/// recorded as skipped ([`skip_because`]; under CI, where it must be there, a failure).
+pub fn installed_or_skip<T>(tool: Option<T>, what: &str) -> Option<T> {
+    if tool.is_none() {
+        assert!(
+            !under_ci(),
+            "{what} is not installed (cargo xtask test installs it)"
+        );
+        skip_because(&format!("{what} is not installed"));
+    }
+    tool
+}
+
 /// Root-only tests call this first. Not being root is a failure, not a skip: CI runs as root
 /// and must exercise the real programs. A kernel without the mmap_lock tracepoints is the one
 /// reason to skip: then the skip is recorded ([`skip_because`]; a failure under CI) and this
@@ -342,6 +357,24 @@ pub fn require_root_and_tracepoints() -> bool {
         return false;
     }
     true
+}
+
+/// Asks `state` every `every` until it says done (`Ok`), and returns what it gave; once
+/// `within` has passed, fails with what it said last (`Err`). A bound on a wait (the machine
+/// may be slow), never a measure of time.
+pub fn wait_until<T>(
+    within: Duration,
+    every: Duration,
+    mut state: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match state() {
+            Ok(v) => return v,
+            Err(why) => assert!(Instant::now() < deadline, "{why}"),
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// Waits for a child with a deadline; kills it if the deadline passes.

@@ -18,6 +18,16 @@ pub fn process(report: &Value, pid: u32) -> Option<&Value> {
     find(report, "processes", "pid", pid)
 }
 
+/// The finding `id` about process `pid` in a summary, which must be there.
+pub fn finding<'a>(summary: &'a Value, id: &str, pid: u32) -> &'a Value {
+    summary["findings"]
+        .as_array()
+        .expect("the summary has findings")
+        .iter()
+        .find(|f| f["id"] == id && f["pid"] == pid)
+        .unwrap_or_else(|| panic!("no {id} finding in {}", summary["findings"]))
+}
+
 /// A thread of a process entry, which must be there.
 pub fn thread(p: &Value, tid: u64) -> &Value {
     find(p, "threads", "tid", tid).unwrap_or_else(|| panic!("thread {tid} not in {}", p["threads"]))

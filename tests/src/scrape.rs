@@ -14,7 +14,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::profiler_bin;
+use crate::{profiler_bin, wait_until};
 
 /// A port free now on loopback.
 pub fn free_port() -> u16 {
@@ -200,6 +200,15 @@ impl Prometheus {
     pub fn value(&self, q: &str) -> Option<f64> {
         let r = self.query(q);
         r.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Waits (`within` at most) until `q` has a value that `ok` accepts, and returns it;
+    /// `what` says what was awaited.
+    pub fn wait_for(&self, q: &str, within: Duration, ok: impl Fn(f64) -> bool, what: &str) -> f64 {
+        wait_until(within, Duration::from_millis(500), || match self.value(q) {
+            Some(v) if ok(v) => Ok(v),
+            v => Err(format!("{what}: {q} = {v:?}")),
+        })
     }
 }
 

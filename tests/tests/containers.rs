@@ -17,7 +17,7 @@ use integration_tests::{
     containers::{self, Container, FIXTURES_IN_IMAGE, NODE_IN_IMAGE},
     metric_sum, process, require_root_and_tracepoints,
     scrape::Agent,
-    skip_because,
+    skip_because, wait_until,
 };
 use serde_json::Value;
 
@@ -52,18 +52,14 @@ fn libpod_parent() -> String {
 
 /// Waits (20 s at most) until the agent's metrics satisfy `done`; the last page.
 fn metrics_until(agent: &Agent, done: impl Fn(&str) -> bool) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
         let text = agent.metrics();
         if done(&text) {
-            return text;
+            Ok(text)
+        } else {
+            Err(format!("the agent's metrics never got there:\n{text}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent's metrics never got there:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// The `process` labels of every series of the agent's page in `cgroup`.
@@ -215,20 +211,8 @@ fn a_podman_run_has_the_roles_and_labels_it_has_on_the_host() {
     let parent = libpod_parent();
     let agent = Agent::start(&["--comm", "node", "-i", "0.2"]);
     let data = tempfile::tempdir().unwrap();
-    std::fs::write(data.path().join("data.bin"), vec![7u8; 64 * 1024]).unwrap();
     let c = Container::new_name("roles");
-    let file = format!("{FIXTURES_IN_IMAGE}/roles.js");
-    let cmd = c.run_command(
-        &image,
-        &[
-            "-e",
-            "UV_THREADPOOL_SIZE=2",
-            "-v",
-            &format!("{}:/data:ro", data.path().display()),
-        ],
-        &["--v8-pool-size=2", &file, "3", "300", "/data/data.bin"],
-    );
-    let mut w = Workload::spawn(cmd);
+    let mut w = Workload::spawn(c.roles_command(&image, data.path(), 300));
     let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
     let pid = c.host_pid();
     assert_ne!(pid, 0);

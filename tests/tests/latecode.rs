@@ -5,7 +5,7 @@ use std::{process::Command, time::Duration};
 
 use integration_tests::{
     Profiler, Workload, build_addon, churn_bin, fixture, process, profile_until_done,
-    require_root_and_tracepoints,
+    profile_workload, require_root_and_tracepoints,
 };
 use serde_json::Value;
 
@@ -89,11 +89,7 @@ fn every_stack_reaches_its_root_or_says_why_not() {
         return;
     }
     let mut w = Workload::churn(2, 300, None);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stack-sample", "1"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = profile_workload(&mut w, &["-i", "0", "--stack-sample", "1"]);
     let p = process(out.summary(), w.pid).expect("in the summary");
     let ends = p["stack_ends"].as_object().expect("stack_ends");
     let total: u64 = ends.values().map(|v| v.as_u64().unwrap()).sum();

@@ -13,14 +13,14 @@ use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use integration_tests::{
     Profiler, Workload, assert_churn_total, assert_main_and_workers, check_churn_writes, churn_bin,
     metric_gauge, metric_sum, process, profiler_bin, require_root_and_tracepoints, roles_workload,
     scrape::{free_port, metrics as scrape},
-    skip_because,
+    skip_because, wait_until,
 };
 
 /// The capabilities of the systemd unit (deploy/systemd/mmaplock-prof.service), as setpriv
@@ -336,15 +336,13 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     ));
     assert_runs_with_exactly_the_four(agent.pid());
     // Selected within an interval of the agent's start (its executable read from /proc/PID/exe).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric_gauge(&scrape(port), "mmaplock_tracked_processes") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the helper was not selected: {}",
-            scrape(port)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let text = scrape(port);
+        match metric_gauge(&text, "mmaplock_tracked_processes") {
+            0 => Err(format!("the helper was not selected: {text}")),
+            _ => Ok(()),
+        }
+    });
     w.go();
     assert!(w.wait().success());
     let expected = 2 * t * n;
@@ -356,17 +354,13 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
         )
     };
     // The helper's threads' writes are in once its exit has been read (a few intervals).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut text = scrape(port);
-    while writes(&text, "role=") < expected + 1 {
-        assert!(
-            Instant::now() < deadline,
-            "{} writes of {expected} served:\n{text}",
-            writes(&text, "role=")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-        text = scrape(port);
-    }
+    wait_until(Duration::from_secs(15), Duration::from_millis(200), || {
+        let text = scrape(port);
+        match writes(&text, "role=") {
+            w if w > expected => Ok(()),
+            w => Err(format!("{w} writes of {expected} served:\n{text}")),
+        }
+    });
     std::thread::sleep(Duration::from_secs(1));
     let text = scrape(port);
     let total = writes(&text, "role=");

@@ -5,7 +5,7 @@ use std::{process::Command, time::Duration};
 
 use integration_tests::{
     Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, build_addon,
-    cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, fixture,
+    cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, finding, fixture,
     helper_threads, process, profile_workload, require_root_and_tracepoints, roles_workload,
     run_profiler, stats, thread, thread_writes,
 };
@@ -131,11 +131,7 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
     // after "go" is a libuv threadpool thread.
     let before = task_ids(w.pid);
     // Attach to the running process.
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = profile_workload(&mut w, &["-i", "0"]);
     let s = out.summary();
     let p = process(s, w.pid).expect("node is in the summary");
     assert_main_and_workers(p, w.pid, &workers);
@@ -253,12 +249,7 @@ fn every_json_line_follows_the_contract() {
         return;
     }
     let mut w = Workload::churn(2, 3000, None);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0.05"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(30));
-    assert!(out.status.success());
+    let out = profile_workload(&mut w, &["-i", "0.05"]);
     assert!(out.lines.len() >= 2, "intervals and a summary");
     for l in &out.lines {
         check_report(l);
@@ -324,47 +315,38 @@ fn one_line_error(out: &std::process::Output, code: i32, needle: &str) {
 
 #[test]
 fn bad_usage_exits_2_with_one_line() {
-    one_line_error(&run_profiler(&["--pid", "abc"]), 2, "abc");
-    one_line_error(&run_profiler(&["--pid", "0"]), 2, "\"0\"");
-    one_line_error(&run_profiler(&["--bogus"]), 2, "--bogus");
-    one_line_error(&run_profiler(&["-f", "xml"]), 2, "xml");
-    one_line_error(&run_profiler(&["-d", "-1"]), 2, "-1");
-    // Beyond pid_max: cannot exist.
-    one_line_error(
-        &run_profiler(&["--pid", "2000000000"]),
-        2,
-        "no process with pid 2000000000",
-    );
-    one_line_error(
-        &run_profiler(&["-o", "/nonexistent-dir/x.json", "-d", "1"]),
-        2,
-        "/nonexistent-dir/x.json",
-    );
-    one_line_error(
-        &run_profiler(&["--stacks", "/nonexistent-dir/s.folded", "-d", "1"]),
-        2,
-        "/nonexistent-dir/s.folded",
-    );
-    one_line_error(
-        &run_profiler(&["--stack-sample", "abc"]),
-        2,
-        "--stack-sample",
-    );
-    // Empty names and paths: nothing could match or be written (an empty --comm used to run
-    // until killed, profiling nothing; with -d, were one accepted, the test would not hang).
-    one_line_error(&run_profiler(&["--comm", "", "-d", "1"]), 2, "--comm");
-    one_line_error(&run_profiler(&["-o", "", "-d", "1"]), 2, "--output");
-    one_line_error(&run_profiler(&["--stacks", "", "-d", "1"]), 2, "--stacks");
-    one_line_error(
-        &run_profiler(&["-i", "0.0000001", "-d", "1"]),
-        2,
-        "0.0000001",
-    );
-    one_line_error(
-        &run_profiler(&["--comm", "a-name-longer-than-15", "-d", "1"]),
-        2,
-        "longer than",
-    );
+    let refused: [(&[&str], &str); 14] = [
+        (&["--pid", "abc"], "abc"),
+        (&["--pid", "0"], "\"0\""),
+        (&["--bogus"], "--bogus"),
+        (&["-f", "xml"], "xml"),
+        (&["-d", "-1"], "-1"),
+        // Beyond pid_max: cannot exist.
+        (&["--pid", "2000000000"], "no process with pid 2000000000"),
+        (
+            &["-o", "/nonexistent-dir/x.json", "-d", "1"],
+            "/nonexistent-dir/x.json",
+        ),
+        (
+            &["--stacks", "/nonexistent-dir/s.folded", "-d", "1"],
+            "/nonexistent-dir/s.folded",
+        ),
+        (&["--stack-sample", "abc"], "--stack-sample"),
+        // Empty names and paths: nothing could match or be written (an empty --comm used to
+        // run until killed, profiling nothing; with -d, were one accepted, the test would not
+        // hang).
+        (&["--comm", "", "-d", "1"], "--comm"),
+        (&["-o", "", "-d", "1"], "--output"),
+        (&["--stacks", "", "-d", "1"], "--stacks"),
+        (&["-i", "0.0000001", "-d", "1"], "0.0000001"),
+        (
+            &["--comm", "a-name-longer-than-15", "-d", "1"],
+            "longer than",
+        ),
+    ];
+    for (args, needle) in refused {
+        one_line_error(&run_profiler(args), 2, needle);
+    }
 }
 
 #[test]
@@ -404,11 +386,7 @@ fn write_causes_match_the_syscalls_made() {
         cmd.arg(n.to_string());
     }
     let mut w = Workload::spawn(cmd);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(30));
+    let out = profile_workload(&mut w, &["-i", "0"]);
     let s = out.summary();
     let p = process(s, w.pid).expect("target in summary");
     let got = cause_counts(p);
@@ -467,13 +445,8 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
         .arg(&addon)
         .args([workers.to_string(), n.to_string()]);
     let mut w = Workload::spawn(cmd);
-    let pid = w.pid.to_string();
     let folded = dir.join("folded.txt");
-    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stacks", folded.to_str().unwrap()]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = profile_workload(&mut w, &["-i", "0", "--stacks", folded.to_str().unwrap()]);
     let s = out.summary();
     assert_eq!(s["stack_sample"], 1);
     assert_eq!(s["lost"]["stacks"], 0, "every sampled stack arrived");
@@ -522,12 +495,7 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
     assert_eq!(addon_threads.len(), 1, "{:?}", p["threads"]);
     assert_eq!(addon_threads[0]["write"]["count"].as_u64().unwrap(), 2 * n);
     // The verdict names the addon's file.
-    let finding = s["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "addon-threads" && f["pid"] == w.pid)
-        .unwrap_or_else(|| panic!("no addon-threads finding in {}", s["findings"]));
+    let finding = finding(s, "addon-threads", w.pid);
     assert!(
         finding["title"]
             .as_str()
@@ -571,11 +539,7 @@ fn exited_threads_free_their_entries_and_stay_in_the_summary() {
     // Room for 4 threads at a time; 3 waves of 4 threads come and go.
     let (waves, threads, n) = (3u64, 4u64, 20u64);
     let mut w = Workload::helper("thread-waves", [waves, threads, n, 1600]);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--max-threads", "5"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = profile_workload(&mut w, &["-i", "0", "--max-threads", "5"]);
     let s = out.summary();
     assert_eq!(
         s["lost"]["map_full"], 0,

@@ -4,19 +4,10 @@
 //! glibc's arenas growing, first on its page as rendered by headless Chromium.
 
 use integration_tests::{
-    Workload, find, process, profile_workload, read_lines, rendered_dom, report_html,
+    Workload, find, finding, process, profile_workload, read_lines, rendered_dom, report_html,
     require_root_and_tracepoints, run_ok, thread,
 };
 use serde_json::Value;
-
-fn findings<'a>(s: &'a Value, pid: u32, id: &str) -> Vec<&'a Value> {
-    s["findings"]
-        .as_array()
-        .expect("the summary has findings")
-        .iter()
-        .filter(|f| f["pid"] == pid && f["id"] == id)
-        .collect()
-}
 
 /// A thread that sleeps about half its life and spends most of the rest waiting behind
 /// another thread's long write holds: the profiler's share of its time spent waiting is
@@ -158,10 +149,7 @@ fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first(
     };
     let workers = &demo["runs"][0]["report"];
     let pid = workers["processes"][0]["pid"].as_u64().unwrap() as u32;
-    let arena = findings(workers, pid, "arena-growth");
-    let f = arena
-        .first()
-        .unwrap_or_else(|| panic!("no arena-growth in {}", workers["findings"]));
+    let f = finding(workers, "arena-growth", pid);
     eprintln!("{}", serde_json::to_string_pretty(f).unwrap());
     let ev = &f["evidence"];
     assert_eq!(ev["roles"][0], "worker", "{ev}");
