@@ -17,8 +17,11 @@ use crate::{
     cli::Format,
     kernel::collector::CollectorError,
     nodework::{NodeRunError, NodeSpec, run_node},
-    output::report::{Dist, Report, Stats},
-    output::text::{fmt_ns, histogram_lines, side_by_side},
+    output::{
+        JsonLines, Output,
+        report::{Dist, Report, Stats},
+        text::{fmt_ns, histogram_lines, side_by_side},
+    },
     run::{SessionError, Sink},
 };
 
@@ -59,6 +62,7 @@ pub struct DemoConfig {
 
 pub use crate::nodework::NodeRun as DemoRun;
 
+/// The demo's report: its JSON line (`"type":"demo"`, docs/report-format.md) or its view.
 #[derive(Debug, Serialize)]
 struct DemoReport<'a> {
     #[serde(rename = "type")]
@@ -104,16 +108,26 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
+/// The demo's view for people: the two runs side by side.
+struct View;
+
+impl Output<DemoReport<'_>> for View {
+    fn emit(&mut self, report: &DemoReport<'_>, out: &mut dyn io::Write) -> io::Result<()> {
+        out.write_all(text(report).as_bytes())
+    }
+}
+
+fn text(r: &DemoReport<'_>) -> String {
+    let [w, p] = r.runs;
     let (ws, ps) = (write_stats(w), write_stats(p));
     let mut out = String::new();
     let _ = writeln!(
         out,
         "\nmmaplock-prof demo: {k} Worker threads in one process vs {k} processes,\n\
          each doing {n} x fs.readFileSync of a {kib} KiB file\n",
-        k = cfg.workers,
-        n = cfg.iterations,
-        kib = cfg.file_kib
+        k = r.workers,
+        n = r.iterations,
+        kib = r.file_kib
     );
     let _ = writeln!(
         out,
@@ -144,36 +158,19 @@ fn text(cfg: &DemoConfig, w: &DemoRun, p: &DemoRun) -> String {
         ps.count.to_string(),
         ratio(ws.count as f64, ps.count as f64),
     );
-    out += &row(
-        "total write wait",
-        fmt_ns(ws.wait_ns.sum),
-        fmt_ns(ps.wait_ns.sum),
-        ratio(ws.wait_ns.sum as f64, ps.wait_ns.sum as f64),
-    );
-    out += &row(
-        "mean write wait",
-        fmt_ns(ws.wait_ns.mean as u64),
-        fmt_ns(ps.wait_ns.mean as u64),
-        ratio(ws.wait_ns.mean, ps.wait_ns.mean),
-    );
-    out += &row(
-        "p99 write wait",
-        fmt_ns(ws.wait_ns.p99),
-        fmt_ns(ps.wait_ns.p99),
-        ratio(ws.wait_ns.p99 as f64, ps.wait_ns.p99 as f64),
-    );
-    out += &row(
-        "max write wait",
-        fmt_ns(ws.wait_ns.max),
-        fmt_ns(ps.wait_ns.max),
-        ratio(ws.wait_ns.max as f64, ps.wait_ns.max as f64),
-    );
-    out += &row(
-        "mean write hold",
-        fmt_ns(ws.hold_ns.mean as u64),
-        fmt_ns(ps.hold_ns.mean as u64),
-        ratio(ws.hold_ns.mean, ps.hold_ns.mean),
-    );
+    // Durations in nanoseconds (exact as f64 below 2^53 ns, 104 days).
+    type Figure = fn(&Stats) -> f64;
+    let durations: [(&str, Figure); 5] = [
+        ("total write wait", |s| s.wait_ns.sum as f64),
+        ("mean write wait", |s| s.wait_ns.mean),
+        ("p99 write wait", |s| s.wait_ns.p99 as f64),
+        ("max write wait", |s| s.wait_ns.max as f64),
+        ("mean write hold", |s| s.hold_ns.mean),
+    ];
+    for (label, figure) in durations {
+        let (a, b) = (figure(&ws), figure(&ps));
+        out += &row(label, fmt_ns(a as u64), fmt_ns(b as u64), ratio(a, b));
+    }
     let (wt, pt) = (tallies(&w.report), tallies(&p.report));
     for (title, i) in [
         ("write acquisitions by cause", 0),
@@ -283,22 +280,20 @@ pub async fn run(cfg: DemoConfig) -> Result<(), DemoError> {
     };
     let workers = run_node(&spec("workers")).await?;
     let processes = run_node(&spec("processes")).await?;
-    match sink.format() {
-        Format::Json => {
-            let r = DemoReport {
-                kind: "demo",
-                schema_version: crate::output::report::SCHEMA_VERSION,
-                workers: cfg.workers,
-                file_kib: cfg.file_kib,
-                iterations: cfg.iterations,
-                runs: [&workers, &processes],
-            };
-            let line = serde_json::to_string(&r).expect("serialisable") + "\n";
-            sink.write_str(&line)?;
-        }
-        Format::Text => {
-            sink.write_str(&text(&cfg, &workers, &processes))?;
-        }
+    {
+        let report = DemoReport {
+            kind: "demo",
+            schema_version: crate::output::report::SCHEMA_VERSION,
+            workers: cfg.workers,
+            file_kib: cfg.file_kib,
+            iterations: cfg.iterations,
+            runs: [&workers, &processes],
+        };
+        let mut output: Box<dyn Output<DemoReport<'_>>> = match sink.format() {
+            Format::Json => Box::new(JsonLines),
+            Format::Text => Box::new(View),
+        };
+        sink.write_final(&mut *output, &report)?;
     }
     // Reported above with what it gathered; the exit says it too.
     match workers.failure.or(processes.failure) {

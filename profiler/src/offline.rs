@@ -6,9 +6,10 @@ use std::{io::Write as _, path::Path};
 use crate::{
     cli::{CompareArgs, Format, ReportArgs},
     output::{
-        compare::{self, Runs},
-        findings::{self, StudyEffects, StudyFileError},
-        html::{self, RunLines},
+        JsonLines, Output,
+        compare::{self, CompareText, Comparison, Runs},
+        findings::{FindingsText, StudyEffects, StudyFileError},
+        html::{RunLines, RunPage, compare::ComparePage},
         reading::{InputError, Keep},
     },
 };
@@ -31,17 +32,29 @@ impl OfflineError {
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<(), OfflineError> {
-    std::fs::write(path, text).map_err(|e| OfflineError::Write(path.display().to_string(), e))
+/// Renders `report` with `output` into the file at `path`, written once whole.
+fn write<R: ?Sized>(
+    path: &Path,
+    output: &mut dyn Output<R>,
+    report: &R,
+) -> Result<(), OfflineError> {
+    let mut bytes = Vec::new();
+    output
+        .emit(report, &mut bytes)
+        .and_then(|()| std::fs::write(path, bytes))
+        .map_err(|e| OfflineError::Write(path.display().to_string(), e))
 }
 
 fn study(path: Option<&Path>) -> Result<Option<StudyEffects>, OfflineError> {
     Ok(path.map(StudyEffects::load).transpose()?)
 }
 
-/// Prints to standard output; a closed reader is not an error of ours.
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+/// Renders `report` with `output` to standard output; a closed reader is not an error of ours.
+fn print<R: ?Sized>(output: &mut dyn Output<R>, report: &R) {
+    let mut bytes = Vec::new();
+    if output.emit(report, &mut bytes).is_ok() {
+        let _ = std::io::stdout().lock().write_all(&bytes);
+    }
 }
 
 /// `report`: the findings of the run, recomputed (with the study's effects, if given), printed
@@ -56,24 +69,20 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
     // A demo's line holds a summary per run, shown together; otherwise the last run's.
     let all = run.findings(study.as_ref());
     if let Some(path) = &args.html {
-        write(path, &html::run_page_with_findings(&name, &run, &all))?;
+        let mut page = RunPage {
+            name: &name,
+            findings: &all,
+        };
+        write(path, &mut page, &run)?;
     }
-    print(&match Format::resolve(args.format, None) {
-        Format::Json => {
-            serde_json::json!({"type": "findings", "schema_version": crate::output::report::SCHEMA_VERSION,
-                "file": args.input.display().to_string(), "findings": all})
-            .to_string()
-                + "\n"
-        }
-        Format::Text => {
-            let t = findings::to_text(&all);
-            if t.is_empty() {
-                "no findings\n".to_string()
-            } else {
-                t.trim_start().to_string()
-            }
-        }
-    });
+    match Format::resolve(args.format, None) {
+        Format::Json => print(
+            &mut JsonLines,
+            &serde_json::json!({"type": "findings", "schema_version": crate::output::report::SCHEMA_VERSION,
+                "file": args.input.display().to_string(), "findings": all}),
+        ),
+        Format::Text => print(&mut FindingsText, all.as_slice()),
+    }
     Ok(())
 }
 
@@ -87,12 +96,12 @@ pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
         study.as_ref(),
     );
     if let Some(path) = &args.html {
-        write(path, &html::compare::compare_page(&c))?;
+        write(path, &mut ComparePage, &c)?;
     }
-    let out = match Format::resolve(args.format, None) {
-        Format::Json => serde_json::to_string(&c).expect("plain data") + "\n",
-        Format::Text => compare::to_text(&c),
+    let mut output: Box<dyn Output<Comparison>> = match Format::resolve(args.format, None) {
+        Format::Json => Box::new(JsonLines),
+        Format::Text => Box::new(CompareText),
     };
-    print(&out);
+    print(&mut *output, &c);
     Ok(())
 }

@@ -8,6 +8,10 @@
 //! file as the container sees it. Built once per image content (its tag is a hash of the
 //! files' names, sizes and times) and kept for the next run; older tags are removed.
 
+// The same reading of `ldd` as xtask's image (its unit tests are there).
+#[path = "../../xtask/src/ldd.rs"]
+mod ldd;
+
 use std::{
     hash::{Hash, Hasher},
     os::unix::fs::MetadataExt,
@@ -80,19 +84,7 @@ fn host_node() -> Result<PathBuf, String> {
 
 /// The shared libraries a binary links, as `ldd` resolves them on this host (the loader too).
 pub fn linked_libraries(bin: &Path) -> Result<Vec<PathBuf>, String> {
-    let text = output(Command::new("ldd").arg(bin))?;
-    let mut libs: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| {
-            let path = match l.split_once("=>") {
-                Some((_, right)) => right.split_whitespace().next()?,
-                None => l.split_whitespace().next()?,
-            };
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect();
-    libs.sort();
-    libs.dedup();
+    let libs = ldd::linked_files(&output(Command::new("ldd").arg(bin))?);
     if libs.is_empty() {
         return Err(format!("ldd found no libraries for {}", bin.display()));
     }
@@ -212,6 +204,30 @@ impl Container {
             .arg(image)
             .args(args);
         c
+    }
+
+    /// `roles.js` in this container, as [`crate::roles_workload`] runs it on the host: 3
+    /// Workers reading a 64 KiB file (written in `data`, mounted at /data) `iterations` times
+    /// each, two libuv threadpool threads, two V8 platform threads.
+    pub fn roles_command(&self, image: &str, data: &Path, iterations: u32) -> Command {
+        std::fs::write(data.join("data.bin"), vec![7u8; 64 * 1024]).unwrap();
+        let file = format!("{FIXTURES_IN_IMAGE}/roles.js");
+        self.run_command(
+            image,
+            &[
+                "-e",
+                "UV_THREADPOOL_SIZE=2",
+                "-v",
+                &format!("{}:/data:ro", data.display()),
+            ],
+            &[
+                "--v8-pool-size=2",
+                &file,
+                "3",
+                &iterations.to_string(),
+                "/data/data.bin",
+            ],
+        )
     }
 
     /// `podman create` of the image with `args`; the container's id.

@@ -6,9 +6,11 @@
 //! binaries they run first.
 
 pub mod bpf_objects;
+mod browser;
+mod lookup;
 
 use std::{
-    collections::HashMap,
+    ffi::OsStr,
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
@@ -22,34 +24,34 @@ pub mod containers;
 pub mod nodes;
 pub mod scrape;
 
+pub use browser::{
+    assert_charts, assert_self_contained, charts, page_requests, rendered_charts, rendered_dom,
+};
+pub use lookup::{
+    cause_counts, cause_stats, find, finding, helper_threads, process, read_lines, stats, thread,
+    thread_writes,
+};
+
 /// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one
 /// write acquisition of the process's mmap_lock (the ground-truth helpers' building block).
 pub fn map_anon(size: usize) -> *mut libc::c_void {
-    // SAFETY: a fresh anonymous mapping; the caller owns it and unmaps it.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap failed");
-    p
+    mmap_anon(size, 0)
 }
 
 /// One anonymous private read-write mapping of `size` bytes with every page populated (one
 /// mmap(2); the pages are faulted in by the kernel, not by touches).
 pub fn map_anon_populated(size: usize) -> *mut libc::c_void {
-    // SAFETY: a fresh anonymous mapping; the caller owns it.
+    mmap_anon(size, libc::MAP_POPULATE)
+}
+
+fn mmap_anon(size: usize, flags: libc::c_int) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping; the caller owns it (and unmaps it).
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             -1,
             0,
         )
@@ -70,6 +72,16 @@ pub fn map_touch_unmap(n: u64, size: usize) {
             assert_eq!(libc::munmap(p, size), 0, "munmap failed");
         }
     }
+}
+
+/// For the ground-truth helpers: their `N` numeric arguments; otherwise the usage line
+/// (`usage`, the command and its arguments' names) on standard error, and exit status 2.
+pub fn numeric_args<T: std::str::FromStr, const N: usize>(usage: &str) -> [T; N] {
+    let args: Option<Vec<T>> = std::env::args().skip(1).map(|a| a.parse().ok()).collect();
+    args.and_then(|a| a.try_into().ok()).unwrap_or_else(|| {
+        eprintln!("usage: {usage}");
+        std::process::exit(2)
+    })
 }
 
 /// For the ground-truth helpers: flush standard output and end the process at once with
@@ -246,6 +258,44 @@ fn gcc(out: &Path, source: &str, link: &[&str]) {
     assert!(status.success(), "building {source} failed");
 }
 
+/// `roles.js` (fixtures/roles.js) with known thread roles: 3 Workers reading a 64 KiB file
+/// (written in `dir`) 300 times each, two libuv threadpool threads, two V8 platform threads.
+/// The workload, ready, and its Workers' tids as it printed them.
+pub fn roles_workload(dir: &Path) -> (Workload, Vec<u64>) {
+    let file = dir.join("data.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    let mut cmd = Command::new("node");
+    cmd.env("UV_THREADPOOL_SIZE", "2")
+        .arg("--v8-pool-size=2")
+        .arg(fixture("roles.js"))
+        .args(["3", "300"])
+        .arg(&file);
+    let w = Workload::spawn(cmd);
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let workers: Vec<u64> = ids["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    (w, workers)
+}
+
+/// In `roles.js`'s process entry (`pid`): its main thread is `main`, each of its `workers`
+/// `worker` (whatever else each test checks of them).
+pub fn assert_main_and_workers(p: &Value, pid: u32, workers: &[u64]) {
+    let role_of = |tid: u64| find(p, "threads", "tid", tid).map(|t| t["role"].clone());
+    assert_eq!(role_of(u64::from(pid)), Some("main".into()));
+    for tid in workers {
+        assert_eq!(
+            role_of(*tid),
+            Some("worker".into()),
+            "Worker {tid}: {}",
+            p["threads"]
+        );
+    }
+}
+
 /// The environment variable through which `cargo xtask test` names the file where skipped
 /// tests are recorded (one line each: `test name<TAB>reason`). libtest has no "skipped"
 /// outcome for a test that returns early: xtask reads this file, counts those tests as skipped
@@ -302,6 +352,19 @@ pub fn skip_because(reason: &str) -> bool {
     true
 }
 
+/// A tool that `cargo xtask test` installs (`what` names it), or None with the calling test
+/// recorded as skipped ([`skip_because`]; under CI, where it must be there, a failure).
+pub fn installed_or_skip<T>(tool: Option<T>, what: &str) -> Option<T> {
+    if tool.is_none() {
+        assert!(
+            !under_ci(),
+            "{what} is not installed (cargo xtask test installs it)"
+        );
+        skip_because(&format!("{what} is not installed"));
+    }
+    tool
+}
+
 /// Root-only tests call this first. Not being root is a failure, not a skip: CI runs as root
 /// and must exercise the real programs. A kernel without the mmap_lock tracepoints is the one
 /// reason to skip: then the skip is recorded ([`skip_because`]; a failure under CI) and this
@@ -320,6 +383,24 @@ pub fn require_root_and_tracepoints() -> bool {
         return false;
     }
     true
+}
+
+/// Asks `state` every `every` until it says done (`Ok`), and returns what it gave; once
+/// `within` has passed, fails with what it said last (`Err`). A bound on a wait (the machine
+/// may be slow), never a measure of time.
+pub fn wait_until<T>(
+    within: Duration,
+    every: Duration,
+    mut state: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match state() {
+            Ok(v) => return v,
+            Err(why) => assert!(Instant::now() < deadline, "{why}"),
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// Waits for a child with a deadline; kills it if the deadline passes.
@@ -482,14 +563,6 @@ impl Finished {
     }
 }
 
-/// Finds a process in a report.
-pub fn process(report: &Value, pid: u32) -> Option<&Value> {
-    report["processes"]
-        .as_array()?
-        .iter()
-        .find(|p| p["pid"] == pid)
-}
-
 /// A running `mmaplock-prof` with JSON output.
 pub struct Profiler {
     child: Child,
@@ -506,6 +579,22 @@ impl Profiler {
             .args(args)
             .stdin(Stdio::null());
         Self::start_command(cmd)
+    }
+
+    /// Starts the profiler on `pid` (no interval lines) with one write's stack in `sample`
+    /// sampled, folded into `folded` (`--stacks`) at the end.
+    pub fn start_with_stacks(pid: u32, sample: u32, folded: &Path) -> Self {
+        let (pid, sample) = (pid.to_string(), sample.to_string());
+        Self::start(&[
+            "-p",
+            &pid,
+            "-i",
+            "0",
+            "--stack-sample",
+            &sample,
+            "--stacks",
+            folded.to_str().unwrap(),
+        ])
     }
 
     /// Starts the profiler (or the agent) as `cmd` says (another user, capabilities, ...),
@@ -568,6 +657,18 @@ impl Profiler {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
     }
 
+    /// [`finish`](Self::finish), and the run must have succeeded.
+    pub fn finish_ok(self, timeout: Duration) -> Finished {
+        let out = self.finish(timeout);
+        assert!(
+            out.status.success(),
+            "exit status {:?}: {}",
+            out.status,
+            out.stderr
+        );
+        out
+    }
+
     /// Waits for the profiler to end by itself (duration, targets' exit, signal).
     pub fn finish(mut self, timeout: Duration) -> Finished {
         let status = wait_timeout(&mut self.child, timeout);
@@ -612,16 +713,7 @@ pub fn churn_slack(threads: u64) -> u64 {
 /// and the main thread is `main`. Returns the process's write count.
 pub fn check_churn_writes(p: &Value, pid: u32, t: u64, n: u64, what: &str) -> u64 {
     let (writes, _) = stats(p, "write");
-    let expected = 2 * t * n;
-    eprintln!(
-        "{what}: writes {writes}, expected {expected} + at most {}",
-        churn_slack(t)
-    );
-    assert!(
-        (expected..=expected + churn_slack(t)).contains(&writes),
-        "{what}: writes {writes} not in {expected}..={}",
-        expected + churn_slack(t)
-    );
+    assert_churn_total(writes, t, n, what, "");
     let threads = p["threads"].as_array().unwrap();
     let busy: Vec<&Value> = threads
         .iter()
@@ -638,13 +730,71 @@ pub fn check_churn_writes(p: &Value, pid: u32, t: u64, n: u64, what: &str) -> u6
     writes
 }
 
+/// The write count of a mmap-churn process of `t` threads x `n` iterations (all its
+/// threads', or those `what` names) against what it did: 2*T*N plus at most [`churn_slack`].
+/// `context` follows the failure's message.
+pub fn assert_churn_total(writes: u64, t: u64, n: u64, what: &str, context: &str) {
+    let expected = 2 * t * n;
+    let most = expected + churn_slack(t);
+    eprintln!(
+        "{what}: writes {writes}, expected {expected} + at most {}",
+        churn_slack(t)
+    );
+    assert!(
+        (expected..=most).contains(&writes),
+        "{what}: writes {writes} not in {expected}..={most}{context}"
+    );
+}
+
 /// Runs the profiler to completion with the given arguments (for usage errors and the like).
 pub fn run_profiler(args: &[&str]) -> std::process::Output {
+    run(args)
+}
+
+fn run<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> std::process::Output {
     Command::new(profiler_bin())
         .args(args)
         .stdin(Stdio::null())
         .output()
         .expect("run mmaplock-prof")
+}
+
+/// Runs a command of the profiler that reads files (`report`, `compare`) or runs workloads
+/// of its own (`demo`, `study`) to completion, which must succeed; returns its standard
+/// output.
+pub fn run_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "exit status {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// [`run_ok`] with `-f json`: its one JSON line.
+pub fn run_json<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Value {
+    let args: Vec<std::ffi::OsString> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_owned())
+        .chain(["-f".into(), "json".into()])
+        .collect();
+    let out = run_ok(&args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// `mmaplock-prof report INPUT -f text --html PAGE`, which must succeed; its text (the
+/// findings).
+pub fn report_html(input: &Path, page: &Path) -> String {
+    run_ok([
+        OsStr::new("report"),
+        input.as_os_str(),
+        OsStr::new("-f"),
+        OsStr::new("text"),
+        OsStr::new("--html"),
+        page.as_os_str(),
+    ])
 }
 
 /// Starts the profiler on `w` (`--pid`, JSON, plus `args`), lets the workload run to its end,
@@ -658,13 +808,23 @@ pub fn profile_workload(w: &mut Workload, args: &[&str]) -> Finished {
     let status = w.wait();
     assert!(status.success(), "workload {}: {status:?}", w.pid);
     // The target exited: the profiler ends by itself.
+    prof.finish_ok(Duration::from_secs(60))
+}
+
+/// For a workload that takes commands (a Node fixture): `go`, then, once it says `done`, the
+/// profiler stopped with SIGINT and the workload told to `exit`; what the profiler reported.
+pub fn profile_until_done(w: &mut Workload, prof: Profiler) -> Finished {
+    w.send("go");
+    stop_when_done(w, prof)
+}
+
+/// [`profile_until_done`] of a workload already told to go.
+pub fn stop_when_done(w: &mut Workload, prof: Profiler) -> Finished {
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
     let out = prof.finish(Duration::from_secs(60));
-    assert!(
-        out.status.success(),
-        "exit status {:?}: {}",
-        out.status,
-        out.stderr
-    );
+    w.send("exit");
+    assert!(w.wait().success());
     out
 }
 
@@ -674,52 +834,6 @@ impl Finished {
         self.summary();
         &self.lines[..self.lines.len() - 1]
     }
-}
-
-/// `count` and `wait_ns.sum` of STATS `v[side]` (`write`, `read`, `downgrade`).
-pub fn stats(v: &Value, side: &str) -> (u64, u64) {
-    let missing = |what: &str| -> ! {
-        let keys: Vec<&String> = v
-            .as_object()
-            .map(|o| o.keys().collect())
-            .unwrap_or_default();
-        panic!(
-            "no {side}.{what} in the entry of pid {} tid {}: it has {keys:?}",
-            v["pid"], v["tid"]
-        )
-    };
-    (
-        v[side]["count"]
-            .as_u64()
-            .unwrap_or_else(|| missing("count")),
-        v[side]["wait_ns"]["sum"]
-            .as_u64()
-            .unwrap_or_else(|| missing("wait_ns.sum")),
-    )
-}
-
-/// Write acquisitions by cause of a process or thread entry.
-pub fn cause_counts(p: &Value) -> HashMap<String, u64> {
-    p["causes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("causes in {p}"))
-        .iter()
-        .map(|c| {
-            (
-                c["cause"].as_str().unwrap().to_string(),
-                c["write"]["count"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
-/// The write STATS of one cause of a process or thread entry.
-pub fn cause_stats<'a>(p: &'a Value, cause: &str) -> Option<&'a Value> {
-    p["causes"]
-        .as_array()?
-        .iter()
-        .find(|c| c["cause"] == cause)
-        .map(|c| &c["write"])
 }
 
 /// Checks one STATS object of the contract, field by field.
@@ -800,6 +914,18 @@ pub fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
         .sum()
 }
 
+/// In folded stacks: at least `min` sampled `mmap` writes, nine in ten or more of them through
+/// a frame containing `needle`.
+pub fn assert_mmaps_named(folded: &str, needle: &str, min: u64, what: &str) {
+    let (sampled, named) = mmap_samples(folded, needle);
+    eprintln!("{what}: {sampled} sampled mmaps, {named} through {needle}");
+    assert!(sampled >= min, "{sampled} sampled mmaps");
+    assert!(
+        named * 10 >= sampled * 9,
+        "{needle} in {named} of {sampled} sampled mmaps"
+    );
+}
+
 /// In folded stacks (`--stacks`): sampled `mmap` writes (innermost frame mmap), and how many of them have `needle`.
 pub fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
     let mut all = (0, 0);
@@ -824,131 +950,4 @@ pub fn metric_gauge(text: &str, metric: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
         .unwrap_or_else(|| panic!("no {metric} in {text}"))
-}
-
-/// Headless Chromium (Debian's), for the HTML reports.
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// The DOM of `page` after chromium loaded and ran it, with the network cut (a proxy that
-/// does not exist, and no name resolving); None when chromium is not installed (outside CI).
-/// Fails if the page asked for anything over the network (see `page_requests`).
-pub fn rendered_dom(page: &Path, screenshot: Option<&Path>) -> Option<String> {
-    let (dom, requests) = render(page, screenshot)?;
-    assert!(
-        requests.is_empty(),
-        "{} fetched from the network: {requests:?}",
-        page.display()
-    );
-    Some(dom)
-}
-
-/// What the page itself asked the network for while chromium rendered it, from chromium's
-/// net log: requests made on behalf of a `file://` document (chromium's own background
-/// requests have no such document), other than `file:`, `data:` and `about:` URLs. None when
-/// chromium is not installed (outside CI).
-pub fn page_requests(page: &Path) -> Option<Vec<String>> {
-    render(page, None).map(|(_, r)| r)
-}
-
-fn render(page: &Path, screenshot: Option<&Path>) -> Option<(String, Vec<String>)> {
-    if !Path::new(CHROMIUM).exists() {
-        assert!(
-            !under_ci(),
-            "chromium is not installed (cargo xtask test installs it)"
-        );
-        skip_because("chromium is not installed");
-        return None;
-    }
-    static RENDERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let profile = std::env::temp_dir().join(format!(
-        "mmaplock-chromium-{}-{}",
-        std::process::id(),
-        RENDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile).expect("chromium profile directory");
-    let net_log = profile.join("net-log.json");
-    let mut cmd = Command::new(CHROMIUM);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--proxy-server=127.0.0.1:9",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--window-size=1280,2600",
-        "--hide-scrollbars",
-        // Scripts (the flame graph's) have run before the DOM is dumped.
-        "--virtual-time-budget=2000",
-    ])
-    .arg(format!(
-        "--user-data-dir={}",
-        profile.join("user").display()
-    ))
-    .arg(format!("--log-net-log={}", net_log.display()));
-    match screenshot {
-        Some(png) => cmd.arg(format!("--screenshot={}", png.display())),
-        None => cmd.arg("--dump-dom"),
-    };
-    let out = cmd
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let log = std::fs::read(&net_log).expect("chromium wrote its net log");
-    let _ = std::fs::remove_dir_all(&profile);
-    let log: Value = serde_json::from_slice(&log).expect("chromium's net log is JSON");
-    let mut requests: Vec<String> = log["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| {
-            e["params"]["network_isolation_key"]
-                .as_str()
-                .is_some_and(|k| k.contains("file://"))
-        })
-        .filter_map(|e| e["params"]["url"].as_str())
-        .filter(|u| {
-            !["file:", "data:", "about:"]
-                .iter()
-                .any(|s| u.starts_with(s))
-        })
-        .map(str::to_string)
-        .collect();
-    requests.sort();
-    requests.dedup();
-    Some((String::from_utf8_lossy(&out.stdout).into_owned(), requests))
-}
-
-/// Nothing in the page points outside it: no `src`, `href` or CSS `url()` to another host.
-pub fn assert_self_contained(dom: &str) {
-    for needle in [
-        "src=\"http",
-        "href=\"http",
-        "url(http",
-        "@import",
-        "src='http",
-    ] {
-        assert!(
-            !dom.contains(needle),
-            "the page fetches something: {needle}"
-        );
-    }
-}
-
-pub fn charts(dom: &str) -> Vec<String> {
-    dom.match_indices("data-chart=\"")
-        .map(|(i, _)| {
-            let rest = &dom[i + 12..];
-            rest[..rest.find('"').unwrap()].to_string()
-        })
-        .collect()
 }

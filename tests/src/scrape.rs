@@ -14,7 +14,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::profiler_bin;
+use crate::{profiler_bin, wait_until};
 
 /// A port free now on loopback.
 pub fn free_port() -> u16 {
@@ -22,6 +22,19 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// `GET /metrics` of an agent on this loopback port: the page (which must be served).
+pub fn metrics(port: u16) -> String {
+    // A bound, not a measure: a page that never comes fails the test instead of hanging it.
+    let r = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .timeout(Duration::from_secs(60))
+        .call()
+        .expect("GET /metrics");
+    // (Not `into_string`: with a series per pid the page passes its 10 MB cap.)
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut r.into_reader(), &mut text).expect("text");
+    text
 }
 
 /// The agent, killed on drop.
@@ -83,13 +96,7 @@ impl Agent {
     }
 
     pub fn metrics(&self) -> String {
-        let r = ureq::get(&format!("http://127.0.0.1:{}/metrics", self.port))
-            .call()
-            .expect("GET /metrics");
-        // (Not `into_string`: with a series per pid the page passes its 10 MB cap.)
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut r.into_reader(), &mut text).expect("text");
-        text
+        metrics(self.port)
     }
 }
 
@@ -193,6 +200,15 @@ impl Prometheus {
     pub fn value(&self, q: &str) -> Option<f64> {
         let r = self.query(q);
         r.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Waits (`within` at most) until `q` has a value that `ok` accepts, and returns it;
+    /// `what` says what was awaited.
+    pub fn wait_for(&self, q: &str, within: Duration, ok: impl Fn(f64) -> bool, what: &str) -> f64 {
+        wait_until(within, Duration::from_millis(500), || match self.value(q) {
+            Some(v) if ok(v) => Ok(v),
+            v => Err(format!("{what}: {q} = {v:?}")),
+        })
     }
 }
 

@@ -5,12 +5,14 @@
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use integration_tests::{
-    Workload, churn_bin, metric_f64, metric_gauge, metric_sum, require_root_and_tracepoints,
+    Workload, churn_bin, installed_or_skip, metric_f64, metric_gauge, metric_sum,
+    require_root_and_tracepoints,
     scrape::{Agent, Prometheus, dashboard_queries, prometheus_bin},
+    wait_until,
 };
 use serde_json::Value;
 
@@ -19,12 +21,7 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
     if !require_root_and_tracepoints() {
         return;
     }
-    let Some(prom_bin) = prometheus_bin() else {
-        assert!(
-            !integration_tests::under_ci(),
-            "prometheus is not installed (cargo xtask test installs it)"
-        );
-        integration_tests::skip_because("prometheus is not installed");
+    let Some(prom_bin) = installed_or_skip(prometheus_bin(), "prometheus") else {
         return;
     };
     let (t, n) = (2u64, 20_000u64);
@@ -37,20 +34,18 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
     w.go();
     assert!(w.wait().success());
     let mmap = "sum(mmaplock_acquisitions_total{op=\"write\",cause=\"mmap\"})";
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if prom.value(mmap) == Some((t * n) as f64) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "PromQL {mmap} = {:?}, expected {}\n{}",
-            prom.value(mmap),
-            t * n,
-            agent.metrics()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(500),
+        || match prom.value(mmap) {
+            Some(v) if v == (t * n) as f64 => Ok(()),
+            v => Err(format!(
+                "PromQL {mmap} = {v:?}, expected {}\n{}",
+                t * n,
+                agent.metrics()
+            )),
+        },
+    );
     // munmap: the workload's, plus its threads' signal stacks (at most one each, and one
     // for the main thread).
     let munmap = prom
@@ -90,12 +85,7 @@ fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
     if !require_root_and_tracepoints() {
         return;
     }
-    let Some(prom_bin) = prometheus_bin() else {
-        assert!(
-            !integration_tests::under_ci(),
-            "prometheus is not installed"
-        );
-        integration_tests::skip_because("prometheus is not installed");
+    let Some(prom_bin) = installed_or_skip(prometheus_bin(), "prometheus") else {
         return;
     };
     let (t, n) = (2u64, 5_000u64);
@@ -112,19 +102,15 @@ fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
     assert!(w.wait().success());
     let count_q = "histogram_count(sum(mmaplock_wait_seconds{op=\"write\"}))";
     let writes_q = "sum(mmaplock_acquisitions_total{op=\"write\"})";
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), Duration::from_millis(500), || {
         let (count, writes) = (prom.value(count_q), prom.value(writes_q));
         // The native histogram counts every write the counters do, exactly.
         if writes.is_some_and(|w| w >= (2 * t * n) as f64) && count == writes {
-            break;
+            Ok(())
+        } else {
+            Err(format!("native count {count:?}, writes {writes:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "native count {count:?}, writes {writes:?}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    });
     let p99 = prom
         .value("histogram_quantile(0.99, sum(mmaplock_wait_seconds{op=\"write\"}))")
         .expect("a native write-wait percentile");
@@ -177,15 +163,13 @@ fn the_agent_exports_a_threads_cpu_time_as_the_kernel_reports_it() {
     let (cpu, alive) = (secs("spinner_cpu_ns"), secs("spinner_alive_ns"));
     // Once the agent has seen the process go, its threads' exit notices were taken (they
     // were sent before it was reaped).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let text = loop {
+    let text = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
         let text = agent.metrics();
-        if metric_gauge(&text, "mmaplock_tracked_processes") == 0 {
-            break text;
+        match metric_gauge(&text, "mmaplock_tracked_processes") {
+            0 => Ok(text),
+            _ => Err("the process was not dropped".into()),
         }
-        assert!(Instant::now() < deadline, "the process was not dropped");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     // The spinner is the process's one thread of the role `other` (its main thread starts it).
     let spinner = ["process=\"time-share\"", "role=\"other\""];
     let got_cpu = metric_f64(&text, "mmaplock_thread_cpu_seconds_total", &spinner);
@@ -220,14 +204,14 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
             .collect();
         // Selected by the kernel as they rename themselves, and adopted by the agent within
         // an interval: wait until the agent says it has them all before they start.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while metric_gauge(&agent.metrics(), "mmaplock_tracked_processes") < per_batch as u64 {
-            assert!(
-                Instant::now() < deadline,
-                "the batch was not selected in 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let tracked = || metric_gauge(&agent.metrics(), "mmaplock_tracked_processes");
+        wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            if tracked() >= per_batch as u64 {
+                Ok(())
+            } else {
+                Err("the batch was not selected in 10 s".into())
+            }
+        });
         for w in &mut ws {
             w.go();
         }
@@ -235,39 +219,36 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
             assert!(w.wait().success());
         }
         // Dropped within an interval or so, before the next batch is counted on.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while metric_gauge(&agent.metrics(), "mmaplock_tracked_processes") > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the batch was not dropped in 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || match tracked() {
+                0 => Ok(()),
+                _ => Err("the batch was not dropped in 10 s".into()),
+            },
+        );
     }
     let total = (batches * per_batch) as u64;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let text = loop {
+    let text = wait_until(Duration::from_secs(20), Duration::from_millis(300), || {
         let text = agent.metrics();
         let mmap = metric_sum(
             &text,
             "mmaplock_acquisitions_total",
             &["process=\"churnling\"", "cause=\"mmap\""],
         );
-        if mmap == total * each
-            && metric_gauge(&text, "mmaplock_tracked_processes") == 0
-            && metric_gauge(&text, "mmaplock_tracked_threads") <= base_threads
-        {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "mmap writes {mmap} of {}, tracked {} processes {} threads\n{text}",
-            total * each,
+        let (processes, threads) = (
             metric_gauge(&text, "mmaplock_tracked_processes"),
             metric_gauge(&text, "mmaplock_tracked_threads"),
         );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+        if mmap == total * each && processes == 0 && threads <= base_threads {
+            Ok(text)
+        } else {
+            Err(format!(
+                "mmap writes {mmap} of {}, tracked {processes} processes {threads} threads\n{text}",
+                total * each
+            ))
+        }
+    });
     assert!(
         metric_gauge(&text, "mmaplock_map_entries") <= base_entries,
         "kernel entries back to baseline\n{text}"
@@ -324,8 +305,7 @@ fn a_recycled_pid_is_a_new_process_with_its_own_name() {
     b.go();
     assert!(b.wait().success());
     let pid_l = format!("pid=\"{pid}\"");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let text = wait_until(Duration::from_secs(10), Duration::from_millis(300), || {
         let text = agent.metrics();
         let of = |name: &str| {
             metric_sum(
@@ -334,26 +314,22 @@ fn a_recycled_pid_is_a_new_process_with_its_own_name() {
                 &[&format!("process=\"{name}\""), &pid_l, "cause=\"mmap\""],
             )
         };
-        if of("reuse-alpha") == each && of("reuse-beta") == each {
-            // Each with its own roles: the main thread is `main` in both.
-            for name in ["reuse-alpha", "reuse-beta"] {
-                assert!(
-                    text.lines()
-                        .any(|l| l.contains(&format!("process=\"{name}\""))
-                            && l.contains(&pid_l)
-                            && l.contains("role=\"main\"")),
-                    "{name}: no main thread\n{text}"
-                );
-            }
-            break;
+        let (alpha, beta) = (of("reuse-alpha"), of("reuse-beta"));
+        if alpha == each && beta == each {
+            Ok(text)
+        } else {
+            Err(format!("alpha {alpha} beta {beta} ({each} each)\n{text}"))
         }
+    });
+    // Each with its own roles: the main thread is `main` in both.
+    for name in ["reuse-alpha", "reuse-beta"] {
         assert!(
-            Instant::now() < deadline,
-            "alpha {} beta {} ({each} each)\n{text}",
-            of("reuse-alpha"),
-            of("reuse-beta")
+            text.lines()
+                .any(|l| l.contains(&format!("process=\"{name}\""))
+                    && l.contains(&pid_l)
+                    && l.contains("role=\"main\"")),
+            "{name}: no main thread\n{text}"
         );
-        std::thread::sleep(Duration::from_millis(300));
     }
 }
 
@@ -499,29 +475,22 @@ fn short_processes_are_counted_from_their_first_instruction() {
         total,
         "pids were reused; the test cannot tell runs apart"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let text = wait_until(Duration::from_secs(20), Duration::from_millis(300), || {
         let text = agent.metrics();
         let got = agent_writes_by_pid(&text, "shortling");
         let wrong: Vec<_> = pids
             .iter()
             .filter(|p| got.get(*p) != Some(&per_process))
             .collect();
-        if wrong.is_empty()
-            && got.len() == total
-            && metric_gauge(&text, "mmaplock_tracked_processes") == 0
-        {
-            assert_eq!(metric_sum(&text, "mmaplock_lost_total", &[]), 0, "{text}");
-            eprintln!("300 short processes, each {per_process:?}");
-            break;
+        let tracked = metric_gauge(&text, "mmaplock_tracked_processes");
+        if wrong.is_empty() && got.len() == total && tracked == 0 {
+            return Ok(text);
         }
-        assert!(
-            Instant::now() < deadline,
+        Err(format!(
             "{} of {total} processes differ from one run under the one-shot profiler \
-             {per_process:?}, e.g. {:?}; tracked {}; its series: {:?}\n{}",
+             {per_process:?}, e.g. {:?}; tracked {tracked}; its series: {:?}\n{}",
             wrong.len(),
             wrong.first().map(|p| (p, got.get(*p))),
-            metric_gauge(&text, "mmaplock_tracked_processes"),
             wrong.first().map(|p| text
                 .lines()
                 .filter(|l| l.starts_with("mmaplock_acquisitions_total")
@@ -531,9 +500,10 @@ fn short_processes_are_counted_from_their_first_instruction() {
                 .filter(|l| l.starts_with("mmaplock_lost_total"))
                 .collect::<Vec<_>>()
                 .join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        ))
+    });
+    assert_eq!(metric_sum(&text, "mmaplock_lost_total", &[]), 0, "{text}");
+    eprintln!("300 short processes, each {per_process:?}");
 }
 
 /// Issue 17: a node process started after the agent has its start-up writes: its main
@@ -575,10 +545,8 @@ fn a_node_started_after_the_agent_is_profiled_from_its_start() {
     assert!(main(&reference, "mprotect") > 20 && main(&reference, "brk") > 5);
     let agent = Agent::start(&["--comm", "nodeling", "-i", "0.2"]);
     run();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = agent.metrics();
-        let got = agent_writes(&text, "nodeling");
+    wait_until(Duration::from_secs(20), Duration::from_millis(300), || {
+        let got = agent_writes(&agent.metrics(), "nodeling");
         // The main thread's writes are the same, cause by cause (GC may add an munmap).
         let same = ["brk", "madvise", "mmap", "mprotect"]
             .iter()
@@ -586,14 +554,11 @@ fn a_node_started_after_the_agent_is_profiled_from_its_start() {
             && main(&got, "munmap").abs_diff(main(&reference, "munmap")) <= 2;
         if same {
             eprintln!("node under the agent: {got:?}; one-shot: {reference:?}");
-            break;
+            Ok(())
+        } else {
+            Err(format!("agent {got:?}\none-shot {reference:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "agent {got:?}\none-shot {reference:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    });
 }
 
 /// Issue 17: a process that names itself after it starts (Node's `process.title`, prctl) is
@@ -638,20 +603,16 @@ fn a_node_that_retitles_itself_is_profiled_from_its_rename() {
     assert!(reference >= 200, "one-shot: {reference} mprotects");
     let agent = Agent::start(&["--comm", "titled-node", "-i", "0.2"]);
     run();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until(Duration::from_secs(10), Duration::from_millis(300), || {
         let got = mprotects(&agent_writes(&agent.metrics(), "titled-node"));
         // (V8's code space may flip a page's protection more or less often.)
         if got.abs_diff(reference) <= 10 {
             eprintln!("retitled node: {got} mprotects under the agent, {reference} one-shot");
-            break;
+            Ok(())
+        } else {
+            Err(format!("agent {got} mprotects, one-shot {reference}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "agent {got} mprotects, one-shot {reference}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    });
 }
 
 /// Ends a one-shot profiler run (SIGINT) and returns what it reported.
@@ -702,9 +663,7 @@ fn two_thousand_idle_connections_leave_the_agent_and_its_counts_alone() {
     w.go();
     assert!(w.wait().success());
     // The quietest connection makes room for each scrape; the counts are exact.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let m = loop {
-        std::thread::sleep(Duration::from_millis(1500));
+    let m = wait_until(Duration::from_secs(30), Duration::from_millis(1500), || {
         let m = agent.metrics();
         let mmap = metric_sum(
             &m,
@@ -712,14 +671,11 @@ fn two_thousand_idle_connections_leave_the_agent_and_its_counts_alone() {
             &["op=\"write\"", "cause=\"mmap\""],
         );
         if mmap == t * n {
-            break m;
+            Ok(m)
+        } else {
+            Err(format!("mmap writes {mmap} of {}\n{m}", t * n))
         }
-        assert!(
-            Instant::now() < deadline,
-            "mmap writes {mmap} of {}\n{m}",
-            t * n
-        );
-    };
+    });
     let limit = metric_sum(&m, "mmaplock_http_rejected_total", &["reason=\"limit\""]);
     assert!(limit >= 2000 - 256, "closed at the cap: {limit}");
     assert!(metric_gauge(&m, "mmaplock_http_connections") <= 256);
@@ -743,12 +699,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
     if !require_root_and_tracepoints() {
         return;
     }
-    let Some(prom_bin) = prometheus_bin() else {
-        assert!(
-            !integration_tests::under_ci(),
-            "prometheus is not installed"
-        );
-        integration_tests::skip_because("prometheus is not installed");
+    let Some(prom_bin) = installed_or_skip(prometheus_bin(), "prometheus") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -795,16 +746,13 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
     w.go();
     assert!(w.wait().success());
     let mmap = "sum(mmaplock_acquisitions_total{job=\"good\",op=\"write\",cause=\"mmap\"})";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while prom.value(mmap) != Some((t * n) as f64) {
-        assert!(
-            Instant::now() < deadline,
-            "PromQL {mmap} = {:?}, expected {}",
-            prom.value(mmap),
-            t * n
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let want = (t * n) as f64;
+    prom.wait_for(
+        mmap,
+        Duration::from_secs(30),
+        |v| v == want,
+        &format!("expected {want}"),
+    );
     // The bad job's scrapes are refused (its first may come a little after the good one's).
     let bad_error = || -> Option<String> {
         let targets: Value = ureq::get(&format!("http://127.0.0.1:{}/api/v1/targets", prom.port))
@@ -819,25 +767,20 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
             .clone();
         Some(bad["lastError"].as_str()?.to_string()).filter(|e| !e.is_empty())
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while prom.value("up{job=\"bad\"}").is_none() || bad_error().is_none() {
-        assert!(Instant::now() < deadline, "the bad job was never scraped");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(300),
+        || match (prom.value("up{job=\"bad\"}"), bad_error()) {
+            (Some(_), Some(_)) => Ok(()),
+            _ => Err("the bad job was never scraped".to_string()),
+        },
+    );
     assert_eq!(prom.value("up{job=\"bad\"}"), Some(0.0));
     let e = bad_error().unwrap();
     assert!(e.contains("401"), "{e}");
     // The agent counts them (seen by the good job's next scrapes).
     let q = "mmaplock_http_rejected_total{job=\"good\",reason=\"unauthorized\"}";
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while prom.value(q).unwrap_or(0.0) < 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "401s counted: {:?}",
-            prom.value(q)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    prom.wait_for(q, Duration::from_secs(10), |v| v >= 1.0, "401s counted");
 }
 
 /// `--js-functions N`: the agent names the JavaScript functions that take the lock for write,
@@ -874,20 +817,18 @@ fn the_agent_exports_js_functions_of_processes_without_node_flags() {
             .map(str::to_string)
             .collect()
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let text = loop {
+    let text = wait_until(Duration::from_secs(20), Duration::from_millis(300), || {
         let text = agent.metrics();
         let named = metric_sum(&text, metric, &["function=\"viaBufferAlloc ("]);
         if named * 10 >= rounds * 9 {
-            break text;
+            Ok(text)
+        } else {
+            Err(format!(
+                "viaBufferAlloc: {named} sampled writes of {rounds}: {:?}",
+                series(&text)
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "viaBufferAlloc: {named} sampled writes of {rounds}: {:?}",
-            series(&text)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    });
     w.send("exit");
     assert!(w.wait().success());
     let node: Vec<String> = series(&text)

@@ -4,7 +4,7 @@
 //! from the workload itself.
 
 use integration_tests::{
-    Workload, check_lost, process, profile_workload, require_root_and_tracepoints,
+    Workload, check_lost, finding, process, profile_workload, require_root_and_tracepoints, thread,
 };
 use serde_json::Value;
 
@@ -16,13 +16,13 @@ fn tid_set(v: &Value) -> Vec<u64> {
         .collect()
 }
 
-fn thread(p: &Value, tid: u64) -> &Value {
-    p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == tid)
-        .unwrap_or_else(|| panic!("thread {tid} not in {}", p["threads"]))
+/// The wait charged to thread `tid` in entries of `blocked_by` or `blockers`.
+fn charged_to<'a>(entries: impl IntoIterator<Item = &'a Value>, tid: u64) -> u64 {
+    entries
+        .into_iter()
+        .filter(|b| b["tid"] == tid)
+        .map(|b| b["wait_ns"].as_u64().unwrap())
+        .sum()
 }
 
 fn all_wait(t: &Value) -> u64 {
@@ -56,19 +56,15 @@ fn a_long_holder_is_charged_the_bulk_of_the_waits_behind_it() {
     assert_eq!(top["comm"], "long-holder", "{top}");
     // The churners' own waits charged to the holder (the top blocker's total also has other
     // waiters': the main thread's, the profiler's reads of /proc/PID/maps).
-    let charged_to_holder: u64 = churners
-        .iter()
-        .flat_map(|&t| thread(p, t)["blocked_by"].as_array().unwrap().iter())
-        .filter(|b| b["tid"] == holder)
-        .map(|b| b["wait_ns"].as_u64().unwrap())
-        .sum();
+    let charged_to_holder = charged_to(
+        churners
+            .iter()
+            .flat_map(|&t| thread(p, t)["blocked_by"].as_array().unwrap()),
+        holder,
+    );
     // (Against all of the holder's entries: it may hold the lock for something else too,
     // e.g. a read for a page fault, and the churners' `blocked_by` count every cause.)
-    let holder_total: u64 = blockers
-        .iter()
-        .filter(|b| b["tid"] == holder)
-        .map(|b| b["wait_ns"].as_u64().unwrap())
-        .sum();
+    let holder_total = charged_to(blockers, holder);
     assert!(
         charged_to_holder <= holder_total,
         "{charged_to_holder} > {holder_total}: {blockers:?}"
@@ -94,11 +90,7 @@ fn a_long_holder_is_charged_the_bulk_of_the_waits_behind_it() {
         let t = thread(p, c);
         let by = t["blocked_by"].as_array().expect("blocked_by");
         assert_eq!(by[0]["tid"], holder, "thread {c}: {}", t["blocked_by"]);
-        let from_holder: u64 = by
-            .iter()
-            .filter(|b| b["tid"] == holder)
-            .map(|b| b["wait_ns"].as_u64().unwrap())
-            .sum();
+        let from_holder = charged_to(by, holder);
         // A waiter is charged at most what the holder held the lock for, plus the hand-overs
         // after its holds (well under a millisecond each).
         assert!(
@@ -117,12 +109,7 @@ fn a_long_holder_is_charged_the_bulk_of_the_waits_behind_it() {
         "{roles:?}"
     );
     // The verdict: one thread's long holds, the call and the holder named.
-    let long = s["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "long-holds" && f["pid"] == w.pid)
-        .unwrap_or_else(|| panic!("no long-holds finding in {}", s["findings"]));
+    let long = finding(s, "long-holds", w.pid);
     let named = &long["evidence"]["threads"][0];
     assert_eq!(named["tid"], holder, "{long}");
     assert_eq!(named["cause"], "mprotect");

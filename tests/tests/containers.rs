@@ -13,11 +13,11 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use integration_tests::{
-    Profiler, Workload,
+    Profiler, Workload, assert_mmaps_named,
     containers::{self, Container, FIXTURES_IN_IMAGE, NODE_IN_IMAGE},
-    metric_sum, mmap_samples, process, require_root_and_tracepoints,
+    metric_sum, process, require_root_and_tracepoints,
     scrape::Agent,
-    skip_because,
+    skip_because, wait_until,
 };
 use serde_json::Value;
 
@@ -52,18 +52,14 @@ fn libpod_parent() -> String {
 
 /// Waits (20 s at most) until the agent's metrics satisfy `done`; the last page.
 fn metrics_until(agent: &Agent, done: impl Fn(&str) -> bool) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
         let text = agent.metrics();
         if done(&text) {
-            return text;
+            Ok(text)
+        } else {
+            Err(format!("the agent's metrics never got there:\n{text}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent's metrics never got there:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// The `process` labels of every series of the agent's page in `cgroup`.
@@ -215,20 +211,8 @@ fn a_podman_run_has_the_roles_and_labels_it_has_on_the_host() {
     let parent = libpod_parent();
     let agent = Agent::start(&["--comm", "node", "-i", "0.2"]);
     let data = tempfile::tempdir().unwrap();
-    std::fs::write(data.path().join("data.bin"), vec![7u8; 64 * 1024]).unwrap();
     let c = Container::new_name("roles");
-    let file = format!("{FIXTURES_IN_IMAGE}/roles.js");
-    let cmd = c.run_command(
-        &image,
-        &[
-            "-e",
-            "UV_THREADPOOL_SIZE=2",
-            "-v",
-            &format!("{}:/data:ro", data.path().display()),
-        ],
-        &["--v8-pool-size=2", &file, "3", "300", "/data/data.bin"],
-    );
-    let mut w = Workload::spawn(cmd);
+    let mut w = Workload::spawn(c.roles_command(&image, data.path(), 300));
     let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
     let pid = c.host_pid();
     assert_ne!(pid, 0);
@@ -327,17 +311,7 @@ fn profile_jsframes(image: &str, node_flags: &[&str], sample: u32, rounds: u32) 
     assert_ne!(pid, 0);
     let dir = tempfile::tempdir().unwrap();
     let folded = dir.path().join("stacks.folded");
-    let (pid_s, sample) = (pid.to_string(), sample.to_string());
-    let prof = Profiler::start(&[
-        "-p",
-        &pid_s,
-        "-i",
-        "0",
-        "--stack-sample",
-        &sample,
-        "--stacks",
-        folded.to_str().unwrap(),
-    ]);
+    let prof = Profiler::start_with_stacks(pid, sample, &folded);
     w.go();
     assert!(w.wait().success());
     // The profiler ends when node has exited: everything below is symbolized after the exit.
@@ -378,13 +352,7 @@ fn assert_dsos_as_the_container_sees_them(p: &Value, folded: &str) {
 fn js_names_come_from_the_perf_map_in_the_containers_own_tmp() {
     let Some(image) = image() else { return };
     let (p, folded) = profile_jsframes(&image, &["--perf-basic-prof-only-functions"], 4, 50);
-    let (sampled, named) = mmap_samples(&folded, "hotAllocator");
-    eprintln!("{sampled} sampled mmaps, {named} through hotAllocator");
-    assert!(sampled >= 200, "{sampled} sampled mmaps");
-    assert!(
-        named * 10 >= sampled * 9,
-        "hotAllocator in {named} of {sampled} sampled mmaps"
-    );
+    assert_mmaps_named(&folded, "hotAllocator", 200, "in a container, perf map");
     let js = p["js_functions"].as_array().expect("js_functions");
     assert_eq!(js[0]["function"], "hotAllocator", "{js:?}");
     assert!(
@@ -408,13 +376,7 @@ fn js_names_come_from_the_perf_map_in_the_containers_own_tmp() {
 fn js_names_come_from_v8s_heap_in_a_container_without_flags() {
     let Some(image) = image() else { return };
     let (p, folded) = profile_jsframes(&image, &[], 64, 200);
-    let (sampled, named) = mmap_samples(&folded, "hotAllocator");
-    eprintln!("{sampled} sampled mmaps, {named} through hotAllocator");
-    assert!(sampled >= 100, "{sampled} sampled mmaps");
-    assert!(
-        named * 10 >= sampled * 9,
-        "hotAllocator in {named} of {sampled} sampled mmaps"
-    );
+    assert_mmaps_named(&folded, "hotAllocator", 100, "in a container, no flags");
     assert_eq!(p["js_functions"][0]["function"], "hotAllocator");
     assert_eq!(p["js_frames"]["perf_map"], 0, "{}", p["js_frames"]);
     assert!(p.get("js_hint").is_none(), "{}", p["js_hint"]);

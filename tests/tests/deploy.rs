@@ -7,7 +7,7 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{skip_because, under_ci};
+use integration_tests::{installed_or_skip, skip_because};
 use serde_json::Value;
 
 fn deploy(rel: &str) -> PathBuf {
@@ -23,28 +23,29 @@ fn promtool() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-fn run(tool: &Path, args: &[&str]) -> String {
-    let out = Command::new(tool)
-        .args(args)
+/// Runs `cmd` to its end: whether it succeeded, and what it printed (standard output, then
+/// standard error).
+fn outcome(cmd: &mut Command) -> (bool, String) {
+    let out = cmd
         .output()
-        .expect("run promtool");
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "promtool {args:?} failed:\n{text}");
+    (out.status.success(), text)
+}
+
+fn run(tool: &Path, args: &[&str]) -> String {
+    let (ok, text) = outcome(Command::new(tool).args(args));
+    assert!(ok, "promtool {args:?} failed:\n{text}");
     text
 }
 
 #[test]
 fn the_rules_pass_promtool_check_and_their_unit_tests() {
-    let Some(tool) = promtool() else {
-        assert!(
-            !under_ci(),
-            "promtool is not installed (cargo xtask test installs it)"
-        );
-        skip_because("promtool is not installed");
+    let Some(tool) = installed_or_skip(promtool(), "promtool") else {
         return;
     };
     let rules = deploy("prometheus/mmaplock-rules.yml");
@@ -97,19 +98,11 @@ fn the_dashboard_is_importable_and_every_panel_has_a_query() {
 /// `kubernetes-models` and `@kubernetes-models/prometheus-operator`, which `cargo xtask test`
 /// installs) on `files`: whether all passed, and what it printed.
 fn validate_k8s(dir: &Path, files: &[PathBuf]) -> (bool, String) {
-    let out = Command::new("node")
-        .env("K8S_VALIDATOR_DIR", dir)
-        .arg(integration_tests::fixture("validate-k8s.mjs"))
-        .args(files)
-        .output()
-        .expect("run node");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    outcome(
+        Command::new("node")
+            .env("K8S_VALIDATOR_DIR", dir)
+            .arg(integration_tests::fixture("validate-k8s.mjs"))
+            .args(files),
     )
 }
 
@@ -132,17 +125,11 @@ fn the_kubernetes_manifests_pass_schema_validation() {
     files.sort();
     // Kubernetes' own kinds, strictly (no field the API does not know).
     let strict = |files: &[PathBuf]| {
-        let out = Command::new(dir.join("venv/bin/kubernetes-validate"))
-            .args(["--strict", "--no-warn"])
-            .args(files)
-            .output()
-            .expect("run kubernetes-validate");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        outcome(
+            Command::new(dir.join("venv/bin/kubernetes-validate"))
+                .args(["--strict", "--no-warn"])
+                .args(files),
+        )
     };
     let core: Vec<PathBuf> = ["daemonset.yaml", "service.yaml"]
         .iter()

@@ -7,7 +7,7 @@
 //! fields it already had: the numbers in the comments are those measurements.
 
 use integration_tests::{
-    Workload, cause_counts, cause_stats, check_lost, process, profile_workload,
+    Workload, cause_counts, cause_stats, check_lost, helper_threads, process, profile_workload,
     require_root_and_tracepoints, stats,
 };
 use serde_json::Value;
@@ -67,12 +67,7 @@ fn thread_churn_polled_every_100ms_loses_no_write() {
             assert_eq!(check_lost(l), 0, "{shape}: {}", l["lost"]);
         }
         // Every thread is there, with its own 2N writes.
-        let workers: Vec<&Value> = p["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|t| t["tid"] != w.pid && t["role"] != "foreign" && t["role"] != "profiler")
-            .collect();
+        let workers = helper_threads(p, w.pid);
         assert_eq!(workers.len() as u64, waves * threads, "{shape}: threads");
         for t in workers {
             assert_eq!(stats(t, "write").0, 2 * n, "{shape}: {}", t["tid"]);

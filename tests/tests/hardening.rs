@@ -15,7 +15,7 @@ use std::{
 
 use integration_tests::{
     Profiler, Workload, bpf_objects, churn_bin, fixture, process, profiler_bin,
-    require_root_and_tracepoints, run_profiler,
+    require_root_and_tracepoints, run_profiler, scrape::metrics as scrape, wait_until,
 };
 use serde_json::Value;
 
@@ -260,20 +260,18 @@ fn a_signal_at_any_moment_of_start_up_ends_the_run_cleanly_and_leaves_no_program
 
 /// Waits until process `pid` catches `sig` (`SigCgt` in its status).
 fn caught_by(pid: u32, sig: i32) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until(Duration::from_secs(30), Duration::from_millis(1), || {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let caught = status
             .lines()
             .find_map(|l| l.strip_prefix("SigCgt:"))
             .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
             .unwrap_or(0);
-        if caught & (1 << (sig - 1)) != 0 {
-            return;
+        match caught & (1 << (sig - 1)) {
+            0 => Err(format!("{pid} never caught signal {sig}")),
+            _ => Ok(()),
         }
-        assert!(Instant::now() < deadline, "{pid} never caught signal {sig}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    });
 }
 
 /// A tmpfs of `size`, unmounted on drop.
@@ -429,15 +427,6 @@ fn a_full_disk_is_said_once_the_run_goes_on_and_the_summary_is_exact() {
         in_intervals < u64::from(t * n),
         "some intervals could not be written: {in_intervals}"
     );
-}
-
-fn scrape(port: u16) -> String {
-    ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
-        .timeout(Duration::from_secs(10))
-        .call()
-        .expect("GET /metrics")
-        .into_string()
-        .unwrap()
 }
 
 /// The agent's port, from its "serving http://ADDR:PORT/metrics" line.

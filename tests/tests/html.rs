@@ -3,14 +3,12 @@
 //! `cargo xtask test` installs) with every network request made to fail: the plots must be in
 //! the rendered page, and the page must need nothing from outside.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
 use integration_tests::{
-    Profiler, Workload, assert_self_contained, charts, page_requests, process, profile_workload,
-    profiler_bin, rendered_dom, require_root_and_tracepoints,
+    Profiler, Workload, assert_charts, charts, page_requests, process, profile_workload,
+    read_lines, rendered_charts, report_html, require_root_and_tracepoints, run_json, run_ok,
+    run_profiler,
 };
 use serde_json::Value;
 
@@ -19,24 +17,24 @@ fn run_helper(threads: u32, n: u32, extra: &[&str], out: &Path) -> (u32, Vec<Val
     let mut args = vec!["-o", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     profile_workload(&mut w, &args);
-    let lines = std::fs::read_to_string(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (w.pid, lines)
+    (w.pid, read_lines(out))
 }
 
-/// `mmaplock-prof report INPUT --html PAGE`, which must succeed.
-fn report_html(input: &Path, page: &Path) {
-    let st = Command::new(profiler_bin())
-        .arg("report")
-        .arg(input)
-        .arg("--html")
-        .arg(page)
-        .status()
-        .unwrap();
-    assert!(st.success(), "report {}", input.display());
+/// `compare BEFORE AFTER [ARGS] -f json`, which must succeed.
+fn compare(before: &Path, after: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["compare", before.to_str().unwrap(), after.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_json(all)
+}
+
+/// The comparison's row of the helper's process in `group` for `key`.
+fn row<'a>(c: &'a Value, group: &str, key: &str) -> &'a Value {
+    c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["process"] == "mmap-churn" && r["group"] == group && r["key"] == key)
+        .unwrap_or_else(|| panic!("no row {group} {key}: {c}"))
 }
 
 #[test]
@@ -96,26 +94,22 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
         c.contains(&format!("<b>{writes}</b><span>write acquisitions</span>")),
         "the summed page does not show the summary's {writes} writes"
     );
-    let Some(dom) = rendered_dom(&page, None) else {
+    let Some((dom, found)) = rendered_charts(&page) else {
         return;
     };
-    assert_self_contained(&dom);
-    let found = charts(&dom);
-    for want in [
-        "wait-histogram",
-        "hold-histogram",
-        "write-wait-over-time",
-        "writes-over-time",
-        "writes-by-role",
-        "wait-by-role",
-        "writes-by-cause",
-        "wait-by-cause",
-    ] {
-        assert!(
-            found.iter().any(|c| c == want),
-            "no {want} chart in {found:?}"
-        );
-    }
+    assert_charts(
+        &found,
+        &[
+            "wait-histogram",
+            "hold-histogram",
+            "write-wait-over-time",
+            "writes-over-time",
+            "writes-by-role",
+            "wait-by-role",
+            "writes-by-cause",
+            "wait-by-cause",
+        ],
+    );
     // Marks drawn: bars for the histograms and groups, a line per time chart (the run had
     // interval lines every 0.2 s), and inferno's flame graph of the sampled writes.
     assert!(dom.matches("class=\"bar\"").count() >= 10);
@@ -131,7 +125,7 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
         );
     }
     // The flame graph in its own frame (its document is in the srcdoc attribute).
-    assert!(found.iter().any(|c| c == "flame-graph"), "{found:?}");
+    assert_charts(&found, &["flame-graph"]);
     assert!(
         dom.contains("Flame graph of the sampled writes") && dom.contains("id=&quot;frames&quot;")
     );
@@ -156,40 +150,15 @@ fn compare_reports_the_known_difference_in_writes() {
     let (pid, lines) = run_helper(1, n as u32, &["-i", "0"], &before);
     run_helper(3, n as u32, &["-i", "0"], &after);
     let page = dir.path().join("compare.html");
-    let out = Command::new(profiler_bin())
-        .args([
-            "compare",
-            before.to_str().unwrap(),
-            after.to_str().unwrap(),
-            "-f",
-            "json",
-        ])
-        .args(["--html", page.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = compare(&before, &after, &["--html", page.to_str().unwrap()]);
     assert_eq!(c["type"], "compare");
-    let row = |group: &str, key: &str| {
-        c["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["process"] == "mmap-churn" && r["group"] == group && r["key"] == key)
-            .unwrap_or_else(|| panic!("no row {group} {key}: {c}"))
-            .clone()
-    };
     let mean = |r: &Value, f: &str, side: &str| r[f][side]["mean"].as_f64().unwrap() as u64;
     // mmap and munmap: exactly N per thread each.
-    let mmap = row("cause", "mmap");
-    assert_eq!(mean(&mmap, "writes", "before"), n);
-    assert_eq!(mean(&mmap, "writes", "after"), 3 * n);
-    let all = row("all", "all");
-    let diff = mean(&all, "writes", "after") - mean(&all, "writes", "before");
+    let mmap = row(&c, "cause", "mmap");
+    assert_eq!(mean(mmap, "writes", "before"), n);
+    assert_eq!(mean(mmap, "writes", "after"), 3 * n);
+    let all = row(&c, "all", "all");
+    let diff = mean(all, "writes", "after") - mean(all, "writes", "before");
     // 2 x N x 2 more threads, and a few writes of the threads' own (stacks, exit).
     assert!((4 * n..=4 * n + 10).contains(&diff), "difference {diff}");
     assert_eq!(all["writes"]["verdict"], "one run");
@@ -202,23 +171,18 @@ fn compare_reports_the_known_difference_in_writes() {
     );
     assert!(p99 <= max, "p99 {p99} above max {max}");
     // Text too.
-    let text = Command::new(profiler_bin())
-        .args([
-            "compare",
-            before.to_str().unwrap(),
-            after.to_str().unwrap(),
-            "-f",
-            "text",
-        ])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&text.stdout).contains("cannot be judged"));
-    let Some(dom) = rendered_dom(&page, None) else {
+    let text = run_ok([
+        "compare",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "-f",
+        "text",
+    ]);
+    assert!(text.contains("cannot be judged"));
+    let Some((dom, found)) = rendered_charts(&page) else {
         return;
     };
-    assert_self_contained(&dom);
-    let found = charts(&dom);
-    assert!(found.contains(&"writes-by-cause".to_string()), "{found:?}");
+    assert_charts(&found, &["writes-by-cause"]);
     assert!(dom.matches("class=\"bar\"").count() >= 4);
 }
 
@@ -282,44 +246,20 @@ fn compare_judges_noise_over_repeated_runs() {
         path
     };
     let (before, after) = (side(1, "before"), side(3, "after"));
-    let out = Command::new(profiler_bin())
-        .args([
-            "compare",
-            before.to_str().unwrap(),
-            after.to_str().unwrap(),
-            "-f",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = compare(&before, &after, &[]);
     assert_eq!(
         (c["before"]["runs"].as_u64(), c["after"]["runs"].as_u64()),
         (Some(2), Some(2))
     );
-    let row = |group: &str, key: &str| {
-        c["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["process"] == "mmap-churn" && r["group"] == group && r["key"] == key)
-            .unwrap_or_else(|| panic!("no row {group} {key}: {c}"))
-            .clone()
-    };
     // Exactly N mmaps per thread in every run: no spread at all.
-    let mmap = &row("cause", "mmap")["writes"];
+    let mmap = &row(&c, "cause", "mmap")["writes"];
     for (side, want) in [("before", n), ("after", 3 * n)] {
         assert_eq!(mmap[side]["runs"], 2);
         assert_eq!(mmap[side]["min"].as_f64(), Some(want as f64));
         assert_eq!(mmap[side]["max"].as_f64(), Some(want as f64));
     }
     assert_eq!(mmap["verdict"], "changed");
-    let all = &row("all", "all")["writes"];
+    let all = &row(&c, "all", "all")["writes"];
     assert_eq!(all["verdict"], "changed");
     let ratio = all["ratio"].as_f64().unwrap();
     assert!((2.9..3.01).contains(&ratio), "ratio {ratio}");
@@ -334,19 +274,9 @@ fn read_back(dir: &Path, text: &str) -> [(Option<i32>, String); 2] {
     std::fs::write(&file, text).unwrap();
     std::fs::write(&good, format!("{GOOD}\n")).unwrap();
     let page = dir.join("page.html");
-    let report = Command::new(profiler_bin())
-        .arg("report")
-        .arg(&file)
-        .arg("--html")
-        .arg(&page)
-        .output()
-        .unwrap();
-    let compare = Command::new(profiler_bin())
-        .arg("compare")
-        .arg(&good)
-        .arg(&file)
-        .output()
-        .unwrap();
+    let [file, good, page] = [&file, &good, &page].map(|p| p.to_str().unwrap());
+    let report = run_profiler(&["report", file, "--html", page]);
+    let compare = run_profiler(&["compare", good, file]);
     [report, compare].map(|o| {
         (
             o.status.code(),
@@ -440,10 +370,7 @@ fn report_and_compare_name_the_file_line_and_field_of_a_bad_value() {
     ) {
         assert_eq!(code, Some(0), "{err}");
     }
-    let out = Command::new(profiler_bin())
-        .args(["compare", "/nonexistent/a.json", &file])
-        .output()
-        .unwrap();
+    let out = run_profiler(&["compare", "/nonexistent/a.json", &file]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/a.json"));
 }

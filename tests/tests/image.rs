@@ -7,17 +7,14 @@
 //! one ingesting native histograms instead (Prometheus 2.42's --enable-feature), both with
 //! the shipped rules: every dashboard query and every recording rule returns data on both.
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
 use integration_tests::{
     Workload,
-    containers::{self, Container, FIXTURES_IN_IMAGE, RUN_ARGS},
-    require_root_and_tracepoints,
+    containers::{self, Container, RUN_ARGS},
+    installed_or_skip, require_root_and_tracepoints,
     scrape::{Prometheus, dashboard_queries, free_port, prometheus_bin},
-    skip_because, target_dir,
+    skip_because, target_dir, wait_until,
 };
 
 /// CAP_DAC_READ_SEARCH (2), CAP_SYS_PTRACE (19), CAP_PERFMON (38), CAP_BPF (39).
@@ -45,15 +42,7 @@ fn recorded_series() -> Vec<String> {
 
 /// Waits until `q` has a value on `prom` that `ok` accepts (60 s at most).
 fn wait_for(prom: &Prometheus, q: &str, ok: impl Fn(f64) -> bool, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !prom.value(q).is_some_and(&ok) {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {q} = {:?}",
-            prom.value(q)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    prom.wait_for(q, Duration::from_secs(60), ok, what);
 }
 
 #[test]
@@ -67,8 +56,7 @@ fn the_image_profiles_a_node_container_for_prometheus_under_either_ingestion() {
         );
         return;
     };
-    let Some(prom_bin) = prometheus_bin() else {
-        skip_because("prometheus is not installed (cargo xtask test installs it)");
+    let Some(prom_bin) = installed_or_skip(prometheus_bin(), "prometheus") else {
         return;
     };
     let node_image = match containers::node_image() {
@@ -98,15 +86,17 @@ fn the_image_profiles_a_node_container_for_prometheus_under_either_ingestion() {
     )
     .expect("podman run the image");
     let metrics = format!("http://127.0.0.1:{port}/metrics");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ureq::get(&metrics).call().is_err() {
-        let logs = containers::output(containers::podman().args(["logs", &agent.name]));
-        assert!(
-            Instant::now() < deadline,
-            "the agent does not serve: {logs:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || match ureq::get(&metrics).call() {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let logs = containers::output(containers::podman().args(["logs", &agent.name]));
+                Err(format!("the agent does not serve: {logs:?}"))
+            }
+        },
+    );
     // Exactly the four capabilities, effective.
     let pid = agent.host_pid();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -128,19 +118,8 @@ fn the_image_profiles_a_node_container_for_prometheus_under_either_ingestion() {
     // A node container (Workers, threadpool, V8 threads) and mmap-churn in another (writes
     // against reads: contention, failed trylocks), both under podman's cgroup parent.
     let data = tempfile::tempdir().unwrap();
-    std::fs::write(data.path().join("data.bin"), vec![7u8; 64 * 1024]).unwrap();
     let node = Container::new_name("node");
-    let file = format!("{FIXTURES_IN_IMAGE}/roles.js");
-    let mut w = Workload::spawn(node.run_command(
-        &node_image,
-        &[
-            "-e",
-            "UV_THREADPOOL_SIZE=2",
-            "-v",
-            &format!("{}:/data:ro", data.path().display()),
-        ],
-        &["--v8-pool-size=2", &file, "3", "2000", "/data/data.bin"],
-    ));
+    let mut w = Workload::spawn(node.roles_command(&node_image, data.path(), 2000));
     let churn = Container::new_name("churn");
     let mut c = Workload::spawn(churn.run_command(
         &node_image,

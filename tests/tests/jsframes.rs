@@ -6,7 +6,8 @@
 use std::process::Command;
 
 use integration_tests::{
-    Profiler, Workload, fixture, mmap_samples, process, require_root_and_tracepoints,
+    Profiler, Workload, assert_mmaps_named, cause_stats, fixture, process,
+    require_root_and_tracepoints, thread, thread_writes,
 };
 use serde_json::Value;
 
@@ -27,19 +28,7 @@ fn profile(node_flags: &[&str], sample: u32, rounds: u32) -> (Value, u64, String
     let ids: Value = serde_json::from_str(&w.preamble[0]).expect("the worker's tid");
     let worker = ids["worker"].as_u64().unwrap();
     let folded = dir.path().join("stacks.folded");
-    let pid = w.pid.to_string();
-    // One write in 4: at every write, the 16 KiB stack copies outrun the ring buffer here.
-    let sample = sample.to_string();
-    let prof = Profiler::start(&[
-        "-p",
-        &pid,
-        "-i",
-        "0",
-        "--stack-sample",
-        &sample,
-        "--stacks",
-        folded.to_str().unwrap(),
-    ]);
+    let prof = Profiler::start_with_stacks(w.pid, sample, &folded);
     w.go();
     assert!(w.wait().success());
     let out = prof.finish(std::time::Duration::from_secs(60));
@@ -48,15 +37,6 @@ fn profile(node_flags: &[&str], sample: u32, rounds: u32) -> (Value, u64, String
         .clone();
     let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
     (p, worker, folded)
-}
-
-fn writes_of(p: &Value, tid: u64) -> u64 {
-    p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == tid)
-        .map_or(0, |t| t["write"]["count"].as_u64().unwrap())
 }
 
 /// Sampled writes (folded lines' counts) whose stack has a frame containing `needle`.
@@ -76,33 +56,16 @@ fn a_workers_js_function_is_named_in_most_of_its_sampled_writes() {
     let (p, worker, folded) = profile(&["--perf-basic-prof"], 4, 50);
     // Ground truth: the Worker's 50 x 64 Buffers, one mmap each (its other writes are a
     // scavenge's pages and, as it ends, its heap's teardown).
-    let mmaps = p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == worker)
-        .and_then(|t| {
-            t["causes"]
-                .as_array()?
-                .iter()
-                .find(|c| c["cause"] == "mmap")
-                .map(|c| c["write"]["count"].as_u64().unwrap())
-        })
-        .unwrap_or(0);
+    let mmaps = cause_stats(thread(&p, worker), "mmap").map_or(0, |c| c["count"].as_u64().unwrap());
     assert!(
         (50 * 64..=50 * 64 + 200).contains(&mmaps),
         "the Worker's mmaps: {mmaps} for 3200 Buffers"
     );
-    let (sampled, named) = mmap_samples(&folded, "hotAllocator_(");
-    eprintln!(
-        "worker {worker}: {mmaps} mmaps ({} writes), {sampled} sampled, {named} through hotAllocator",
-        writes_of(&p, worker)
+    let what = format!(
+        "worker {worker}: {mmaps} mmaps ({} writes)",
+        thread_writes(&p, worker)
     );
-    assert!(sampled >= 200, "{sampled} sampled mmaps");
-    assert!(
-        named * 10 >= sampled * 9,
-        "hotAllocator in {named} of {sampled} sampled mmaps"
-    );
+    assert_mmaps_named(&folded, "hotAllocator_(", 200, &what);
     let js = p["js_functions"].as_array().expect("js_functions");
     let top = &js[0];
     assert_eq!(top["function"], "hotAllocator", "{js:?}");
@@ -126,13 +89,7 @@ fn without_a_perf_map_the_function_is_named_from_v8s_heap() {
     // each sample (a backlog of samples, at a high rate, lets the scavenger move the Worker's
     // young functions first, which are then `[js unknown]`).
     let (p, worker, folded) = profile(&[], 64, 200);
-    let (sampled, named) = mmap_samples(&folded, "hotAllocator_(");
-    eprintln!("worker {worker}: {sampled} sampled mmaps, {named} through hotAllocator");
-    assert!(sampled >= 150, "{sampled} sampled mmaps");
-    assert!(
-        named * 10 >= sampled * 9,
-        "hotAllocator in {named} of {sampled} sampled mmaps"
-    );
+    assert_mmaps_named(&folded, "hotAllocator_(", 150, &format!("worker {worker}"));
     assert_eq!(p["js_functions"][0]["function"], "hotAllocator");
     assert_eq!(p["js_frames"]["perf_map"], 0, "{}", p["js_frames"]);
     // Something named the frames: no hint to restart node.

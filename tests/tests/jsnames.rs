@@ -7,10 +7,11 @@
 //! stack sampled (`--stack-sample 1`), the function must be named in at least 90% of them, by
 //! V8's heap alone (no flag), and, with the perf map on, by both sources alike, frame by frame.
 
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
 
 use integration_tests::{
-    Profiler, Workload, fixture, nodes, process, require_root_and_tracepoints, skip_because,
+    Profiler, Workload, fixture, nodes, process, profile_until_done, require_root_and_tracepoints,
+    skip_because, stop_when_done, thread_writes,
 };
 use serde_json::Value;
 
@@ -71,17 +72,7 @@ fn profile_with(
     }
     let mut w = Workload::spawn(cmd);
     let folded = dir.path().join("stacks.folded");
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&[
-        "-p",
-        &pid,
-        "-i",
-        "0",
-        "--stack-sample",
-        "1",
-        "--stacks",
-        folded.to_str().unwrap(),
-    ]);
+    let prof = Profiler::start_with_stacks(w.pid, 1, &folded);
     w.send("go");
     let ids = if late {
         w.read_line()
@@ -95,11 +86,7 @@ fn profile_with(
         .iter()
         .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
         .collect();
-    assert_eq!(w.read_line(), "done");
-    prof.signal(libc::SIGINT);
-    let out = prof.finish(Duration::from_secs(60));
-    w.send("exit");
-    assert!(w.wait().success());
+    let out = stop_when_done(&mut w, prof);
     assert!(out.status.success(), "{}", out.stderr);
     let summary = out.summary();
     // (A Worker's start is a burst of writes of its own, whose stacks may not all fit.)
@@ -113,15 +100,6 @@ fn profile_with(
         .clone();
     let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
     Run { p, workers, folded }
-}
-
-fn thread_writes(p: &Value, tid: u64) -> u64 {
-    p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == tid)
-        .map_or(0, |t| t["write"]["count"].as_u64().unwrap())
 }
 
 /// Sampled writes whose innermost application function is `name` (in jsapis.js).
@@ -389,12 +367,7 @@ fn processes_found_by_children_and_comm_are_named() {
         .arg("viaArrayBuffer");
     let mut w = Workload::spawn(cmd);
     let prof = Profiler::start(&["--comm", "node", "-i", "0", "--stack-sample", "1"]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    prof.signal(libc::SIGINT);
-    let out = prof.finish(Duration::from_secs(60));
-    w.send("exit");
-    assert!(w.wait().success());
+    let out = profile_until_done(&mut w, prof);
     let p = process(out.summary(), w.pid).expect("node is in the summary");
     let named = named_writes(p, "viaArrayBuffer");
     assert!(

@@ -4,7 +4,8 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Profiler, Workload, build_addon, churn_bin, fixture, process, require_root_and_tracepoints,
+    Profiler, Workload, build_addon, churn_bin, fixture, process, profile_until_done,
+    profile_workload, require_root_and_tracepoints,
 };
 use serde_json::Value;
 
@@ -25,12 +26,7 @@ fn an_addon_required_after_attach_is_charged_to_its_file() {
     let mut w = Workload::spawn(cmd);
     let pid = w.pid.to_string();
     let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stack-sample", "1"]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    prof.signal(libc::SIGINT);
-    let out = prof.finish(Duration::from_secs(60));
-    w.send("exit");
-    assert!(w.wait().success());
+    let out = profile_until_done(&mut w, prof);
     let s = out.summary();
     assert_eq!(s["lost"]["stacks"], 0, "every sampled stack arrived");
     let p = process(s, w.pid).expect("node in the summary");
@@ -93,11 +89,7 @@ fn every_stack_reaches_its_root_or_says_why_not() {
         return;
     }
     let mut w = Workload::churn(2, 300, None);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stack-sample", "1"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = profile_workload(&mut w, &["-i", "0", "--stack-sample", "1"]);
     let p = process(out.summary(), w.pid).expect("in the summary");
     let ends = p["stack_ends"].as_object().expect("stack_ends");
     let total: u64 = ends.values().map(|v| v.as_u64().unwrap()).sum();

@@ -10,19 +10,18 @@
 //! are skipped, which under CI is a failure (`skip_because`).
 
 use std::{
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use integration_tests::{
-    Profiler, Workload, check_churn_writes, churn_bin, churn_slack, fixture, metric_gauge,
-    metric_sum, process, profiler_bin, require_root_and_tracepoints, skip_because,
+    Profiler, Workload, assert_churn_total, assert_main_and_workers, check_churn_writes, churn_bin,
+    metric_gauge, metric_sum, process, profiler_bin, require_root_and_tracepoints, roles_workload,
+    scrape::{free_port, metrics as scrape},
+    skip_because, wait_until,
 };
-use serde_json::Value;
 
 /// The capabilities of the systemd unit (deploy/systemd/mmaplock-prof.service), as setpriv
 /// names them.
@@ -80,8 +79,11 @@ struct Unprivileged {
 }
 
 impl Unprivileged {
-    /// None (the test skipped) without setpriv.
+    /// None (the test skipped) without setpriv, or without the tracepoints (root is a must).
     fn new() -> Option<Self> {
+        if !require_root_and_tracepoints() {
+            return None;
+        }
         let Some(setpriv) = setpriv() else {
             skip_because("setpriv (util-linux) is not installed");
             return None;
@@ -127,6 +129,16 @@ impl Unprivileged {
     }
 }
 
+/// Root's mmap-churn of `t` threads x `n` iterations, ready, started from a copy in a
+/// directory only root may enter (`tag`): the directory, the copy and the workload.
+fn private_churn(tag: &str, t: u64, n: u64) -> (TempDir, PathBuf, Workload) {
+    let private = TempDir::new(tag, 0o700);
+    let helper = private.copy(&churn_bin());
+    let mut cmd = Command::new(&helper);
+    cmd.args([t.to_string(), n.to_string(), "65536".into()]);
+    (private, helper, Workload::spawn(cmd))
+}
+
 /// A field of /proc/PID/status (`Uid`, `CapEff`, ...).
 fn status_field(pid: u32, name: &str) -> String {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -160,18 +172,11 @@ fn assert_runs_with_exactly_the_four(pid: u32) {
 /// symbolized from it (a 0700 directory: CAP_DAC_READ_SEARCH).
 #[test]
 fn four_capabilities_profile_another_users_process_exactly() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(unpriv) = Unprivileged::new() else {
         return;
     };
-    let private = TempDir::new("private", 0o700);
-    let helper = private.copy(&churn_bin());
     let (t, n) = (4u64, 2000u64);
-    let mut cmd = Command::new(&helper);
-    cmd.args([t.to_string(), n.to_string(), "65536".into()]);
-    let mut w = Workload::spawn(cmd);
+    let (_private, helper, mut w) = private_churn("private", t, n);
     let pid = w.pid.to_string();
     let prof = unpriv.start(&["--pid", &pid, "--interval", "0", "--stack-sample", "1"]);
     assert_runs_with_exactly_the_four(prof.pid());
@@ -179,13 +184,7 @@ fn four_capabilities_profile_another_users_process_exactly() {
     assert!(status_field(w.pid, "Uid").starts_with("0\t"));
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
-    assert!(
-        out.status.success(),
-        "exit status {:?}: {}",
-        out.status,
-        out.stderr
-    );
+    let out = prof.finish_ok(Duration::from_secs(60));
     let p = process(out.summary(), w.pid).expect("the target is in the summary");
     check_churn_writes(p, w.pid, t, n, "as nobody");
     // Code attribution needs the target's maps and binary.
@@ -213,9 +212,6 @@ fn four_capabilities_profile_another_users_process_exactly() {
 /// read from the target's memory (process_vm_readv: CAP_SYS_PTRACE) and symbolized from node.
 #[test]
 fn four_capabilities_read_another_users_node_thread_roles() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(unpriv) = Unprivileged::new() else {
         return;
     };
@@ -224,45 +220,16 @@ fn four_capabilities_read_another_users_node_thread_roles() {
         return;
     }
     let dir = TempDir::new("node", 0o755);
-    let file = dir.0.join("data.bin");
-    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
-    let mut cmd = Command::new("node");
-    cmd.env("UV_THREADPOOL_SIZE", "2")
-        .arg("--v8-pool-size=2")
-        .arg(fixture("roles.js"))
-        .args(["3", "300"])
-        .arg(&file);
-    let mut w = Workload::spawn(cmd);
-    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
-    let workers: Vec<u64> = ids["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    let (mut w, workers) = roles_workload(&dir.0);
     let pid = w.pid.to_string();
     let prof = unpriv.start(&["-p", &pid, "-i", "0"]);
     assert_runs_with_exactly_the_four(prof.pid());
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = prof.finish_ok(Duration::from_secs(60));
     let p = process(out.summary(), w.pid).expect("node is in the summary");
+    assert_main_and_workers(p, w.pid, &workers);
     let threads = p["threads"].as_array().unwrap();
-    let role_of = |tid: u64| {
-        threads
-            .iter()
-            .find(|t| t["tid"] == tid)
-            .map(|t| t["role"].as_str().unwrap().to_string())
-    };
-    assert_eq!(role_of(w.pid as u64).as_deref(), Some("main"));
-    for tid in &workers {
-        assert_eq!(
-            role_of(*tid).as_deref(),
-            Some("worker"),
-            "Worker {tid}: {threads:?}"
-        );
-    }
     let count = |role: &str| threads.iter().filter(|t| t["role"] == role).count();
     assert_eq!(count("libuv"), 2, "UV_THREADPOOL_SIZE=2: {threads:?}");
     assert!(count("v8") >= 1, "{threads:?}");
@@ -272,9 +239,6 @@ fn four_capabilities_read_another_users_node_thread_roles() {
 /// the capability, before any output.
 #[test]
 fn one_capability_fewer_is_one_clear_line_and_exit_1() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(unpriv) = Unprivileged::new() else {
         return;
     };
@@ -300,9 +264,6 @@ fn one_capability_fewer_is_one_clear_line_and_exit_1() {
 /// earlier run as they were: exit 1, one line, nothing emptied.
 #[test]
 fn a_refused_bpf_stats_leaves_existing_outputs_untouched() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(unpriv) = Unprivileged::new() else {
         return;
     };
@@ -348,48 +309,17 @@ fn a_refused_bpf_stats_leaves_existing_outputs_untouched() {
     }
 }
 
-/// A port free now on loopback.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// `GET /metrics` (OpenMetrics text), with nothing but the standard library.
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the agent");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read /metrics");
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
-}
-
 /// The agent (issue 8's test list: "runs as a non-root user with exactly the documented
 /// capabilities and still profiles another user's process"): as `nobody` with the four, it
 /// selects root's helper by its executable (/proc/PID/exe: CAP_SYS_PTRACE) in a directory only
 /// root may enter, and serves the helper's exact write count, by role.
 #[test]
 fn the_agent_with_the_four_selects_and_counts_another_users_process() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(unpriv) = Unprivileged::new() else {
         return;
     };
-    let private = TempDir::new("agent", 0o700);
-    let helper = private.copy(&churn_bin());
     let (t, n) = (2u64, 5000u64);
-    let mut cmd = Command::new(&helper);
-    cmd.args([t.to_string(), n.to_string(), "65536".into()]);
-    let mut w = Workload::spawn(cmd);
+    let (_private, helper, mut w) = private_churn("agent", t, n);
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let agent = Profiler::start_command(unpriv.command(
@@ -406,15 +336,13 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     ));
     assert_runs_with_exactly_the_four(agent.pid());
     // Selected within an interval of the agent's start (its executable read from /proc/PID/exe).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric_gauge(&scrape(port), "mmaplock_tracked_processes") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the helper was not selected: {}",
-            scrape(port)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let text = scrape(port);
+        match metric_gauge(&text, "mmaplock_tracked_processes") {
+            0 => Err(format!("the helper was not selected: {text}")),
+            _ => Ok(()),
+        }
+    });
     w.go();
     assert!(w.wait().success());
     let expected = 2 * t * n;
@@ -426,29 +354,17 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
         )
     };
     // The helper's threads' writes are in once its exit has been read (a few intervals).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut text = scrape(port);
-    while writes(&text, "role=") < expected + 1 {
-        assert!(
-            Instant::now() < deadline,
-            "{} writes of {expected} served:\n{text}",
-            writes(&text, "role=")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-        text = scrape(port);
-    }
+    wait_until(Duration::from_secs(15), Duration::from_millis(200), || {
+        let text = scrape(port);
+        match writes(&text, "role=") {
+            w if w > expected => Ok(()),
+            w => Err(format!("{w} writes of {expected} served:\n{text}")),
+        }
+    });
     std::thread::sleep(Duration::from_secs(1));
     let text = scrape(port);
     let total = writes(&text, "role=");
-    eprintln!(
-        "agent as nobody: {total} writes, expected {expected} + at most {}",
-        churn_slack(t)
-    );
-    assert!(
-        (expected..=expected + churn_slack(t)).contains(&total),
-        "{total} writes, expected {expected}..={}:\n{text}",
-        expected + churn_slack(t)
-    );
+    assert_churn_total(total, t, n, "agent as nobody", &format!(":\n{text}"));
     // The helper's threads (role read from its memory) made the 2*T*N; its main thread exited.
     let other = writes(&text, "role=\"other\"");
     assert!(
@@ -457,8 +373,6 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     );
     assert!(writes(&text, "role=\"main\"") >= 1, "{text}");
     // SIGTERM ends it cleanly.
-    // SAFETY: a signal to our own child.
-    assert_eq!(unsafe { libc::kill(agent.pid() as i32, libc::SIGTERM) }, 0);
-    let out = agent.finish(Duration::from_secs(30));
-    assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
+    agent.signal(libc::SIGTERM);
+    agent.finish_ok(Duration::from_secs(30));
 }

@@ -4,29 +4,19 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Finished, Profiler, Workload, build_addon, cause_counts, check_churn_writes, check_lost,
-    check_stats, churn_slack, fixture, process, require_root_and_tracepoints, run_profiler, stats,
+    Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, build_addon,
+    cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, finding, fixture,
+    helper_threads, process, profile_workload, require_root_and_tracepoints, roles_workload,
+    run_profiler, stats, thread, thread_writes,
 };
 use serde_json::Value;
 
 /// Profiles one mmap-churn run of `threads` x `iterations` and returns the summary.
 fn profile_churn(threads: u32, iterations: u32, extra: &[&str]) -> (u32, Finished) {
     let mut w = Workload::churn(threads, iterations, None);
-    let pid = w.pid.to_string();
-    let mut args = vec!["--pid", pid.as_str(), "--interval", "0"];
+    let mut args = vec!["--interval", "0"];
     args.extend_from_slice(extra);
-    let prof = Profiler::start(&args);
-    w.go();
-    assert!(w.wait().success());
-    // The target exited: the profiler ends by itself.
-    let out = prof.finish(Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "exit status {:?}: {}",
-        out.status,
-        out.stderr
-    );
-    (w.pid, out)
+    (w.pid, profile_workload(&mut w, &args))
 }
 
 #[test]
@@ -134,52 +124,21 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
         return;
     }
     let dir = tempfile_dir();
-    let file = dir.join("data.bin");
-    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
-    let mut cmd = Command::new("node");
-    cmd.env("UV_THREADPOOL_SIZE", "2")
-        .arg("--v8-pool-size=2")
-        .arg(fixture("roles.js"))
-        .args(["3", "300"])
-        .arg(&file);
-    let mut w = Workload::spawn(cmd);
-    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
-    let workers: Vec<u64> = ids["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    let (mut w, workers) = roles_workload(&dir);
     assert_eq!(workers.len(), 3);
     // Threads that exist before the work starts: main, V8's platform threads, the Workers.
     // libuv starts its threadpool lazily, on the first deflate: every thread that appears
     // after "go" is a libuv threadpool thread.
     let before = task_ids(w.pid);
     // Attach to the running process.
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = profile_workload(&mut w, &["-i", "0"]);
     let s = out.summary();
     let p = process(s, w.pid).expect("node is in the summary");
-    let threads = p["threads"].as_array().unwrap();
-    let role_of = |tid: u64| {
-        threads
-            .iter()
-            .find(|t| t["tid"] == tid)
-            .map(|t| t["role"].as_str().unwrap().to_string())
-    };
-    assert_eq!(role_of(w.pid as u64).as_deref(), Some("main"));
+    assert_main_and_workers(p, w.pid, &workers);
     for tid in &workers {
-        assert_eq!(
-            role_of(*tid).as_deref(),
-            Some("worker"),
-            "worker {tid}: {threads:?}"
-        );
-        let t = threads.iter().find(|t| t["tid"] == *tid).unwrap();
-        assert!(t["write"]["count"].as_u64().unwrap() > 0, "{t}");
+        assert!(thread_writes(p, *tid) > 0, "{}", thread(p, *tid));
     }
+    let threads = p["threads"].as_array().unwrap();
     let libuv: Vec<u64> = threads
         .iter()
         .filter(|t| t["role"] == "libuv")
@@ -290,12 +249,7 @@ fn every_json_line_follows_the_contract() {
         return;
     }
     let mut w = Workload::churn(2, 3000, None);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0.05"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(30));
-    assert!(out.status.success());
+    let out = profile_workload(&mut w, &["-i", "0.05"]);
     assert!(out.lines.len() >= 2, "intervals and a summary");
     for l in &out.lines {
         check_report(l);
@@ -361,47 +315,38 @@ fn one_line_error(out: &std::process::Output, code: i32, needle: &str) {
 
 #[test]
 fn bad_usage_exits_2_with_one_line() {
-    one_line_error(&run_profiler(&["--pid", "abc"]), 2, "abc");
-    one_line_error(&run_profiler(&["--pid", "0"]), 2, "\"0\"");
-    one_line_error(&run_profiler(&["--bogus"]), 2, "--bogus");
-    one_line_error(&run_profiler(&["-f", "xml"]), 2, "xml");
-    one_line_error(&run_profiler(&["-d", "-1"]), 2, "-1");
-    // Beyond pid_max: cannot exist.
-    one_line_error(
-        &run_profiler(&["--pid", "2000000000"]),
-        2,
-        "no process with pid 2000000000",
-    );
-    one_line_error(
-        &run_profiler(&["-o", "/nonexistent-dir/x.json", "-d", "1"]),
-        2,
-        "/nonexistent-dir/x.json",
-    );
-    one_line_error(
-        &run_profiler(&["--stacks", "/nonexistent-dir/s.folded", "-d", "1"]),
-        2,
-        "/nonexistent-dir/s.folded",
-    );
-    one_line_error(
-        &run_profiler(&["--stack-sample", "abc"]),
-        2,
-        "--stack-sample",
-    );
-    // Empty names and paths: nothing could match or be written (an empty --comm used to run
-    // until killed, profiling nothing; with -d, were one accepted, the test would not hang).
-    one_line_error(&run_profiler(&["--comm", "", "-d", "1"]), 2, "--comm");
-    one_line_error(&run_profiler(&["-o", "", "-d", "1"]), 2, "--output");
-    one_line_error(&run_profiler(&["--stacks", "", "-d", "1"]), 2, "--stacks");
-    one_line_error(
-        &run_profiler(&["-i", "0.0000001", "-d", "1"]),
-        2,
-        "0.0000001",
-    );
-    one_line_error(
-        &run_profiler(&["--comm", "a-name-longer-than-15", "-d", "1"]),
-        2,
-        "longer than",
-    );
+    let refused: [(&[&str], &str); 14] = [
+        (&["--pid", "abc"], "abc"),
+        (&["--pid", "0"], "\"0\""),
+        (&["--bogus"], "--bogus"),
+        (&["-f", "xml"], "xml"),
+        (&["-d", "-1"], "-1"),
+        // Beyond pid_max: cannot exist.
+        (&["--pid", "2000000000"], "no process with pid 2000000000"),
+        (
+            &["-o", "/nonexistent-dir/x.json", "-d", "1"],
+            "/nonexistent-dir/x.json",
+        ),
+        (
+            &["--stacks", "/nonexistent-dir/s.folded", "-d", "1"],
+            "/nonexistent-dir/s.folded",
+        ),
+        (&["--stack-sample", "abc"], "--stack-sample"),
+        // Empty names and paths: nothing could match or be written (an empty --comm used to
+        // run until killed, profiling nothing; with -d, were one accepted, the test would not
+        // hang).
+        (&["--comm", "", "-d", "1"], "--comm"),
+        (&["-o", "", "-d", "1"], "--output"),
+        (&["--stacks", "", "-d", "1"], "--stacks"),
+        (&["-i", "0.0000001", "-d", "1"], "0.0000001"),
+        (
+            &["--comm", "a-name-longer-than-15", "-d", "1"],
+            "longer than",
+        ),
+    ];
+    for (args, needle) in refused {
+        one_line_error(&run_profiler(args), 2, needle);
+    }
 }
 
 #[test]
@@ -441,11 +386,7 @@ fn write_causes_match_the_syscalls_made() {
         cmd.arg(n.to_string());
     }
     let mut w = Workload::spawn(cmd);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(30));
+    let out = profile_workload(&mut w, &["-i", "0"]);
     let s = out.summary();
     let p = process(s, w.pid).expect("target in summary");
     let got = cause_counts(p);
@@ -504,13 +445,8 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
         .arg(&addon)
         .args([workers.to_string(), n.to_string()]);
     let mut w = Workload::spawn(cmd);
-    let pid = w.pid.to_string();
     let folded = dir.join("folded.txt");
-    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stacks", folded.to_str().unwrap()]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = profile_workload(&mut w, &["-i", "0", "--stacks", folded.to_str().unwrap()]);
     let s = out.summary();
     assert_eq!(s["stack_sample"], 1);
     assert_eq!(s["lost"]["stacks"], 0, "every sampled stack arrived");
@@ -559,12 +495,7 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
     assert_eq!(addon_threads.len(), 1, "{:?}", p["threads"]);
     assert_eq!(addon_threads[0]["write"]["count"].as_u64().unwrap(), 2 * n);
     // The verdict names the addon's file.
-    let finding = s["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "addon-threads" && f["pid"] == w.pid)
-        .unwrap_or_else(|| panic!("no addon-threads finding in {}", s["findings"]));
+    let finding = finding(s, "addon-threads", w.pid);
     assert!(
         finding["title"]
             .as_str()
@@ -591,11 +522,7 @@ fn writes_only_counts_every_write_and_no_read() {
     let (t, n) = (2u64, 1500u64);
     let (pid, out) = profile_churn(t as u32, n as u32, &["--writes-only"]);
     let p = process(out.summary(), pid).expect("target");
-    let (writes, _) = stats(p, "write");
-    assert!(
-        (2 * t * n..=2 * t * n + churn_slack(t)).contains(&writes),
-        "writes {writes}"
-    );
+    assert_churn_total(stats(p, "write").0, t, n, "--writes-only", "");
     assert_eq!(p["read"]["count"], 0);
     let munmap = cause_counts(p)["munmap"];
     assert!(
@@ -612,23 +539,14 @@ fn exited_threads_free_their_entries_and_stay_in_the_summary() {
     // Room for 4 threads at a time; 3 waves of 4 threads come and go.
     let (waves, threads, n) = (3u64, 4u64, 20u64);
     let mut w = Workload::helper("thread-waves", [waves, threads, n, 1600]);
-    let pid = w.pid.to_string();
-    let prof = Profiler::start(&["-p", &pid, "-i", "0", "--max-threads", "5"]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = profile_workload(&mut w, &["-i", "0", "--max-threads", "5"]);
     let s = out.summary();
     assert_eq!(
         s["lost"]["map_full"], 0,
         "exited threads' entries were freed"
     );
     let p = process(s, w.pid).expect("target");
-    let workers: Vec<&Value> = p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["tid"] != w.pid && t["role"] != "foreign" && t["role"] != "profiler")
-        .collect();
+    let workers = helper_threads(p, w.pid);
     assert_eq!(workers.len() as u64, waves * threads, "{workers:?}");
     for t in workers {
         let c = t["write"]["count"].as_u64().unwrap();

@@ -5,44 +5,47 @@
 //! arena growth), every verdict rests on the repeats' spread, its page renders, and a run's
 //! findings quote it (`--study`) and are followed by `compare`.
 
-use std::process::Command;
-
 use integration_tests::{
-    assert_self_contained, charts, profiler_bin, rendered_dom, require_root_and_tracepoints,
+    assert_charts, find, rendered_charts, require_root_and_tracepoints, run_json, run_ok,
+    run_profiler,
 };
 use serde_json::Value;
 
-const SCENARIOS: [&str; 10] = [
-    "default",
-    "pool-256k",
-    "reuse",
-    "async",
-    "arena-1",
-    "arena-2",
-    "jemalloc",
-    "finalization-pool",
-    "slab",
-    "dispose",
-];
-
 const REPEAT: u64 = 3;
+
+/// The scenarios `study` offers: its one-line refusal of an unknown one lists them.
+fn scenarios() -> Vec<String> {
+    let out = run_profiler(&["study", "--scenario", "none-such"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let list = err
+        .split_once("(one of: ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .unwrap_or_else(|| panic!("no list of scenarios in {err}"))
+        .0;
+    list.split(", ").map(str::to_string).collect()
+}
 
 #[test]
 fn the_quick_study_runs_every_scenario_and_shows_what_the_mechanisms_guarantee() {
     if !require_root_and_tracepoints() {
         return;
     }
+    let scenarios = scenarios();
+    // The investigation's ten, those this test judges among them.
+    assert_eq!(scenarios.len(), 10, "{scenarios:?}");
+    for s in [
+        "default",
+        "pool-256k",
+        "reuse",
+        "arena-1",
+        "arena-2",
+        "jemalloc",
+    ] {
+        assert!(scenarios.iter().any(|x| x == s), "{s} not in {scenarios:?}");
+    }
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(profiler_bin())
-        .args(["study", "--quick", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(["study", "--quick", "--out", dir.path().to_str().unwrap()]);
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
             .unwrap();
@@ -51,7 +54,7 @@ fn the_quick_study_runs_every_scenario_and_shows_what_the_mechanisms_guarantee()
     assert_eq!(results["repeat"], REPEAT);
     assert_eq!(
         runs.len() as u64,
-        SCENARIOS.len() as u64 * 2 * REPEAT,
+        scenarios.len() as u64 * 2 * REPEAT,
         "10 scenarios x 2 modes x k = 4 x 3 runs"
     );
     let cell = |scenario: &str, mode: &str| -> Vec<&Value> {
@@ -65,7 +68,7 @@ fn the_quick_study_runs_every_scenario_and_shows_what_the_mechanisms_guarantee()
             .sum::<u64>()
             / rs.len() as u64
     };
-    for s in SCENARIOS {
+    for s in &scenarios {
         for mode in ["workers", "processes"] {
             let rs = cell(s, mode);
             assert_eq!(rs.len() as u64, REPEAT, "{s} {mode}");
@@ -133,33 +136,26 @@ fn the_quick_study_runs_every_scenario_and_shows_what_the_mechanisms_guarantee()
         );
     }
     // Reading into one Buffer is faster beyond noise on any machine: never "within noise".
-    let reuse = results["ranking"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["scenario"] == "reuse")
-        .unwrap();
+    let reuse = find(&results, "ranking", "scenario", "reuse").unwrap();
     assert_eq!(reuse["writes_verdict"], "changed", "{reuse}");
     findings_quote_the_study_and_compare_follows_them(dir.path(), runs);
     let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
-    for s in SCENARIOS {
+    for s in &scenarios {
         assert!(md.contains(&format!("| {s} |")), "{s} not in results.md");
     }
     assert!(md.contains("Ranking on this machine") && md.contains("the investigation found"));
-    let page = dir.path().join("report.html");
-    let Some(dom) = rendered_dom(&page, None) else {
+    let Some((dom, found)) = rendered_charts(&dir.path().join("report.html")) else {
         return;
     };
-    assert_self_contained(&dom);
-    let found = charts(&dom);
-    for want in [
-        "throughput-64000-4",
-        "writes-64000-4",
-        "mean-wait-64000-4",
-        "p99-wait-64000-4",
-    ] {
-        assert!(found.iter().any(|c| c == want), "no {want} in {found:?}");
-    }
+    assert_charts(
+        &found,
+        &[
+            "throughput-64000-4",
+            "writes-64000-4",
+            "mean-wait-64000-4",
+            "p99-wait-64000-4",
+        ],
+    );
     assert!(found.iter().any(|c| c.starts_with("wait-histogram-reuse-")));
     // The ranking is a table, not a text block.
     assert!(dom.contains("data-table=\"ranking\"") && dom.contains("data-table=\"claims\""));
@@ -194,25 +190,10 @@ fn findings_quote_the_study_and_compare_follows_them(dir: &std::path::Path, runs
         .expect("a default run of the Workers with the arena-growth finding");
     std::fs::write(&one, with_arena["report"].to_string() + "\n").unwrap();
     let results = dir.join("results.json");
-    let out = Command::new(profiler_bin())
-        .arg("report")
-        .arg(&one)
-        .args(["-f", "json", "--study"])
-        .arg(&results)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (one, results) = (one.to_str().unwrap(), results.to_str().unwrap());
+    let v = run_json(["report", one, "--study", results]);
     assert_eq!(v["type"], "findings");
-    let arena = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "arena-growth")
+    let arena = find(&v, "findings", "id", "arena-growth")
         .unwrap_or_else(|| panic!("no arena-growth in {v}"));
     let measured: Vec<&str> = arena["measured"]
         .as_array()
@@ -228,36 +209,15 @@ fn findings_quote_the_study_and_compare_follows_them(dir: &std::path::Path, runs
     assert!(m["throughput"]["mean"].as_f64().unwrap() > 0.0);
     assert!(arena["measured_on"].as_str().unwrap().starts_with("Linux "));
     // The text quotes it too.
-    let text = Command::new(profiler_bin())
-        .arg("report")
-        .arg(&one)
-        .args(["-f", "text", "--study"])
-        .arg(&results)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = run_ok(["report", one, "-f", "text", "--study", results]);
     assert!(
         text.contains("measured here: arena-1 at 64 KiB: "),
         "{text}"
     );
     // compare, default -> jemalloc: the finding removed (or, at the least, reduced).
-    let out = Command::new(profiler_bin())
-        .arg("compare")
-        .args([&before, &after])
-        .args(["-f", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let f = c["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "arena-growth")
+    let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
+    let c = run_json(["compare", before, after]);
+    let f = find(&c, "findings", "id", "arena-growth")
         .unwrap_or_else(|| panic!("no arena-growth in {}", c["findings"]));
     assert!(f["before"]["present"].as_u64().unwrap() >= 1, "{f}");
     assert!(
@@ -265,13 +225,7 @@ fn findings_quote_the_study_and_compare_follows_them(dir: &std::path::Path, runs
         "{f}"
     );
     // A study file that is not one: exit 2, one line.
-    let bad = Command::new(profiler_bin())
-        .arg("report")
-        .arg(&before)
-        .arg("--study")
-        .arg(&before)
-        .output()
-        .unwrap();
+    let bad = run_profiler(&["report", before, "--study", before]);
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }

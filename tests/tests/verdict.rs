@@ -3,30 +3,11 @@
 //! "not your bottleneck" for a CPU-bound process; the demo's Worker threads recognised as
 //! glibc's arenas growing, first on its page as rendered by headless Chromium.
 
-use std::{path::Path, process::Command};
-
 use integration_tests::{
-    Workload, process, profile_workload, profiler_bin, rendered_dom, require_root_and_tracepoints,
+    Workload, find, finding, process, profile_workload, read_lines, rendered_dom, report_html,
+    require_root_and_tracepoints, run_ok, thread,
 };
 use serde_json::Value;
-
-fn thread(p: &Value, tid: u64) -> &Value {
-    p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == tid)
-        .unwrap_or_else(|| panic!("thread {tid} not in {}", p["threads"]))
-}
-
-fn findings<'a>(s: &'a Value, pid: u32, id: &str) -> Vec<&'a Value> {
-    s["findings"]
-        .as_array()
-        .expect("the summary has findings")
-        .iter()
-        .filter(|f| f["pid"] == pid && f["id"] == id)
-        .collect()
-}
 
 /// A thread that sleeps about half its life and spends most of the rest waiting behind
 /// another thread's long write holds: the profiler's share of its time spent waiting is
@@ -80,12 +61,8 @@ fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
     // The process and its role: their own threads summed (the holder too).
     let own = &p["time_share"];
     assert!(f(own, "threads") >= 2.0 && f(own, "wall") < got, "{own}");
-    let other = p["time_share_by_role"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["role"] == "other")
-        .expect("the helper's threads are `other`");
+    let other =
+        find(p, "time_share_by_role", "role", "other").expect("the helper's threads are `other`");
     assert!(f(other, "wait_ns") >= f(share, "wait_ns"));
     // Interval lines carry the shares too (every 0.1 s), and their windows partition the
     // waiter's CPU time (each its CPU at the window's end less at its start).
@@ -158,23 +135,21 @@ fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first(
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("demo.json");
-    let out = Command::new(profiler_bin())
-        .args(["demo", "-f", "json", "-n", "1500", "-o"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let demo: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    run_ok([
+        "demo",
+        "-f",
+        "json",
+        "-n",
+        "1500",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    let [demo] = &read_lines(&json)[..] else {
+        panic!("not one line: {}", json.display())
+    };
     let workers = &demo["runs"][0]["report"];
     let pid = workers["processes"][0]["pid"].as_u64().unwrap() as u32;
-    let arena = findings(workers, pid, "arena-growth");
-    let f = arena
-        .first()
-        .unwrap_or_else(|| panic!("no arena-growth in {}", workers["findings"]));
+    let f = finding(workers, "arena-growth", pid);
     eprintln!("{}", serde_json::to_string_pretty(f).unwrap());
     let ev = &f["evidence"];
     assert_eq!(ev["roles"][0], "worker", "{ev}");
@@ -203,20 +178,12 @@ fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first(
     assert_eq!(f["source"], "docs/findings.md#arena-growth");
     // The page: findings first, as Chromium renders it.
     let page = dir.path().join("demo.html");
-    let report = Command::new(profiler_bin())
-        .arg("report")
-        .arg(&json)
-        .args(["-f", "text", "--html"])
-        .arg(&page)
-        .output()
-        .unwrap();
-    assert!(report.status.success());
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = report_html(&json, &page);
     assert!(
         text.contains("glibc's malloc arenas of the worker threads"),
         "{text}"
     );
-    let Some(dom) = rendered_dom(Path::new(&page), None) else {
+    let Some(dom) = rendered_dom(&page, None) else {
         return;
     };
     let at = dom

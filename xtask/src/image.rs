@@ -3,15 +3,11 @@
 //! it links, as `ldd` resolves them here (the dist step has checked that it links nothing
 //! else). Nothing is fetched: no base image, no registry.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, Result};
 
-use crate::{run, toolchain::output, workspace_root};
+use crate::{ldd::linked_files, run, toolchain::output, workspace_root};
 
 /// The tests' image (of the debug build), which `cargo xtask test` makes for tests/tests/image.rs.
 pub const TEST_TAG: &str = "localhost/mmaplock-prof:test";
@@ -91,42 +87,4 @@ fn image_id(tag: &str) -> Option<String> {
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-}
-
-/// The files `ldd` names (libraries and the loader), as paths on this host.
-fn linked_files(ldd: &str) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = ldd
-        .lines()
-        .filter_map(|l| {
-            let path = match l.split_once("=>") {
-                Some((_, right)) => right.split_whitespace().next()?,
-                None => l.split_whitespace().next()?,
-            };
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_loader_and_libraries_are_taken_from_ldd() {
-        let ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n\
-                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\
-                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f2)\n\
-                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n";
-        assert_eq!(
-            linked_files(ldd),
-            [
-                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
-                PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
-                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
-            ]
-        );
-    }
 }

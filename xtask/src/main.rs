@@ -6,6 +6,7 @@ mod bench;
 mod dist;
 mod image;
 mod layers;
+mod ldd;
 mod packages;
 mod soak;
 mod toolchain;

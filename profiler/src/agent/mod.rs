@@ -17,13 +17,12 @@ use crate::{
     aggregation::Attribution,
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
-        lines::Trouble,
         prometheus::{self, Metrics, Shared},
         report,
         rotate::Rotating,
     },
-    run::{Driver, LoopConfig, Profile, Session, SessionError},
-    vocab::ids::ProcId,
+    run::{Driver, LoopConfig, Profile, Session, SessionError, Sink},
+    vocab::{Format, ids::ProcId},
 };
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 
@@ -98,12 +97,12 @@ struct Agent<'a> {
     cfg: &'a AgentConfig,
     selection: Selection,
     metrics: Shared,
-    ndjson: Option<Rotating>,
+    /// `--output`: the interval reports as JSON lines, in a file rotated by size.
+    ndjson: Option<Sink>,
     /// Readings so far: the first scans /proc for the processes already running.
     polls: u64,
     /// Whether the kernel matches every selector (else the scans run every interval).
     kernel_complete: bool,
-    ndjson_trouble: Trouble,
     web: http::Web,
 }
 
@@ -189,20 +188,9 @@ impl Driver for Agent<'_> {
             m.map_entries = entries as u64;
         }
         if let Some(out) = self.ndjson.as_mut() {
-            let r = report::build(&window, &attribution, meta);
-            let mut line = serde_json::to_vec(&r).map_err(|e| SessionError::Write(e.into()))?;
-            line.push(b'\n');
             // A full disk does not stop the agent: /metrics goes on, the next intervals are
-            // tried again (output/lines.rs).
-            let what = out.path().display().to_string();
-            match out.write_record(&line) {
-                Ok(()) => self.ndjson_trouble.worked(&what),
-                Err(e) => self.ndjson_trouble.failed(
-                    &what,
-                    &e,
-                    "the agent goes on serving /metrics; the next intervals are tried again",
-                ),
-            }
+            // tried again (an interval report's failure is never the run's).
+            out.write_report(report::build(&window, &attribution, meta))?;
         }
         Ok(())
     }
@@ -274,10 +262,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         eprintln!("mmaplock-prof agent: {w}");
     }
     let ndjson = match &cfg.output {
-        Some(p) => Some(
+        Some(p) => Some(Sink::rotating(
             Rotating::open(p, cfg.rotate_bytes, cfg.rotate_keep)
                 .map_err(|e| AgentError::Output(p.clone(), e))?,
-        ),
+            Format::Json,
+            "the agent goes on serving /metrics; the next intervals are tried again",
+        )),
         None => None,
     };
     let listener = http::bind(cfg.listen)
@@ -324,7 +314,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         ndjson,
         polls: 0,
         kernel_complete,
-        ndjson_trouble: Trouble::default(),
         web: web.clone(),
     };
     // Select at once, not one interval late; only then say so.

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     aggregation::SideStats,
     output::{
+        Output,
         compare_findings::{self, RunFindings},
         findings::StudyEffects,
         partial::Summed,
@@ -273,6 +274,15 @@ fn show(c: &Change, ns: bool) -> String {
         v(c.after.mean),
         ratio
     )
+}
+
+/// `compare`'s view for people.
+pub struct CompareText;
+
+impl Output<Comparison> for CompareText {
+    fn emit(&mut self, c: &Comparison, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(to_text(c).as_bytes())
+    }
 }
 
 /// The comparison as a table for people.

@@ -44,8 +44,6 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         write,
     };
     ProcessReport {
-        profiler: None,
-        cgroup: None,
         pid,
         start_ticks: 5,
         comm: comm.into(),
@@ -56,13 +54,6 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
             cause("mprotect", stats(7, wait, 6000, &[(1024, 3), (8192, 4)])),
             cause("munmap", stats(3, 0, 1000, &[(1024, 3)])),
         ],
-        dsos: None,
-        stacks: None,
-        js_functions: None,
-        js_hint: None,
-        v8_note: None,
-        js_frames: None,
-        stack_ends: None,
         flame: flame.then(|| {
             vec![
                 crate::output::report::FlameStack {
@@ -75,11 +66,6 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
                 },
             ]
         }),
-        blockers: None,
-        blocked_wait_ns: None,
-        blocked_by_role: None,
-        time_share: None,
-        time_share_by_role: None,
         threads: vec![
             thread(pid, Role::Main, comm, stats(4, 1, 900, &[(1024, 4)])),
             thread(
@@ -89,6 +75,7 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
                 stats(6, wait.saturating_sub(1), 6500, &[(8192, 6)]),
             ),
         ],
+        ..ProcessReport::default()
     }
 }
 

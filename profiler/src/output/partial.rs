@@ -173,8 +173,6 @@ impl Summed {
                     .collect();
                 threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
                 ProcessReport {
-                    profiler: None,
-                    cgroup: None,
                     pid,
                     start_ticks,
                     comm: p.comm.clone(),
@@ -182,20 +180,12 @@ impl Summed {
                     read: Stats::new(&p.sides.read),
                     downgrade: Stats::new(&p.sides.downgrade),
                     causes: cause_reports(&p.sides.causes),
-                    dsos: None,
-                    stacks: None,
-                    js_functions: None,
-                    js_hint: None,
-                    v8_note: None,
-                    js_frames: None,
-                    stack_ends: None,
-                    flame: None,
-                    blockers: None,
                     blocked_wait_ns: p.blocked_wait_ns,
-                    blocked_by_role: None,
                     threads,
                     time_share: p.time.and_then(|s| s.total()),
                     time_share_by_role: share::by_role(&p.time_by_role),
+                    // What interval lines do not carry (sampled stacks, blockers by name).
+                    ..ProcessReport::default()
                 }
             })
             .collect();

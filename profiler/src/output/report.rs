@@ -164,7 +164,8 @@ pub struct ThreadReport {
     pub time_share: Option<TimeShare>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// `Default`: every optional part absent (what stack sampling, blockers and time add).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub pid: u32,
     /// The process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with
@@ -626,20 +627,14 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             read: Stats::new(&read),
             downgrade: Stats::new(&downgrade),
             causes: cause_reports(causes.iter().map(|(c, s)| (*c, s))),
-            dsos: None,
-            stacks: None,
-            js_functions: None,
-            js_hint: None,
-            v8_note: None,
-            js_frames: None,
-            stack_ends: None,
-            flame: None,
             blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
             blocked_by_role,
             blockers: blockers.map(|b| b.process),
             threads,
             time_share: own_time.total(),
             time_share_by_role: super::share::by_role(&role_time),
+            // The sampled stacks' parts come with the summary (`run`), not from the window.
+            ..ProcessReport::default()
         });
     }
     Report {

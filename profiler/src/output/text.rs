@@ -112,6 +112,18 @@ fn short_path(p: &str) -> String {
 /// Width of the first column of the tables of STATS.
 const LABEL: usize = 10;
 
+/// The figures of a process's or thread's row: writes, their wait (sum, p99), reads, their
+/// wait (sum).
+fn row_figures(write: &Stats, read: &Stats) -> (u64, String, String, u64, String) {
+    (
+        write.count,
+        fmt_ns(write.wait_ns.sum),
+        fmt_ns(write.wait_ns.p99),
+        read.count,
+        fmt_ns(read.wait_ns.sum),
+    )
+}
+
 fn stats_row(label: &str, s: &Stats) -> String {
     let label = fit(label, LABEL);
     format!(
@@ -198,16 +210,12 @@ pub fn to_text(r: &Report) -> String {
                 out.push_str("  no mmap_lock activity\n");
             }
             for p in &r.processes {
+                let (writes, wait, p99, reads, read_wait) = row_figures(&p.write, &p.read);
                 let _ = writeln!(
                     out,
-                    "  {:>7} {:<15} writes {:>7} wait {:>9} (p99 {:>8})   reads {:>8} wait {:>9}",
+                    "  {:>7} {:<15} writes {writes:>7} wait {wait:>9} (p99 {p99:>8})   reads {reads:>8} wait {read_wait:>9}",
                     p.pid,
                     fit(&p.comm, 15),
-                    p.write.count,
-                    fmt_ns(p.write.wait_ns.sum),
-                    fmt_ns(p.write.wait_ns.p99),
-                    p.read.count,
-                    fmt_ns(p.read.wait_ns.sum),
                 );
             }
         }
@@ -361,17 +369,13 @@ fn process_text(p: &ProcessReport) -> String {
         "tid", "role", "comm", "writes", "wait sum", "wait p99", "reads", "wait sum"
     );
     for t in p.threads.iter().take(TOP_THREADS) {
+        let (writes, wait, p99, reads, read_wait) = row_figures(&t.write, &t.read);
         let _ = writeln!(
             out,
-            "  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",
+            "  {:>8} {:<9} {:<15} {writes:>8} {wait:>10} {p99:>9} {reads:>9} {read_wait:>10}",
             t.tid,
             t.role.as_str(),
             fit(&t.comm, 15),
-            t.write.count,
-            fmt_ns(t.write.wait_ns.sum),
-            fmt_ns(t.write.wait_ns.p99),
-            t.read.count,
-            fmt_ns(t.read.wait_ns.sum),
         );
     }
     if p.threads.len() > TOP_THREADS {

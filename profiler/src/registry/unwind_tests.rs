@@ -80,6 +80,16 @@ fn dump(frames: &[Frame]) {
     }
 }
 
+/// This process's stack as `c` captured it, unwound from its `bp` (0: no frame-pointer
+/// fallback) and symbolized (and shown, for a failure's sake).
+fn unwind_own(c: &Captured, bp: u64) -> Vec<Frame> {
+    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
+    let unwound = u.unwind(c.ip, c.sp, bp, &c.stack, MAX_FRAMES);
+    let frames = u.symbolize_stack(&unwound.addrs());
+    dump(&frames);
+    frames
+}
+
 /// Index of the first frame at or after `from` whose symbol contains `needle`.
 fn position(frames: &[Frame], from: usize, needle: &str) -> usize {
     (from..frames.len())
@@ -106,14 +116,9 @@ fn assert_chain(frames: &[Frame], needles: &[&str]) -> Vec<usize> {
 
 #[test]
 fn unwinds_rust_chain_with_eh_frame_only() {
-    let c = level_a();
-    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     // bp = 0: any frame-pointer fallback would stop immediately, so reaching
     // level_a proves the CFI path is taken.
-    let unwound = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
-    let addrs = unwound.addrs();
-    let frames = u.symbolize_stack(&addrs);
-    dump(&frames);
+    let frames = unwind_own(&level_a(), 0);
     let idx = assert_chain(
         &frames,
         &[
@@ -178,12 +183,7 @@ fn sort_through_libc() -> Captured {
 
 #[test]
 fn unwinds_through_glibc_without_frame_pointers() {
-    let c = sort_through_libc();
-    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
-    let unwound = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
-    let addrs = unwound.addrs();
-    let frames = u.symbolize_stack(&addrs);
-    dump(&frames);
+    let frames = unwind_own(&sort_through_libc(), 0);
     let idx = assert_chain(
         &frames,
         &["capture", "compare_and_capture", "sort_through_libc"],
@@ -241,12 +241,8 @@ fn call_through_jit(trampoline: extern "C" fn(extern "C" fn())) -> Captured {
 fn falls_back_to_frame_pointers_in_anonymous_code() {
     let trampoline = make_jit_trampoline();
     let c = call_through_jit(trampoline);
-    let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
     // Real bp here: CFI restores the trampoline's rbp, then the fallback walks it.
-    let unwound = u.unwind(c.ip, c.sp, c.bp, &c.stack, MAX_FRAMES);
-    let addrs = unwound.addrs();
-    let frames = u.symbolize_stack(&addrs);
-    dump(&frames);
+    let frames = unwind_own(&c, c.bp);
     let idx = assert_chain(
         &frames,
         &[

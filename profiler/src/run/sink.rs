@@ -1,9 +1,9 @@
-//! Where reports go: a file or standard output, in one of the output formats. Each report is
-//! rendered whole, then written in one go ([`LineFile`]): a file never holds half a report. A
-//! file named on the command line is emptied only once the run has attached
-//! ([`Sink::begin`]); a write that fails during the run (a full disk) is said once and tried
-//! again with the next report, the run's totals staying in memory; only the summary's failure
-//! fails the run.
+//! Where reports go: a file or standard output, in one of the output formats, or the agent's
+//! rotating file. Each report is rendered whole by its [`Output`], then written in one go
+//! ([`LineFile`], [`Rotating`]): a file never holds half a report. A file named on the command
+//! line is emptied only once the run has attached ([`Sink::begin`]); a write that fails
+//! during the run (a full disk) is said once and tried again with the next report, the run's
+//! totals staying in memory; only the final record's failure fails the run.
 
 use std::{
     io::{self, Write},
@@ -16,6 +16,7 @@ use crate::{
         html::HtmlRecorder,
         lines::{LineFile, Pending, Trouble},
         report::{Kind, Report},
+        rotate::Rotating,
     },
     run::SessionError,
     vocab::Format,
@@ -26,6 +27,8 @@ enum Out {
     /// Opened, not yet emptied (before the run has attached).
     Pending(Pending),
     File(PathBuf, LineFile),
+    /// The agent's NDJSON: appended to, rotated by size.
+    Rotating(Rotating),
 }
 
 /// Where reports go, and in which format.
@@ -36,6 +39,8 @@ pub struct Sink {
     /// The reader went away (e.g. `| head`): keep profiling quietly, write nothing more.
     closed: bool,
     trouble: Trouble,
+    /// What goes on when a write fails, said with the failure.
+    going_on: &'static str,
     /// `--html FILE`: every report is kept for the page written at the end.
     pub html: Option<HtmlRecorder>,
 }
@@ -49,18 +54,32 @@ impl Sink {
             }
             None => Out::Stdout,
         };
+        Ok(Sink::new(
+            out,
+            format,
+            "the run goes on (its totals are kept); the next reports and the summary are tried again",
+        ))
+    }
+
+    /// The agent's rotating file, already open: it is appended to, never emptied.
+    pub fn rotating(file: Rotating, format: Format, going_on: &'static str) -> Self {
+        Sink::new(Out::Rotating(file), format, going_on)
+    }
+
+    fn new(out: Out, format: Format, going_on: &'static str) -> Self {
         let output: Box<dyn Output> = match format {
             Format::Json => Box::new(JsonLines),
             Format::Text => Box::new(Text),
         };
-        Ok(Sink {
+        Sink {
             out,
             format,
             output,
             closed: false,
             trouble: Trouble::default(),
+            going_on,
             html: None,
-        })
+        }
     }
 
     /// The run has attached: an output file is emptied now.
@@ -87,6 +106,7 @@ impl Sink {
         match &self.out {
             Out::File(p, _) => p.display().to_string(),
             Out::Pending(p) => p.path().display().to_string(),
+            Out::Rotating(r) => r.path().display().to_string(),
             Out::Stdout => "standard output".into(),
         }
     }
@@ -99,6 +119,7 @@ impl Sink {
         self.begin()?;
         let res = match &mut self.out {
             Out::File(_, f) => f.write_record(record),
+            Out::Rotating(r) => r.write_record(record),
             _ => {
                 let mut out = io::stdout().lock();
                 out.write_all(record).and_then(|()| out.flush())
@@ -109,20 +130,21 @@ impl Sink {
                 self.trouble.worked(&self.name());
                 Ok(())
             }
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+            // A long-running agent's reader may come back: its file is tried again.
+            Err(e)
+                if e.kind() == io::ErrorKind::BrokenPipe
+                    && !matches!(self.out, Out::Rotating(_)) =>
+            {
                 self.closed = true;
                 Ok(())
             }
             Err(e) if !last => {
-                self.trouble.failed(
-                    &self.name(),
-                    &e,
-                    "the run goes on (its totals are kept); the next reports and the summary are tried again",
-                );
+                self.trouble.failed(&self.name(), &e, self.going_on);
                 Ok(())
             }
             Err(e) => Err(match &self.out {
                 Out::File(p, _) => SessionError::OpenOutput(p.clone(), e),
+                Out::Rotating(r) => SessionError::OpenOutput(r.path().to_path_buf(), e),
                 _ => SessionError::Write(e),
             }),
         }
@@ -136,10 +158,7 @@ impl Sink {
         if self.closed {
             return Ok(());
         }
-        let mut record = Vec::new();
-        self.output
-            .emit(&r, &mut record)
-            .map_err(SessionError::Write)?;
+        let record = render(&mut *self.output, &r)?;
         let last = matches!(r.kind, Kind::Summary);
         let threads: usize = r.processes.iter().map(|p| p.threads.len()).sum();
         drop(r);
@@ -164,8 +183,51 @@ impl Sink {
         }
     }
 
-    /// Writes a whole final text (the demo's result).
-    pub fn write_str(&mut self, s: &str) -> Result<(), SessionError> {
-        self.write_record(s.as_bytes(), true)
+    /// Writes the run's final record, a report of another type in its own rendering (the
+    /// demo's result).
+    pub fn write_final<R: ?Sized>(
+        &mut self,
+        output: &mut dyn Output<R>,
+        report: &R,
+    ) -> Result<(), SessionError> {
+        let record = render(output, report)?;
+        self.write_record(&record, true)
+    }
+}
+
+/// A report's whole record, before anything of it is written.
+fn render<R: ?Sized>(output: &mut dyn Output<R>, report: &R) -> Result<Vec<u8>, SessionError> {
+    let mut record = Vec::new();
+    output
+        .emit(report, &mut record)
+        .map_err(SessionError::Write)?;
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::fixtures::{interval, ndjson};
+
+    #[test]
+    fn the_agents_rotating_file_gets_each_report_as_its_json_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.jsonl");
+        let reports = [
+            interval("2026-01-01T00:00:01.000Z", 100),
+            interval("2026-01-01T00:00:02.000Z", 200),
+            interval("2026-01-01T00:00:03.000Z", 300),
+        ];
+        let line = |i: usize| ndjson(&[&reports[i]]);
+        // Room for two lines a file, one older file kept.
+        let limit = (line(0).len() + line(1).len()) as u64;
+        let file = Rotating::open(&path, limit, 1).unwrap();
+        let mut sink = Sink::rotating(file, Format::Json, "going on");
+        for r in &reports {
+            sink.write_report(r.clone()).unwrap();
+        }
+        let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(&dir.path().join("agent.jsonl.1")), line(0) + &line(1));
+        assert_eq!(read(&path), line(2));
     }
 }

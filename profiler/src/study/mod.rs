@@ -3,7 +3,7 @@
 //! `profiler/study/dispose.c`) runs as k Worker threads and as k processes, each run profiled
 //! through the same runner as the demo; the results, a markdown table with the ranking this
 //! machine gives (and where it disagrees with the investigation's), and an HTML page go to
-//! `--out DIR`.
+//! `--out DIR`: the study's report ([`Results`]) in three [`Output`]s, one file each.
 
 mod rank;
 
@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::{
     nodework::{NodeRun, NodeRunError, NodeSpec, run_node},
     output::{
+        JsonLines, Output,
         html::study::study_page_of,
         report::{Report, Stats},
         text::size_name,
@@ -50,8 +51,8 @@ pub enum StudyError {
     Addon(String),
     #[error("unknown scenario {0:?} (one of: {list})", list = SCENARIOS.join(", "))]
     UnknownScenario(String),
-    #[error("cannot draw the study's page: {0}")]
-    Page(String),
+    #[error("cannot draw the study's {0}: {1}")]
+    Render(&'static str, String),
     #[error(
         "no libjemalloc.so.2 for the jemalloc scenario: install it (Debian: apt-get install libjemalloc2), or leave jemalloc out with --scenarios"
     )]
@@ -136,6 +137,7 @@ pub struct StudyRun {
     pub report: Report,
 }
 
+/// The study's report: results.json, as one JSON line.
 #[derive(Debug, Serialize)]
 struct Results<'a> {
     #[serde(rename = "type")]
@@ -149,6 +151,42 @@ struct Results<'a> {
     /// The investigation's claims, judged on this machine's runs.
     claims: &'a [rank::ClaimVerdict],
     ranking_text: String,
+}
+
+/// results.md: the study's tables, ranking and claims for people.
+struct Markdown;
+
+impl Output<Results<'_>> for Markdown {
+    fn emit(&mut self, r: &Results<'_>, out: &mut dyn io::Write) -> io::Result<()> {
+        out.write_all(rank::markdown(r.runs, r.ranking, r.claims).as_bytes())
+    }
+}
+
+/// report.html: drawn from the study's JSON line as `report results.json --html` draws it,
+/// so that both pages are one.
+struct Page;
+
+impl Output<Results<'_>> for Page {
+    fn emit(&mut self, r: &Results<'_>, out: &mut dyn io::Write) -> io::Result<()> {
+        let json = serde_json::to_string(r)?;
+        let page = study_page_of("results.json", &json).map_err(io::Error::other)?;
+        out.write_all(page.as_bytes())
+    }
+}
+
+/// Renders the results with `output` into `dir/name` (written once whole); returns the bytes.
+fn put<'a>(
+    dir: &Path,
+    name: &'static str,
+    output: &mut dyn Output<Results<'a>>,
+    results: &Results<'a>,
+) -> Result<Vec<u8>, StudyError> {
+    let mut bytes = Vec::new();
+    output
+        .emit(results, &mut bytes)
+        .map_err(|e| StudyError::Render(name, e.to_string()))?;
+    std::fs::write(dir.join(name), &bytes).map_err(files_err(dir))?;
+    Ok(bytes)
 }
 
 /// The values given, or the default when none were.
@@ -298,7 +336,6 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
     }
     let ranking = rank::rank(&runs);
     let claims = rank::claims(&ranking);
-    let markdown = rank::markdown(&runs, &ranking, &claims);
     let results = Results {
         kind: "study",
         schema_version: crate::output::report::SCHEMA_VERSION,
@@ -309,13 +346,10 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
         claims: &claims,
         ranking_text: rank::ranking_text(&ranking, &claims),
     };
-    let json = serde_json::to_string(&results).expect("plain data");
-    std::fs::write(cfg.out.join("results.json"), &json).map_err(&files)?;
-    std::fs::write(cfg.out.join("results.md"), &markdown).map_err(&files)?;
-    // Drawn from the file as `report results.json --html` draws it.
-    let page = study_page_of("results.json", &json).map_err(|e| StudyError::Page(e.to_string()))?;
-    std::fs::write(cfg.out.join("report.html"), page).map_err(&files)?;
-    println!("{markdown}");
+    put(&cfg.out, "results.json", &mut JsonLines, &results)?;
+    let markdown = put(&cfg.out, "results.md", &mut Markdown, &results)?;
+    put(&cfg.out, "report.html", &mut Page, &results)?;
+    println!("{}", String::from_utf8_lossy(&markdown));
     eprintln!(
         "mmaplock-prof study: results.json, results.md and report.html in {}",
         cfg.out.display()

@@ -19,14 +19,8 @@ use std::sync::Barrier;
 use integration_tests::{RawThreads, map_touch_unmap};
 
 fn main() {
-    let a: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|x| x.parse().expect("numbers"))
-        .collect();
-    let [forks, threads, iterations] = a[..] else {
-        eprintln!("usage: fork-churn FORKS THREADS ITERATIONS");
-        std::process::exit(2);
-    };
+    let [forks, threads, iterations] =
+        integration_tests::numeric_args::<u64, 3>("fork-churn FORKS THREADS ITERATIONS");
     let go = Barrier::new(threads as usize + 1);
     let work = |_| {
         go.wait();

@@ -5,14 +5,8 @@
 //!   lock-ops MMAP MUNMAP MPROTECT MADVISE BRK      (MUNMAP <= MMAP, MMAP >= 1 if MPROTECT or MADVISE)
 
 fn main() {
-    let n: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("counts"))
-        .collect();
-    let [mmaps, munmaps, mprotects, madvises, brks] = n[..] else {
-        eprintln!("usage: lock-ops MMAP MUNMAP MPROTECT MADVISE BRK");
-        std::process::exit(2);
-    };
+    let [mmaps, munmaps, mprotects, madvises, brks] =
+        integration_tests::numeric_args::<usize, 5>("lock-ops MMAP MUNMAP MPROTECT MADVISE BRK");
     assert!(munmaps <= mmaps && (mmaps > 0 || mprotects + madvises == 0));
     let mut maps = Vec::with_capacity(mmaps);
     // The current break, found before the measured part (this is a brk call too).

@@ -27,14 +27,7 @@ fn gettid() -> u32 {
 }
 
 fn main() {
-    let a: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|x| x.parse().expect("numbers"))
-        .collect();
-    let [holds, churners] = a[..] else {
-        eprintln!("usage: long-holder HOLDS CHURNERS");
-        std::process::exit(2);
-    };
+    let [holds, churners] = integration_tests::numeric_args::<u64, 2>("long-holder HOLDS CHURNERS");
     let n = churners as usize;
     let go = Barrier::new(n + 2);
     let done = AtomicBool::new(false);

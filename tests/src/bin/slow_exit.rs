@@ -7,14 +7,7 @@
 //!   slow-exit READS SIZE_MIB
 
 fn main() {
-    let n: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("counts"))
-        .collect();
-    let [reads, mib] = n[..] else {
-        eprintln!("usage: slow-exit READS SIZE_MIB");
-        std::process::exit(2);
-    };
+    let [reads, mib] = integration_tests::numeric_args::<usize, 2>("slow-exit READS SIZE_MIB");
     let small = integration_tests::map_anon(4096);
     let _big = integration_tests::map_anon_populated(mib << 20);
     let mut vec = [0u8; 1];

@@ -34,13 +34,7 @@ fn grow(lowest: usize) -> usize {
 }
 
 fn main() {
-    let pages: usize = match std::env::args().nth(1).map(|a| a.parse()) {
-        Some(Ok(p)) => p,
-        _ => {
-            eprintln!("usage: stack-grow PAGES");
-            std::process::exit(2);
-        }
-    };
+    let [pages] = integration_tests::numeric_args::<usize, 1>("stack-grow PAGES");
     // Room to grow: the default 8 MiB limit holds about 2000 pages; raise the soft limit if
     // more are asked for (before "ready": setrlimit takes no mmap_lock anyway).
     let need = (pages * PAGE + (8 << 20)) as libc::rlim_t;

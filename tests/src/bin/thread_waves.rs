@@ -19,14 +19,8 @@ use integration_tests::{RawThreads, map_touch_unmap};
 const STACK: usize = 256 * 1024;
 
 fn main() {
-    let a: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|x| x.parse().expect("numbers"))
-        .collect();
-    let [waves, threads, iterations, pause_ms] = a[..] else {
-        eprintln!("usage: thread-waves WAVES THREADS ITERATIONS PAUSE_MS");
-        std::process::exit(2);
-    };
+    let [waves, threads, iterations, pause_ms] =
+        integration_tests::numeric_args::<u64, 4>("thread-waves WAVES THREADS ITERATIONS PAUSE_MS");
     // The warm-up wave: stacks for the cache.
     RawThreads::spawn(threads as usize, STACK, &|_| ()).join();
     integration_tests::ready_then_wait_for_go();

@@ -23,6 +23,7 @@ pub use patterns::PATTERNS;
 pub use study::{Effect, StudyEffects, StudyFileError};
 
 use crate::output::{
+    Output,
     report::{ProcessReport, Report},
     text::fmt_ns,
 };
@@ -232,6 +233,22 @@ pub fn share_text(f: &Finding) -> String {
         pct(f.share_of_wait),
         fmt_ns(f.wait_ns)
     )
+}
+
+/// `report`'s view for people: the findings alone.
+pub struct FindingsText;
+
+impl Output<[Finding]> for FindingsText {
+    fn emit(&mut self, findings: &[Finding], out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let t = to_text(findings);
+        out.write_all(
+            match t.trim_start() {
+                "" => "no findings\n",
+                t => t,
+            }
+            .as_bytes(),
+        )
+    }
 }
 
 /// The findings section at the top of the text view.

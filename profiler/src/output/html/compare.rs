@@ -1,13 +1,14 @@
 //! The comparison's page: per process, writes and write wait before and after, by role and by
 //! cause, as paired bars, and the table with ratios and noise verdicts.
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, io};
 
 use super::{
     page,
     svg::{Unit, bars, esc},
 };
 use crate::output::{
+    Output,
     compare::{Change, Comparison, Row, runs_label, value},
     text::fmt_share,
 };
@@ -77,6 +78,15 @@ fn findings_table(c: &Comparison) -> String {
     }
     out.push_str("</table></section>");
     out
+}
+
+/// `compare --html`: the comparison's page.
+pub struct ComparePage;
+
+impl Output<Comparison> for ComparePage {
+    fn emit(&mut self, c: &Comparison, out: &mut dyn io::Write) -> io::Result<()> {
+        out.write_all(compare_page(c).as_bytes())
+    }
 }
 
 pub fn compare_page(c: &Comparison) -> String {

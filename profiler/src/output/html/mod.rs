@@ -12,7 +12,7 @@ mod tests;
 mod verdict;
 
 pub use lines::RunLines;
-pub use run::{run_page, run_page_with_findings};
+pub use run::{RunPage, run_page};
 
 use std::{
     fmt::Write as _,

@@ -11,6 +11,7 @@ use super::{
     svg::{Unit, bars, esc, histogram, lines},
 };
 use crate::output::{
+    Output,
     findings::Finding,
     report::{FlameStack, ProcessReport},
     text::fmt_ns,
@@ -140,78 +141,72 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
     // The three over time in a row of their own.
     out.push_str(r#"</div><div class="grid">"#);
     let [xs, sum, mean, count] = over_time(series, t0);
-    panel(
-        &mut out,
-        "Write wait over time",
-        &lines(
+    for (title, name, line, values, unit) in [
+        (
+            "Write wait over time",
             "write-wait-over-time",
-            &xs,
-            &[("write wait per interval", sum)],
+            "write wait per interval",
+            sum,
             Unit::Ns,
         ),
-    );
-    panel(
-        &mut out,
-        "Mean write wait over time",
-        &lines(
+        (
+            "Mean write wait over time",
             "mean-write-wait-over-time",
-            &xs,
-            &[("mean write wait per interval", mean)],
+            "mean write wait per interval",
+            mean,
             Unit::Ns,
         ),
-    );
-    panel(
-        &mut out,
-        "Writes over time",
-        &lines(
+        (
+            "Writes over time",
             "writes-over-time",
-            &xs,
-            &[("writes per interval", count)],
+            "writes per interval",
+            count,
             Unit::Count,
         ),
-    );
+    ] {
+        panel(&mut out, title, &lines(name, &xs, &[(line, values)], unit));
+    }
     out.push_str("</div>");
-    // By role (threads pooled) and by cause.
+    // By role (threads pooled) and by cause: writes and their wait.
     let mut roles: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
     for t in &p.threads {
         let e = roles.entry(t.role.as_str()).or_default();
         e.0 += t.write.count as f64;
         e.1 += t.write.wait_ns.sum as f64;
     }
-    let labels: Vec<String> = roles.keys().map(|r| r.to_string()).collect();
+    let by_role = (
+        roles.keys().map(|r| r.to_string()).collect::<Vec<_>>(),
+        roles.values().map(|v| v.0).collect(),
+        roles.values().map(|v| v.1).collect(),
+    );
+    let by_cause = (
+        p.causes.iter().map(|c| c.cause.to_string()).collect(),
+        p.causes.iter().map(|c| c.write.count as f64).collect(),
+        p.causes
+            .iter()
+            .map(|c| c.write.wait_ns.sum as f64)
+            .collect(),
+    );
     out.push_str(r#"<div class="grid">"#);
-    let writes_by_role = bars(
-        "writes-by-role",
-        &labels,
-        &[("writes", roles.values().map(|v| v.0).collect())],
-        Unit::Count,
-    );
-    panel(&mut out, "Writes by thread role", &writes_by_role);
-    let wait_by_role = bars(
-        "wait-by-role",
-        &labels,
-        &[("write wait", roles.values().map(|v| v.1).collect())],
-        Unit::Ns,
-    );
-    panel(&mut out, "Write wait by thread role", &wait_by_role);
-    let labels: Vec<String> = p.causes.iter().map(|c| c.cause.to_string()).collect();
-    let of_causes = |f: &dyn Fn(&crate::output::report::Stats) -> u64| {
-        p.causes.iter().map(|c| f(&c.write) as f64).collect()
-    };
-    let writes_by_cause = bars(
-        "writes-by-cause",
-        &labels,
-        &[("writes", of_causes(&|w| w.count))],
-        Unit::Count,
-    );
-    panel(&mut out, "Writes by cause", &writes_by_cause);
-    let wait_by_cause = bars(
-        "wait-by-cause",
-        &labels,
-        &[("write wait", of_causes(&|w| w.wait_ns.sum))],
-        Unit::Ns,
-    );
-    panel(&mut out, "Write wait by cause", &wait_by_cause);
+    for (key, title, (labels, writes, wait)) in [
+        ("role", "thread role", by_role),
+        ("cause", "cause", by_cause),
+    ] {
+        let chart = bars(
+            &format!("writes-by-{key}"),
+            &labels,
+            &[("writes", writes)],
+            Unit::Count,
+        );
+        panel(&mut out, &format!("Writes by {title}"), &chart);
+        let chart = bars(
+            &format!("wait-by-{key}"),
+            &labels,
+            &[("write wait", wait)],
+            Unit::Ns,
+        );
+        panel(&mut out, &format!("Write wait by {title}"), &chart);
+    }
     out.push_str("</div>");
     // Who made whom wait, by role and by holder, side by side.
     out.push_str(r#"<div class="grid">"#);
@@ -298,6 +293,18 @@ fn code_tables(out: &mut String, p: &ProcessReport) {
     }
 }
 
+/// `report --html`: the page of a run read from its file, with these findings first.
+pub struct RunPage<'a> {
+    pub name: &'a str,
+    pub findings: &'a [Finding],
+}
+
+impl Output<RunLines> for RunPage<'_> {
+    fn emit(&mut self, run: &RunLines, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(run_page_with_findings(self.name, run, self.findings).as_bytes())
+    }
+}
+
 /// The page of a run: per process (the largest write wait first), from its last summary, and
 /// its interval lines for the charts over time; first, the findings of what it draws (as
 /// the summaries carry them, else recomputed).
@@ -306,7 +313,7 @@ pub fn run_page(name: &str, run: &RunLines) -> String {
 }
 
 /// The page of a run, with these findings first (`report` recomputes them, with a study).
-pub fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
+fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
     if let Some(study) = &run.study {
         return super::study::study_page(study);
     }

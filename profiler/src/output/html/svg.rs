@@ -67,12 +67,7 @@ pub fn bars(name: &str, labels: &[String], series: &[(&str, Vec<f64>)], unit: Un
         .fold(0.0f64, f64::max)
         .max(f64::MIN_POSITIVE);
     let width = label_w + bar_w + 80.0;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg class="chart" data-chart="{}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">"#,
-        esc(name)
-    );
+    let mut s = chart_start(name, width, height);
     if series.len() > 1 {
         legend(&mut s, series.iter().map(|(n, _)| *n), label_w);
     }
@@ -104,6 +99,14 @@ pub fn bars(name: &str, labels: &[String], series: &[(&str, Vec<f64>)], unit: Un
     }
     s.push_str("</svg>");
     s
+}
+
+/// A chart's opening tag: `<svg class="chart" data-chart="NAME">` of this size.
+fn chart_start(name: &str, width: f64, height: f64) -> String {
+    format!(
+        r#"<svg class="chart" data-chart="{}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">"#,
+        esc(name)
+    )
 }
 
 fn legend<'a>(s: &mut String, names: impl Iterator<Item = &'a str>, x0: f64) {
@@ -162,12 +165,7 @@ pub fn histogram(name: &str, series: &[(&str, &[(u64, u64)])]) -> String {
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg class="chart" data-chart="{}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">"#,
-        esc(name)
-    );
+    let mut s = chart_start(name, width, height);
     if series.len() > 1 {
         legend(&mut s, series.iter().map(|(n, _)| *n), left);
     }
@@ -229,12 +227,7 @@ pub fn lines(name: &str, xs: &[f64], series: &[(&str, Vec<f64>)], unit: Unit) ->
         .flat_map(|(_, v)| v.iter().copied())
         .fold(0.0f64, f64::max)
         .max(f64::MIN_POSITIVE);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg class="chart" data-chart="{}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">"#,
-        esc(name)
-    );
+    let mut s = chart_start(name, width, height);
     legend(&mut s, series.iter().map(|(n, _)| *n), left);
     let base = top + plot_h;
     let _ = write!(
