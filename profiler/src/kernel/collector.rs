@@ -11,7 +11,7 @@ use aya::{
 use profiler_common::{
     BlockedKey, BlockedVal, COMM_LEN, CgroupSelector, ExeSelector, ExitedThread,
     MAX_CGROUP_SELECTORS, MAX_EXE_SELECTORS, MAX_FILTER_COMMS, MAX_FILTER_PIDS, NewThread,
-    SELECTED_BY_RULE, SelectorCounts, StatsKey, ThreadCpu, ThreadStats, counter,
+    SELECTED_BY_RULE, SelectorCounts, StatsKey, ThreadCpu, ThreadStats, counter, read_record,
 };
 
 use crate::kernel::{
@@ -653,12 +653,4 @@ impl Collector {
             })
             .collect()
     }
-}
-
-/// Decodes a plain-data ring buffer record (ring buffers align records to 8 bytes only,
-/// hence unaligned); None if it is too short.
-fn read_record<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
-    bytes
-        .get(..size_of::<T>())
-        .map(bytemuck::pod_read_unaligned::<T>)
 }

@@ -15,7 +15,7 @@ mod symbolize;
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::{SampleDone, StackSample, stack_record};
+use profiler_common::{SampleDone, StackSample, read_record, stack_record};
 
 use crate::{
     registry::perfmap::JsFunction,
@@ -173,15 +173,6 @@ fn intern(
     names.push(js.clone());
     index.insert(js, i);
     i
-}
-
-fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: T is a repr(C) plain-old-data record type and `bytes` is at least that long;
-    // the ring buffer only guarantees 8-byte alignment, so read unaligned.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 /// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
