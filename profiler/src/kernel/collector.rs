@@ -174,6 +174,9 @@ pub struct Collector {
     selected: BpfHashMap<MapData, u32, u64>,
     selection_gen: Array<MapData, u32>,
     generation: u32,
+    /// The programs' diagnostics, read until after they are detached (the last field: dropped
+    /// after `ebpf`).
+    _ebpf_log: Option<super::ebpf_log::EbpfLog>,
 }
 
 /// A map of the loaded object, typed, borrowed (for maps written now and then).
@@ -299,6 +302,7 @@ impl Collector {
             cpu_times: Vec::new(),
             iter_out: Vec::new(),
             generation: 0,
+            _ebpf_log: loaded.ebpf_log,
         })
     }
 

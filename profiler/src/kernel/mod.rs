@@ -5,6 +5,7 @@
 mod batch;
 pub mod btf;
 pub mod collector;
+pub mod ebpf_log;
 pub mod load;
 pub mod minkernel;
 pub mod selectors;
