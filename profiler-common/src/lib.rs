@@ -342,6 +342,30 @@ pub const STACK_BYTES: usize = 16384;
 /// mapping is near) still yields what is there.
 pub const STACK_CHUNK: usize = 2048;
 
+/// Decodes a plain-data record from a ring buffer or an iterator's output (their records are
+/// 8-byte aligned at best, hence unaligned); `None` if `bytes` is too short.
+pub fn read_record<T: Pod>(bytes: &[u8]) -> Option<T> {
+    bytes
+        .get(..size_of::<T>())
+        .map(bytemuck::pod_read_unaligned)
+}
+
+/// The eBPF programs' rare diagnostics, logged with aya-log (docs/cli.md, `--log-level`).
+pub mod diag {
+    /// Their `log` target: under the binary's own (`mmaplock_prof`), so that
+    /// `RUST_LOG=mmaplock_prof=debug` takes them in with the rest.
+    pub const LOG_TARGET: &str = "mmaplock_prof::ebpf";
+    /// Each diagnostic is logged once a run: one flag per [`super::counter`] (their first
+    /// non-zero), then [`ITER_LEFT_PENDING`], then one per syscall number from
+    /// [`SYSCALLS_AT`] (the last one standing for every larger number).
+    pub const ITER_LEFT_PENDING: u32 = super::counter::COUNT;
+    pub const SYSCALLS_AT: u32 = 32;
+    pub const SYSCALLS: u32 = 512;
+    /// Entries of the eBPF side's once-flags map.
+    pub const FLAGS: u32 = SYSCALLS_AT + SYSCALLS;
+    const _: () = assert!(ITER_LEFT_PENDING < SYSCALLS_AT);
+}
+
 /// Records on the `STACKS` ring buffer start with one of these tags.
 pub mod stack_record {
     /// A [`super::StackSample`], sent at `start_locking` (before the lock is held).
@@ -669,6 +693,25 @@ mod tests {
     use super::*;
     use core::mem::size_of;
     use std::vec;
+
+    /// A record is read from any offset (rings align to 8 bytes, an iterator's output not at
+    /// all), trailing bytes ignored; a short one is refused.
+    #[test]
+    fn records_are_read_unaligned_and_whole() {
+        let rec = ThreadCpu {
+            tid: 7,
+            tgid: 5,
+            tid_start: 1 << 40,
+            cpu_ns: 123_456,
+            at_ns: u64::MAX,
+        };
+        let mut bytes = vec![0xa5u8; 3];
+        bytes.extend_from_slice(bytemuck::bytes_of(&rec));
+        bytes.push(1);
+        assert_eq!(read_record::<ThreadCpu>(&bytes[3..]), Some(rec));
+        assert_eq!(read_record::<ThreadCpu>(&bytes[3..bytes.len() - 2]), None);
+        assert_eq!(read_record::<u32>(&bytes[3..]), Some(7));
+    }
 
     #[test]
     fn layouts_have_no_implicit_padding() {

@@ -237,5 +237,6 @@ pub extern "C" fn flush_threads(ctx: *mut c_void) -> i32 {
             return 0;
         }
     }
+    crate::diag::iter_left_pending(st.tid, st.tgid);
     0
 }

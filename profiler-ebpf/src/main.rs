@@ -13,7 +13,8 @@
 //! lock, and is it profiled), [`timing`] (the three tracepoints), [`accum`] (pending
 //! acquisitions into per-thread accumulators, and those into `STATS`), [`blockers`] (who made
 //! whom wait), [`sampling`] (user stacks), [`lifecycle`] (exit, fork, the flush iterator),
-//! [`selection`] (the agent's selectors, matched at exec and fork) and [`floors`] (the benchmark's reference programs).
+//! [`selection`] (the agent's selectors, matched at exec and fork), [`diag`] (rare diagnostics,
+//! logged with aya-log when asked for) and [`floors`] (the benchmark's reference programs).
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // Atomics (flush claims, counters of shared accumulators): the bpfel target has no atomic
@@ -27,6 +28,8 @@
 mod accum;
 #[cfg(target_arch = "bpf")]
 mod blockers;
+#[cfg(target_arch = "bpf")]
+mod diag;
 #[cfg(target_arch = "bpf")]
 mod floors;
 #[cfg(target_arch = "bpf")]

@@ -193,6 +193,7 @@ pub fn bump_by(idx: u32, n: u64) {
         // migrate while they run.
         unsafe { *c += n };
     }
+    crate::diag::counted(idx, n);
 }
 
 #[inline(always)]

@@ -18,7 +18,7 @@ use aya_ebpf::{
 use profiler_common::{cause, counter};
 
 use crate::{
-    accum, blockers,
+    accum, blockers, diag,
     kread::Task,
     lifecycle,
     maps::{KERNEL, SETTINGS, blockers_on, bump, konst, note_activity},
@@ -69,7 +69,14 @@ fn write_cause(task: Task) -> u32 {
         return cause::OTHER;
     }
     match task.user_regs() {
-        Some(regs) => cause::of_orig_ax(regs.u64_at(orig_ax)),
+        Some(regs) => {
+            let nr = regs.u64_at(orig_ax);
+            let c = cause::of_orig_ax(nr);
+            if c == cause::OTHER {
+                diag::other_syscall(nr);
+            }
+            c
+        }
         None => cause::OTHER,
     }
 }

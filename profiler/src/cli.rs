@@ -41,6 +41,18 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub profile: ProfileArgs,
+    /// mmaplock-prof's diagnostics on standard error at LEVEL, its eBPF programs' rare ones
+    /// included (a loss's first occurrence, a write in a syscall of unknown cause). Default:
+    /// warnings, the programs' off; RUST_LOG (env_logger's syntax) is read first.
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = log_levels())]
+    pub log_level: Option<log::LevelFilter>,
+}
+
+/// `--log-level`'s values (listed in its help and errors).
+fn log_levels() -> impl clap::builder::TypedValueParser<Value = log::LevelFilter> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(["off", "error", "warn", "info", "debug", "trace"])
+        .map(|s| s.parse().expect("one of the possible values"))
 }
 
 impl Cli {
@@ -515,6 +527,34 @@ mod tests {
         assert_eq!(c.profile.interval, Config::INTERVAL_S);
         assert_eq!(c.profile.max_threads, Config::MAX_THREADS);
         assert!(c.profile.pids.is_empty() && c.profile.duration.is_none());
+        assert_eq!(c.log_level, None);
+    }
+
+    /// `--log-level` goes anywhere on a profiling line, and after a command's name.
+    #[test]
+    fn log_level_is_global() {
+        use log::LevelFilter::{Debug, Off, Trace};
+        assert_eq!(
+            parse(&["--log-level", "debug", "-d", "1"])
+                .unwrap()
+                .log_level,
+            Some(Debug)
+        );
+        assert_eq!(
+            parse(&["-d", "1", "--log-level", "off"]).unwrap().log_level,
+            Some(Off)
+        );
+        let agent = parse(&["agent", "--log-level", "trace"]).unwrap();
+        assert!(matches!(agent.command, Some(Command::Agent(_))));
+        assert_eq!(agent.log_level, Some(Trace));
+        let demo = parse(&["demo", "--log-level", "debug"]).unwrap();
+        assert!(matches!(demo.command, Some(Command::Demo(_))));
+        assert_eq!(demo.log_level, Some(Debug));
+        let e = parse(&["--log-level", "loud"]).unwrap_err().to_string();
+        assert!(
+            e.contains("possible values: off, error, warn, info, debug, trace"),
+            "{e}"
+        );
     }
 
     #[test]

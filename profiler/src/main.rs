@@ -169,6 +169,27 @@ fn raise_open_files_limit() {
     }
 }
 
+/// The logger (standard error): `RUST_LOG` if set, else warnings with the eBPF programs'
+/// diagnostics off; `--log-level` then sets mmaplock-prof's own level, its programs' included
+/// (the level they are loaded with follows: kernel/ebpf_log.rs).
+fn logger(log_level: Option<log::LevelFilter>, rust_log: Option<&str>) -> env_logger::Builder {
+    let mut b = env_logger::Builder::new();
+    if let Ok(style) = std::env::var("RUST_LOG_STYLE") {
+        b.parse_write_style(&style);
+    }
+    match rust_log {
+        Some(filters) => b.parse_filters(filters),
+        None => b
+            .filter_level(log::LevelFilter::Warn)
+            .filter_module(kernel::ebpf_log::LOG_TARGET, log::LevelFilter::Off),
+    };
+    if let Some(level) = log_level {
+        b.filter_module(env!("CARGO_CRATE_NAME"), level)
+            .filter_module(kernel::ebpf_log::LOG_TARGET, level);
+    }
+    b
+}
+
 fn main() -> ExitCode {
     // Before anything else: a signal during start-up ends the run cleanly (signals.rs).
     signals::catch_early();
@@ -177,7 +198,6 @@ fn main() -> ExitCode {
     // good instead of going back to the system.
     // SAFETY: mallopt only tunes the allocator, before any other thread exists.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024) };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = match Cli::try_parse().and_then(Cli::check) {
         Ok(c) => c,
         Err(e) => {
@@ -191,6 +211,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    logger(cli.log_level, std::env::var("RUST_LOG").ok().as_deref()).init();
     // Only profiling and the agent end cleanly on a signal at any time; the other commands
     // keep the default dispositions.
     if matches!(cli.command, None | Some(Command::Agent(_))) {
@@ -204,5 +225,51 @@ fn main() -> ExitCode {
             eprintln!("mmaplock-prof: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use log::{Level, LevelFilter, Log, Metadata};
+
+    use super::logger;
+    use crate::kernel::ebpf_log::{LOG_TARGET, level_for};
+
+    fn enabled(l: &dyn Log, target: &str, level: Level) -> bool {
+        l.enabled(&Metadata::builder().target(target).level(level).build())
+    }
+
+    /// What the eBPF programs are loaded with (`AYA_LOG_LEVEL`), and what else is logged, for
+    /// each way of asking.
+    #[test]
+    fn the_programs_log_only_when_asked() {
+        let own = "mmaplock_prof::kernel::load";
+        let cases: [(Option<LevelFilter>, Option<&str>, u8); 8] = [
+            // Nothing asked: warnings, the programs off.
+            (None, None, 0),
+            (Some(LevelFilter::Debug), None, Level::Debug as u8),
+            (Some(LevelFilter::Warn), None, Level::Warn as u8),
+            (Some(LevelFilter::Off), None, 0),
+            (None, Some("mmaplock_prof=debug"), Level::Debug as u8),
+            (None, Some("info"), Level::Info as u8),
+            (None, Some("aya=debug"), 0),
+            // The command line wins.
+            (Some(LevelFilter::Off), Some("trace"), 0),
+        ];
+        for (flag, env, want) in cases {
+            let l = logger(flag, env).build();
+            assert_eq!(
+                level_for(&l),
+                want,
+                "--log-level {flag:?}, RUST_LOG {env:?}"
+            );
+        }
+        let quiet = logger(None, None).build();
+        assert!(enabled(&quiet, own, Level::Warn) && !enabled(&quiet, own, Level::Info));
+        assert!(!enabled(&quiet, LOG_TARGET, Level::Error));
+        // --log-level is mmaplock-prof's own: dependencies stay at warnings.
+        let debug = logger(Some(LevelFilter::Debug), None).build();
+        assert!(enabled(&debug, own, Level::Debug) && enabled(&debug, LOG_TARGET, Level::Debug));
+        assert!(!enabled(&debug, "aya::bpf", Level::Info) && enabled(&debug, "aya", Level::Warn));
     }
 }

@@ -173,6 +173,9 @@ pub struct Collector {
     pub(super) selected: BpfHashMap<MapData, u32, u64>,
     pub(super) selection_gen: Array<MapData, u32>,
     pub(super) generation: u32,
+    /// The programs' diagnostics, read until after they are detached (the last field: dropped
+    /// after `ebpf`).
+    pub(super) _ebpf_log: Option<super::ebpf_log::EbpfLog>,
 }
 
 /// A map of the loaded object, typed, borrowed (for maps written now and then).
@@ -298,6 +301,7 @@ impl Collector {
             cpu_times: Vec::new(),
             iter_out: Vec::new(),
             generation: 0,
+            _ebpf_log: loaded.ebpf_log,
         })
     }
 
@@ -317,10 +321,5 @@ impl Collector {
     }
 }
 
-/// Decodes a plain-data ring buffer record (ring buffers align records to 8 bytes only,
-/// hence unaligned); None if it is too short.
-pub(super) fn read_record<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
-    bytes
-        .get(..size_of::<T>())
-        .map(bytemuck::pod_read_unaligned::<T>)
-}
+/// Decodes a plain-data ring buffer record (see `profiler_common::read_record`).
+pub(super) use profiler_common::read_record;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     btf::{KernelError, KernelInfo},
     collector::{CollectorConfig, CollectorError, Floor, error_chain, is_permission},
+    ebpf_log::{self, EbpfLog},
 };
 
 /// The compiled eBPF object, built by `build.rs` from `profiler-ebpf`.
@@ -208,6 +209,8 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     pub kernel: KernelInfo,
     pub report: LoadReport,
+    /// Reads the programs' diagnostics when they log (drop it after `ebpf`).
+    pub ebpf_log: Option<EbpfLog>,
 }
 
 /// Reads the kernel's facts, creates the maps, verifies and attaches the programs.
@@ -233,12 +236,19 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         strong_order: cfg!(target_arch = "x86_64") as u32,
         _pad: 0,
     };
+    // The programs' diagnostics: 0 (none, the log calls removed by the verifier) unless the
+    // logger takes them (`--log-level`, `RUST_LOG`).
+    let log_level = ebpf_log::level();
     let mut ebpf = loader
         // No CO-RE relocations to do (offsets come from `kernel`).
         .btf(None)
         .override_global("KERNEL", &kernel.layout, true)
         .override_global("FILTER", &filter, true)
         .override_global("SETTINGS", &settings, true)
+        // (Optional: an object of MMAPLOCK_PROF_BPF_OBJECT's may have no aya-log, then no
+        // log calls.)
+        .override_global(ebpf_log::LEVEL_GLOBAL, &log_level, false)
+        .map_max_entries(ebpf_log::RING, ebpf_log::ring_bytes(log_level))
         // The sampled stacks' ring (16 KiB a sample): room for 512 at high rates (every
         // write, --stacks), 32 at the default rate (userspace is woken at 8), a page when
         // off. Its pages count twice in our RSS once written, so it is no bigger than the
@@ -256,6 +266,8 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         .allow_unsupported_maps()
         .load(&object()?)
         .map_err(|e| load_error(&e))?;
+    // Before the programs attach: what they say from the start is read.
+    let ebpf_log = EbpfLog::start(&mut ebpf, log_level);
     watch.step("maps created, object loaded");
     if cancelled() {
         return Err(CollectorError::Cancelled);
@@ -324,6 +336,7 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         ebpf,
         kernel,
         report: watch.finish(),
+        ebpf_log,
     })
 }
 

@@ -6,6 +6,7 @@
 mod batch;
 pub mod btf;
 pub mod collector;
+pub mod ebpf_log;
 #[cfg(test)]
 pub mod fake;
 pub mod load;

@@ -15,7 +15,7 @@ mod symbolize;
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::{SampleDone, StackHeader, stack_record};
+use profiler_common::{SampleDone, StackHeader, read_record, stack_record};
 
 use crate::{
     registry::perfmap::JsFunction,
@@ -173,14 +173,6 @@ fn intern(
     names.push(js.clone());
     index.insert(js, i);
     i
-}
-
-/// Decodes a plain-data record from the front of `bytes` (ring buffer records are aligned to
-/// 8 bytes only, hence unaligned); None if it is too short.
-fn read_record<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
-    bytes
-        .get(..std::mem::size_of::<T>())
-        .map(bytemuck::pod_read_unaligned::<T>)
 }
 
 /// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
