@@ -631,6 +631,17 @@ mod tests {
         h
     }
 
+    /// The series of node's Worker threads' writes.
+    fn worker_writes(cgroup: &str, pid: Option<u32>) -> SeriesKey {
+        SeriesKey {
+            process: "node".into(),
+            cgroup: cgroup.into(),
+            role: "worker",
+            op: "write",
+            pid,
+        }
+    }
+
     #[test]
     fn classic_buckets_are_the_kernel_buckets() {
         let h = hist(&[0, 100, 100, 5000]);
@@ -676,13 +687,7 @@ mod tests {
         ))));
         {
             let mut m = shared.0.lock().unwrap();
-            let key = SeriesKey {
-                process: "node".into(),
-                cgroup: "/system.slice/api.service".into(),
-                role: "worker",
-                op: "write",
-                pid: None,
-            };
+            let key = worker_writes("/system.slice/api.service", None);
             let mut s = SideStats {
                 count: 2,
                 failed: 1,
@@ -743,13 +748,7 @@ mod tests {
         )));
         {
             let mut m = shared.0.lock().unwrap();
-            let key = SeriesKey {
-                process: "node".into(),
-                cgroup: "/a".into(),
-                role: "worker",
-                op: "write",
-                pid: Some(7),
-            };
+            let key = worker_writes("/a", Some(7));
             let s = SideStats {
                 count: 2,
                 ..Default::default()

@@ -192,20 +192,18 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
         ("role", "thread role", by_role),
         ("cause", "cause", by_cause),
     ] {
-        let chart = bars(
-            &format!("writes-by-{key}"),
-            &labels,
-            &[("writes", writes)],
-            Unit::Count,
-        );
-        panel(&mut out, &format!("Writes by {title}"), &chart);
-        let chart = bars(
-            &format!("wait-by-{key}"),
-            &labels,
-            &[("write wait", wait)],
-            Unit::Ns,
-        );
-        panel(&mut out, &format!("Write wait by {title}"), &chart);
+        for (name, series, heading, values, unit) in [
+            ("writes", "writes", "Writes", writes, Unit::Count),
+            ("wait", "write wait", "Write wait", wait, Unit::Ns),
+        ] {
+            let chart = bars(
+                &format!("{name}-by-{key}"),
+                &labels,
+                &[(series, values)],
+                unit,
+            );
+            panel(&mut out, &format!("{heading} by {title}"), &chart);
+        }
     }
     out.push_str("</div>");
     // Who made whom wait, by role and by holder, side by side.
