@@ -28,8 +28,8 @@ pub use browser::{
     assert_charts, assert_self_contained, charts, page_requests, rendered_charts, rendered_dom,
 };
 pub use lookup::{
-    cause_counts, cause_stats, find, finding, helper_threads, process, read_lines, stats, thread,
-    thread_writes,
+    cause_counts, cause_stats, find, finding, helper_threads, process, read_lines, stats, strings,
+    thread, thread_writes,
 };
 
 /// One anonymous private read-write mapping of `size` bytes: exactly one mmap(2), so one

@@ -28,6 +28,20 @@ pub fn finding<'a>(summary: &'a Value, id: &str, pid: u32) -> &'a Value {
         .unwrap_or_else(|| panic!("no {id} finding in {}", summary["findings"]))
 }
 
+/// The string `key` of every element of the array `v[list]` (`strings(p, "causes", "cause")`).
+pub fn strings<'a>(v: &'a Value, list: &str, key: &str) -> Vec<&'a str> {
+    v[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {list} in {v}"))
+        .iter()
+        .map(|e| {
+            e[key]
+                .as_str()
+                .unwrap_or_else(|| panic!("no string {key} in {e}"))
+        })
+        .collect()
+}
+
 /// A thread of a process entry, which must be there.
 pub fn thread(p: &Value, tid: u64) -> &Value {
     find(p, "threads", "tid", tid).unwrap_or_else(|| panic!("thread {tid} not in {}", p["threads"]))

@@ -7,7 +7,7 @@ use integration_tests::{
     Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, build_addon,
     cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, finding, fixture,
     helper_threads, process, profile_workload, require_root_and_tracepoints, roles_workload,
-    run_profiler, stats, thread, thread_writes,
+    run_profiler, stats, strings, thread, thread_writes,
 };
 use serde_json::Value;
 
@@ -163,12 +163,7 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
             // The thread that happens to run the process's exit (exit_mmap) after the others
             // are gone can no longer be read; nothing else is unclassified.
             "other" => {
-                let causes: Vec<&str> = t["causes"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| c["cause"].as_str().unwrap())
-                    .collect();
+                let causes = strings(t, "causes", "cause");
                 assert!(causes.iter().all(|c| *c == "exit"), "unclassified {t}");
             }
             r => panic!("unexpected role {r} for {t}"),

@@ -7,7 +7,7 @@
 
 use integration_tests::{
     assert_charts, find, rendered_charts, require_root_and_tracepoints, run_json, run_ok,
-    run_profiler,
+    run_profiler, strings,
 };
 use serde_json::Value;
 
@@ -195,12 +195,7 @@ fn findings_quote_the_study_and_compare_follows_them(dir: &std::path::Path, runs
     assert_eq!(v["type"], "findings");
     let arena = find(&v, "findings", "id", "arena-growth")
         .unwrap_or_else(|| panic!("no arena-growth in {v}"));
-    let measured: Vec<&str> = arena["measured"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["scenario"].as_str().unwrap())
-        .collect();
+    let measured = strings(arena, "measured", "scenario");
     for s in ["arena-1", "arena-2", "jemalloc"] {
         assert!(measured.contains(&s), "{s} not in {measured:?}");
     }

@@ -18,7 +18,10 @@ use std::{
 use profiler_common::{HIST_BUCKETS, cause};
 use prometheus_client::{
     collector::Collector,
-    encoding::{DescriptorEncoder, NativeHistogram, NativeHistogramBuckets, NoLabelSet},
+    encoding::{
+        DescriptorEncoder, EncodeCounterValue, EncodeLabelSet, NativeHistogram,
+        NativeHistogramBuckets, NoLabelSet,
+    },
     metrics::MetricType,
     registry::Registry,
 };
@@ -44,17 +47,47 @@ struct SeriesKey {
 
 impl SeriesKey {
     fn labels(&self) -> Vec<(&'static str, String)> {
-        let mut l = vec![
-            ("process", self.process.clone()),
-            ("cgroup", self.cgroup.clone()),
-            ("role", self.role.to_string()),
-            ("op", self.op.to_string()),
-        ];
-        if let Some(pid) = self.pid {
-            l.push(("pid", pid.to_string()));
-        }
-        l
+        process_labels(
+            &self.process,
+            &self.cgroup,
+            &[("role", self.role), ("op", self.op)],
+            self.pid,
+        )
     }
+}
+
+/// A process's series' labels: `process` and `cgroup`, then `more`, then `pid` (only with
+/// `--pid-label`), in this order (the exposition's, which dashboards read).
+fn process_labels(
+    process: &str,
+    cgroup: &str,
+    more: &[(&'static str, &str)],
+    pid: Option<u32>,
+) -> Vec<(&'static str, String)> {
+    let mut l = vec![
+        ("process", process.to_string()),
+        ("cgroup", cgroup.to_string()),
+    ];
+    l.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
+    if let Some(pid) = pid {
+        l.push(("pid", pid.to_string()));
+    }
+    l
+}
+
+/// A counter family: its descriptor, then a series per (labels, value).
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> Result<(), std::fmt::Error> {
+    let mut f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        f.encode_family(&labels)?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    Ok(())
 }
 
 /// The labels of `mmaplock_blocked_seconds_total`.
@@ -365,170 +398,129 @@ impl Collector for Shared {
             "Time the mmap_lock was held per acquisition (acquire_returned to released).",
             &m.hold,
         )?;
-        {
-            let mut f = encoder.encode_descriptor(
-                "mmaplock_acquisitions",
-                "Successful mmap_lock acquisitions, by the cause of a write (read for reads).",
-                None,
-                MetricType::Counter,
-            )?;
-            for ((key, cause), n) in &m.acquisitions {
+        counters(
+            &mut encoder,
+            "mmaplock_acquisitions",
+            "Successful mmap_lock acquisitions, by the cause of a write (read for reads).",
+            m.acquisitions.iter().map(|((key, cause), n)| {
                 let mut labels = key.labels();
                 labels.push(("cause", cause.to_string()));
-                f.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-            }
-        }
-        {
-            let mut f = encoder.encode_descriptor(
-                "mmaplock_failed_trylocks",
-                "Acquisitions that returned without the lock (failed trylocks, killed waiters).",
-                None,
-                MetricType::Counter,
-            )?;
-            for ((process, cgroup, op, pid), n) in &m.failed {
-                let mut labels = vec![
-                    ("process", process.clone()),
-                    ("cgroup", cgroup.clone()),
-                    ("op", op.to_string()),
-                ];
-                if let Some(pid) = pid {
-                    labels.push(("pid", pid.to_string()));
-                }
-                f.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-            }
-        }
-        {
-            let mut f = encoder.encode_descriptor(
-                "mmaplock_downgrades",
-                "Write locks downgraded to read (munmap, brk, mremap, stack growth).",
-                None,
-                MetricType::Counter,
-            )?;
-            for (key, n) in &m.downgrades {
+                (labels, *n)
+            }),
+        )?;
+        counters(
+            &mut encoder,
+            "mmaplock_failed_trylocks",
+            "Acquisitions that returned without the lock (failed trylocks, killed waiters).",
+            m.failed.iter().map(|((process, cgroup, op, pid), n)| {
+                (process_labels(process, cgroup, &[("op", op)], *pid), *n)
+            }),
+        )?;
+        counters(
+            &mut encoder,
+            "mmaplock_downgrades",
+            "Write locks downgraded to read (munmap, brk, mremap, stack growth).",
+            m.downgrades.iter().map(|(key, n)| {
                 let mut labels = key.labels();
                 labels.retain(|(k, _)| *k != "op");
-                f.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-            }
-        }
-        {
-            let mut f = encoder.encode_descriptor(
-                "mmaplock_lost",
-                "Acquisitions (or, for stacks, samples) the profile does not contain, by reason.",
-                None,
-                MetricType::Counter,
-            )?;
-            // Every reason the report has (output::lost_reasons), and their sum as `events`.
-            let all = std::iter::once(("events".to_string(), m.lost.events))
-                .chain(crate::output::lost_reasons(&m.lost));
-            for (reason, n) in all {
-                f.encode_family(&[("reason", reason.as_str())])?
-                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
-            }
-        }
+                (labels, *n)
+            }),
+        )?;
+        // Every reason the report has (output::lost_reasons), and their sum as `events`.
+        counters(
+            &mut encoder,
+            "mmaplock_lost",
+            "Acquisitions (or, for stacks, samples) the profile does not contain, by reason.",
+            std::iter::once(("events".to_string(), m.lost.events))
+                .chain(crate::output::lost_reasons(&m.lost))
+                .map(|(reason, n)| ([("reason", reason)], n)),
+        )?;
         if m.js_functions_max > 0 {
-            let mut f = encoder.encode_descriptor(
+            counters(
+                &mut encoder,
                 "mmaplock_js_function_sampled_writes",
                 "Sampled write acquisitions (one in --stack-sample per thread) by the innermost \
                  JavaScript function of the application on their stack (--js-functions: the \
                  first N functions of a process, then (other)).",
-                None,
-                MetricType::Counter,
+                m.js_functions
+                    .iter()
+                    .map(|((process, cgroup, function), n)| {
+                        (
+                            process_labels(process, cgroup, &[("function", function)], None),
+                            *n,
+                        )
+                    }),
             )?;
-            for ((process, cgroup, function), n) in &m.js_functions {
-                let labels = [
-                    ("process", process.clone()),
-                    ("cgroup", cgroup.clone()),
-                    ("function", function.clone()),
-                ];
-                f.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-            }
         }
         if !m.blocked.is_empty() {
-            let mut f = encoder.encode_descriptor(
+            counters(
+                &mut encoder,
                 "mmaplock_blocked_seconds",
                 "Wait charged to the holds that made it wait (--blockers): by the waiting \
                  thread's role, the holding thread's role and what it held the lock for.",
-                None,
-                MetricType::Counter,
+                m.blocked
+                    .iter()
+                    .map(|((process, cgroup, waiter, holder, cause, pid), ns)| {
+                        let roles = [
+                            ("waiter_role", *waiter),
+                            ("holder_role", *holder),
+                            ("holder_cause", cause.as_ref()),
+                        ];
+                        (
+                            process_labels(process, cgroup, &roles, *pid),
+                            *ns as f64 * 1e-9,
+                        )
+                    }),
             )?;
-            for ((process, cgroup, waiter, holder, cause, pid), ns) in &m.blocked {
-                let mut labels = vec![
-                    ("process", process.clone()),
-                    ("cgroup", cgroup.clone()),
-                    ("waiter_role", waiter.to_string()),
-                    ("holder_role", holder.to_string()),
-                    ("holder_cause", cause.to_string()),
-                ];
-                if let Some(pid) = pid {
-                    labels.push(("pid", pid.to_string()));
-                }
-                f.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, f64>(&(*ns as f64 * 1e-9), None)?;
-            }
         }
-        for (name, help, cpu) in [
-            (
-                "mmaplock_thread_seconds",
-                "Wall time alive of the threads that took a profiled lock, by role: the lock's \
-                 wait over it (rate of mmaplock_wait_seconds_sum over rate of this) is the share \
-                 of their time spent waiting.",
-                false,
-            ),
-            (
-                "mmaplock_thread_cpu_seconds",
-                "CPU time of the threads that took a profiled lock, by role, as the kernel \
-                 reports it (at each reading and at their exit): the lock's wait over it is their \
-                 wait per CPU-second.",
-                true,
-            ),
-        ] {
-            if m.thread_time.is_empty() {
-                break;
-            }
-            let mut f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for ((process, cgroup, role, pid), (alive, cpu_ns)) in &m.thread_time {
-                let ns = match (cpu, cpu_ns) {
-                    (false, _) => *alive,
-                    (true, Some(c)) => *c,
-                    (true, None) => continue,
-                };
-                let mut labels = vec![
-                    ("process", process.clone()),
-                    ("cgroup", cgroup.clone()),
-                    ("role", role.to_string()),
-                ];
-                if let Some(pid) = pid {
-                    labels.push(("pid", pid.to_string()));
-                }
-                f.encode_family(&labels)?
-                    .encode_counter::<NoLabelSet, _, f64>(&(ns as f64 * 1e-9), None)?;
+        if !m.thread_time.is_empty() {
+            for (name, help, cpu) in [
+                (
+                    "mmaplock_thread_seconds",
+                    "Wall time alive of the threads that took a profiled lock, by role: the \
+                     lock's wait over it (rate of mmaplock_wait_seconds_sum over rate of this) \
+                     is the share of their time spent waiting.",
+                    false,
+                ),
+                (
+                    "mmaplock_thread_cpu_seconds",
+                    "CPU time of the threads that took a profiled lock, by role, as the kernel \
+                     reports it (at each reading and at their exit): the lock's wait over it is \
+                     their wait per CPU-second.",
+                    true,
+                ),
+            ] {
+                counters(
+                    &mut encoder,
+                    name,
+                    help,
+                    m.thread_time.iter().filter_map(
+                        |((process, cgroup, role, pid), (alive, cpu_ns))| {
+                            let ns = if cpu { (*cpu_ns)? } else { *alive };
+                            let labels = process_labels(process, cgroup, &[("role", role)], *pid);
+                            Some((labels, ns as f64 * 1e-9))
+                        },
+                    ),
+                )?;
             }
         }
         if !m.programs.is_empty() {
-            let mut f = encoder.encode_descriptor(
+            counters(
+                &mut encoder,
                 "mmaplock_bpf_run_seconds",
                 "Run time of the profiler's eBPF programs (kernel BPF statistics).",
-                None,
-                MetricType::Counter,
+                m.programs
+                    .iter()
+                    .map(|p| ([("program", p.name)], p.run_time.as_secs_f64())),
             )?;
-            for p in &m.programs {
-                f.encode_family(&[("program", p.name)])?
-                    .encode_counter::<NoLabelSet, _, f64>(&p.run_time.as_secs_f64(), None)?;
-            }
-            let mut f = encoder.encode_descriptor(
+            counters(
+                &mut encoder,
                 "mmaplock_bpf_runs",
                 "Runs of the profiler's eBPF programs (kernel BPF statistics).",
-                None,
-                MetricType::Counter,
+                m.programs
+                    .iter()
+                    .map(|p| ([("program", p.name)], p.run_count)),
             )?;
-            for p in &m.programs {
-                f.encode_family(&[("program", p.name)])?
-                    .encode_counter::<NoLabelSet, _, u64>(&p.run_count, None)?;
-            }
         }
         for (name, help, v) in [
             (
@@ -553,21 +545,18 @@ impl Collector for Shared {
         }
         {
             let h = &m.http;
-            let mut f = encoder.encode_descriptor(
+            counters(
+                &mut encoder,
                 "mmaplock_http_rejected",
                 "Connections to /metrics closed by the agent (limit: over the connection cap; timeout: idle or slow; tls: failed handshake) and requests refused (unauthorized).",
-                None,
-                MetricType::Counter,
+                [
+                    ("limit", h.limit),
+                    ("timeout", h.timeout),
+                    ("tls", h.tls),
+                    ("unauthorized", h.unauthorized),
+                ]
+                .map(|(reason, n)| ([("reason", reason)], n)),
             )?;
-            for (reason, n) in [
-                ("limit", h.limit),
-                ("timeout", h.timeout),
-                ("tls", h.tls),
-                ("unauthorized", h.unauthorized),
-            ] {
-                f.encode_family(&[("reason", reason)])?
-                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
-            }
             encoder
                 .encode_descriptor(
                     "mmaplock_http_connections",
@@ -642,6 +631,17 @@ mod tests {
         h
     }
 
+    /// The series of node's Worker threads' writes.
+    fn worker_writes(cgroup: &str, pid: Option<u32>) -> SeriesKey {
+        SeriesKey {
+            process: "node".into(),
+            cgroup: cgroup.into(),
+            role: "worker",
+            op: "write",
+            pid,
+        }
+    }
+
     #[test]
     fn classic_buckets_are_the_kernel_buckets() {
         let h = hist(&[0, 100, 100, 5000]);
@@ -687,13 +687,7 @@ mod tests {
         ))));
         {
             let mut m = shared.0.lock().unwrap();
-            let key = SeriesKey {
-                process: "node".into(),
-                cgroup: "/system.slice/api.service".into(),
-                role: "worker",
-                op: "write",
-                pid: None,
-            };
+            let key = worker_writes("/system.slice/api.service", None);
             let mut s = SideStats {
                 count: 2,
                 failed: 1,
@@ -745,5 +739,51 @@ mod tests {
         assert!(!text.contains("pid="), "no pid label unless asked");
         assert!(text.contains("mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"} 1"));
         assert!(!text.contains("mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"}"));
+    }
+
+    #[test]
+    fn every_process_series_has_process_cgroup_its_own_labels_then_pid() {
+        let shared = Shared(Arc::new(Mutex::new(
+            Metrics::new(true, "6.18".into(), "6.14+".into()).with_js_functions(2),
+        )));
+        {
+            let mut m = shared.0.lock().unwrap();
+            let key = worker_writes("/a", Some(7));
+            let s = SideStats {
+                count: 2,
+                ..Default::default()
+            };
+            m.add_side(key.clone(), &s, "mmap");
+            m.downgrades.insert(key, 3);
+            m.failed
+                .insert(("node".into(), "/a".into(), "read", Some(7)), 4);
+            let blocked = (
+                "node".into(),
+                "/a".into(),
+                "worker",
+                "main",
+                "mmap".into(),
+                Some(7),
+            );
+            m.blocked.insert(blocked, 1_500_000_000);
+            m.thread_time.insert(
+                ("node".into(), "/a".into(), "worker", Some(7)),
+                (2_000_000_000, Some(500_000_000)),
+            );
+            m.js_functions
+                .insert(("node".into(), "/a".into(), "f (x.js:1)".into()), 12);
+        }
+        let text = encode_text(&registry(shared)).unwrap();
+        for line in [
+            r#"mmaplock_acquisitions_total{process="node",cgroup="/a",role="worker",op="write",pid="7",cause="mmap"} 2"#,
+            r#"mmaplock_downgrades_total{process="node",cgroup="/a",role="worker",pid="7"} 3"#,
+            r#"mmaplock_failed_trylocks_total{process="node",cgroup="/a",op="read",pid="7"} 4"#,
+            r#"mmaplock_blocked_seconds_total{process="node",cgroup="/a",waiter_role="worker",holder_role="main",holder_cause="mmap",pid="7"} 1.5"#,
+            r#"mmaplock_thread_seconds_total{process="node",cgroup="/a",role="worker",pid="7"} 2.0"#,
+            r#"mmaplock_thread_cpu_seconds_total{process="node",cgroup="/a",role="worker",pid="7"} 0.5"#,
+            r#"mmaplock_js_function_sampled_writes_total{process="node",cgroup="/a",function="f (x.js:1)"} 12"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
     }
 }

@@ -192,38 +192,39 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
         ("role", "thread role", by_role),
         ("cause", "cause", by_cause),
     ] {
-        let chart = bars(
-            &format!("writes-by-{key}"),
-            &labels,
-            &[("writes", writes)],
-            Unit::Count,
-        );
-        panel(&mut out, &format!("Writes by {title}"), &chart);
-        let chart = bars(
-            &format!("wait-by-{key}"),
-            &labels,
-            &[("write wait", wait)],
-            Unit::Ns,
-        );
-        panel(&mut out, &format!("Write wait by {title}"), &chart);
+        for (name, series, heading, values, unit) in [
+            ("writes", "writes", "Writes", writes, Unit::Count),
+            ("wait", "write wait", "Write wait", wait, Unit::Ns),
+        ] {
+            let chart = bars(
+                &format!("{name}-by-{key}"),
+                &labels,
+                &[(series, values)],
+                unit,
+            );
+            panel(&mut out, &format!("{heading} by {title}"), &chart);
+        }
     }
     out.push_str("</div>");
     // Who made whom wait, by role and by holder, side by side.
     out.push_str(r#"<div class="grid">"#);
     if let Some(roles) = p.blocked_by_role.as_ref().filter(|r| !r.is_empty()) {
-        out.push_str("<div class=\"panel\"><h3>Who made whom wait</h3><table><tr><th>waiter</th><th>holder</th><th>its hold</th><th>write wait</th><th>all wait</th></tr>");
-        for r in roles.iter().take(12) {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                r.waiter_role.as_str(),
-                r.holder_role.as_str(),
-                esc(&r.cause),
-                fmt_ns(r.write_wait_ns),
-                fmt_ns(r.wait_ns)
-            );
-        }
-        out.push_str("</table></div>");
+        out.push_str("<div class=\"panel\">");
+        table(
+            &mut out,
+            "Who made whom wait",
+            &["waiter", "holder", "its hold", "write wait", "all wait"],
+            roles.iter().take(12).map(|r| {
+                [
+                    r.waiter_role.as_str().to_string(),
+                    r.holder_role.as_str().to_string(),
+                    esc(&r.cause),
+                    fmt_ns(r.write_wait_ns),
+                    fmt_ns(r.wait_ns),
+                ]
+            }),
+        );
+        out.push_str("</div>");
     }
     blockers_table(&mut out, p);
     out.push_str(&super::verdict::time_share_table(p));
@@ -243,50 +244,78 @@ fn blockers_table(out: &mut String, p: &ProcessReport) {
     let Some(b) = p.blockers.as_ref().filter(|b| !b.is_empty()) else {
         return;
     };
-    out.push_str("<div class=\"panel\"><h3>Blockers: the holds that made them wait</h3><table><tr><th>holder</th><th>tid</th><th>role</th><th>its hold</th><th>waits</th><th>wait charged</th></tr>");
-    for x in b.iter().take(12) {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&x.comm),
-            x.tid,
-            x.role.as_str(),
-            esc(&x.cause),
-            x.waits,
-            fmt_ns(x.wait_ns)
-        );
+    out.push_str("<div class=\"panel\">");
+    table(
+        out,
+        "Blockers: the holds that made them wait",
+        &["holder", "tid", "role", "its hold", "waits", "wait charged"],
+        b.iter().take(12).map(|x| {
+            [
+                esc(&x.comm),
+                x.tid.to_string(),
+                x.role.as_str().to_string(),
+                esc(&x.cause),
+                x.waits.to_string(),
+                fmt_ns(x.wait_ns),
+            ]
+        }),
+    );
+    out.push_str("</div>");
+}
+
+/// A table under its heading: the columns' names, then a row per item (its cells HTML
+/// already, escaped where they are text).
+fn table<const N: usize>(
+    out: &mut String,
+    heading: &str,
+    columns: &[&str; N],
+    rows: impl IntoIterator<Item = [String; N]>,
+) {
+    let _ = write!(out, "<h3>{heading}</h3><table><tr>");
+    for c in columns {
+        let _ = write!(out, "<th>{c}</th>");
     }
-    out.push_str("</table></div>");
+    out.push_str("</tr>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
 }
 
 /// Sampled writes by code and by JavaScript function.
 fn code_tables(out: &mut String, p: &ProcessReport) {
     if let Some(d) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
-        out.push_str("<h3>Sampled writes by code</h3><table><tr><th>code</th><th>writes</th><th>wait</th></tr>");
-        for x in d.iter().take(10) {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&x.dso),
-                x.write.count,
-                fmt_ns(x.write.wait_ns.sum)
-            );
-        }
-        out.push_str("</table>");
+        table(
+            out,
+            "Sampled writes by code",
+            &["code", "writes", "wait"],
+            d.iter().take(10).map(|x| {
+                [
+                    esc(&x.dso),
+                    x.write.count.to_string(),
+                    fmt_ns(x.write.wait_ns.sum),
+                ]
+            }),
+        );
     }
     if let Some(js) = p.js_functions.as_ref().filter(|d| !d.is_empty()) {
-        out.push_str("<h3>Sampled writes by JavaScript function</h3><table><tr><th>function</th><th>file</th><th>writes</th><th>wait</th></tr>");
-        for f in js.iter().take(10) {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&f.function),
-                esc(&f.file),
-                f.writes,
-                fmt_ns(f.wait_ns_sum)
-            );
-        }
-        out.push_str("</table>");
+        table(
+            out,
+            "Sampled writes by JavaScript function",
+            &["function", "file", "writes", "wait"],
+            js.iter().take(10).map(|f| {
+                [
+                    esc(&f.function),
+                    esc(&f.file),
+                    f.writes.to_string(),
+                    fmt_ns(f.wait_ns_sum),
+                ]
+            }),
+        );
     }
     if let Some(h) = &p.js_hint {
         let _ = write!(out, r#"<p class="note">{}</p>"#, esc(h));
