@@ -123,28 +123,22 @@ pub fn sample(
     true
 }
 
-/// Ring buffer flags for a STACKS record of `bytes` (its 8-byte header included) that
-/// `avail` (`BPF_RB_AVAIL_DATA` after it was reserved) ends: a wakeup of userspace only when
-/// this record takes the ring past a quarter of its size. Waking for every record cost far
-/// more than copying a sample: a wakeup is an interrupt the CPU sends itself, which a virtual
-/// machine pays dearly for (several microseconds). Userspace drains the ring every 25 ms in
-/// any case; past the quarter it is woken once, not for every record until it catches up
-/// (which cost half of `start_locking` at one write in 64 on a write-heavy workload).
-#[inline(always)]
-fn wakeup_at(avail: u64, bytes: u64) -> u64 {
-    let quarter = STACKS.query(BPF_RB_RING_SIZE as u64) / 4;
-    if avail >= quarter && avail < quarter + bytes {
-        BPF_RB_FORCE_WAKEUP as u64
-    } else {
-        BPF_RB_NO_WAKEUP as u64
-    }
-}
-
-/// [`wakeup_at`] for a record of `len` bytes about to be written with `output` (the ring's
-/// data does not count it yet).
+/// Ring buffer flags for a STACKS record of `len` bytes about to be written with `output`: a
+/// wakeup of userspace only when this record takes the ring past a quarter of its size.
+/// Waking for every record cost far more than copying a sample: a wakeup is an interrupt the
+/// CPU sends itself, which a virtual machine pays dearly for (several microseconds).
+/// Userspace drains the ring every 25 ms in any case; past the quarter it is woken once, not
+/// for every record until it catches up (which cost half of `start_locking` at one write in
+/// 64 on a write-heavy workload).
 #[inline(always)]
 pub fn wakeup_before(len: u64) -> u64 {
     // Records are rounded up to 8 bytes, after an 8-byte header.
     let bytes = len.next_multiple_of(8) + 8;
-    wakeup_at(STACKS.query(BPF_RB_AVAIL_DATA as u64) + bytes, bytes)
+    let after = STACKS.query(BPF_RB_AVAIL_DATA as u64) + bytes;
+    let quarter = STACKS.query(BPF_RB_RING_SIZE as u64) / 4;
+    if after >= quarter && after < quarter + bytes {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
 }

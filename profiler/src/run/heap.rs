@@ -1,6 +1,7 @@
-//! Freed memory back to the system, now and then. glibc's allocator returns memory only from
-//! the top of its heap; what a burst freed below that (a first reading of ten thousand
-//! threads, a large report) stays resident for the rest of the run. A long-running profiler
+//! Freed memory back to the system, now and then, for every kind of run (the one place that
+//! does it). glibc's allocator returns memory only from the top of its heap; what a burst
+//! freed below that (a first reading of ten thousand threads, a large report, the periodic
+//! full reading of the kernel's map) stays resident for the rest of the run otherwise. A long-running profiler
 //! is judged on its resident memory, so it trims the heap every so often: a walk of the free
 //! lists, well under a millisecond at these sizes.
 

@@ -160,17 +160,10 @@ impl Sink {
         }
         let record = render(&mut *self.output, &r)?;
         let last = matches!(r.kind, Kind::Summary);
-        let threads: usize = r.processes.iter().map(|p| p.threads.len()).sum();
         drop(r);
-        let res = self.write_record(&record, last);
-        drop(record);
-        if threads > 1000 {
-            // Building it took megabytes that glibc keeps for later otherwise; give them back
-            // so that a long-running agent's footprint is its steady state.
-            // SAFETY: malloc_trim only releases free memory.
-            unsafe { libc::malloc_trim(0) };
-        }
-        res
+        // (What building it took goes back to the system with the run loop's next trim: see
+        // run/heap.rs.)
+        self.write_record(&record, last)
     }
 
     /// Writes the `--html` page, if asked (at the end of a run, after the summary).
