@@ -282,6 +282,11 @@ pub struct NewThread {
     pub tid_start: u64,
     pub fsbase: u64,
     pub comm: [u8; COMM_LEN],
+    /// The thread's start routine, read from its glibc `struct pthread` (at the fs base, at
+    /// the offset `Settings::start_routine_off` calibrated on our glibc) by the thread itself
+    /// as it was announced: kept even if its process is gone when userspace reads the record,
+    /// and meaningful only for a process that maps our C library. 0: not read.
+    pub start_routine: u64,
 }
 
 /// Records of the `EXITED` ring buffer: a thread that had profiler state is exiting, or is
@@ -439,7 +444,9 @@ pub struct Settings {
     /// plain store instead of an atomic exchange (the BPF instruction set has no release
     /// store; on weakly ordered CPUs the exchange is the barrier).
     pub strong_order: u32,
-    pub _pad: u32,
+    /// Offset of `start_routine` in our glibc's `struct pthread` (0: unknown): a thread reads
+    /// its own when it is announced (`NewThread::start_routine`).
+    pub start_routine_off: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and
@@ -740,7 +747,7 @@ mod tests {
         assert_eq!(size_of::<StackSample>(), 64 + STACK_BYTES);
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);
-        assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN);
+        assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN + 8);
         assert_eq!(
             size_of::<Filter>(),
             24 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS

@@ -28,8 +28,8 @@ use crate::{
     blockers,
     kread::{self, Task},
     maps::{
-        DIRTY, EPOCH, KERNEL, NEW_THREADS, SCRATCH, STACKS, STATS, blockers_on, bump, bump_by,
-        for_each, konst,
+        DIRTY, EPOCH, KERNEL, NEW_THREADS, SCRATCH, SETTINGS, STACKS, STATS, blockers_on, bump,
+        bump_by, for_each, konst,
     },
     state::{ACCS, Done, RING, ThreadState, claim, unclaim},
 };
@@ -78,10 +78,27 @@ fn identify(st: &mut ThreadState, task: Task) {
         kread::u64_at(task.addr() + fsbase as u64)
     };
     st.comm = kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64);
+    // Its start routine, from its own memory: only the thread itself can read it here (the
+    // iterator runs in the profiler's address space). Userspace reads it on its own otherwise.
+    let off = konst(&SETTINGS.start_routine_off);
+    st.start_routine = if off != 0 && st.fsbase != 0 && task.addr() == kread::current_addr() {
+        kread::user_u64(st.fsbase + off as u64)
+    } else {
+        0
+    };
     st.identified = 1;
 }
 
-/// Tells userspace about a thread the first time its acquisitions are flushed.
+/// Tells userspace about a thread at its first lock (holding none): who it is, and the
+/// start routine only it can read.
+#[inline(never)]
+pub fn announce_first(st: &mut ThreadState, task: Task, owner: u32, owner_start: u64) {
+    identify(st, task);
+    announce(st, owner, owner_start);
+}
+
+/// Tells userspace about a thread (at its first lock, or the first time its acquisitions are
+/// flushed, if the iterator or its exit got there first).
 #[inline(always)]
 fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
     st.announced = 1;
@@ -99,6 +116,7 @@ fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
         (*n).owner_start = owner_start;
         (*n).tid_start = st.tid_start;
         (*n).fsbase = st.fsbase;
+        (*n).start_routine = st.start_routine;
         kread::set_comm(kread::as_comm_mut(&mut (*n).comm), &st.comm);
     }
     entry.submit(0);

@@ -11,7 +11,7 @@ use core::{ffi::c_void, ptr};
 
 use aya_ebpf::helpers::{
     bpf_get_current_task, bpf_get_current_task_btf, bpf_probe_read_kernel,
-    bpf_probe_read_kernel_buf, generated::bpf_task_pt_regs,
+    bpf_probe_read_kernel_buf, bpf_probe_read_user, generated::bpf_task_pt_regs,
 };
 
 /// A task, through its BTF-typed pointer (`struct task_struct *` as the verifier sees it).
@@ -96,6 +96,14 @@ pub fn current_addr() -> u64 {
 pub fn u64_at(addr: u64) -> u64 {
     // SAFETY: bpf_probe_read_kernel checks the address and fails instead of faulting.
     unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
+}
+
+/// A `u64` of the current task's user memory at `addr`; 0 if it cannot be read (unmapped, or
+/// not resident: a tracepoint cannot fault a page in).
+#[inline(always)]
+pub fn user_u64(addr: u64) -> u64 {
+    // SAFETY: bpf_probe_read_user checks the address and fails instead of faulting.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.unwrap_or(0)
 }
 
 /// A kernel `u32` at `addr`; 0 if it cannot be read.

@@ -50,7 +50,7 @@ pub static SETTINGS: Settings = Settings {
     blockers: 0,
     self_tgid: 0,
     strong_order: 0,
-    _pad: 0,
+    start_routine_off: 0,
 };
 
 /// Which owners to profile (`--pid`, `--comm`, or the `SELECTED` map).

@@ -138,7 +138,13 @@ pub struct ThreadState {
     /// are its last, and flush at once.
     pub exiting: u32,
     /// 1: a contended wait waits in `BLOCK_STATE` to be charged (`--blockers`).
-    pub charge_pending: u32,
+    pub charge_pending: u16,
+    /// 1: the thread was announced on NEW_THREADS. It is announced at its first
+    /// `start_locking` holding no lock, with the start routine it reads there itself, so that
+    /// userspace learns its role while it runs, even in a process that lives a tenth of a
+    /// second or a thread that takes one lock and then waits (otherwise not flushed before
+    /// its exit, when its process may be gone and its role unreadable).
+    pub announced: u16,
     pub slots: [Slot; 2],
     pub own: OwnCache,
     /// 1 while a context accumulates or copies (claimed with a compare-and-swap; 64 bits, as
@@ -164,12 +170,12 @@ pub struct ThreadState {
     /// Who the thread is; filled by its first flush (outside any lock).
     pub tid_start: u64,
     pub fsbase: u64,
+    /// Its glibc start routine, as read by the thread itself (0: not read).
+    pub start_routine: u64,
     pub tid: u32,
     pub tgid: u32,
     pub comm: Comm,
     pub identified: u32,
-    /// Whether this thread was announced on NEW_THREADS.
-    pub announced: u32,
     /// CPU time when last reported by the iterator.
     pub cpu_reported: u64,
     pub ring: [Done; RING as usize],

@@ -137,6 +137,9 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
         // A fork child's lock is counted once, when acquired.
         Owner::Ignored | Owner::ForkChild => return 0,
     };
+    if st.announced == 0 && free0 && free1 {
+        accum::announce_first(st, task, owner, owner_start);
+    }
     let idx = if free0 {
         0
     } else if free1 {

@@ -234,7 +234,9 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         blockers: cfg.blockers as u32,
         self_tgid: std::process::id(),
         strong_order: cfg!(target_arch = "x86_64") as u32,
-        _pad: 0,
+        start_routine_off: super::pthread::start_routine_offset()
+            .and_then(|o| u32::try_from(o).ok())
+            .unwrap_or(0),
     };
     // The programs' diagnostics: 0 (none, the log calls removed by the verifier) unless the
     // logger takes them (`--log-level`, `RUST_LOG`).

@@ -163,7 +163,7 @@ fn role_from_start_routine(symbol: &str, module: Option<&Path>) -> Role {
 /// anonymous memory).
 type StartSite = Option<(Site, u64)>;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Site {
     mapped: PathBuf,
     readable: PathBuf,
@@ -188,6 +188,10 @@ struct ProcessEntry {
     /// Its mapped libraries, each with the addon it is behind (None: not behind one),
     /// decided the first time a thread starts in a library it does not know.
     behind: addonlibs::Behind,
+    /// The site of each mapping a start routine was found in (by the mapping's start), found
+    /// while the process lived: a thread announced as its process ends, with the routine it
+    /// read itself, is placed from here once the process is gone.
+    sites: HashMap<u64, Site>,
     /// The threads seen taking its lock: its own, and foreign ones.
     threads: HashMap<ThreadId, ThreadRole>,
 }
@@ -240,6 +244,20 @@ impl Roles {
         comm: &[u8; COMM_LEN],
         fsbase: u64,
     ) {
+        self.observe_announced(owner, thread, tgid, comm, fsbase, 0);
+    }
+
+    /// [`observe`](Self::observe) of a thread announced by the kernel with the start routine
+    /// it read itself (`start_routine`, 0: not read).
+    pub fn observe_announced(
+        &mut self,
+        owner: ProcId,
+        thread: ThreadId,
+        tgid: u32,
+        comm: &[u8; COMM_LEN],
+        fsbase: u64,
+        start_routine: u64,
+    ) {
         if self
             .processes
             .get(&owner)
@@ -256,7 +274,7 @@ impl Roles {
         ) {
             Some(r) => ThreadRole::Known(r.into()),
             // Here tgid == owner.pid: the thread is the owner's own.
-            None => match self.start_site(owner, fsbase) {
+            None => match self.start_site(owner, fsbase, start_routine) {
                 Some(site) => ThreadRole::Pending(site),
                 None => ThreadRole::Known(Role::Other.into()),
             },
@@ -355,24 +373,43 @@ impl Roles {
         self.processes.len()
     }
 
-    /// Reads a thread's start routine and finds its mapping, in the memory of `owner` (the
-    /// thread's own process). None when the process is gone, or its pid is another's now.
-    fn start_site(&mut self, owner: ProcId, fsbase: u64) -> Option<StartSite> {
+    /// Reads a thread's start routine (unless the thread read it, `known`) and finds its
+    /// mapping, in the memory of `owner` (the thread's own process). None when the process is
+    /// gone, or its pid is another's now, unless the thread's own reading falls in a mapping
+    /// placed while the process lived.
+    fn start_site(&mut self, owner: ProcId, fsbase: u64, known: u64) -> Option<StartSite> {
         let offset = self.offset?;
         if fsbase == 0 {
             return None;
         }
         let pid = owner.pid;
-        let addr = read_memory(pid, fsbase + offset, 8)
-            .and_then(|w| Some(u64::from_ne_bytes(w.get(..8)?.try_into().ok()?)))
-            .filter(|&a| a != 0);
+        let addr = if known != 0 {
+            Some(known)
+        } else {
+            read_memory(pid, fsbase + offset, 8)
+                .and_then(|w| Some(u64::from_ne_bytes(w.get(..8)?.try_into().ok()?)))
+                .filter(|&a| a != 0)
+        };
         log::debug!(
-            "pid {pid}: start routine at {:#x}: {addr:x?}",
-            fsbase + offset
+            "pid {pid}: start routine at {:#x}: {addr:x?}{}",
+            fsbase + offset,
+            if known != 0 {
+                " (read by the thread)"
+            } else {
+                ""
+            }
         );
         let addr = addr?;
         let our_libc = &self.our_libc;
         let entry = self.processes.entry(owner).or_default();
+        // Placed while the process lived (the maps and the C library were its own then).
+        if known != 0
+            && let Some((maps, true)) = &entry.maps
+            && let Some(m) = maps.find(addr)
+            && let Some(site) = entry.sites.get(&m.start)
+        {
+            return Some(Some((site.clone(), m.file_offset(addr))));
+        }
         let (maps, same) = match &mut entry.maps {
             Some(m) => m,
             None => {
@@ -395,6 +432,7 @@ impl Roles {
             let readable = readable_path(pid, m)?;
             let origin = addonlibs::origin(pid, maps, &mut entry.behind, &mapped);
             Some((
+                m.start,
                 Site {
                     mapped,
                     readable,
@@ -409,15 +447,21 @@ impl Roles {
             log::debug!("process {owner:?} is gone: its pid's memory is not its own");
             entry.maps = None;
             entry.behind.clear();
+            entry.sites.clear();
             return None;
         }
-        site
+        site.map(|s| {
+            s.map(|(start, site, offset)| {
+                entry.sites.insert(start, site.clone());
+                (site, offset)
+            })
+        })
     }
 
     /// The start routine of a live thread of `p`: its name and file.
     #[cfg(test)]
     pub fn start_routine(&mut self, p: ProcId, fsbase: u64) -> Option<(String, Option<PathBuf>)> {
-        match self.start_site(p, fsbase)? {
+        match self.start_site(p, fsbase, 0)? {
             Some((site, offset)) => Some((
                 symbolize(&self.symbolizer, &site, offset),
                 Some(site.mapped),

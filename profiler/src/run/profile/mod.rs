@@ -213,12 +213,13 @@ impl<K: Kernel> Profile<K> {
     pub fn note_new_thread(&mut self, t: &NewThread) {
         let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
         self.registry.names.prime(owner);
-        self.registry.roles.observe(
+        self.registry.roles.observe_announced(
             owner,
             ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),
             t.tgid,
             &t.comm,
             t.fsbase,
+            t.start_routine,
         );
     }
 
