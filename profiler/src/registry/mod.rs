@@ -4,8 +4,10 @@
 
 pub mod addonlibs;
 pub mod cgroups;
+pub mod names;
 pub mod perfmap;
 pub mod procmaps;
+pub mod role;
 pub mod roles;
 pub mod stacks;
 pub mod threadstart;
@@ -13,7 +15,8 @@ pub mod untrusted;
 pub mod unwind;
 pub mod v8;
 
-use roles::{ProcessNames, Roles};
+use names::ProcessNames;
+use roles::Roles;
 
 /// The registry's caches that reports draw on: process names and cgroups, thread roles.
 #[derive(Default)]

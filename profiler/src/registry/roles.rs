@@ -1,20 +1,17 @@
-//! Who took the lock: process names and thread roles.
+//! Who took the lock: each thread's role, per process, decided once (the rules are in
+//! `role`, process names in `names`).
 //!
-//! A thread's role comes, in this order, from ids (the main thread's tid is its pid; a thread
-//! of another process is `foreign`), from the name a runtime gave it (newer Node.js:
-//! `WorkerThread` or the Worker's name, `libuv-worker`, `V8Worker`, inspector threads), and
-//! otherwise from its start routine. Node 20 names no thread, but glibc keeps each thread's
-//! start routine in its `struct pthread`, which the thread's fs base points to: the eBPF side
-//! records the fs base, we read the routine's address from the process's memory and
-//! symbolize it (blazesym). This works for threads that existed before we attached, and is
-//! done once per thread, as soon as it is first seen. A start routine in a library that only
-//! an addon needs (libvips's threads behind sharp) makes the thread the addon's
-//! (`addonlibs`), with the library named.
+//! Node 20 names no thread, but glibc keeps each thread's start routine in its `struct
+//! pthread`, which the thread's fs base points to: a thread reads its own as the eBPF side
+//! announces it (at its first lock), or we read it from the process's memory, then find its
+//! mapping and symbolize it (blazesym). This works for threads that existed before we
+//! attached, and is done once per thread, as soon as it is first seen. A start routine in a
+//! library that only an addon needs (libvips's threads behind sharp) makes the thread the
+//! addon's (`addonlibs`), with the library named.
 
 use std::{
     collections::{HashMap, hash_map::Entry},
-    fs,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
 };
 
@@ -23,140 +20,15 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 use profiler_common::COMM_LEN;
-use serde::{Deserialize, Deserializer, Serialize};
 
+pub use crate::registry::role::{Decided, Role, comm_str};
 use crate::{
-    registry::addonlibs::{self, AddonOrigin, is_addon},
+    registry::addonlibs::{self, AddonOrigin},
     registry::procmaps::{Maps, readable_path},
+    registry::role::{role_from_ids_and_name, role_from_start_routine},
     registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
     vocab::ids::{self, ProcId, ThreadId},
 };
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Main,
-    Worker,
-    Libuv,
-    V8,
-    Inspector,
-    Addon,
-    Other,
-    Foreign,
-    /// The profiler's own threads (reading a target's /proc files and memory): counted apart
-    /// from the process's own acquisitions, never offered as blockers.
-    Profiler,
-}
-
-/// Read back from a report, a role this build does not know (a later addition) is `other`.
-impl<'de> Deserialize<'de> for Role {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        Ok([
-            Role::Main,
-            Role::Worker,
-            Role::Libuv,
-            Role::V8,
-            Role::Inspector,
-            Role::Addon,
-            Role::Foreign,
-            Role::Profiler,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == name)
-        .unwrap_or(Role::Other))
-    }
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Main => "main",
-            Role::Worker => "worker",
-            Role::Libuv => "libuv",
-            Role::V8 => "v8",
-            Role::Inspector => "inspector",
-            Role::Addon => "addon",
-            Role::Other => "other",
-            Role::Foreign => "foreign",
-            Role::Profiler => "profiler",
-        }
-    }
-}
-
-/// A thread's role as decided, and for an `addon` thread whose start routine was read, where
-/// its code came from (its addon, and the library behind it that started the thread).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decided {
-    pub role: Role,
-    pub origin: Option<Arc<AddonOrigin>>,
-}
-
-impl From<Role> for Decided {
-    fn from(role: Role) -> Self {
-        Decided { role, origin: None }
-    }
-}
-
-/// A kernel comm (NUL-padded bytes) as text.
-pub fn comm_str(comm: &[u8; COMM_LEN]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
-    String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
-/// Role from ids and names alone; None when the start routine must decide.
-fn role_from_ids_and_name(
-    owner: u32,
-    tid: u32,
-    tgid: u32,
-    comm: &str,
-    profiler: u32,
-) -> Option<Role> {
-    if tgid == profiler {
-        return Some(Role::Profiler);
-    }
-    if tgid != owner {
-        return Some(Role::Foreign);
-    }
-    if tid == owner {
-        return Some(Role::Main);
-    }
-    role_from_name(comm)
-}
-
-/// Roles that runtimes announce in thread names (truncated to 15 bytes by the kernel).
-fn role_from_name(comm: &str) -> Option<Role> {
-    let lower = comm.to_ascii_lowercase();
-    if lower.starts_with("libuv-worker") {
-        Some(Role::Libuv)
-    } else if lower.starts_with("v8worker") || lower.starts_with("v8 defaultworke") {
-        Some(Role::V8)
-    } else if lower.starts_with("workerthread") {
-        Some(Role::Worker)
-    } else if lower.contains("inspector") {
-        Some(Role::Inspector)
-    } else {
-        None
-    }
-}
-
-/// Role of a thread whose start routine is `symbol` in the file `module`.
-fn role_from_start_routine(symbol: &str, module: Option<&Path>) -> Role {
-    if module.is_some_and(is_addon) {
-        Role::Addon
-    } else if symbol.contains("worker::Worker::StartThread") {
-        Role::Worker
-    } else if symbol == "worker" || symbol.starts_with("uv__") && symbol.contains("worker") {
-        // libuv's threadpool loop is a static function called `worker`.
-        Role::Libuv
-    } else if symbol.contains("PlatformWorkerThread") || symbol.contains("DelayedTaskScheduler") {
-        Role::V8
-    } else if symbol.to_ascii_lowercase().contains("inspector") {
-        Role::Inspector
-    } else {
-        Role::Other
-    }
-}
 
 /// Where a thread started: the start routine's file, as mapped (its name: an addon's ends in
 /// `.node`) and where we read it (`procmaps::readable_path`), and its offset in it (None:
@@ -515,62 +387,6 @@ fn symbolize(symbolizer: &Symbolizer, site: &Site, offset: u64) -> String {
     }
 }
 
-/// Process names, read once from /proc while the process lives.
-#[derive(Default)]
-pub struct ProcessNames {
-    names: HashMap<ProcId, String>,
-}
-
-impl ProcessNames {
-    /// The process's command name; `fallback` (a name seen in the kernel data) once it is
-    /// gone, or when its pid is another process's now.
-    pub fn get(&mut self, p: ProcId, fallback: Option<&str>) -> String {
-        if let Some(n) = self.names.get(&p) {
-            return n.clone();
-        }
-        match read_comm(p) {
-            Some(name) => {
-                self.names.insert(p, name.clone());
-                name
-            }
-            None => fallback.unwrap_or("?").to_string(),
-        }
-    }
-
-    /// The name, if already known.
-    pub fn cached(&self, p: ProcId) -> Option<&str> {
-        self.names.get(&p).map(String::as_str)
-    }
-
-    /// Remember a live process's name now (before it can exit).
-    pub fn prime(&mut self, p: ProcId) {
-        let _ = self.get(p, None);
-    }
-
-    /// Forget a process that exited (after its last report needed its name).
-    pub fn forget(&mut self, p: ProcId) {
-        self.names.remove(&p);
-    }
-
-    /// Names in memory.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// Learns a name as if read from /proc (tests of processes made up).
-    #[cfg(test)]
-    pub fn learn(&mut self, p: ProcId, name: &str) {
-        self.names.insert(p, name.to_string());
-    }
-}
-
-/// `/proc/PID/comm` of process `p`, if that pid is still `p`'s.
-fn read_comm(p: ProcId) -> Option<String> {
-    let name = fs::read_to_string(format!("/proc/{}/comm", p.pid)).ok()?;
-    // `p` was seen (by the kernel) before this read: alive after it, it was the one read.
-    ids::is_alive(p).then(|| name.trim_end().to_string())
-}
 #[cfg(test)]
 #[path = "roles_tests.rs"]
 pub(crate) mod tests;

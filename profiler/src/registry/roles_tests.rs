@@ -1,6 +1,9 @@
 //! Roles and names: the rules, and caches keyed by process and thread *and* start time.
 
+use std::{fs, path::Path};
+
 use super::*;
+use crate::registry::names::ProcessNames;
 
 /// This process as the kernel names it.
 pub(crate) fn me() -> ProcId {

@@ -197,7 +197,7 @@ pub struct SessionConfig {
     pub quiet: bool,
 }
 
-fn names_get(names: &crate::registry::roles::ProcessNames, p: ProcId) -> String {
+fn names_get(names: &crate::registry::names::ProcessNames, p: ProcId) -> String {
     names.cached(p).unwrap_or("?").to_string()
 }
 

@@ -1,0 +1,63 @@
+//! Process names, read once from /proc while a process lives (its pid may be another
+//! process's later), so that a report can still name a process that has exited.
+
+use std::{collections::HashMap, fs};
+
+use crate::vocab::ids::{self, ProcId};
+
+/// Process names, read once from /proc while the process lives.
+#[derive(Default)]
+pub struct ProcessNames {
+    names: HashMap<ProcId, String>,
+}
+
+impl ProcessNames {
+    /// The process's command name; `fallback` (a name seen in the kernel data) once it is
+    /// gone, or when its pid is another process's now.
+    pub fn get(&mut self, p: ProcId, fallback: Option<&str>) -> String {
+        if let Some(n) = self.names.get(&p) {
+            return n.clone();
+        }
+        match read_comm(p) {
+            Some(name) => {
+                self.names.insert(p, name.clone());
+                name
+            }
+            None => fallback.unwrap_or("?").to_string(),
+        }
+    }
+
+    /// The name, if already known.
+    pub fn cached(&self, p: ProcId) -> Option<&str> {
+        self.names.get(&p).map(String::as_str)
+    }
+
+    /// Remember a live process's name now (before it can exit).
+    pub fn prime(&mut self, p: ProcId) {
+        let _ = self.get(p, None);
+    }
+
+    /// Forget a process that exited (after its last report needed its name).
+    pub fn forget(&mut self, p: ProcId) {
+        self.names.remove(&p);
+    }
+
+    /// Names in memory.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Learns a name as if read from /proc (tests of processes made up).
+    #[cfg(test)]
+    pub fn learn(&mut self, p: ProcId, name: &str) {
+        self.names.insert(p, name.to_string());
+    }
+}
+
+/// `/proc/PID/comm` of process `p`, if that pid is still `p`'s.
+fn read_comm(p: ProcId) -> Option<String> {
+    let name = fs::read_to_string(format!("/proc/{}/comm", p.pid)).ok()?;
+    // `p` was seen (by the kernel) before this read: alive after it, it was the one read.
+    ids::is_alive(p).then(|| name.trim_end().to_string())
+}

@@ -1,0 +1,138 @@
+//! What a thread's role is, and the rules that decide it: in this order, from ids (the main
+//! thread's tid is its pid; a thread of another process is `foreign`; the profiler's own are
+//! `profiler`), from the name a runtime gave it (newer Node.js: `WorkerThread` or the Worker's
+//! name, `libuv-worker`, `V8Worker`, inspector threads), and otherwise from its start
+//! routine's symbol and file. Pure functions: `roles` reads what they need.
+
+use std::{path::Path, sync::Arc};
+
+use profiler_common::COMM_LEN;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::registry::addonlibs::{AddonOrigin, is_addon};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Main,
+    Worker,
+    Libuv,
+    V8,
+    Inspector,
+    Addon,
+    Other,
+    Foreign,
+    /// The profiler's own threads (reading a target's /proc files and memory): counted apart
+    /// from the process's own acquisitions, never offered as blockers.
+    Profiler,
+}
+
+/// Read back from a report, a role this build does not know (a later addition) is `other`.
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok([
+            Role::Main,
+            Role::Worker,
+            Role::Libuv,
+            Role::V8,
+            Role::Inspector,
+            Role::Addon,
+            Role::Foreign,
+            Role::Profiler,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+        .unwrap_or(Role::Other))
+    }
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::Worker => "worker",
+            Role::Libuv => "libuv",
+            Role::V8 => "v8",
+            Role::Inspector => "inspector",
+            Role::Addon => "addon",
+            Role::Other => "other",
+            Role::Foreign => "foreign",
+            Role::Profiler => "profiler",
+        }
+    }
+}
+
+/// A thread's role as decided, and for an `addon` thread whose start routine was read, where
+/// its code came from (its addon, and the library behind it that started the thread).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    pub role: Role,
+    pub origin: Option<Arc<AddonOrigin>>,
+}
+
+impl From<Role> for Decided {
+    fn from(role: Role) -> Self {
+        Decided { role, origin: None }
+    }
+}
+
+/// A kernel comm (NUL-padded bytes) as text.
+pub fn comm_str(comm: &[u8; COMM_LEN]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Role from ids and names alone; None when the start routine must decide.
+pub(super) fn role_from_ids_and_name(
+    owner: u32,
+    tid: u32,
+    tgid: u32,
+    comm: &str,
+    profiler: u32,
+) -> Option<Role> {
+    if tgid == profiler {
+        return Some(Role::Profiler);
+    }
+    if tgid != owner {
+        return Some(Role::Foreign);
+    }
+    if tid == owner {
+        return Some(Role::Main);
+    }
+    role_from_name(comm)
+}
+
+/// Roles that runtimes announce in thread names (truncated to 15 bytes by the kernel).
+fn role_from_name(comm: &str) -> Option<Role> {
+    let lower = comm.to_ascii_lowercase();
+    if lower.starts_with("libuv-worker") {
+        Some(Role::Libuv)
+    } else if lower.starts_with("v8worker") || lower.starts_with("v8 defaultworke") {
+        Some(Role::V8)
+    } else if lower.starts_with("workerthread") {
+        Some(Role::Worker)
+    } else if lower.contains("inspector") {
+        Some(Role::Inspector)
+    } else {
+        None
+    }
+}
+
+/// Role of a thread whose start routine is `symbol` in the file `module`.
+pub(super) fn role_from_start_routine(symbol: &str, module: Option<&Path>) -> Role {
+    if module.is_some_and(is_addon) {
+        Role::Addon
+    } else if symbol.contains("worker::Worker::StartThread") {
+        Role::Worker
+    } else if symbol == "worker" || symbol.starts_with("uv__") && symbol.contains("worker") {
+        // libuv's threadpool loop is a static function called `worker`.
+        Role::Libuv
+    } else if symbol.contains("PlatformWorkerThread") || symbol.contains("DelayedTaskScheduler") {
+        Role::V8
+    } else if symbol.to_ascii_lowercase().contains("inspector") {
+        Role::Inspector
+    } else {
+        Role::Other
+    }
+}
