@@ -492,7 +492,9 @@ pub struct KernelLayout {
     pub dentry_name_len: u32,
     pub dentry_name: u32,
     pub dentry_parent: u32,
-    pub _pad: u32,
+    /// `mm_struct.context.ctx_id` (x86_64: an id the kernel gives each address space and never
+    /// reuses; 0 elsewhere): tells a freed address space from a new one at the same address.
+    pub mm_ctx_id: u32,
 }
 
 /// Holder slots per lock: a holder (thread and kind of hold) adds its hold times to slot

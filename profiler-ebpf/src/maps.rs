@@ -39,7 +39,7 @@ pub static KERNEL: KernelLayout = KernelLayout {
     dentry_name_len: 0,
     dentry_name: 0,
     dentry_parent: 0,
-    _pad: 0,
+    mm_ctx_id: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).
@@ -95,6 +95,9 @@ pub static MM_OWNER: LruHashMap<u64, MmOwner> = LruHashMap::with_max_entries(163
 #[derive(Clone, Copy)]
 pub struct MmOwner {
     pub start: u64,
+    /// The address space's `context.ctx_id` (0 where the kernel has none): an address is
+    /// reused once its mm is freed, the id never is.
+    pub ctx_id: u64,
     pub pid: u32,
     pub _pad: u32,
 }

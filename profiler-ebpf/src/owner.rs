@@ -24,6 +24,17 @@ pub enum Owner {
     ForkChild,
 }
 
+/// The kernel's never-reused id of address space `mm` (0 where it has none).
+#[inline(always)]
+fn ctx_id(mm: u64) -> u64 {
+    let off = konst(&KERNEL.mm_ctx_id);
+    if off == 0 {
+        0
+    } else {
+        kread::u64_at(mm + off as u64)
+    }
+}
+
 /// Start time of the process `task` (a kernel address) belongs to: its group leader's.
 #[inline(always)]
 pub fn process_start(task: u64) -> u64 {
@@ -113,6 +124,7 @@ pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner 
         if tracked {
             let o = MmOwner {
                 start,
+                ctx_id: ctx_id(mm),
                 pid: tgid,
                 _pad: 0,
             };
@@ -141,9 +153,14 @@ pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner 
     };
     if owner_task == 0 && mm_owner != 0 {
         // mm->owner cleared: its process has exited and this task holds the last reference
-        // (exit_mmap's teardown runs here). Charged to the process noted while it lived.
+        // (exit_mmap's teardown runs here). Charged to the process noted while it lived, if
+        // the note is about this very address space: a profiled process's mm freed long ago
+        // may have left its note at an address an unprofiled process's mm took since (many
+        // short processes, a /proc reader holding the last reference of one of them).
         // SAFETY: a map lookup, the value copied out at once.
-        if let Some(o) = unsafe { MM_OWNER.get(mm) } {
+        if let Some(o) = unsafe { MM_OWNER.get(mm) }.copied()
+            && o.ctx_id == ctx_id(mm)
+        {
             return Owner::Teardown(o.pid, o.start);
         }
     }

@@ -156,7 +156,14 @@ impl KernelInfo {
             dentry_name_len: off("dentry", "d_name")? + off("qstr", "len")?,
             dentry_name: off("dentry", "d_name")? + off("qstr", "name")?,
             dentry_parent: off("dentry", "d_parent")?,
-            _pad: 0,
+            // x86_64 only (`mm_context_t` is a typedef of an anonymous struct there).
+            mm_ctx_id: match (
+                member_offset(btf, "mm_struct", "context")?,
+                member_offset(btf, "mm_context_t", "ctx_id")?,
+            ) {
+                (Some(c), Some(i)) => c + i,
+                _ => 0,
+            },
         };
         Ok(KernelInfo {
             tracepoints,
@@ -202,7 +209,11 @@ fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<Option<u32>, Ker
     let types = btf
         .resolve_types_by_name(name)
         .map_err(|_| KernelError::MissingMember(format!("struct {name}")))?;
-    for t in types {
+    for mut t in types {
+        // A typedef of a struct (`mm_context_t`) is looked through.
+        while let Type::Typedef(td) = t {
+            t = btf.resolve_chained_type(&td).map_err(bad)?;
+        }
         if let Type::Struct(s) = t
             && let Some(bits) = find_member(btf, &s, member)?
         {
@@ -279,6 +290,8 @@ mod tests {
             assert_eq!(l.regs_orig_ax, 15 * 8);
             assert_eq!((l.regs_ip, l.regs_sp, l.regs_bp), (16 * 8, 19 * 8, 4 * 8));
             assert!(l.task_fsbase > 0 && l.task_fsbase.is_multiple_of(8));
+            // mm_struct.context (an mm_context_t typedef) and its first u64.
+            assert!(l.mm_ctx_id > 0 && l.mm_ctx_id.is_multiple_of(8), "{l:?}");
         }
         assert_eq!(l.task_mm % 8, 0);
         assert_eq!(l.task_group_leader % 8, 0);
