@@ -124,21 +124,24 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     }
     let free0 = st.slots[0].state == FREE;
     let free1 = st.slots[1].state == FREE;
-    // Holding nothing: accumulate what is pending, a batch at a time (inside dup_mmap, the
-    // parent's lock is held).
-    // SAFETY: a volatile read of a field another CPU holding the claim may write.
-    let tail = unsafe { ptr::read_volatile(&st.tail) };
-    if free0 && free1 && (st.head.wrapping_sub(tail) >= FLUSH_AT || st.charge_pending != 0) {
-        accum::flush(st, task, true);
-    }
     let (owner, owner_start, teardown) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
         Owner::Tracked(o, s) => (o, s, false),
         Owner::Teardown(o, s) => (o, s, true),
         // A fork child's lock is counted once, when acquired.
         Owner::Ignored | Owner::ForkChild => return 0,
     };
-    if st.announced == 0 && free0 && free1 {
-        accum::announce_first(st, task, owner, owner_start);
+    // Holding nothing: accumulate what is pending, a batch at a time (inside dup_mmap, the
+    // parent's lock is held), and announce a thread at its first lock.
+    // SAFETY: a volatile read of a field another CPU holding the claim may write.
+    let tail = unsafe { ptr::read_volatile(&st.tail) };
+    if free0
+        && free1
+        && (st.head.wrapping_sub(tail) >= FLUSH_AT || st.charge_pending != 0 || st.announced == 0)
+    {
+        accum::flush(st, task, true);
+        if st.announced == 0 {
+            accum::announce_first(st, task, owner, owner_start);
+        }
     }
     let idx = if free0 {
         0
