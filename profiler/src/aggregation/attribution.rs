@@ -158,7 +158,7 @@ mod tests {
             fsbase: 0,
             stats: Default::default(),
         });
-        r.roles.observe(p, t, p.pid, &[0; COMM_LEN], 0);
+        r.roles.observe(p, t, p.pid, &[0; COMM_LEN], 0, 0);
         r.roles.forget_thread(p, t);
         r.roles.forget_process(p);
         assert_eq!(

@@ -107,21 +107,9 @@ impl Default for Roles {
 impl Roles {
     /// Notes a thread as soon as it is seen: what needs it alive (its start routine's address
     /// and mapping) is read now; symbolizing, which may take a while the first time for a big
-    /// binary, waits until [`decide`](Self::decide) is asked.
+    /// binary, waits until [`decide`](Self::decide) is asked. `start_routine`: the one the
+    /// thread read itself as the kernel announced it (0: not read, we read it).
     pub fn observe(
-        &mut self,
-        owner: ProcId,
-        thread: ThreadId,
-        tgid: u32,
-        comm: &[u8; COMM_LEN],
-        fsbase: u64,
-    ) {
-        self.observe_announced(owner, thread, tgid, comm, fsbase, 0);
-    }
-
-    /// [`observe`](Self::observe) of a thread announced by the kernel with the start routine
-    /// it read itself (`start_routine`, 0: not read).
-    pub fn observe_announced(
         &mut self,
         owner: ProcId,
         thread: ThreadId,
@@ -169,7 +157,7 @@ impl Roles {
         comm: &[u8; COMM_LEN],
         fsbase: u64,
     ) -> Decided {
-        self.observe(owner, thread, tgid, comm, fsbase);
+        self.observe(owner, thread, tgid, comm, fsbase, 0);
         let Roles {
             processes,
             symbolizer,

@@ -203,8 +203,8 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
     let stale = roles.start_routine(my_predecessor(), fsbase);
     // Through the cache: observed now, symbolized when asked.
     let thread = ThreadId::new(u32::MAX, 1);
-    roles.observe(me(), thread, me().pid, &comm(""), fsbase);
-    roles.observe(my_predecessor(), thread, me().pid, &comm(""), fsbase);
+    roles.observe(me(), thread, me().pid, &comm(""), fsbase, 0);
+    roles.observe(my_predecessor(), thread, me().pid, &comm(""), fsbase, 0);
     // SAFETY: joining the thread created above.
     unsafe { libc::pthread_join(t, std::ptr::null_mut()) };
 
@@ -234,6 +234,82 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
     roles.forget_process(me());
     roles.forget_process(my_predecessor());
     assert_eq!((roles.cached_threads(), roles.cached_processes()), (0, 0));
+}
+
+/// A thread announced with the start routine it read itself is placed from the mappings and
+/// sites found while its process lived, even once the process is gone; without that reading,
+/// or in a mapping not placed while it lived, it is not (the pid's memory is no longer its).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
+    extern "C" fn mlp_test_announced_body(_: *mut libc::c_void) -> *mut libc::c_void {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::ptr::null_mut()
+    }
+    let mut roles = Roles {
+        profiler: 0,
+        ..Roles::default()
+    };
+    let mut t: libc::pthread_t = 0;
+    // SAFETY: joinable thread, joined below.
+    assert_eq!(
+        unsafe {
+            libc::pthread_create(
+                &mut t,
+                std::ptr::null(),
+                mlp_test_announced_body,
+                std::ptr::null_mut(),
+            )
+        },
+        0
+    );
+    let fsbase = t as u64;
+    // While the process lives: its maps, and the site of the mapping the routine is in.
+    roles.observe(
+        me(),
+        ThreadId::new(u32::MAX, 1),
+        me().pid,
+        &comm(""),
+        fsbase,
+        0,
+    );
+    // SAFETY: joining the thread created above.
+    unsafe { libc::pthread_join(t, std::ptr::null_mut()) };
+    // The same process, gone: what was learnt of it is kept under its id (pid and start).
+    let gone = my_predecessor();
+    let entry = roles.processes.remove(&me()).expect("observed");
+    assert_eq!(entry.sites.len(), 1);
+    roles.processes.insert(gone, entry);
+    let routine = mlp_test_announced_body as *const () as u64;
+    let read_by_itself = ThreadId::new(u32::MAX - 1, 1);
+    let not_read = ThreadId::new(u32::MAX - 2, 1);
+    let elsewhere = ThreadId::new(u32::MAX - 3, 1);
+    roles.observe(gone, read_by_itself, gone.pid, &comm(""), fsbase, routine);
+    roles.observe(gone, not_read, gone.pid, &comm(""), fsbase, 0);
+    // An address in no mapping placed while it lived (our stack).
+    let local = 0u64;
+    let stack = std::ptr::from_ref(&local) as u64;
+    roles.observe(gone, elsewhere, gone.pid, &comm(""), fsbase, stack);
+    let threads = &roles.processes[&gone].threads;
+    assert!(matches!(
+        threads[&read_by_itself],
+        ThreadRole::Pending(Some(_))
+    ));
+    for t in [not_read, elsewhere] {
+        assert!(matches!(
+            threads[&t],
+            ThreadRole::Known(Decided {
+                role: Role::Other,
+                origin: None
+            })
+        ));
+    }
+    // And it is symbolized as the routine it is.
+    let ThreadRole::Pending(Some((site, offset))) = &threads[&read_by_itself] else {
+        unreachable!()
+    };
+    let name = symbolize(&roles.symbolizer, site, *offset);
+    assert!(name.contains("mlp_test_announced_body"), "{name}");
 }
 
 mod addon_libraries {

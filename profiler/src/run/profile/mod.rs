@@ -157,7 +157,7 @@ impl<K: Kernel> Profile<K> {
                 registry.cgroups.prime(owner);
                 registry
                     .roles
-                    .observe(owner, thread, d.tgid, &d.comm, d.fsbase);
+                    .observe(owner, thread, d.tgid, &d.comm, d.fsbase, 0);
                 if let Some(interval) = interval.as_mut() {
                     interval.add(&d);
                 }
@@ -213,7 +213,7 @@ impl<K: Kernel> Profile<K> {
     pub fn note_new_thread(&mut self, t: &NewThread) {
         let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
         self.registry.names.prime(owner);
-        self.registry.roles.observe_announced(
+        self.registry.roles.observe(
             owner,
             ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),
             t.tgid,
