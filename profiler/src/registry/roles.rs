@@ -64,6 +64,9 @@ struct ProcessEntry {
     /// while the process lived: a thread announced as its process ends, with the routine it
     /// read itself, is placed from here once the process is gone.
     sites: HashMap<u64, Site>,
+    /// When its maps were first read (boot-clock ns): before an exec, they were the old
+    /// image's.
+    maps_read_ns: u64,
     /// The threads seen taking its lock: its own, and foreign ones.
     threads: HashMap<ThreadId, ThreadRole>,
 }
@@ -204,14 +207,22 @@ impl Roles {
         }
     }
 
-    /// A process exec'd: its maps and C library are the old image's, and so were its threads
-    /// but the one that exec'd (the kernel ends the others first). Threads alive now were
-    /// started by the new image, perhaps already observed: they keep their roles.
-    pub fn forget_image(&mut self, p: ProcId, alive: impl Fn(ThreadId) -> bool) {
+    /// A process exec'd at `exec_ns` (boot clock): what was learnt before that is the old
+    /// image's, and so were its threads but the one that exec'd (the kernel ends the others
+    /// first). Threads started since (or alive now, within the clock tick of the exec) are
+    /// the new image's, perhaps already observed, maybe already gone (the notice is read at
+    /// the next reading, after a short process's end): they keep their roles, and the maps
+    /// and sites read for them stay.
+    pub fn forget_image(&mut self, p: ProcId, exec_ns: u64, alive: impl Fn(ThreadId) -> bool) {
         if let Some(e) = self.processes.get_mut(&p) {
-            e.maps = None;
-            e.behind.clear();
-            e.threads.retain(|&t, _| t.tid != p.pid && alive(t));
+            if e.maps_read_ns < exec_ns {
+                e.maps = None;
+                e.behind.clear();
+                e.sites.clear();
+            }
+            let exec_tick = ids::ticks_of_ns(exec_ns);
+            e.threads
+                .retain(|&t, _| t.tid != p.pid && (t.start > exec_tick || alive(t)));
         }
     }
 
@@ -273,8 +284,10 @@ impl Roles {
         let (maps, same) = match &mut entry.maps {
             Some(m) => m,
             None => {
+                let read_ns = ids::boot_ns();
                 let maps = Maps::read_code(pid).ok()?;
                 let same = our_libc.is_some() && libc_identity(pid, &maps) == *our_libc;
+                entry.maps_read_ns = read_ns;
                 entry.maps.insert((maps, same))
             }
         };

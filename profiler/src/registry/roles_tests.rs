@@ -168,6 +168,16 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     assert_eq!((roles.cached_threads(), roles.cached_processes()), (0, 0));
 }
 
+/// A joinable thread of this process running `body` (join it before the test ends).
+#[cfg(target_arch = "x86_64")]
+fn start_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> libc::pthread_t {
+    let mut t: libc::pthread_t = 0;
+    // SAFETY: a joinable thread with no argument; the caller joins it.
+    let rc = unsafe { libc::pthread_create(&mut t, std::ptr::null(), body, std::ptr::null_mut()) };
+    assert_eq!(rc, 0);
+    t
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_only() {
@@ -183,19 +193,7 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
     let offset = roles.offset.expect("glibc start_routine offset");
     assert!(offset > 0 && offset < 4096);
     // A second thread of this process, with a start routine we know.
-    let mut t: libc::pthread_t = 0;
-    // SAFETY: joinable thread, joined below.
-    assert_eq!(
-        unsafe {
-            libc::pthread_create(
-                &mut t,
-                std::ptr::null(),
-                mlp_test_thread_body,
-                std::ptr::null_mut(),
-            )
-        },
-        0
-    );
+    let t = start_thread(mlp_test_thread_body);
     // Its fs base is its struct pthread (pthread_t on x86_64 glibc).
     let fsbase = t as u64;
     let found = roles.start_routine(me(), fsbase);
@@ -250,19 +248,7 @@ fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
         profiler: 0,
         ..Roles::default()
     };
-    let mut t: libc::pthread_t = 0;
-    // SAFETY: joinable thread, joined below.
-    assert_eq!(
-        unsafe {
-            libc::pthread_create(
-                &mut t,
-                std::ptr::null(),
-                mlp_test_announced_body,
-                std::ptr::null_mut(),
-            )
-        },
-        0
-    );
+    let t = start_thread(mlp_test_announced_body);
     let fsbase = t as u64;
     // While the process lives: its maps, and the site of the mapping the routine is in.
     roles.observe(
@@ -310,6 +296,42 @@ fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
     };
     let name = symbolize(&roles.symbolizer, site, *offset);
     assert!(name.contains("mlp_test_announced_body"), "{name}");
+}
+
+/// An exec's notice is read at the next reading, maybe after a short process's end: the
+/// threads its new image started keep their roles though they are gone; the old image's
+/// threads, and the maps read before the exec, are forgotten.
+#[test]
+fn an_exec_read_late_keeps_the_new_images_threads_and_drops_the_old_ones() {
+    let mut roles = Roles {
+        profiler: 0,
+        ..Roles::default()
+    };
+    let p = ProcId::new(4_000_000, 100);
+    let ns_per_tick = 1_000_000_000 / ids::clock_ticks();
+    let exec_ns = 200 * ns_per_tick + 1;
+    let old = ThreadId::new(4_000_001, 150);
+    let new = ThreadId::new(4_000_002, 203);
+    let main = ThreadId::new(p.pid, p.start);
+    for t in [old, new, main] {
+        roles.observe(p, t, p.pid, &comm("V8Worker"), 0, 0);
+    }
+    // Maps read before the exec are the old image's.
+    roles.processes.get_mut(&p).unwrap().maps_read_ns = exec_ns - 1;
+    roles.processes.get_mut(&p).unwrap().maps = Some((Maps::default(), true));
+    // Nothing of the process is alive any more.
+    roles.forget_image(p, exec_ns, |_| false);
+    let e = &roles.processes[&p];
+    assert!(e.maps.is_none());
+    let mut kept: Vec<_> = e.threads.keys().copied().collect();
+    kept.sort();
+    assert_eq!(kept, vec![new]);
+    // Maps read after it are the new image's, and stay.
+    roles.processes.get_mut(&p).unwrap().maps_read_ns = exec_ns + 1;
+    roles.processes.get_mut(&p).unwrap().maps = Some((Maps::default(), true));
+    roles.forget_image(p, exec_ns, |_| false);
+    assert!(roles.processes[&p].maps.is_some());
+    assert!(roles.processes[&p].threads.contains_key(&new));
 }
 
 mod addon_libraries {

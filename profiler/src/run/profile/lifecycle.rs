@@ -106,7 +106,7 @@ impl<K: Kernel> Profile<K> {
                 exit_record::EXEC => {
                     let p = ProcId::new(e.tgid, t.start);
                     self.registry.cgroups.note_id(p, e.cgroup_id);
-                    execs.push(p);
+                    execs.push((p, e.at_ns));
                 }
                 exit_record::FORK => {
                     let p = ProcId::new(e.tgid, t.start);
@@ -116,8 +116,8 @@ impl<K: Kernel> Profile<K> {
                 _ => {}
             }
         }
-        for p in execs {
-            self.process_exec(p);
+        for (p, at_ns) in execs {
+            self.process_exec(p, at_ns);
         }
     }
 
@@ -154,14 +154,14 @@ impl<K: Kernel> Profile<K> {
     /// again (a container's process is named `node`, not `runc:[2:INIT]`, once runc has
     /// exec'd it), and what was learnt from its old image is dropped: thread roles, maps,
     /// unwinders, perf map.
-    fn process_exec(&mut self, p: ProcId) {
+    fn process_exec(&mut self, p: ProcId, at_ns: u64) {
         self.exits.execs.push(p);
         self.registry.names.forget(p);
         self.registry.names.prime(p);
         let kernel = &self.collector;
         self.registry
             .roles
-            .forget_image(p, |t| kernel.presence(p.pid, t) == Presence::Alive);
+            .forget_image(p, at_ns, |t| kernel.presence(p.pid, t) == Presence::Alive);
         if let Some(stacks) = self.stacks.as_mut() {
             stacks.forget_process(p);
         }
