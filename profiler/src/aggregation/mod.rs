@@ -12,18 +12,17 @@
 
 use std::collections::BTreeMap;
 
-use profiler_common::{COMM_LEN, StatsKey, ThreadStats, cause};
+use profiler_common::{COMM_LEN, StatsKey, cause};
 
 use crate::{
     registry::roles::Decided,
     vocab::ids::{ProcId, ThreadId, ticks_of_ns},
 };
-use rustc_hash::FxHashMap as HashMap;
-use smallvec::SmallVec;
 
 mod attribution;
 pub mod blocked;
 pub mod time;
+mod totals;
 
 #[cfg(test)]
 use crate::vocab::hist::bucket_lower_ns;
@@ -32,7 +31,7 @@ pub use crate::vocab::hist::{
 };
 pub use attribution::Attribution;
 pub use time::ThreadTime;
-use time::{CpuTimes, Life};
+pub use totals::Totals;
 
 /// What one thread did to one process's lock, for one kind, since the previous reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,13 +44,13 @@ pub struct ThreadDelta {
     pub stats: SideStats,
 }
 
-/// Writes by cause (`profiler_common::cause`), ascending by cause: a thread uses a few, so a
-/// small sorted vector (a map node would be ten times the size).
+/// Acquisitions by kind (a write cause of `profiler_common::cause`, or read or downgrade),
+/// ascending: a thread uses a few, so a small sorted vector grown one at a time (a map node
+/// would be ten times the size).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Causes(Vec<(u32, SideStats)>);
 
 impl Causes {
-    #[cfg(test)]
     pub fn get(&self, cause: u32) -> Option<&SideStats> {
         self.0.iter().find(|c| c.0 == cause).map(|c| &c.1)
     }
@@ -60,11 +59,16 @@ impl Causes {
         let pos = match self.0.binary_search_by_key(&cause, |c| c.0) {
             Ok(p) => p,
             Err(p) => {
+                self.0.reserve_exact(1);
                 self.0.insert(p, (cause, SideStats::default()));
                 p
             }
         };
         &mut self.0[pos].1
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &SideStats)> {
@@ -157,15 +161,18 @@ pub struct Window {
     /// Waits charged to the holds that made them wait; None when blockers are off.
     pub blocked: Option<blocked::Blocked>,
     /// The time of live threads whose process took no lock in the window so far, kept apart
-    /// (small, unordered) until [`settle`](Self::settle) says whether it is wanted: ten
-    /// thousand idle threads made a thread entry each, every second, for a report that
-    /// lists none of them.
-    idle: HashMap<(ProcId, ThreadId), IdleThread>,
+    /// until [`settle`](Self::settle) says whether it is wanted: ten thousand idle threads
+    /// made a thread entry each, every second, for a report that lists none of them. A plain
+    /// list, reserved whole at each reading (a thread is listed once per reading; settling
+    /// merges them): a table grown by doubling held twice as much, and its old halves too.
+    idle: Vec<IdleThread>,
 }
 
 /// A live thread's time in a window, while its process took no lock in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct IdleThread {
+    owner: ProcId,
+    tid: ThreadId,
     tgid: u32,
     comm: [u8; COMM_LEN],
     fsbase: u64,
@@ -173,6 +180,11 @@ struct IdleThread {
 }
 
 impl Window {
+    /// Room for the time of `n` more threads (a reading's live threads), in one allocation.
+    pub fn expect_threads(&mut self, n: usize) {
+        self.idle.reserve_exact(n);
+    }
+
     /// Adds a live thread's time in the window (see [`Totals::tick`]).
     pub fn add_time(
         &mut self,
@@ -187,17 +199,14 @@ impl Window {
                 .or_insert_with(|| ThreadAgg::new(tgid, comm, fsbase))
                 .time
                 .merge(time),
-            None => self
-                .idle
-                .entry((owner, tid))
-                .or_insert_with(|| IdleThread {
-                    tgid,
-                    comm,
-                    fsbase,
-                    time: ThreadTime::default(),
-                })
-                .time
-                .merge(time),
+            None => self.idle.push(IdleThread {
+                owner,
+                tid,
+                tgid,
+                comm,
+                fsbase,
+                time: *time,
+            }),
         }
     }
 
@@ -206,7 +215,8 @@ impl Window {
     /// metrics count every live thread's time; a report lists only processes that took a
     /// lock).
     pub fn settle(&mut self, all: bool) {
-        for ((owner, tid), t) in self.idle.drain() {
+        for t in std::mem::take(&mut self.idle) {
+            let (owner, tid) = (t.owner, t.tid);
             let threads = match self.processes.get_mut(&owner) {
                 Some(threads) => threads,
                 None if all => self.processes.entry(owner).or_default(),
@@ -253,255 +263,11 @@ impl Window {
     }
 }
 
-/// Who a live thread is, and which kinds it has kernel entries for.
-struct ThreadInfo {
-    /// The kernel's start times (ns) of the owner and the thread, to rebuild its keys.
-    owner_start_ns: u64,
-    tid_start_ns: u64,
-    tgid: u32,
-    comm: [u8; COMM_LEN],
-    fsbase: u64,
-    kinds: SmallVec<[u32; 4]>,
-    life: Life,
-}
-
-/// The run's totals: live kernel entries mirrored one for one (flat, so that a reading of
-/// tens of thousands of entries costs one hash lookup each), and exited threads.
-pub struct Totals {
-    entries: HashMap<StatsKey, SideStats>,
-    threads: HashMap<(ProcId, ThreadId), ThreadInfo>,
-    /// The owners (processes whose locks) each live thread took.
-    owners: HashMap<ThreadId, SmallVec<[ProcId; 1]>>,
-    /// Threads whose kernel entries were deleted after they exited.
-    retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
-    /// Names and cgroups of processes that are gone.
-    names: BTreeMap<ProcId, String>,
-    cgroups: BTreeMap<ProcId, String>,
-    /// Keep exited threads' totals (and gone processes' names) for the summary; a
-    /// long-running agent does not.
-    pub keep_retired: bool,
-    /// The run's start and its last reading (boot-time clock, ns): threads' time is counted
-    /// between them.
-    epoch_ns: u64,
-    last_tick_ns: u64,
-    /// Exits noticed of threads not known yet (their last acquisitions are in the reading to
-    /// come); forgotten at the next tick.
-    early_exits: HashMap<ThreadId, u64>,
-    /// The kernel's reports of live threads' CPU time, and those of threads not known yet
-    /// (their first entries are in the reading to come; forgotten at the next tick).
-    cpu: CpuTimes,
-    early_cpu: CpuTimes,
-}
-
-impl Default for Totals {
-    /// Totals of a run starting now.
-    fn default() -> Self {
-        Totals::starting_at(crate::vocab::ids::boot_ns())
-    }
-}
-
-impl Totals {
-    /// Totals of a run that started at `epoch_ns` (boot-time clock: when the kernel began
-    /// counting), the start of its threads' time.
-    pub fn starting_at(epoch_ns: u64) -> Self {
-        Totals {
-            entries: HashMap::default(),
-            threads: HashMap::default(),
-            owners: HashMap::default(),
-            retired: Vec::new(),
-            names: BTreeMap::new(),
-            cgroups: BTreeMap::new(),
-            keep_retired: true,
-            epoch_ns,
-            last_tick_ns: epoch_ns,
-            early_exits: HashMap::default(),
-            cpu: CpuTimes::default(),
-            early_cpu: CpuTimes::default(),
-        }
-    }
-
-    /// Folds a kernel reading into the totals; returns what changed since the previous one.
-    pub fn update(&mut self, snapshot: &[(StatsKey, ThreadStats)]) -> Vec<ThreadDelta> {
-        let zero = SideStats::default();
-        let mut out = Vec::new();
-        for (key, cur) in snapshot {
-            let prev = self.entries.get(key).unwrap_or(&zero);
-            if prev.unchanged(&cur.stats) {
-                continue;
-            }
-            let d = ThreadDelta {
-                key: *key,
-                tgid: cur.tgid,
-                comm: cur.comm,
-                fsbase: cur.fsbase,
-                stats: SideStats::delta(&cur.stats, prev),
-            };
-            self.entries.entry(*key).or_default().merge(&d.stats);
-            let (owners, early_exits) = (&mut self.owners, &self.early_exits);
-            let (cpu, early_cpu) = (&mut self.cpu, &mut self.early_cpu);
-            let (owner, tid) = ids_of(key);
-            let info = self.threads.entry((owner, tid)).or_insert_with(|| {
-                let thread_owners = owners.entry(tid).or_default();
-                // A thread new to the totals: its CPU reports of this reading come with it.
-                if thread_owners.is_empty()
-                    && let Some(seen) = early_cpu.take(tid)
-                {
-                    cpu.insert(tid, seen);
-                }
-                thread_owners.push(owner);
-                ThreadInfo {
-                    owner_start_ns: key.owner_start,
-                    tid_start_ns: key.tid_start,
-                    tgid: cur.tgid,
-                    comm: cur.comm,
-                    fsbase: cur.fsbase,
-                    kinds: SmallVec::new(),
-                    life: Life::new(key.tid_start, early_exits.get(&tid).copied()),
-                }
-            });
-            if !info.kinds.contains(&key.kind) {
-                info.kinds.push(key.kind);
-            }
-            out.push(d);
-        }
-        out
-    }
-
-    fn keys(
-        owner: ProcId,
-        tid: ThreadId,
-        info: &ThreadInfo,
-    ) -> impl Iterator<Item = StatsKey> + '_ {
-        info.kinds.iter().map(move |&kind| StatsKey {
-            owner: owner.pid,
-            tid: tid.tid,
-            kind,
-            _pad: 0,
-            owner_start: info.owner_start_ns,
-            tid_start: info.tid_start_ns,
-        })
-    }
-
-    fn thread_agg(&self, owner: ProcId, tid: ThreadId, info: &ThreadInfo) -> ThreadAgg {
-        let mut t = ThreadAgg::new(info.tgid, info.comm, info.fsbase);
-        for key in Self::keys(owner, tid, info) {
-            if let Some(s) = self.entries.get(&key) {
-                t.kind_mut(key.kind).merge(s);
-            }
-        }
-        t.time = info.life.in_run(self.epoch_ns, self.last_tick_ns);
-        t
-    }
-
-    /// What the kernel said of a live thread: (tgid, comm, fsbase).
-    pub fn identity(&self, owner: ProcId, tid: ThreadId) -> Option<(u32, [u8; COMM_LEN], u64)> {
-        self.threads
-            .get(&(owner, tid))
-            .map(|i| (i.tgid, i.comm, i.fsbase))
-    }
-
-    /// The kernel keys of a live thread's entries on `owner`'s lock.
-    pub fn keys_of(&self, owner: ProcId, tid: ThreadId) -> Vec<StatsKey> {
-        self.threads
-            .get(&(owner, tid))
-            .map(|info| Self::keys(owner, tid, info).collect())
-            .unwrap_or_default()
-    }
-
-    /// Thread `tid` is gone and its kernel entries (every kind) were read one last time and
-    /// deleted: keep its totals apart, with its `role`, so that nothing about it needs to stay
-    /// cached.
-    pub fn retire(&mut self, owner: ProcId, tid: ThreadId, role: Option<Decided>) {
-        if let Some(o) = self.owners.get_mut(&tid) {
-            o.retain(|x| *x != owner);
-            if o.is_empty() {
-                self.owners.remove(&tid);
-                self.cpu.take(tid);
-            }
-        }
-        if let Some(info) = self.threads.remove(&(owner, tid)) {
-            let mut t = self.thread_agg(owner, tid, &info);
-            t.role = role;
-            for key in Self::keys(owner, tid, &info) {
-                self.entries.remove(&key);
-            }
-            if self.keep_retired {
-                self.retired.push((owner, tid, t));
-            }
-        }
-    }
-
-    /// The processes whose locks live thread `tid` took.
-    pub fn owners_of(&self, tid: ThreadId) -> Vec<ProcId> {
-        self.owners
-            .get(&tid)
-            .map(|o| o.to_vec())
-            .unwrap_or_default()
-    }
-
-    /// Live (owner, thread, tgid) triples, to check which threads still exist.
-    pub fn live_threads(&self) -> impl Iterator<Item = (ProcId, ThreadId, u32)> + '_ {
-        self.threads
-            .iter()
-            .map(|(&(owner, tid), i)| (owner, tid, i.tgid))
-    }
-
-    /// Keeps the name of a process that is gone, for the reports still to come.
-    pub fn name_process(&mut self, owner: ProcId, name: String) {
-        if self.keep_retired {
-            self.names.insert(owner, name);
-        }
-    }
-
-    /// A gone process's cgroup, kept for the summary (like its name).
-    pub fn cgroup_process(&mut self, owner: ProcId, cgroup: String) {
-        if self.keep_retired {
-            self.cgroups.insert(owner, cgroup);
-        }
-    }
-
-    /// Kernel entries of live threads.
-    pub fn live_entries(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Does any live thread of `owner` itself (not a foreign taker) have entries on its lock?
-    pub fn has_own_live_threads(&self, owner: ProcId) -> bool {
-        self.threads
-            .iter()
-            .any(|((o, _), info)| *o == owner && info.tgid == owner.pid)
-    }
-
-    /// The live threads with entries on `owner`'s lock.
-    pub fn threads_on(&self, owner: ProcId) -> Vec<ThreadId> {
-        self.threads
-            .keys()
-            .filter(|(o, _)| *o == owner)
-            .map(|(_, t)| *t)
-            .collect()
-    }
-
-    /// Everything since the start.
-    pub fn window(&self) -> Window {
-        let mut w = Window::default();
-        for (&(owner, tid), info) in &self.threads {
-            let t = self.thread_agg(owner, tid, info);
-            w.add_thread(owner, tid, &t);
-        }
-        for (owner, tid, t) in &self.retired {
-            w.add_thread(*owner, *tid, t);
-        }
-        w.names = self.names.clone();
-        w.cgroups = self.cgroups.clone();
-        w
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::registry::roles::Role;
-    use profiler_common::bucket_index;
+    use profiler_common::{ThreadStats, bucket_index};
 
     /// A kernel entry after the given (wait, hold) acquisitions, aggregated exactly as the
     /// eBPF side does.
@@ -572,6 +338,36 @@ mod tests {
             vec![(3, 1), (5, 4), (7, 3)]
         );
         assert_eq!((h.count(), h.max), (8, 99));
+    }
+
+    /// A thread's kinds live in its one record: each is diffed on its own, counted once as a
+    /// live entry, and gone with the thread; an empty entry of an unknown thread makes none.
+    #[test]
+    fn a_threads_kinds_are_kept_and_retired_together() {
+        let mut tot = Totals::default();
+        let read = StatsKey {
+            kind: cause::READ,
+            ..W
+        };
+        let empty = StatsKey { tid: 12, ..W };
+        let one = kernel_entry(&[(100, 1000)]);
+        let two = kernel_entry(&[(100, 1000), (300, 10)]);
+        let d = tot.update(&[(W, one), (read, two), (empty, ThreadStats::ZERO)]);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(tot.live_entries(), 2);
+        assert_eq!(tot.threads_on(P10), vec![T11]);
+        let mut keys = tot.keys_of(P10, T11);
+        keys.sort_by_key(|k| k.kind);
+        assert_eq!(keys, vec![read, W]);
+        // The write grew, the read did not.
+        let d = tot.update(&[(W, two), (read, two)]);
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].key, d[0].stats.count), (W, 1));
+        tot.retire(P10, T11, None);
+        assert_eq!(tot.live_entries(), 0);
+        let w = tot.window();
+        let t = &w.processes[&P10][&T11];
+        assert_eq!((t.read.count, t.write().count), (2, 2));
     }
 
     #[test]

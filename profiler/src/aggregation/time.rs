@@ -196,6 +196,9 @@ impl Totals {
     /// shares of their process and role count them).
     pub fn tick(&mut self, now_ns: u64, mut interval: Option<&mut Window>) {
         let (from, epoch) = (self.last_tick_ns, self.epoch_ns);
+        if let Some(w) = interval.as_deref_mut() {
+            w.expect_threads(self.threads.len());
+        }
         for (&(owner, tid), info) in &mut self.threads {
             let life = &mut info.life;
             let alive = life.alive_within(from, now_ns);
@@ -335,11 +338,7 @@ mod tests {
     #[test]
     fn threads_time_is_counted_from_their_start_or_the_runs_to_their_exit() {
         const S: u64 = 1_000_000_000;
-        let mut tot = Totals {
-            epoch_ns: 100 * S,
-            last_tick_ns: 100 * S,
-            ..Totals::default()
-        };
+        let mut tot = Totals::starting_at(100 * S);
         // Thread 11 started before the run (20 s), thread 12 during it (101 s).
         let young = StatsKey {
             tid: 12,
