@@ -244,7 +244,7 @@ pub struct TaskStorage<T> {
 unsafe impl<T> Sync for TaskStorage<T> {}
 
 impl<T> TaskStorage<T> {
-    const fn new() -> Self {
+    pub const fn new() -> Self {
         TaskStorage {
             r#type: ptr::null(),
             map_flags: ptr::null(),

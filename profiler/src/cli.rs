@@ -358,12 +358,16 @@ pub struct ProfileArgs {
     pub children: bool,
     /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
     /// instead of the profiler's, to measure the floor cost of any BPF program there.
-    #[arg(long, hide = true, conflicts_with = "floor_clock")]
+    #[arg(long, hide = true, conflicts_with_all = ["floor_clock", "floor_storage"])]
     pub floor: bool,
     /// Benchmark only: attach programs that read the clock once and do nothing else, the least
     /// a program timing each acquisition does while the lock is held.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, conflicts_with = "floor_storage")]
     pub floor_clock: bool,
+    /// Benchmark only: attach programs that store one clock read in the thread's task storage,
+    /// the least a program timing each acquisition per thread does.
+    #[arg(long, hide = true)]
+    pub floor_storage: bool,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,
@@ -687,6 +691,9 @@ mod tests {
                 .floor_clock
         );
         assert!(parse(&["--floor", "--floor-clock"]).is_err());
+        assert!(parse(&["--floor-storage"]).unwrap().profile.floor_storage);
+        assert!(parse(&["--floor-clock", "--floor-storage"]).is_err());
+        assert!(parse(&["--floor", "--floor-storage"]).is_err());
     }
 
     #[test]

@@ -128,6 +128,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                         kernel::collector::Floor::Empty
                     } else if p.floor_clock {
                         kernel::collector::Floor::Clock
+                    } else if p.floor_storage {
+                        kernel::collector::Floor::Storage
                     } else {
                         kernel::collector::Floor::Off
                     },

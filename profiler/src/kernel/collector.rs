@@ -90,6 +90,9 @@ pub enum Floor {
     Empty,
     /// One clock read each: the least a program timing each acquisition does under the lock.
     Clock,
+    /// One clock read stored in the thread's task storage: the least a program timing each
+    /// acquisition per thread does.
+    Storage,
 }
 
 impl Floor {

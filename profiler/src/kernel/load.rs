@@ -129,6 +129,11 @@ pub fn programs_for(kernel: &KernelInfo, floor: Floor) -> [&'static str; 3] {
             "clock_acquire_returned",
             "clock_released",
         ],
+        Floor::Storage => [
+            "storage_start_locking",
+            "storage_acquire_returned",
+            "storage_released",
+        ],
         Floor::Off => [
             kernel.tracepoints.start_program(),
             kernel.tracepoints.acquire_program(),

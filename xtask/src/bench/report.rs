@@ -335,6 +335,18 @@ pub fn summarize(
                 })
                 .collect::<Vec<f64>>(),
         ));
+        // What per-thread timing costs at the least: a clock read stored in task storage,
+        // beside the per-program targets above.
+        for tp in [Tp::Acquire, Tp::Released, Tp::Start] {
+            targets.push(option_cost(
+                format!(
+                    "{}: storage floor, {} ns per run, ratio to the clock floor's",
+                    w.name(),
+                    tp.name()
+                ),
+                &vs_clock(w, Mode::FloorStorage, &|c| c.ns_per_run(tp)),
+            ));
+        }
         targets.push(option_cost(
             format!(
                 "{}: --blockers, released ns per run (under the lock), ratio to the full profile's",

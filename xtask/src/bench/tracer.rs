@@ -37,6 +37,9 @@ pub enum Mode {
     /// `mmaplock-prof --floor-clock`: one clock read per run, the least a program that times
     /// acquisitions does (for context: no target is set on it).
     FloorClock,
+    /// `mmaplock-prof --floor-storage`: one clock read stored in the thread's task storage,
+    /// the least a program that times acquisitions per thread (as the profiler does) does.
+    FloorStorage,
     /// The profile as `sudo mmaplock-prof --pid PID` runs it: code attribution on at its
     /// default rate.
     Prof,
@@ -50,10 +53,11 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 8] = [
+    pub const ALL: [Mode; 9] = [
         Mode::None,
         Mode::Floor,
         Mode::FloorClock,
+        Mode::FloorStorage,
         Mode::Prof,
         Mode::ProfNoStacks,
         Mode::ProfWritesOnly,
@@ -66,6 +70,7 @@ impl Mode {
             Mode::None => "no tracing",
             Mode::Floor => "floor (empty programs)",
             Mode::FloorClock => "clock floor (one clock read)",
+            Mode::FloorStorage => "storage floor (clock read into task storage)",
             Mode::Prof => "mmaplock-prof",
             Mode::ProfNoStacks => "mmaplock-prof --stack-sample 0",
             Mode::ProfWritesOnly => "mmaplock-prof --writes-only",
@@ -79,6 +84,7 @@ impl Mode {
         match self {
             Mode::Floor => Some(&["--floor"]),
             Mode::FloorClock => Some(&["--floor-clock"]),
+            Mode::FloorStorage => Some(&["--floor-storage"]),
             Mode::Prof => Some(&[]),
             Mode::ProfNoStacks => Some(&["--stack-sample", "0"]),
             Mode::ProfWritesOnly => Some(&["--writes-only"]),
@@ -99,6 +105,7 @@ impl Mode {
         match self {
             Mode::Floor => "floor.jsonl",
             Mode::FloorClock => "floor-clock.jsonl",
+            Mode::FloorStorage => "floor-storage.jsonl",
             Mode::ProfWritesOnly => "prof-writes-only.jsonl",
             Mode::ProfNoStacks => "prof-no-stacks.jsonl",
             Mode::ProfBlockers => "prof-blockers.jsonl",
