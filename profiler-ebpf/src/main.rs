@@ -24,30 +24,21 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-#[cfg(target_arch = "bpf")]
-mod accum;
-#[cfg(target_arch = "bpf")]
-mod blockers;
-#[cfg(target_arch = "bpf")]
-mod diag;
-#[cfg(target_arch = "bpf")]
-mod floors;
-#[cfg(target_arch = "bpf")]
-mod kread;
-#[cfg(target_arch = "bpf")]
-mod lifecycle;
-#[cfg(target_arch = "bpf")]
-mod maps;
-#[cfg(target_arch = "bpf")]
-mod owner;
-#[cfg(target_arch = "bpf")]
-mod sampling;
-#[cfg(target_arch = "bpf")]
-mod selection;
-#[cfg(target_arch = "bpf")]
-mod state;
-#[cfg(target_arch = "bpf")]
-mod timing;
+/// The programs' modules, built for the BPF target only (the host build is an empty `main`,
+/// for the workspace's checks).
+macro_rules! bpf_modules {
+    ($($m:ident),* $(,)?) => {
+        $(
+            #[cfg(target_arch = "bpf")]
+            mod $m;
+        )*
+    };
+}
+
+bpf_modules!(
+    accum, blockers, diag, floors, kread, lifecycle, maps, owner, sampling, selection, state,
+    timing,
+);
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {}

@@ -57,6 +57,21 @@ pub static SETTINGS: Settings = Settings {
 #[unsafe(no_mangle)]
 pub static FILTER: Filter = Filter::ALL;
 
+/// Is `comm` one of the `--comm` names?
+#[inline(always)]
+pub fn comm_in_filter(comm: crate::kread::Comm) -> bool {
+    let n = konst(&FILTER.n_comms) as usize;
+    for i in 0..profiler_common::MAX_FILTER_COMMS {
+        if i >= n {
+            break;
+        }
+        if konst(crate::kread::as_comm(&FILTER.comms[i])) == comm {
+            return true;
+        }
+    }
+    false
+}
+
 /// A load-time constant. Read through a volatile load, so that the compiler cannot fold the
 /// placeholder value above; the verifier, which knows the frozen map's contents, folds it.
 #[inline(always)]

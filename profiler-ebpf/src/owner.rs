@@ -3,11 +3,13 @@
 //! owner, once per thread for its own mm (cached), and each time for another process's mm
 //! (rare, and a cached mm address could be reused once freed).
 
-use profiler_common::{MAX_FILTER_COMMS, MAX_FILTER_PIDS, SELECTED_BY_RULE, cause};
+use profiler_common::{MAX_FILTER_PIDS, SELECTED_BY_RULE, cause};
 
 use crate::{
     kread::{self, Task},
-    maps::{FILTER, KERNEL, MM_OWNER, MmOwner, SELECTED, konst, selection_generation},
+    maps::{
+        FILTER, KERNEL, MM_OWNER, MmOwner, SELECTED, comm_in_filter, konst, selection_generation,
+    },
     state::{HELD, NOT_TRACKED, OwnCache, Slot, TRACKED},
 };
 
@@ -86,16 +88,7 @@ pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
     if leader == 0 {
         return false;
     }
-    let comm = kread::comm_at(leader + konst(&KERNEL.task_comm) as u64);
-    for i in 0..MAX_FILTER_COMMS {
-        if i >= n_comms {
-            break;
-        }
-        if konst(kread::as_comm(&FILTER.comms[i])) == comm {
-            return true;
-        }
-    }
-    false
+    comm_in_filter(kread::comm_at(leader + konst(&KERNEL.task_comm) as u64))
 }
 
 /// Resolves which process owns `mm`, caching the verdict for the thread's own mm in `own`.

@@ -22,13 +22,13 @@ use aya_ebpf::{
 };
 use profiler_common::{
     CgroupSelector, EXE_COMPONENT_LEN, EXE_COMPONENTS, ExeSelector, MAX_CGROUP_SELECTORS,
-    MAX_EXE_SELECTORS, MAX_FILTER_COMMS, SELECTED_BY_RULE, SelectorCounts, counter,
+    MAX_EXE_SELECTORS, SELECTED_BY_RULE, SelectorCounts, counter,
 };
 
 use crate::{
     kread::{self, Comm, Task},
     lifecycle,
-    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, bump, for_each, konst},
+    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, bump, comm_in_filter, for_each, konst},
     owner,
     state::{THREAD_STATE, VERDICT},
 };
@@ -233,16 +233,7 @@ fn name_selected(comm: Comm) -> bool {
     if counts != 0 && unsafe { SEL_COMMS.get(comm) }.is_some() {
         return true;
     }
-    let n = konst(&FILTER.n_comms) as usize;
-    for i in 0..MAX_FILTER_COMMS {
-        if i >= n {
-            break;
-        }
-        if konst(kread::as_comm(&FILTER.comms[i])) == comm {
-            return true;
-        }
-    }
-    false
+    comm_in_filter(comm)
 }
 
 /// A process renamed itself to a selected command name (prctl `PR_SET_NAME` from its main

@@ -87,29 +87,90 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// Linux 6.14+: `(mm, write)`.
-#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
-pub fn mmap_lock_start_locking(ctx: RawTracePointContext) -> i32 {
-    start_locking::<1>(&ctx)
+/// A lock tracepoint's two prototypes, one program each: Linux 6.14+ passes `(mm, write, ..)`,
+/// 5.8 to 6.13 `(mm, memcg_path, write, ..)`; `$body` takes the index of `write`.
+macro_rules! prototypes {
+    ($tp:tt, $name:ident, $memcg:ident, $body:ident) => {
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $name(ctx: RawTracePointContext) -> i32 {
+            $body::<1>(&ctx)
+        }
+
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $memcg(ctx: RawTracePointContext) -> i32 {
+            $body::<2>(&ctx)
+        }
+    };
 }
 
-/// Linux 5.8 to 6.13: `(mm, memcg_path, write)`.
-#[raw_tracepoint(tracepoint = "mmap_lock_start_locking")]
-pub fn mmap_lock_start_locking_memcg(ctx: RawTracePointContext) -> i32 {
-    start_locking::<2>(&ctx)
+prototypes!(
+    "mmap_lock_start_locking",
+    mmap_lock_start_locking,
+    mmap_lock_start_locking_memcg,
+    start_locking
+);
+prototypes!(
+    "mmap_lock_acquire_returned",
+    mmap_lock_acquire_returned,
+    mmap_lock_acquire_returned_memcg,
+    acquire_returned
+);
+
+/// A lock tracepoint's start: its `mm`, whether it is a write, and the thread's state; None
+/// when there is nothing to do (a read under `--writes-only`, a lock not profiled).
+#[inline(always)]
+fn enter<const WRITE_ARG: usize>(
+    ctx: &RawTracePointContext,
+) -> Option<(u64, bool, Task, &'static mut ThreadState)> {
+    let mm: u64 = ctx.arg(0);
+    // `bool` arguments arrive as u64 slots; only the low byte is defined.
+    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
+    if skip_read(write) {
+        // (Under --writes-only a downgrade is not seen: its write hold ends at the release.)
+        return None;
+    }
+    let task = Task::current();
+    // A trylock has no start_locking before it, so the state may not exist yet.
+    let st = state_of(task, mm)?;
+    Some((mm, write, task, st))
+}
+
+/// Whose lock `mm` is, for this thread: the owner, its start time, and whether this is a
+/// teardown on another task's reference; None when not counted (a fork child's lock is
+/// counted once, when acquired: `at_acquire` counts it then).
+#[inline(always)]
+fn owner_of(st: &mut ThreadState, mm: u64, at_acquire: bool) -> Option<(u32, u64, bool)> {
+    match owner::resolve(&mut st.own, Some(&st.slots), mm) {
+        Owner::Tracked(o, s) => Some((o, s, false)),
+        Owner::Teardown(o, s) => Some((o, s, true)),
+        Owner::Ignored => None,
+        Owner::ForkChild => {
+            if at_acquire {
+                bump(counter::FORK_CHILD);
+            }
+            None
+        }
+    }
+}
+
+/// The kind of an acquisition: a write's cause (a teardown on another task's reference is
+/// the owner's exit, whatever that task does), or a read.
+#[inline(always)]
+fn kind_of(task: Task, write: bool, teardown: bool) -> u32 {
+    if !write {
+        cause::READ
+    } else if teardown {
+        cause::EXIT
+    } else {
+        write_cause(task)
+    }
 }
 
 /// Before a blocking acquire, with no lock of this one held: the place to accumulate what is
 /// pending, find a write's cause and sample its stack, none of which then adds to a hold.
 #[inline(always)]
 fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
-    let mm: u64 = ctx.arg(0);
-    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
-    if skip_read(write) {
-        return 0;
-    }
-    let task = Task::current();
-    let Some(st) = state_of(task, mm) else {
+    let Some((mm, write, task, st)) = enter::<WRITE_ARG>(ctx) else {
         return 0;
     };
     // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
@@ -124,11 +185,8 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     }
     let free0 = st.slots[0].state == FREE;
     let free1 = st.slots[1].state == FREE;
-    let (owner, owner_start, teardown) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
-        Owner::Tracked(o, s) => (o, s, false),
-        Owner::Teardown(o, s) => (o, s, true),
-        // A fork child's lock is counted once, when acquired.
-        Owner::Ignored | Owner::ForkChild => return 0,
+    let Some((owner, owner_start, teardown)) = owner_of(st, mm, false) else {
+        return 0;
     };
     // Holding nothing: accumulate what is pending, a batch at a time (inside dup_mmap, the
     // parent's lock is held), and announce a thread at its first lock.
@@ -153,12 +211,7 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     };
     let mut sample_seq = 0;
     let kind = if write {
-        // A teardown on another task's reference is the owner's exit, whatever that task does.
-        let c = if teardown {
-            cause::EXIT
-        } else {
-            write_cause(task)
-        };
+        let c = kind_of(task, true, teardown);
         let seq = sampling::pick(st);
         if seq != 0 {
             let pid_tgid = bpf_get_current_pid_tgid();
@@ -201,31 +254,10 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     0
 }
 
-/// Linux 6.14+: `(mm, write, success)`.
-#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
-pub fn mmap_lock_acquire_returned(ctx: RawTracePointContext) -> i32 {
-    acquire_returned::<1>(&ctx)
-}
-
-/// Linux 5.8 to 6.13: `(mm, memcg_path, write, success)`.
-#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
-pub fn mmap_lock_acquire_returned_memcg(ctx: RawTracePointContext) -> i32 {
-    acquire_returned::<2>(&ctx)
-}
-
 /// After any acquire, with the lock held when it succeeded: timestamps and flags only.
 #[inline(always)]
 fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
-    let mm: u64 = ctx.arg(0);
-    // `bool` arguments arrive as u64 slots; only the low byte is defined.
-    let write = (ctx.arg::<u64>(WRITE_ARG) & 0xff) != 0;
-    if skip_read(write) {
-        // Under --writes-only a downgrade is not seen: its write hold ends at the release.
-        return 0;
-    }
-    let task = Task::current();
-    // A trylock has no start_locking before it, so the state may not exist yet.
-    let Some(st) = state_of(task, mm) else {
+    let Some((mm, write, task, st)) = enter::<WRITE_ARG>(ctx) else {
         return 0;
     };
     let success = (ctx.arg::<u64>(WRITE_ARG + 1) & 0xff) != 0;
@@ -319,23 +351,9 @@ fn on_acquire(
             return Some(d);
         }
     }
-    let (owner, owner_start, teardown) = match owner::resolve(&mut st.own, Some(&st.slots), mm) {
-        Owner::Tracked(o, s) => (o, s, false),
-        Owner::Teardown(o, s) => (o, s, true),
-        Owner::Ignored => return None,
-        Owner::ForkChild => {
-            bump(counter::FORK_CHILD);
-            return None;
-        }
-    };
+    let (owner, owner_start, teardown) = owner_of(st, mm, true)?;
     // A write trylock (rare) finds its cause now.
-    let kind = if write && teardown {
-        cause::EXIT
-    } else if write {
-        write_cause(task)
-    } else {
-        cause::READ
-    };
+    let kind = kind_of(task, write, teardown);
     if !success {
         return Some(Done {
             owner_start,
