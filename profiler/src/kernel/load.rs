@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf, EbpfLoader,
-    programs::{Iter, ProgramError, RawTracePoint},
+    programs::{Program, ProgramError, RawTracePoint},
 };
 use aya_obj::btf::{Btf, BtfType, Func, FuncLinkage};
 use profiler_common::{COMM_LEN, Filter, LOCK_SLOTS, MAX_FILTER_COMMS, MAX_FILTER_PIDS, Settings};
@@ -97,17 +97,14 @@ impl Stopwatch {
         self.last = now;
     }
 
-    fn program(&mut self, name: &str, verified_insns: Option<u32>) {
-        let now = Instant::now();
-        let d = ms(now - self.last);
-        log::debug!("{name}: {d:.1} ms, {verified_insns:?} instructions verified");
-        self.report.steps.push((name.to_string(), d));
+    /// A program verified in `ms` (on a thread of its own: not a step of this one).
+    fn program(&mut self, name: &str, verified_insns: Option<u32>, ms: f64) {
+        log::debug!("{name}: {ms:.1} ms, {verified_insns:?} instructions verified");
         self.report.programs.push(ProgramLoad {
             name: name.to_string(),
             verified_insns,
-            ms: d,
+            ms,
         });
-        self.last = now;
     }
 
     fn finish(mut self) -> LoadReport {
@@ -279,20 +276,10 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     if cancelled() {
         return Err(CollectorError::Cancelled);
     }
-    if !cfg.floor.is_on() {
-        if kernel.iter_task_btf_id == 0 {
-            return Err(CollectorError::Kernel(KernelError::MissingMember(
-                "bpf_iter_task (the task iterator, Linux 5.8+)".into(),
-            )));
-        }
-        let btf = btf_with_funcs(&[("bpf_iter_task", kernel.iter_task_btf_id)]);
-        let iter: &mut Iter = program(&mut ebpf, FLUSH_ITER)?;
-        iter.load("task", &btf).map_err(|e| load_error(&e))?;
-        let insns = iter
-            .info()
-            .ok()
-            .and_then(|i| i.verified_instruction_count());
-        watch.program(FLUSH_ITER, insns);
+    if !cfg.floor.is_on() && kernel.iter_task_btf_id == 0 {
+        return Err(CollectorError::Kernel(KernelError::MissingMember(
+            "bpf_iter_task (the task iterator, Linux 5.8+)".into(),
+        )));
     }
     // Thread exits (announced so that userspace knows whom to wait for at the end), forks to
     // follow a target's descendants (`--children`), then the lock tracepoints last to first:
@@ -307,7 +294,7 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     // Renames (selection by command name, for a process that names itself).
     let rename_prog =
         (cfg.selection || !cfg.comms.is_empty()).then_some(("task_rename", "task_rename"));
-    let attach = exit_prog
+    let attach: Vec<(&str, &str)> = exit_prog
         .into_iter()
         .chain(exec_prog)
         .chain(fork_prog)
@@ -317,13 +304,26 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
                 .into_iter()
                 .zip(programs_for(&kernel, cfg.floor))
                 .rev(),
-        );
+        )
+        .collect();
+    // Everything is verified before anything is attached, several programs at a time.
+    let iter_btf =
+        (!cfg.floor.is_on()).then(|| btf_with_funcs(&[("bpf_iter_task", kernel.iter_task_btf_id)]));
+    let names: Vec<&str> = iter_btf
+        .as_ref()
+        .map(|_| FLUSH_ITER)
+        .into_iter()
+        .chain(attach.iter().map(|(_, name)| *name))
+        .collect();
+    for (name, insns, ms) in verify(&mut ebpf, &names, iter_btf.as_ref(), cancelled)? {
+        watch.program(&name, insns, ms);
+    }
+    watch.step("programs verified, in parallel");
     for (tp, name) in attach {
         if cancelled() {
             return Err(CollectorError::Cancelled);
         }
         let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
-        prog.load().map_err(|e| load_error(&e))?;
         prog.attach(tp).map_err(|e| {
             if is_permission(&e) {
                 CollectorError::Permission
@@ -333,18 +333,88 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
                 CollectorError::Attach(tp, error_chain(&e))
             }
         })?;
-        let insns = prog
-            .info()
-            .ok()
-            .and_then(|i| i.verified_instruction_count());
-        watch.program(name, insns);
     }
+    watch.step("programs attached");
     Ok(Loaded {
         ebpf,
         kernel,
         report: watch.finish(),
         ebpf_log,
     })
+}
+
+/// Verifies (loads) the programs `names`, several at a time: the kernel verifies a program
+/// on the thread that loads it, and verification is most of our attach time. Returns each
+/// program's instructions verified and milliseconds, in `names`' order; the first failure in
+/// that order is the error. A signal is looked at before and after (they take some tens of
+/// milliseconds together).
+fn verify(
+    ebpf: &mut Ebpf,
+    names: &[&str],
+    iter_btf: Option<&Btf>,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Vec<(String, Option<u32>, f64)>, CollectorError> {
+    type Outcome = (usize, Result<Option<u32>, CollectorError>, f64);
+    let mut jobs: Vec<(usize, &mut Program)> = ebpf
+        .programs_mut()
+        .filter_map(|(n, p)| Some((names.iter().position(|x| *x == n)?, p)))
+        .collect();
+    if let Some(missing) = names
+        .iter()
+        .enumerate()
+        .find(|(i, _)| !jobs.iter().any(|(j, _)| j == i))
+    {
+        return Err(CollectorError::Load(format!(
+            "program {} missing",
+            missing.1
+        )));
+    }
+    // The largest first (they come last in `names`: the lock tracepoints), so that the
+    // threads finish together.
+    jobs.sort_by_key(|(i, _)| *i);
+    if cancelled() {
+        return Err(CollectorError::Cancelled);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len())
+        .max(1);
+    let queue = std::sync::Mutex::new(jobs);
+    let done = std::sync::Mutex::new(Vec::<Outcome>::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let job = queue.lock().map(|mut q| q.pop()).ok().flatten();
+                    let Some((i, prog)) = job else { break };
+                    let t0 = Instant::now();
+                    let loaded = match (&mut *prog, iter_btf) {
+                        (Program::Iter(p), Some(btf)) => p.load("task", btf),
+                        (Program::RawTracePoint(p), _) => p.load(),
+                        _ => Err(ProgramError::NotLoaded),
+                    };
+                    let outcome = loaded
+                        .map(|()| {
+                            prog.info()
+                                .ok()
+                                .and_then(|i| i.verified_instruction_count())
+                        })
+                        .map_err(|e| load_error(&e));
+                    if let Ok(mut d) = done.lock() {
+                        d.push((i, outcome, ms(t0.elapsed())));
+                    }
+                }
+            });
+        }
+    });
+    if cancelled() {
+        return Err(CollectorError::Cancelled);
+    }
+    let mut done = done.into_inner().unwrap_or_default();
+    done.sort_by_key(|(i, ..)| *i);
+    done.into_iter()
+        .map(|(i, outcome, ms)| Ok((names[i].to_string(), outcome?, ms)))
+        .collect()
 }
 
 /// Bytes of the STACKS ring buffer for a sampling rate (a power of two, at least a page).
