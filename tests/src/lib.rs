@@ -271,13 +271,7 @@ pub fn roles_workload(dir: &Path) -> (Workload, Vec<u64>) {
         .args(["3", "300"])
         .arg(&file);
     let w = Workload::spawn(cmd);
-    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
-    let workers: Vec<u64> = ids["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    let workers = w.preamble_tids("workers");
     (w, workers)
 }
 
@@ -465,6 +459,17 @@ impl Workload {
             preamble,
             output: Vec::new(),
         }
+    }
+
+    /// The tids a Node fixture's first line lists under `key` (`{"workers": [tid, ...]}`).
+    pub fn preamble_tids(&self, key: &str) -> Vec<u64> {
+        let ids: Value = serde_json::from_str(&self.preamble[0]).expect("tids line");
+        ids[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} in {ids}"))
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect()
     }
 
     /// One of this package's ground-truth helpers (`target/<profile>/NAME`) with arguments.

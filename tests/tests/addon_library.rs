@@ -25,13 +25,7 @@ fn a_thread_started_by_a_library_behind_an_addon_is_the_addons() {
         .arg(&addon)
         .args([workers, n, size].map(|x| x.to_string()));
     let mut w = Workload::spawn(cmd);
-    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
-    let worker_tids: Vec<u64> = ids["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    let worker_tids = w.preamble_tids("workers");
     // Threads before the work: main, V8's platform threads, the Workers (libuv's threadpool
     // and the library's thread start after "go").
     let before: Vec<u64> = std::fs::read_dir(format!("/proc/{}/task", w.pid))

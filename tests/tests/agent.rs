@@ -16,23 +16,43 @@ use integration_tests::{
 };
 use serde_json::Value;
 
-#[test]
-fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data() {
+/// `t` threads doing `n` mmap/munmap pairs each, run to their end under an agent (`--pid PID
+/// -i 0.5`, then `agent_args`) that a Prometheus (with `prom_flags`) scrapes; None (skipped)
+/// without root and the tracepoints, or without Prometheus.
+fn churn_scraped(
+    t: u64,
+    n: u64,
+    agent_args: &[&str],
+    prom_flags: &[&str],
+) -> Option<(Agent, Prometheus)> {
     if !require_root_and_tracepoints() {
-        return;
+        return None;
     }
-    let Some(prom_bin) = installed_or_skip(prometheus_bin(), "prometheus") else {
-        return;
-    };
-    let (t, n) = (2u64, 20_000u64);
+    let prom_bin = installed_or_skip(prometheus_bin(), "prometheus")?;
     let mut w = Workload::churn(t as u32, n as u32, None);
     let pid = w.pid.to_string();
-    // With blockers: the dashboard's "who made whom wait" panel needs them.
-    let agent = Agent::start(&["--pid", &pid, "-i", "0.5", "--bpf-stats", "--blockers"]);
-    let prom = Prometheus::start(&prom_bin, agent.port);
+    let agent = Agent::start(&[&["--pid", &pid, "-i", "0.5"], agent_args].concat());
+    let prom = Prometheus::start_with(&prom_bin, agent.port, prom_flags);
     // Selected at once (the agent scans before its first reading).
     w.go();
     assert!(w.wait().success());
+    Some((agent, prom))
+}
+
+/// The value of `q`, which must be a positive number (a percentile, a sum).
+fn positive(prom: &Prometheus, q: &str) -> f64 {
+    let v = prom.value(q).unwrap_or_else(|| panic!("no value for {q}"));
+    assert!(v.is_finite() && v > 0.0, "{q} = {v}");
+    v
+}
+
+#[test]
+fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data() {
+    let (t, n) = (2u64, 20_000u64);
+    // With blockers: the dashboard's "who made whom wait" panel needs them.
+    let Some((agent, prom)) = churn_scraped(t, n, &["--bpf-stats", "--blockers"], &[]) else {
+        return;
+    };
     let mmap = "sum(mmaplock_acquisitions_total{op=\"write\",cause=\"mmap\"})";
     wait_until(
         Duration::from_secs(20),
@@ -56,10 +76,10 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
         "munmap {munmap} for {}",
         t * n
     );
-    let p99 = prom
-        .value("histogram_quantile(0.99, sum by (le) (mmaplock_wait_seconds_bucket{op=\"write\"}))")
-        .expect("a write-wait percentile");
-    assert!(p99.is_finite() && p99 > 0.0, "p99 {p99}");
+    positive(
+        &prom,
+        "histogram_quantile(0.99, sum by (le) (mmaplock_wait_seconds_bucket{op=\"write\"}))",
+    );
     // The buckets add up to the count.
     let count = prom
         .value("sum(mmaplock_wait_seconds_count{op=\"write\"})")
@@ -82,24 +102,12 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
 
 #[test]
 fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let Some(prom_bin) = installed_or_skip(prometheus_bin(), "prometheus") else {
+    let (t, n) = (2u64, 5_000u64);
+    // With the feature, Prometheus asks for protobuf and keeps native histograms.
+    let Some((_agent, prom)) = churn_scraped(t, n, &[], &["--enable-feature=native-histograms"])
+    else {
         return;
     };
-    let (t, n) = (2u64, 5_000u64);
-    let mut w = Workload::churn(t as u32, n as u32, None);
-    let pid = w.pid.to_string();
-    let agent = Agent::start(&["--pid", &pid, "-i", "0.5"]);
-    // With the feature, Prometheus asks for protobuf and keeps native histograms.
-    let prom = Prometheus::start_with(
-        &prom_bin,
-        agent.port,
-        &["--enable-feature=native-histograms"],
-    );
-    w.go();
-    assert!(w.wait().success());
     let count_q = "histogram_count(sum(mmaplock_wait_seconds{op=\"write\"}))";
     let writes_q = "sum(mmaplock_acquisitions_total{op=\"write\"})";
     wait_until(Duration::from_secs(20), Duration::from_millis(500), || {
@@ -111,14 +119,14 @@ fn native_histograms_through_the_protobuf_exposition_keep_exact_counts() {
             Err(format!("native count {count:?}, writes {writes:?}"))
         }
     });
-    let p99 = prom
-        .value("histogram_quantile(0.99, sum(mmaplock_wait_seconds{op=\"write\"}))")
-        .expect("a native write-wait percentile");
-    assert!(p99.is_finite() && p99 > 0.0, "p99 {p99}");
-    let sum = prom
-        .value("histogram_sum(sum(mmaplock_wait_seconds{op=\"write\"}))")
-        .expect("sum");
-    assert!(sum > 0.0);
+    positive(
+        &prom,
+        "histogram_quantile(0.99, sum(mmaplock_wait_seconds{op=\"write\"}))",
+    );
+    positive(
+        &prom,
+        "histogram_sum(sum(mmaplock_wait_seconds{op=\"write\"}))",
+    );
 }
 
 /// `mmap-churn 1 N 65536 NAME`: one thread, N mmap/munmap pairs, renamed NAME (prctl) as it

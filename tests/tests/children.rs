@@ -2,21 +2,46 @@
 //! Node parent spawning ground-truth helpers through child_process (fork + exec), each of
 //! whose writes must all appear, under its own pid.
 
-use std::process::Command;
+use std::{collections::HashMap, process::Command};
 
 use integration_tests::{
     Workload, cause_counts, churn_bin, fixture, process, profile_workload,
     require_root_and_tracepoints,
 };
+use serde_json::Value;
 
-/// The pids spawner.js says its children had.
-fn children_of(did: &serde_json::Value) -> Vec<u32> {
-    did["children"]
+/// A helper's pid and its writes by cause.
+type Helper = (u32, HashMap<String, u64>);
+
+/// spawner.js (started with `env`) running `children` churn helpers of one thread and `n`
+/// mmap/munmap pairs each, profiled with `--children` to its end, nothing lost: its pid, the
+/// summary, and each helper's pid (as spawner.js says it) with its writes by cause.
+fn spawned(env: &[(&str, &str)], children: u64, n: u64) -> (u32, Value, Vec<Helper>) {
+    let mut cmd = Command::new("node");
+    cmd.envs(env.iter().copied())
+        .arg(fixture("spawner.js"))
+        .arg(churn_bin())
+        .args([children.to_string(), "1".into(), n.to_string()]);
+    let mut w = Workload::spawn(cmd);
+    let out = profile_workload(&mut w, &["--children", "-i", "0"]);
+    let pids: Vec<u32> = w.report()["children"]
         .as_array()
         .expect("the children's pids")
         .iter()
         .map(|p| p.as_u64().unwrap() as u32)
-        .collect()
+        .collect();
+    assert_eq!(pids.len() as u64, children);
+    let s = out.summary().clone();
+    assert_eq!(s["lost"]["events"], 0, "{}", s["lost"]);
+    let helpers = pids
+        .into_iter()
+        .map(|pid| {
+            let p =
+                process(&s, pid).unwrap_or_else(|| panic!("helper {pid} is not in the summary"));
+            (pid, cause_counts(p))
+        })
+        .collect();
+    (w.pid, s, helpers)
 }
 
 #[test]
@@ -24,22 +49,9 @@ fn a_node_parents_children_are_followed_from_their_first_write() {
     if !require_root_and_tracepoints() {
         return;
     }
-    let (children, n) = (3u64, 2000u64);
-    let mut cmd = Command::new("node");
-    cmd.arg(fixture("spawner.js"))
-        .arg(churn_bin())
-        .arg(children.to_string())
-        .args(["1", &n.to_string()]);
-    let mut w = Workload::spawn(cmd);
-    let out = profile_workload(&mut w, &["--children", "-i", "0"]);
-    let did = w.report();
-    let pids = children_of(&did);
-    assert_eq!(pids.len() as u64, children);
-    let s = out.summary();
-    assert_eq!(s["lost"]["events"], 0, "{}", s["lost"]);
-    for pid in pids {
-        let p = process(s, pid).unwrap_or_else(|| panic!("child {pid} is not in the summary"));
-        let causes = cause_counts(p);
+    let n = 2000u64;
+    let (parent, s, helpers) = spawned(&[], 3, n);
+    for (pid, causes) in helpers {
         let of = |c: &str| causes.get(c).copied().unwrap_or(0);
         // Every mmap of its work (N), plus the few of its start-up (the dynamic loader mapping
         // libc): followed from exec, before it could have been discovered by looking.
@@ -55,7 +67,7 @@ fn a_node_parents_children_are_followed_from_their_first_write() {
         );
     }
     // The parent is there too.
-    assert!(process(s, w.pid).is_some());
+    assert!(process(&s, parent).is_some());
 }
 
 /// `--children` also covers the descendants that exist when it attaches: a Node parent whose
@@ -68,21 +80,8 @@ fn descendants_that_exist_at_attach_are_followed_too() {
         return;
     }
     let n = 2000u64;
-    let mut cmd = Command::new("node");
-    cmd.env("SPAWN_EARLY", "1")
-        .arg(fixture("spawner.js"))
-        .arg(churn_bin())
-        .args(["2", "1", &n.to_string()]);
-    let mut w = Workload::spawn(cmd);
-    let out = profile_workload(&mut w, &["--children", "-i", "0"]);
-    let did = w.report();
-    let pids = children_of(&did);
-    assert_eq!(pids.len(), 2);
-    let s = out.summary();
-    assert_eq!(s["lost"]["events"], 0, "{}", s["lost"]);
-    for pid in pids {
-        let p = process(s, pid).unwrap_or_else(|| panic!("helper {pid} is not in the summary"));
-        let causes = cause_counts(p);
+    let (_, _, helpers) = spawned(&[("SPAWN_EARLY", "1")], 2, n);
+    for (pid, causes) in helpers {
         let of = |c: &str| causes.get(c).copied().unwrap_or(0);
         // Its work after "go" (N of each), and at most a few writes of its own around it.
         assert!(

@@ -158,7 +158,12 @@ fn check_named(run: &Run, what: &str) {
     assert!(run.p.get("js_hint").is_none(), "{}", run.p["js_hint"]);
 }
 
+/// Node `major`, for a test that profiles it: None (the test is skipped) without root and
+/// the tracepoints, or without that node.
 fn node_or_skip(major: u32) -> Option<nodes::Node> {
+    if !require_root_and_tracepoints() {
+        return None;
+    }
     match nodes::node(major) {
         Ok(n) => Some(n),
         Err(e) => {
@@ -170,9 +175,6 @@ fn node_or_skip(major: u32) -> Option<nodes::Node> {
 
 /// No flag: the heap alone names every function, in over 90% of its writes.
 fn names_with_no_flags(major: u32) {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(node) = node_or_skip(major) else {
         return;
     };
@@ -187,9 +189,6 @@ fn names_with_no_flags(major: u32) {
 /// With the perf map as well: the same, and both sources name every frame they both name
 /// alike.
 fn names_agree_with_the_perf_map(major: u32) {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(node) = node_or_skip(major) else {
         return;
     };
@@ -256,9 +255,6 @@ fn node24_names_agree_with_the_perf_map() {
 /// no frame is named otherwise than the perf map names it.
 #[test]
 fn objects_moved_by_the_gc_never_give_a_wrong_name() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(node) = node_or_skip(20) else {
         return;
     };
@@ -297,9 +293,6 @@ fn objects_moved_by_the_gc_never_give_a_wrong_name() {
 /// mappings are read again) and named.
 #[test]
 fn js_compiled_after_attach_is_named() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(node) = node_or_skip(20) else {
         return;
     };
@@ -328,9 +321,6 @@ fn js_compiled_after_attach_is_named() {
 /// followed parent (--children), and any node (--comm), with no node flag.
 #[test]
 fn processes_found_by_children_and_comm_are_named() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
     let Some(node) = node_or_skip(20) else {
         return;
     };

@@ -286,6 +286,13 @@ pub fn check(src: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// The one problem found in `files` (failing unless there is exactly one).
+    fn only_problem(files: &[(&str, &str)]) -> String {
+        let mut p = problems(&tree(files));
+        assert_eq!(p.len(), 1, "{p:?}");
+        p.remove(0)
+    }
+
     fn tree(files: &[(&str, &str)]) -> Vec<(PathBuf, String)> {
         files
             .iter()
@@ -310,7 +317,7 @@ mod tests {
 
     #[test]
     fn an_upward_import_is_named_with_its_file_and_line() {
-        let t = tree(&[
+        let p = only_problem(&[
             ("vocab/mod.rs", ""),
             (
                 "kernel/load.rs",
@@ -318,17 +325,15 @@ mod tests {
             ),
             ("registry/mod.rs", "use crate::vocab::Id;"),
         ]);
-        let p = problems(&t);
-        assert_eq!(p.len(), 1, "{p:?}");
         assert!(
-            p[0].starts_with("kernel/load.rs:4: `kernel` imports `registry`, a higher layer"),
-            "{p:?}"
+            p.starts_with("kernel/load.rs:4: `kernel` imports `registry`, a higher layer"),
+            "{p}"
         );
     }
 
     #[test]
     fn a_circle_is_named_as_one() {
-        let t = tree(&[
+        let p = only_problem(&[
             ("vocab/mod.rs", ""),
             (
                 "registry/mod.rs",
@@ -336,33 +341,27 @@ mod tests {
             ),
             ("aggregation/mod.rs", "use crate::registry::roles::Role;"),
         ]);
-        let p = problems(&t);
-        assert_eq!(p.len(), 1, "{p:?}");
         assert!(
-            p[0].contains(
+            p.contains(
                 "`registry` imports `aggregation`, and `aggregation` imports `registry`: a circle"
             ),
-            "{p:?}"
+            "{p}"
         );
     }
 
     #[test]
     fn modules_of_one_layer_may_not_import_each_other() {
-        let t = tree(&[
+        let p = only_problem(&[
             ("demo.rs", "use crate::study::SCENARIOS;"),
             ("study/mod.rs", ""),
         ]);
-        let p = problems(&t);
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].contains("a module of its own layer"), "{p:?}");
+        assert!(p.contains("a module of its own layer"), "{p}");
     }
 
     #[test]
     fn items_of_the_crate_root_are_the_top_layer() {
-        let t = tree(&[("output/mod.rs", "fn f() -> crate::Error { todo!() }")]);
-        let p = problems(&t);
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].contains("`output` imports `main`"), "{p:?}");
+        let p = only_problem(&[("output/mod.rs", "fn f() -> crate::Error { todo!() }")]);
+        assert!(p.contains("`output` imports `main`"), "{p}");
     }
 
     #[test]
@@ -381,13 +380,8 @@ mod tests {
 
     #[test]
     fn a_module_in_no_layer_is_named() {
-        let t = tree(&[("newthing/mod.rs", "use crate::vocab::Id;")]);
-        let p = problems(&t);
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(
-            p[0].starts_with("module `newthing` is in no layer"),
-            "{p:?}"
-        );
+        let p = only_problem(&[("newthing/mod.rs", "use crate::vocab::Id;")]);
+        assert!(p.starts_with("module `newthing` is in no layer"), "{p}");
     }
 
     #[test]

@@ -113,13 +113,12 @@ impl KernelInfo {
             mm_owner: member_offset(btf, "mm_struct", "owner")?.unwrap_or(0),
             task_flags: off("task_struct", "flags")?,
             // x86_64 only; elsewhere 0, and thread roles fall back to names.
-            task_fsbase: match (
-                member_offset(btf, "task_struct", "thread")?,
-                member_offset(btf, "thread_struct", "fsbase")?,
-            ) {
-                (Some(t), Some(f)) => t + f,
-                _ => 0,
-            },
+            task_fsbase: nested_offset(
+                btf,
+                ("task_struct", "thread"),
+                ("thread_struct", "fsbase"),
+            )?
+            .unwrap_or(0),
             // x86_64 only; elsewhere 0, and write causes are `other`.
             regs_orig_ax: member_offset(btf, "pt_regs", "orig_ax")?.unwrap_or(0),
             // x86_64 only; elsewhere 0, and no stacks are sampled.
@@ -130,24 +129,18 @@ impl KernelInfo {
             task_pid: off("task_struct", "pid")?,
             // The rwsem's count word; 0 (never a real offset: mmap_lock is not mm_struct's
             // first member) makes every blocking acquisition take its blockers snapshot.
-            mm_lock_count: match (
-                member_offset(btf, "mm_struct", "mmap_lock")?,
-                member_offset(btf, "rw_semaphore", "count")?,
-            ) {
-                (Some(l), Some(c)) => l + c,
-                _ => 0,
-            },
-            task_cpu_ns: match (
-                member_offset(btf, "task_struct", "se")?,
-                member_offset(btf, "sched_entity", "sum_exec_runtime")?,
-            ) {
-                (Some(se), Some(rt)) => se + rt,
-                _ => {
-                    return Err(KernelError::MissingMember(
-                        "task_struct.se.sum_exec_runtime".into(),
-                    ));
-                }
-            },
+            mm_lock_count: nested_offset(
+                btf,
+                ("mm_struct", "mmap_lock"),
+                ("rw_semaphore", "count"),
+            )?
+            .unwrap_or(0),
+            task_cpu_ns: nested_offset(
+                btf,
+                ("task_struct", "se"),
+                ("sched_entity", "sum_exec_runtime"),
+            )?
+            .ok_or_else(|| KernelError::MissingMember("task_struct.se.sum_exec_runtime".into()))?,
             // The helper's implementation is a kernel function of that name (5.17+).
             has_bpf_loop: func_id(btf, "bpf_loop").is_some() as u32,
             mm_exe_file: off("mm_struct", "exe_file")?,
@@ -157,13 +150,8 @@ impl KernelInfo {
             dentry_name: off("dentry", "d_name")? + off("qstr", "name")?,
             dentry_parent: off("dentry", "d_parent")?,
             // x86_64 only (`mm_context_t` is a typedef of an anonymous struct there).
-            mm_ctx_id: match (
-                member_offset(btf, "mm_struct", "context")?,
-                member_offset(btf, "mm_context_t", "ctx_id")?,
-            ) {
-                (Some(c), Some(i)) => c + i,
-                _ => 0,
-            },
+            mm_ctx_id: nested_offset(btf, ("mm_struct", "context"), ("mm_context_t", "ctx_id"))?
+                .unwrap_or(0),
         };
         Ok(KernelInfo {
             tracepoints,
@@ -205,6 +193,24 @@ fn tracepoint_layout(btf: &Btf) -> Result<TracepointLayout, KernelError> {
 }
 
 /// Byte offset of `member` in `struct name`, looking through anonymous structs and unions.
+/// The offset of a member of a member: `outer.0.outer.1` is of type `inner.0`, whose member
+/// `inner.1` is wanted (`task_struct.se.sum_exec_runtime`). None if either is missing.
+fn nested_offset(
+    btf: &Btf,
+    outer: (&str, &str),
+    inner: (&str, &str),
+) -> Result<Option<u32>, KernelError> {
+    Ok(
+        match (
+            member_offset(btf, outer.0, outer.1)?,
+            member_offset(btf, inner.0, inner.1)?,
+        ) {
+            (Some(o), Some(i)) => Some(o + i),
+            _ => None,
+        },
+    )
+}
+
 fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<Option<u32>, KernelError> {
     let types = btf
         .resolve_types_by_name(name)

@@ -11,7 +11,7 @@ use super::{
     workload::{Sample, Workload},
 };
 
-/// mmaplock-prof's default `--stack-sample` (profiler/src/cli.rs `Config::STACK_SAMPLE`).
+/// mmaplock-prof's default `--stack-sample` (profiler/src/cli/mod.rs `Config::STACK_SAMPLE`).
 const DEFAULT_STACK_SAMPLE: u32 = 64;
 
 /// The programs whose cost is compared with the floor's, program by program.

@@ -135,18 +135,33 @@ pub fn slots(
     })
 }
 
-/// A SharedFunctionInfo's name, and the fields it was read from.
-struct SfiEntry {
-    name_or_scope_info: u64,
-    script: u64,
-    function: Option<JsFunction>,
+/// What was read of heap objects (SharedFunctionInfos, Scripts) by address, each with the two
+/// fields it was read from: an entry is used only while they are unchanged (the object may
+/// have been moved or replaced since). Emptied rather than grown past [`MAX_CACHED`].
+struct Checked<V> {
+    entries: HashMap<u64, ((u64, u64), V)>,
 }
 
-/// A Script's name and line ends, and the fields they were read from.
-struct ScriptEntry {
-    name: u64,
-    source: u64,
-    resolved: Option<(String, Arc<Vec<i32>>)>,
+impl<V: Clone> Checked<V> {
+    fn new() -> Self {
+        Checked {
+            entries: HashMap::new(),
+        }
+    }
+
+    fn get(&self, addr: u64, fields: (u64, u64)) -> Option<V> {
+        self.entries
+            .get(&addr)
+            .filter(|(f, _)| *f == fields)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn insert(&mut self, addr: u64, fields: (u64, u64), v: V) {
+        if self.entries.len() >= MAX_CACHED {
+            self.entries.clear();
+        }
+        self.entries.insert(addr, (fields, v));
+    }
 }
 
 /// How a frame's function was (not) named.
@@ -177,8 +192,10 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// Pages read for the batch being resolved.
     pages: RefCell<HashMap<u64, Option<Box<[u8]>>>>,
     map_types: RefCell<HashMap<u64, u16>>,
-    sfis: HashMap<u64, SfiEntry>,
-    scripts: HashMap<u64, ScriptEntry>,
+    /// A SharedFunctionInfo's name, by (name or scope info, script).
+    sfis: Checked<Option<JsFunction>>,
+    /// A Script's name and line ends, by (name, source).
+    scripts: Checked<Option<(String, Arc<Vec<i32>>)>>,
     pub stats: ResolveStats,
 }
 
@@ -190,8 +207,8 @@ impl<M: Memory> V8Process<M> {
             blocks: RefCell::default(),
             pages: RefCell::default(),
             map_types: RefCell::default(),
-            sfis: HashMap::new(),
-            scripts: HashMap::new(),
+            sfis: Checked::new(),
+            scripts: Checked::new(),
             stats: ResolveStats::default(),
         }
     }
@@ -419,24 +436,11 @@ impl<M: Memory> V8Process<M> {
                 h.field(sfi, l.sfi_script)?,
             )
         };
-        if let Some(e) = self.sfis.get(&sfi)
-            && e.name_or_scope_info == nosi
-            && e.script == script
-        {
-            return e.function.clone();
+        if let Some(function) = self.sfis.get(sfi, (nosi, script)) {
+            return function;
         }
         let function = self.read_function(sfi, script);
-        if self.sfis.len() >= MAX_CACHED {
-            self.sfis.clear();
-        }
-        self.sfis.insert(
-            sfi,
-            SfiEntry {
-                name_or_scope_info: nosi,
-                script,
-                function: function.clone(),
-            },
-        );
+        self.sfis.insert(sfi, (nosi, script), function.clone());
         function
     }
 
@@ -472,27 +476,15 @@ impl<M: Memory> V8Process<M> {
                 h.field(script, l.script_source)?,
             )
         };
-        if let Some(e) = self.scripts.get(&script)
-            && e.name == name
-            && e.source == source
-        {
-            return e.resolved.clone();
+        if let Some(resolved) = self.scripts.get(script, (name, source)) {
+            return resolved;
         }
         let resolved = self
             .heap()
             .script_lines(script)
             .map(|(n, ends)| (n, Arc::new(ends)));
-        if self.scripts.len() >= MAX_CACHED {
-            self.scripts.clear();
-        }
-        self.scripts.insert(
-            script,
-            ScriptEntry {
-                name,
-                source,
-                resolved: resolved.clone(),
-            },
-        );
+        self.scripts
+            .insert(script, (name, source), resolved.clone());
         resolved
     }
 }

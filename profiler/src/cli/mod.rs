@@ -1,0 +1,204 @@
+//! The command line (docs/cli.md). Defaults live in [`Config`], so help text, code and docs
+//! agree.//!
+//! Here the command itself (`Cli`, its subcommands, the profiling run's arguments); the
+//! subcommands' arguments are `commands.rs`, the value parsers the agent's `--config` shares
+//! `values.rs`.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+mod commands;
+#[cfg(test)]
+mod tests;
+mod values;
+
+pub use crate::vocab::Format;
+pub use commands::{AgentArgs, CompareArgs, DemoArgs, ReportArgs, SCENARIOS, StudyArgs};
+pub use values::{parse_cgroup, parse_comm, parse_glob, parse_pid};
+use values::{parse_interval, parse_max_threads, parse_path, parse_positive_secs};
+
+/// Default settings.
+pub struct Config;
+
+impl Config {
+    pub const INTERVAL_S: f64 = 1.0;
+    /// Capacity of the kernel's per-(process, thread) stats map.
+    pub const MAX_THREADS: u32 = 16_384;
+    /// `--stacks FILE` without `--stack-sample`: every write's stack.
+    pub const STACK_SAMPLE_WITH_STACKS_FILE: u32 = 1;
+    /// Code attribution by default: one write in this many per thread has its stack taken
+    /// (cost in docs/benchmark.md); `--stack-sample 0` turns it off.
+    pub const STACK_SAMPLE: u32 = 64;
+    pub const DEMO_WORKERS: u32 = 4;
+    pub const DEMO_FILE_KIB: u32 = 64;
+    pub const DEMO_ITERATIONS: u32 = 2_000;
+    /// Three runs per cell: two ranges of three runs of one distribution fail to overlap 1
+    /// time in 10 (of two runs, 1 in 3), and `--quick` stays around two minutes.
+    pub const STUDY_REPEAT: u32 = 3;
+}
+
+/// Profile where processes wait on, and hold, the Linux kernel's per-process mmap_lock.
+///
+/// System-wide unless filtered with --pid or --comm. Needs root (or CAP_BPF and CAP_PERFMON).
+#[derive(Debug, Parser)]
+#[command(
+    name = "mmaplock-prof",
+    version,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// mmaplock-prof's diagnostics on standard error at LEVEL, its eBPF programs' rare ones
+    /// included (a loss's first occurrence, a write in a syscall of unknown cause). Default:
+    /// warnings, the programs' off; RUST_LOG (env_logger's syntax) is read first.
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = log_levels())]
+    pub log_level: Option<log::LevelFilter>,
+}
+
+/// `--log-level`'s values (listed in its help and errors).
+fn log_levels() -> impl clap::builder::TypedValueParser<Value = log::LevelFilter> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(["off", "error", "warn", "info", "debug", "trace"])
+        .map(|s| s.parse().expect("one of the possible values"))
+}
+
+impl Cli {
+    /// What clap cannot check by itself: combinations of values.
+    pub fn check(self) -> Result<Self, clap::Error> {
+        use clap::CommandFactory as _;
+        let p = &self.profile;
+        if self.command.is_none() && p.stacks.is_some() && p.stack_sample == Some(0) {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--stacks FILE writes sampled stacks, and --stack-sample 0 takes none: leave --stack-sample out (every write is sampled) or give it 1 or more",
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// A clap error as the one line every bad input gets: its first line, with the arguments a
+/// "required arguments were not provided:" lists on the following lines.
+pub fn one_line(e: &clap::Error) -> String {
+    let msg = e.to_string();
+    let mut lines = msg.lines();
+    let first = lines.next().unwrap_or("bad usage");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    if !first.ends_with(':') {
+        return first.to_string();
+    }
+    let listed: Vec<&str> = lines
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    format!("{first} {}", listed.join(", "))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Profile a bundled Node.js workload (Worker threads against processes) and show the
+    /// difference: the first thing to run.
+    Demo(DemoArgs),
+    /// Profile continuously and serve Prometheus metrics (docs/agent.md).
+    Agent(AgentArgs),
+    /// Render a run's NDJSON (or a study's results.json) as a self-contained HTML page.
+    Report(ReportArgs),
+    /// Compare two runs (before and after a fix): writes and write wait per process name,
+    /// thread role and cause, with ratios; several runs per file are judged for noise.
+    Compare(CompareArgs),
+    /// The investigation's mitigation study on this machine: every scenario as Worker
+    /// threads and as processes, profiled; results.json, results.md and report.html.
+    Study(StudyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// json (newline-delimited JSON) or text; default text on a terminal, json otherwise.
+    #[arg(short, long, value_enum)]
+    pub format: Option<Format>,
+    /// Write reports to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE", value_parser = parse_path)]
+    pub output: Option<PathBuf>,
+    /// Also explain what was detected and loaded (on standard error).
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// A process to profile, all its threads; repeatable. The run ends, with a summary, when
+    /// every such process has exited.
+    #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
+    pub pids: Vec<u32>,
+    /// Processes whose command name is NAME; repeatable.
+    #[arg(long = "comm", value_name = "NAME", value_parser = parse_comm)]
+    pub comms: Vec<String>,
+    /// Stop after SECS (default: until Ctrl-C, SIGTERM, or the targets exit).
+    #[arg(short, long, value_name = "SECS", value_parser = parse_positive_secs)]
+    pub duration: Option<Duration>,
+    /// An interval report every SECS; 0 = the summary only.
+    #[arg(short, long, value_name = "SECS", default_value_t = Config::INTERVAL_S, value_parser = parse_interval)]
+    pub interval: f64,
+    /// Threads the kernel's statistics map has room for (4 entries each: reads and write
+    /// causes); beyond it, acquisitions are counted in `lost.map_full`. Allocated as used.
+    #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = parse_max_threads)]
+    pub max_threads: u32,
+    /// Capture the user stack of one in N write acquisitions (per thread), to charge writes
+    /// to code (`dsos`, `js_functions`, `stacks` in the summary); 0 turns it off. Default 64
+    /// (1 with --stacks): a 16 KiB stack copy per sampled write, before the lock is taken.
+    /// Reads are never stack-walked.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32))]
+    pub stack_sample: Option<u32>,
+    /// Write folded stacks of sampled writes to FILE at the end (for flame graph tools);
+    /// samples every write unless --stack-sample says otherwise.
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub stacks: Option<PathBuf>,
+    /// Also write the run as a self-contained HTML page at the end (histograms, wait over
+    /// time, roles, causes, the flame graph of the sampled writes).
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub html: Option<PathBuf>,
+    /// A study of this host (`mmaplock-prof study`'s results.json): the summary's findings
+    /// quote what each mitigation measured there.
+    #[arg(long, value_name = "results.json", value_parser = parse_path)]
+    pub study: Option<PathBuf>,
+    /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
+    /// a few instructions each, for hosts with extreme fault rates. Reports have no read
+    /// statistics, and a downgraded write (munmap) counts as held until its final release.
+    #[arg(long)]
+    pub writes_only: bool,
+    /// Turn on the kernel's BPF run-time statistics while profiling, to report the profiler's
+    /// own cost (`overhead` in each report). They cost two clock reads per tracepoint hit and
+    /// go back off when the run ends.
+    #[arg(long)]
+    pub bpf_stats: bool,
+    /// Charge each wait to the threads whose holds made it wait (`blockers` per process,
+    /// `blocked_by` per thread): every write hold, and read holds released while a thread
+    /// sleeps on the lock, are logged at release (a few stores with the lock held).
+    #[arg(long)]
+    pub blockers: bool,
+    /// Also profile every descendant of the --pid targets (followed in the kernel at fork,
+    /// from its first acquisition); the run ends when they have all exited too.
+    #[arg(long, requires = "pids")]
+    pub children: bool,
+    /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
+    /// instead of the profiler's, to measure the floor cost of any BPF program there.
+    #[arg(long, hide = true, conflicts_with_all = ["floor_clock", "floor_storage"])]
+    pub floor: bool,
+    /// Benchmark only: attach programs that read the clock once and do nothing else, the least
+    /// a program timing each acquisition does while the lock is held.
+    #[arg(long, hide = true, conflicts_with = "floor_storage")]
+    pub floor_clock: bool,
+    /// Benchmark only: attach programs that store one clock read in the thread's task storage,
+    /// the least a program timing each acquisition per thread does.
+    #[arg(long, hide = true)]
+    pub floor_storage: bool,
+    /// No status messages on standard error.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}

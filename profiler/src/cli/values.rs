@@ -1,0 +1,127 @@
+//! The validation of every value the CLI and the agent take, on the command line and in
+//! `--config` lines alike: one function per kind of value, each error one line naming what is
+//! wrong.
+
+use std::{path::PathBuf, time::Duration};
+
+/// A process id, not a kernel thread's.
+pub fn parse_pid(s: &str) -> Result<u32, String> {
+    let pid = match s.parse::<u32>() {
+        Ok(0) | Err(_) => return Err(format!("{s:?} is not a process id (a positive integer)")),
+        Ok(p) => p,
+    };
+    if is_kernel_thread(pid) {
+        return Err(format!(
+            "pid {pid} is a kernel thread: kernel threads have no memory map, hence no mmap_lock of their own (their work on others' locks is counted in those processes)"
+        ));
+    }
+    Ok(pid)
+}
+
+/// Whether a live pid is a kernel thread (PF_KTHREAD in `/proc/PID/stat`'s flags).
+fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // Field 9, counted after the command name's last ')': fields 3, 4, ... so the 7th.
+    stat.rfind(')')
+        .and_then(|i| {
+            stat[i + 1..]
+                .split_ascii_whitespace()
+                .nth(6)?
+                .parse::<u64>()
+                .ok()
+        })
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// The most threads `--max-threads` may ask for (the map then takes a few hundred MiB).
+pub const MAX_MAX_THREADS: u32 = 4_194_304;
+
+pub fn parse_max_threads(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if (1..=MAX_MAX_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not a number of threads from 1 to {MAX_MAX_THREADS}"
+        )),
+    }
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        // A non-zero number too small for a double (1e-400) parses as 0: it is not 0.
+        Ok(v) if v == 0.0 && has_nonzero_digit(s) => Err(format!(
+            "{s:?} is too small to be a number of seconds (it would be taken as 0)"
+        )),
+        Ok(v) if (0.0..1e9).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
+/// Whether the digits of a number's mantissa are not all 0.
+fn has_nonzero_digit(s: &str) -> bool {
+    let mantissa = s.split(['e', 'E']).next().unwrap_or(s);
+    mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
+}
+
+/// The shortest `--duration` or non-zero `--interval`: anything shorter is a typo, and an
+/// interval of nanoseconds would only spin.
+pub const MIN_SECS: f64 = 0.001;
+
+pub(super) fn parse_positive_secs(s: &str) -> Result<Duration, String> {
+    match parse_secs(s)? {
+        v if v >= MIN_SECS => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?} must be at least {MIN_SECS} seconds")),
+    }
+}
+
+pub(super) fn parse_interval(s: &str) -> Result<f64, String> {
+    match parse_secs(s)? {
+        v if v == 0.0 || v >= MIN_SECS => Ok(v),
+        _ => Err(format!(
+            "{s:?} must be 0 (summary only) or at least {MIN_SECS} seconds"
+        )),
+    }
+}
+
+/// A command name: matching nothing, an empty one would profile nothing until killed, and so
+/// would one longer than the kernel keeps (it cuts names to 15 bytes).
+pub fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a command name cannot be empty".into());
+    }
+    let max = profiler_common::COMM_LEN - 1;
+    if s.len() > max {
+        return Err(format!(
+            "{s:?} is {} bytes, longer than the {max} the kernel keeps of a command name: it would match nothing (write its first {max} bytes, as /proc/PID/comm shows it)",
+            s.len()
+        ));
+    }
+    Ok(s.to_string())
+}
+
+pub fn parse_glob(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    glob::Pattern::new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("not a glob: {e}"))
+}
+
+pub fn parse_cgroup(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') {
+        return Err(format!(
+            "{s:?}: a cgroup v2 path is absolute, as /proc/PID/cgroup shows it (e.g. /system.slice/api.service)"
+        ));
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
+pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("a path cannot be empty".into());
+    }
+    Ok(PathBuf::from(s))
+}

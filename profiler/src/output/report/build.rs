@@ -1,0 +1,293 @@
+//! Building a report: a pure function of a window, its attribution and the report's
+//! metadata, and the sampled stacks a summary adds.
+
+use std::collections::BTreeMap;
+
+use profiler_common::cause;
+
+use super::{
+    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, Kind, Meta,
+    ProcessReport, ProfilerShare, Report, SCHEMA_VERSION, StackReport, Stats, ThreadReport,
+    rfc3339,
+};
+use crate::{
+    aggregation::{Attribution, SideStats, Window},
+    output::blockers::{by_role, lock_blockers},
+    output::share::{self, ShareSum},
+    registry::roles::{Role, comm_str},
+    registry::stacks::StackAttribution,
+    vocab::ids::ProcId,
+};
+
+/// Causes ordered by total write wait, then count.
+fn cause_reports<'a>(causes: impl Iterator<Item = (u32, &'a SideStats)>) -> Vec<CauseReport> {
+    let mut v: Vec<CauseReport> = causes
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(c, s)| CauseReport {
+            cause: cause::name(c).into(),
+            write: Stats::new(s),
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        (b.write.wait_ns.sum, b.write.count).cmp(&(a.write.wait_ns.sum, a.write.count))
+    });
+    v
+}
+
+/// How many folded stacks a summary keeps per process.
+const FLAME_STACKS: usize = 2000;
+
+/// Said in a summary whose sampled writes went through JIT code no perf map named.
+pub const JS_HINT: &str = "JavaScript frames are unnamed ([jit]): start node with \
+     --perf-basic-prof-only-functions (or --perf-basic-prof) to name them, and \
+     --interpreted-frames-native-stack for functions not compiled yet";
+
+/// How many stacks each process's summary lists.
+const TOP_STACKS: usize = 10;
+
+/// The report of a window: a pure function of the activity, its attribution (names and
+/// roles, resolved by the registry beforehand) and the report's metadata.
+pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
+    let Meta {
+        kind,
+        start,
+        end,
+        lost,
+        uncounted,
+        overhead,
+    } = meta;
+    let secs = end.duration_since(start).unwrap_or_default().as_secs_f64();
+    let secs = (secs * 1000.0).round() / 1000.0;
+    let mut processes = Vec::new();
+    for (&proc_id, threads_agg) in &window.processes {
+        let pid = proc_id.pid;
+        let comm = attribution.name(proc_id, threads_agg);
+        let mut read = SideStats::default();
+        let mut write = SideStats::default();
+        let mut downgrade = SideStats::default();
+        let mut causes: BTreeMap<u32, SideStats> = BTreeMap::new();
+        let mut threads = Vec::new();
+        let empty = BTreeMap::new();
+        let pairs = window
+            .blocked
+            .as_ref()
+            .map(|b| (b, b.owners.get(&proc_id).unwrap_or(&empty)));
+        let mut blockers = pairs.map(|(b, pairs)| {
+            lock_blockers(
+                proc_id,
+                pairs,
+                Some(threads_agg),
+                &b.holder_comms,
+                attribution,
+            )
+        });
+        let blocked_by_role =
+            pairs.map(|(_, pairs)| by_role(proc_id, pairs, Some(threads_agg), attribution));
+        // The profiler's reads: its writes are the process's teardown (below), never its own.
+        let (mut own_read, own_write) = (SideStats::default(), SideStats::default());
+        let (mut own_time, mut role_time) = (ShareSum::default(), BTreeMap::new());
+        for (&thread, t) in threads_agg {
+            let tw = t.write();
+            let r = attribution.role(proc_id, thread, t);
+            let origin = attribution
+                .origin(proc_id, thread, t)
+                .filter(|_| r == Role::Addon);
+            let wait = tw.wait.sum + t.read.wait.sum;
+            // The profiler's threads are in no share: their time is not the process's.
+            if r != Role::Profiler {
+                if r != Role::Foreign {
+                    own_time.add(wait, &t.time);
+                }
+                role_time
+                    .entry(r)
+                    .or_insert_with(ShareSum::default)
+                    .add(wait, &t.time);
+            }
+            // Alive in the window without taking the lock: counted in the shares only.
+            if t.is_idle() {
+                continue;
+            }
+            if r == Role::Profiler {
+                own_read.merge(&t.read);
+                // Its writes are the process's own teardown (its exit_mmap run on the
+                // profiler's last reference to the address space, cause `exit`): the process's.
+                write.merge(&tw);
+                for (c, s) in t.writes.iter() {
+                    causes.entry(c).or_default().merge(s);
+                }
+            } else {
+                read.merge(&t.read);
+                write.merge(&tw);
+                downgrade.merge(&t.downgrade);
+                for (c, s) in t.writes.iter() {
+                    causes.entry(c).or_default().merge(s);
+                }
+            }
+            threads.push(ThreadReport {
+                tid: thread.tid,
+                role: r,
+                comm: comm_str(&t.comm),
+                pid: matches!(r, Role::Foreign | Role::Profiler).then_some(t.tgid),
+                role_addon: origin.map(|o| o.addon.display().to_string()),
+                role_library: origin
+                    .and_then(|o| o.library.as_ref())
+                    .map(|l| l.display().to_string()),
+                write: Stats::new(&tw),
+                read: Stats::new(&t.read),
+                downgrade: Stats::new(&t.downgrade),
+                causes: cause_reports(t.writes.iter()),
+                blocked_by: blockers
+                    .as_mut()
+                    .map(|b| b.threads.remove(&thread).unwrap_or_default()),
+                time_share: ShareSum::of_thread(wait, &t.time),
+            });
+        }
+        // A process whose threads were only alive in the window took no lock in it.
+        if threads.is_empty() {
+            continue;
+        }
+        threads.sort_by(|a, b| {
+            (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
+                a.write.wait_ns.sum,
+                a.write.count,
+                b.tid,
+            ))
+        });
+        let own = own_read.count + own_write.count;
+        let profiler = (own > 0).then(|| ProfilerShare {
+            read: Stats::new(&own_read),
+            write: Stats::new(&own_write),
+            share: own as f64 / (own + read.count + write.count) as f64,
+        });
+        processes.push(ProcessReport {
+            profiler,
+            cgroup: attribution.cgroup(proc_id).map(str::to_string),
+            pid,
+            start_ticks: proc_id.start,
+            comm,
+            write: Stats::new(&write),
+            read: Stats::new(&read),
+            downgrade: Stats::new(&downgrade),
+            causes: cause_reports(causes.iter().map(|(c, s)| (*c, s))),
+            blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
+            blocked_by_role,
+            blockers: blockers.map(|b| b.process),
+            threads,
+            time_share: own_time.total(),
+            time_share_by_role: share::by_role(&role_time),
+            // The sampled stacks' parts come with the summary (`run`), not from the window.
+            ..ProcessReport::default()
+        });
+    }
+    Report {
+        kind,
+        schema_version: SCHEMA_VERSION,
+        start: rfc3339(start),
+        end: rfc3339(end),
+        interval_s: (kind == Kind::Interval).then_some(secs),
+        duration_s: (kind == Kind::Summary).then_some(secs),
+        processes,
+        lost,
+        uncounted,
+        overhead,
+        stack_sample: None,
+        stack_work: None,
+        findings: None,
+    }
+}
+
+/// Adds the sampled stacks' attribution to a summary.
+pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
+    r.stack_sample = Some(sample);
+    for p in &mut r.processes {
+        let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
+        let mut dsos: Vec<DsoReport> = o
+            .map(|o| {
+                o.dsos
+                    .iter()
+                    .map(|(d, s)| DsoReport {
+                        dso: d.clone(),
+                        write: Stats::new(s),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        dsos.sort_by(|a, b| {
+            (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum))
+        });
+        let mut top: Vec<StackReport> = o
+            .map(|o| {
+                o.stacks
+                    .iter()
+                    .map(|(frames, agg)| StackReport {
+                        frames: frames.clone(),
+                        count: agg.count,
+                        wait_ns_sum: agg.wait_ns_sum,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        top.sort_by(|a, b| {
+            (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
+        });
+        top.truncate(TOP_STACKS);
+        let mut js: Vec<JsFunctionReport> = o
+            .map(|o| {
+                o.js_functions
+                    .iter()
+                    .map(|(f, agg)| JsFunctionReport {
+                        function: f.name.clone(),
+                        file: f.location.clone(),
+                        writes: agg.count,
+                        wait_ns_sum: agg.wait_ns_sum,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        js.sort_by(|a, b| {
+            (b.writes, b.wait_ns_sum, &a.function).cmp(&(a.writes, a.wait_ns_sum, &b.function))
+        });
+        let mut flame: Vec<FlameStack> = o
+            .map(|o| {
+                o.stacks
+                    .iter()
+                    .map(|(frames, agg)| FlameStack {
+                        stack: frames
+                            .iter()
+                            .rev()
+                            .map(|f| f.replace(';', ":"))
+                            .collect::<Vec<_>>()
+                            .join(";"),
+                        count: agg.count,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        flame.sort_by(|a, b| (b.count, &a.stack).cmp(&(a.count, &b.stack)));
+        flame.truncate(FLAME_STACKS);
+        p.flame = Some(flame);
+        p.dsos = Some(dsos);
+        p.stacks = Some(top);
+        p.js_functions = Some(js);
+        p.js_hint = o
+            .filter(|o| o.unnamed_jit > 0 && !o.js_source)
+            .map(|_| JS_HINT.into());
+        p.v8_note = o.and_then(|o| o.v8_note.clone());
+        p.js_frames = o.map(|o| JsFramesReport {
+            v8: o.js_frames.v8,
+            perf_map: o.js_frames.perf_map,
+            agree: o.js_frames.agree,
+            disagree: o.js_frames.disagree,
+            unknown: o.js_frames.unknown,
+        });
+        p.stack_ends = Some(
+            o.map(|o| {
+                o.stack_ends
+                    .iter()
+                    .map(|(e, n)| (e.as_str().to_string(), *n))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! The report model (JSON contract, `schema_version` 1, see docs/report-format.md), built by
+//! a pure function of a window of activity and its attribution.
+//!
+//! The model is in three parts, re-exported here so that every type is `report::Type`: the
+//! report line and its version (this file), one process's and thread's records
+//! (`process.rs`), what a run lost, left uncounted and cost (`costs.rs`); building it from a
+//! window is `build.rs`.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Deserializer, Serialize, de};
+
+mod build;
+mod costs;
+mod process;
+#[cfg(test)]
+mod tests;
+
+pub use super::blockers::{BlockerReport, RoleBlock};
+pub use super::share::{RoleShare, TimeShare};
+pub use super::stats::{Dist, Stats};
+pub use build::{add_stacks, build};
+pub use costs::{Lost, Overhead, Uncounted};
+pub use process::{
+    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, ProcessReport,
+    ProfilerShare, StackReport, StackWork, ThreadReport,
+};
+
+/// The report format's major version. Fields are only ever added within one (readers ignore
+/// those they do not know, and take those they know but a file lacks as absent); a file of
+/// another version is refused.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `schema_version`, which must be this build's.
+pub fn schema_version<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = u64::deserialize(d)?;
+    if v != u64::from(SCHEMA_VERSION) {
+        return Err(de::Error::custom(unsupported_version(v)));
+    }
+    Ok(SCHEMA_VERSION)
+}
+
+/// What is said of a file of another major version.
+pub fn unsupported_version(v: u64) -> String {
+    format!(
+        "version {v} of the report format is not supported: this build reads version {SCHEMA_VERSION}"
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Interval,
+    Summary,
+}
+
+/// One line of the report. Read back (`report`, `compare`), fields of the base contract
+/// (docs/cli-and-report.md) are required and every later one optional (absent or empty when a
+/// file lacks it); fields a file has that this build does not know are ignored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    #[serde(deserialize_with = "schema_version")]
+    pub schema_version: u32,
+    pub start: String,
+    pub end: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    pub processes: Vec<ProcessReport>,
+    pub lost: Lost,
+    #[serde(default)]
+    pub uncounted: Uncounted,
+    /// Present when the kernel's BPF statistics are on (`--bpf-stats`, or
+    /// `sysctl kernel.bpf_stats_enabled=1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
+    /// With stack sampling: one in how many writes per thread had its stack taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_sample: Option<u32>,
+    /// Summary, with stack sampling: what the sampled stacks cost the profiler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_work: Option<StackWork>,
+    /// Summary: the patterns recognised in it, what they cost and what to change
+    /// (docs/findings.md). Never read back: derived from the rest of the summary, they are
+    /// recomputed by whatever reads a file (`report`, `compare`), with this build's patterns.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<Vec<crate::output::findings::Finding>>,
+}
+
+impl Report {
+    /// A summary of nothing, for tests of what is built around reports.
+    #[cfg(test)]
+    pub fn empty_for_tests() -> Report {
+        Report {
+            kind: Kind::Summary,
+            schema_version: SCHEMA_VERSION,
+            start: String::new(),
+            end: String::new(),
+            interval_s: None,
+            duration_s: Some(0.0),
+            processes: Vec::new(),
+            lost: Lost::default(),
+            uncounted: Uncounted::default(),
+            overhead: None,
+            stack_sample: None,
+            stack_work: None,
+            findings: None,
+        }
+    }
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// What a report covers besides the activity: its kind and time span, what was lost or left
+/// uncounted, and the profiler's own cost.
+pub struct Meta {
+    pub kind: Kind,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub lost: Lost,
+    pub uncounted: Uncounted,
+    pub overhead: Option<Overhead>,
+}
+
+#[cfg(test)]
+pub fn to_json_line(r: &Report) -> String {
+    serde_json::to_string(r).expect("reports contain only serialisable values")
+}

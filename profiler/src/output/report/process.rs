@@ -1,0 +1,199 @@
+//! One process's and one thread's records in a report: their acquisitions, causes, sampled
+//! stacks and shares. Plain serde types; `build.rs` fills them.
+
+use std::{borrow::Cow, collections::BTreeMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::{BlockerReport, RoleBlock, RoleShare, Stats, TimeShare};
+use crate::registry::roles::Role;
+
+/// Write acquisitions for one cause.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CauseReport {
+    pub cause: Cow<'static, str>,
+    pub write: Stats,
+}
+
+/// Sampled writes charged to one DSO.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DsoReport {
+    pub dso: String,
+    pub write: Stats,
+}
+
+/// Sampled writes whose innermost JavaScript function is this one.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JsFunctionReport {
+    pub function: String,
+    /// `script:line:column`, as V8 names it.
+    pub file: String,
+    pub writes: u64,
+    pub wait_ns_sum: u64,
+}
+
+/// Sampled JavaScript frames by the source of their names (weighted by samples).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct JsFramesReport {
+    /// Named from V8's heap only.
+    pub v8: u64,
+    /// Named from the perf map only.
+    pub perf_map: u64,
+    /// Named by both, alike.
+    pub agree: u64,
+    /// Named by both, differently.
+    pub disagree: u64,
+    /// V8 frames whose function could not be told (`[js unknown]`).
+    pub unknown: u64,
+}
+
+/// One folded stack of a flame graph.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlameStack {
+    /// Frames outermost first, `;`-separated (a `;` in a name is written `:`).
+    pub stack: String,
+    pub count: u64,
+}
+
+/// One distinct sampled write stack.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StackReport {
+    /// `function (file)`, innermost first.
+    pub frames: Vec<String>,
+    pub count: u64,
+    pub wait_ns_sum: u64,
+}
+
+/// Reading, fields of the base contract (docs/cli-and-report.md) are required; those added
+/// since default to absent or empty.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadReport {
+    pub tid: u32,
+    pub role: Role,
+    #[serde(default)]
+    pub comm: String,
+    /// The process of a `foreign` thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// An `addon` thread's addon (its `*.node` file, as mapped), when its start routine was
+    /// read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_addon: Option<String>,
+    /// The library an `addon` thread started in, when that is not the addon itself but a
+    /// library only the addon needs (libvips behind sharp's `.node`), as mapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_library: Option<String>,
+    pub write: Stats,
+    /// Real read acquisitions (downgrades are apart).
+    pub read: Stats,
+    /// Write locks downgraded to read: `count` downgrades, `hold_ns` the read hold after.
+    #[serde(default)]
+    pub downgrade: Stats,
+    /// This thread's writes by cause.
+    #[serde(default)]
+    pub causes: Vec<CauseReport>,
+    /// With blockers: the threads whose holds this thread waited behind, largest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<Vec<BlockerReport>>,
+    /// Its wait for this lock as a share of its time alive and on CPU in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share: Option<TimeShare>,
+}
+
+/// `Default`: every optional part absent (what stack sampling, blockers and time add).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with
+    /// `pid`, it names the process even across pid reuse.
+    #[serde(default)]
+    pub start_ticks: u64,
+    pub comm: String,
+    /// Its cgroup (v2 path), when known: which container or service it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    pub write: Stats,
+    /// Real read acquisitions (downgrades are apart).
+    pub read: Stats,
+    /// Write locks downgraded to read (munmap, brk, mremap, stack growth).
+    #[serde(default)]
+    pub downgrade: Stats,
+    /// Writes by cause: the syscall or kernel path that took the lock for write.
+    #[serde(default)]
+    pub causes: Vec<CauseReport>,
+    /// Sampled writes by the code that asked for memory (summary, with stack sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dsos: Option<Vec<DsoReport>>,
+    /// The sampled write stacks that waited longest (summary, with stack sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<Vec<StackReport>>,
+    /// Sampled writes by the innermost JavaScript function on their stack (summary, with
+    /// stack sampling; empty unless node writes its perf map).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub js_functions: Option<Vec<JsFunctionReport>>,
+    /// How to name JIT frames, when sampled writes went through unnamed ones and nothing
+    /// could name them (no perf map, no usable V8 layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub js_hint: Option<Cow<'static, str>>,
+    /// Why JavaScript frames could not be named from V8's heap (an unknown V8 layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub v8_note: Option<String>,
+    /// Sampled JavaScript frames by where their names came from (summary, with stack
+    /// sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub js_frames: Option<JsFramesReport>,
+    /// Sampled stacks by why they end where they do: `root` (the thread's first frame) or
+    /// the reason they stop before it (summary, with stack sampling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_ends: Option<BTreeMap<String, u64>>,
+    /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
+    /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flame: Option<Vec<FlameStack>>,
+    /// With blockers: the threads whose holds made this process's threads wait, with the
+    /// wait charged to them, largest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blockers: Option<Vec<BlockerReport>>,
+    /// With blockers: the total wait (write and read) charged to blockers, ns; the rest of
+    /// `write.wait_ns.sum + read.wait_ns.sum` overlapped no logged hold (docs/report-format.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_wait_ns: Option<u64>,
+    /// With blockers: "who made whom wait" by role (waiter role, holder role, holder cause).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by_role: Option<Vec<RoleBlock>>,
+    /// The profiler's own acquisitions of this process's lock (its reads of the process's
+    /// /proc files and memory: maps, start routines, stacks), apart from `read` and
+    /// `write`, which are the process's own and other processes' (`foreign`); present when
+    /// there were any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiler: Option<ProfilerShare>,
+    /// Ordered by total write wait, then write count (the threads that matter first).
+    pub threads: Vec<ThreadReport>,
+    /// The process's own threads' wait for its lock as a share of their time (foreign
+    /// takers left out), idle threads of an interval included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share: Option<TimeShare>,
+    /// The same per thread role (foreign takers as the role `foreign`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_share_by_role: Option<Vec<RoleShare>>,
+}
+
+/// The profiler's own part of a process's lock acquisitions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProfilerShare {
+    pub read: Stats,
+    pub write: Stats,
+    /// Its acquisitions over all acquisitions of the lock (its own included).
+    pub share: f64,
+}
+
+/// The profiler's own work on sampled stacks (in userspace, off the locked path).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StackWork {
+    /// Sampled stacks unwound and named.
+    pub stacks: u64,
+    /// Mean time per stack: unwinding, naming its frames, reading V8's heap, microseconds.
+    pub us_per_stack: f64,
+    /// Of which reading V8's heap.
+    pub v8_us_per_stack: f64,
+}

@@ -1,0 +1,71 @@
+//! The text view with names longer than its columns, and an addon's library.
+
+use super::*;
+use crate::output::{
+    fixtures::{process, stats},
+    report::{DsoReport, JsFunctionReport},
+};
+use crate::registry::roles::Role;
+
+#[test]
+fn long_names_are_cut_and_the_columns_stay_aligned() {
+    let mut p = process(1, "node", 5000, false);
+    let write = stats(3, 3000, 1000, &[(1024, 3)]);
+    p.dsos = Some(vec![
+        DsoReport {
+            dso: "/usr/lib/x86_64-linux-gnu/libsomething-with-a-very-long-name-1.2.3.so".into(),
+            write: write.clone(),
+        },
+        DsoReport {
+            dso: "/usr/bin/node".into(),
+            write,
+        },
+    ]);
+    p.js_functions = Some(vec![JsFunctionReport {
+        function: "aVeryLongJavaScriptFunctionNameThatGoesOnAndOn".into(),
+        file: "/app/server.js:10:3".into(),
+        writes: 3,
+        wait_ns_sum: 3000,
+    }]);
+    p.threads[1].comm = "a-name-longer-than-15".into();
+    let text = process_text(&p);
+    let lines: Vec<&str> = text.lines().collect();
+    let width = |l: &str| l.chars().count();
+    let header = lines.iter().find(|l| l.starts_with("  lock")).unwrap();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("sampled writes by code"))
+        .unwrap();
+    for row in &lines[at + 1..at + 3] {
+        assert_eq!(width(row), width(header), "{row}\n{header}\n{text}");
+    }
+    assert!(lines[at + 1].starts_with("  libsometh… "), "{text}");
+    assert!(lines[at + 2].starts_with("  node       "), "{text}");
+    // The JS function's and the thread's tables too.
+    let js = lines.iter().find(|l| l.contains("/app/server.js")).unwrap();
+    assert!(js.starts_with(&format!("  {}… ", "aVeryLongJavaScriptFunctionName")));
+    let thread = lines.iter().find(|l| l.contains("a-name-longer-")).unwrap();
+    let head = lines.iter().find(|l| l.contains("wait p99")).unwrap();
+    assert_eq!(width(thread), width(head), "{thread}\n{head}");
+    assert_eq!(fit("short", 10), "short");
+    assert_eq!(fit("exactly-10", 10), "exactly-10");
+}
+
+/// Addon threads that a library behind the addon started say which, by file name.
+#[test]
+fn the_roles_name_the_library_behind_an_addon() {
+    let mut p = process(1, "node", 5000, false);
+    let t = &mut p.threads[1];
+    t.role = Role::Addon;
+    t.role_addon = Some("/app/node_modules/sharp/build/Release/sharp.node".into());
+    t.role_library = Some("/app/node_modules/sharp/lib/libvips-cpp.so.42".into());
+    let writes = t.write.count;
+    let text = roles_text(&p);
+    let line = format!(
+        "  1 addon thread(s) started in libvips-cpp.so.42, which sharp.node needs: {writes} writes"
+    );
+    assert!(text.lines().any(|l| l == line), "{text}");
+    // An addon thread started in the addon itself: nothing more to say.
+    p.threads[1].role_library = None;
+    assert!(!roles_text(&p).contains("started in"));
+}

@@ -1,0 +1,115 @@
+//! Naming unwound frames: blazesym on the files as mapped (by file offset, so a process that
+//! has exited can still be named), V8's perf map for JIT code.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized};
+
+use super::{Frame, ProcessUnwinder};
+use crate::registry::perfmap::{JitName, PerfMap};
+
+impl ProcessUnwinder {
+    /// Symbolize an unwound stack: return addresses (all but the first) are
+    /// looked up at `addr - 1`, i.e. inside the call instruction, so a call
+    /// as the last instruction of a function is attributed to its caller
+    /// rather than to the next function. `Frame::addr` stays unadjusted.
+    pub fn symbolize_stack(&mut self, stack: &[u64]) -> Vec<Frame> {
+        let lookup: Vec<u64> = (stack.iter().enumerate())
+            .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+            .collect();
+        self.symbolize_lookup(stack, &lookup)
+    }
+
+    fn symbolize_lookup(&mut self, addrs: &[u64], lookup: &[u64]) -> Vec<Frame> {
+        // Group by file and symbolize file offsets: works without the process.
+        let mut by_file: HashMap<PathBuf, Vec<(usize, u64)>> = HashMap::new();
+        let mut frames: Vec<Frame> = Vec::with_capacity(addrs.len());
+        for (i, (&addr, &at)) in addrs.iter().zip(lookup).enumerate() {
+            let m = self.maps.find(at).cloned();
+            let dso = m.as_ref().and_then(|m| m.path.clone());
+            // The file as mapped (a container's, a replaced one), opened while it lived.
+            if let Some(m) = &m
+                && let Some(file) = self.file_path(m)
+            {
+                by_file
+                    .entry(file)
+                    .or_default()
+                    .push((i, m.file_offset(at)));
+            }
+            frames.push(Frame {
+                addr,
+                symbol: None,
+                dso,
+                jit: None,
+                v8: None,
+            });
+        }
+        // JIT code: named by V8's perf map (read again when an address is not in it yet).
+        for f in frames.iter_mut().filter(|f| f.dso.is_none()) {
+            f.jit = self.jit_name(f.addr);
+        }
+        for (path, items) in by_file {
+            let src = Source::Elf(Elf::new(&path));
+            let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
+            let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
+            // One unreadable section fails a whole batch in blazesym: retry one by one then.
+            let names: Vec<Option<String>> = match self
+                .shared
+                .symbolizer
+                .symbolize(&src, Input::FileOffset(&offsets))
+            {
+                Ok(syms) => syms.iter().map(name).collect(),
+                Err(_) => offsets
+                    .iter()
+                    .map(|&o| {
+                        self.shared
+                            .symbolizer
+                            .symbolize_single(&src, Input::FileOffset(o))
+                            .ok()
+                            .as_ref()
+                            .and_then(name)
+                    })
+                    .collect(),
+            };
+            for ((i, _), n) in items.into_iter().zip(names) {
+                frames[i].symbol = n;
+            }
+        }
+        frames
+    }
+
+    /// Looks for the perf map, or reads what was appended to it, at most every 250 ms: called
+    /// when a sample's stack goes through JIT code, while the process (probably) lives.
+    pub fn read_perf_map(&mut self) {
+        let now = std::time::Instant::now();
+        if self
+            .perf_map_read
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_millis(250))
+        {
+            return;
+        }
+        self.perf_map_read = Some(now);
+        match self.perf_map.as_mut() {
+            Some(m) => m.refresh(),
+            None => self.perf_map = PerfMap::open(self.pid),
+        }
+    }
+
+    /// Whether a perf map was found for this process.
+    pub fn has_perf_map(&self) -> bool {
+        self.perf_map.is_some()
+    }
+
+    /// V8's name of the JIT code at `addr`, from the perf map (read once more if it does not
+    /// have it yet).
+    fn jit_name(&mut self, addr: u64) -> Option<JitName> {
+        if let Some(n) = self.perf_map.as_ref().and_then(|m| m.lookup(addr)) {
+            return Some(n);
+        }
+        self.perf_map_read = None;
+        self.read_perf_map();
+        self.perf_map.as_ref()?.lookup(addr)
+    }
+}
