@@ -43,6 +43,7 @@ pub use profiler::{
 };
 pub use scrape::{metric_f64, metric_gauge, metric_sum};
 pub use skip::{
-    SKIP_FILE_ENV, installed_or_skip, require_root_and_tracepoints, skip_because, under_ci,
+    SKIP_FILE_ENV, bpf_test, installed_or_skip, require_root_and_tracepoints, skip_because,
+    under_ci,
 };
 pub use workload::{Workload, roles_workload, wait_until};

@@ -90,3 +90,14 @@ pub fn require_root_and_tracepoints() -> bool {
     }
     true
 }
+
+/// The opening of a root test that writes files: [`require_root_and_tracepoints`], then a
+/// fresh directory of its own (removed on drop). None when the test is skipped (recorded, a
+/// failure under CI): the test then returns at once.
+///
+/// ```ignore
+/// let Some(dir) = bpf_test() else { return };
+/// ```
+pub fn bpf_test() -> Option<tempfile::TempDir> {
+    require_root_and_tracepoints().then(|| tempfile::tempdir().expect("a temporary directory"))
+}

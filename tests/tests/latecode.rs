@@ -4,7 +4,7 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Profiler, Workload, build_addon, churn_bin, fixture, process, profile_until_done,
+    Profiler, Workload, bpf_test, build_addon, churn_bin, fixture, process, profile_until_done,
     profile_workload, require_root_and_tracepoints,
 };
 use serde_json::Value;
@@ -13,10 +13,7 @@ use serde_json::Value;
 /// mappings are read again when a return address is outside the known ones).
 #[test]
 fn an_addon_required_after_attach_is_charged_to_its_file() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let addon = build_addon(dir.path());
     let (workers, n) = (3u64, 160u64);
     let mut cmd = Command::new("node");
@@ -48,10 +45,7 @@ fn an_addon_required_after_attach_is_charged_to_its_file() {
 /// are still named (the file was opened while it lived).
 #[test]
 fn symbols_survive_the_process_exit() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let copy = dir.path().join("churn-copy");
     std::fs::copy(churn_bin(), &copy).unwrap();
     let mut cmd = Command::new(&copy);

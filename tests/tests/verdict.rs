@@ -4,8 +4,8 @@
 //! glibc's arenas growing, first on its page as rendered by headless Chromium.
 
 use integration_tests::{
-    Workload, find, finding, process, profile_workload, read_lines, rendered_dom, report_html,
-    require_root_and_tracepoints, run_ok, thread,
+    Workload, bpf_test, find, finding, process, profile_workload, read_lines, rendered_dom,
+    report_html, require_root_and_tracepoints, run_ok, thread,
 };
 use serde_json::Value;
 
@@ -130,10 +130,7 @@ fn a_cpu_bound_process_with_little_lock_wait_is_not_its_bottleneck() {
 /// page, and Chromium shows it there.
 #[test]
 fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let json = dir.path().join("demo.json");
     run_ok([
         "demo",
