@@ -12,7 +12,10 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{Workload, profiler_bin, workload::wait_timeout};
+use crate::{
+    Workload, profiler_bin,
+    workload::{start, wait_timeout},
+};
 
 /// What a finished profiler run produced.
 #[derive(Debug)]
@@ -80,11 +83,7 @@ impl Profiler {
     /// Starts the profiler (or the agent) as `cmd` says (another user, capabilities, ...),
     /// its output read as [`start`](Self::start)'s, and waits until it is attached.
     pub fn start_command(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let mut child = start(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()));
         let stdout = child.stdout.take().expect("stdout");
         let stdout_thread = std::thread::spawn(move || {
             let mut s = String::new();

@@ -10,7 +10,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{built, churn_bin, fixture};
+use crate::{build_addon, built, churn_bin, fixture};
 
 /// `roles.js` (fixtures/roles.js) with known thread roles: 3 Workers reading a 64 KiB file
 /// (written in `dir`) 300 times each, two libuv threadpool threads, two V8 platform threads.
@@ -45,6 +45,12 @@ pub fn wait_until<T>(
         }
         std::thread::sleep(every);
     }
+}
+
+/// Starts `cmd`, which must start (its pipes set by the caller).
+pub(crate) fn start(cmd: &mut Command) -> Child {
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"))
 }
 
 /// Waits for a child with a deadline; kills it if the deadline passes.
@@ -93,11 +99,7 @@ pub struct Workload {
 
 impl Workload {
     pub fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let mut child = start(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()));
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let preamble = read_until_ready(&mut stdout);
@@ -126,6 +128,16 @@ impl Workload {
     pub fn helper<A: ToString>(name: &str, args: impl IntoIterator<Item = A>) -> Self {
         let mut cmd = Command::new(built(name));
         cmd.args(args.into_iter().map(|a| a.to_string()));
+        Self::spawn(cmd)
+    }
+
+    /// `node SCRIPT churn.node WORKERS N`: a fixture driving the tests' addon (`fixtures/addon/`,
+    /// built into `dir` by [`build_addon`]) from `workers` Worker threads, `n` calls each.
+    pub fn churn_addon(dir: &Path, script: &str, workers: u64, n: u64) -> Self {
+        let mut cmd = Command::new("node");
+        cmd.arg(fixture(script))
+            .arg(build_addon(dir))
+            .args([workers.to_string(), n.to_string()]);
         Self::spawn(cmd)
     }
 
