@@ -252,3 +252,25 @@ pub fn dashboard_queries() -> Vec<(String, bool)> {
     walk(&d["panels"], &mut out);
     out
 }
+
+/// The sum of a metric's samples in a Prometheus text exposition whose labels contain all of
+/// `with` (e.g. `process="node"`), as a count.
+pub fn metric_sum(text: &str, metric: &str, with: &[&str]) -> u64 {
+    metric_f64(text, metric, with) as u64
+}
+
+/// The same, as a number (seconds and the like).
+pub fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| with.iter().all(|w| l.contains(w)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of an unlabelled gauge in a Prometheus text exposition.
+pub fn metric_gauge(text: &str, metric: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{metric} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {metric} in {text}"))
+}

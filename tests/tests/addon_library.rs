@@ -5,17 +5,14 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Profiler, Workload, build_spawner_addon, cause_counts, fixture, process,
+    Profiler, Workload, bpf_test, build_spawner_addon, cause_counts, fixture, process,
     require_root_and_tracepoints, skip_because,
 };
 use serde_json::Value;
 
 #[test]
 fn a_thread_started_by_a_library_behind_an_addon_is_the_addons() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let addon = build_spawner_addon(dir.path());
     let (workers, n, size) = (2u64, 300u64, 65536u64);
     let mut cmd = Command::new("node");

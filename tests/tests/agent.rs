@@ -9,7 +9,7 @@ use std::{
 };
 
 use integration_tests::{
-    Workload, churn_bin, installed_or_skip, metric_f64, metric_gauge, metric_sum,
+    Workload, bpf_test, churn_bin, installed_or_skip, metric_f64, metric_gauge, metric_sum,
     require_root_and_tracepoints,
     scrape::{Agent, Prometheus, dashboard_queries, prometheus_bin},
     wait_until,
@@ -450,10 +450,7 @@ fn run_at_once(bin: &Path, n: u64) -> Child {
 /// stays tracked afterwards.
 #[test]
 fn short_processes_are_counted_from_their_first_instruction() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let bin = named_helper(dir.path(), "shortling");
     let n = 500u64;
     // One run under the one-shot profiler (selected by name from its first acquisition).
@@ -521,10 +518,7 @@ fn short_processes_are_counted_from_their_first_instruction() {
 /// threads' timing), so one run is the only exact ground truth for both.
 #[test]
 fn a_node_started_after_the_agent_is_profiled_from_its_start() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     // A link named for the test: node's comm at exec is the name it was run by.
     let node = dir.path().join("nodeling");
     std::os::unix::fs::symlink(which_node().expect("node on PATH"), &node).unwrap();
@@ -581,10 +575,7 @@ fn a_node_started_after_the_agent_is_profiled_from_its_start() {
 /// mprotect each).
 #[test]
 fn a_node_that_retitles_itself_is_profiled_from_its_rename() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let script = dir.path().join("retitle.js");
     std::fs::write(
         &script,

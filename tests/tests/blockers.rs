@@ -4,7 +4,8 @@
 //! from the workload itself.
 
 use integration_tests::{
-    Workload, check_lost, finding, process, profile_workload, require_root_and_tracepoints, thread,
+    Workload, bpf_test, check_lost, finding, process, profile_workload,
+    require_root_and_tracepoints, thread,
 };
 use serde_json::Value;
 
@@ -150,10 +151,7 @@ fn without_blockers_no_blocker_field_appears() {
 /// and never a blocker.
 #[test]
 fn the_profilers_own_acquisitions_are_apart_and_never_blockers() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let file = dir.path().join("data.bin");
     std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
     let workload =

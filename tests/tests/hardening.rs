@@ -14,7 +14,7 @@ use std::{
 };
 
 use integration_tests::{
-    Profiler, Workload, bpf_objects, churn_bin, fixture, process, profiler_bin,
+    Profiler, Workload, bpf_objects, bpf_test, churn_bin, fixture, process, profiler_bin,
     require_root_and_tracepoints, run_profiler, scrape::metrics as scrape, wait_until,
 };
 use serde_json::Value;
@@ -509,10 +509,7 @@ fn the_agent_serves_metrics_on_a_full_disk_and_never_appends_after_a_partial_lin
 
 #[test]
 fn existing_outputs_survive_a_run_that_fails_before_attaching() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let files: Vec<PathBuf> = ["run.json", "run.html", "run.folded"]
         .iter()
         .map(|f| dir.path().join(f))

@@ -6,9 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use integration_tests::{
-    Profiler, Workload, assert_charts, charts, page_requests, process, profile_workload,
-    read_lines, rendered_charts, report_html, require_root_and_tracepoints, run_json, run_ok,
-    run_profiler,
+    Profiler, Workload, assert_charts, bpf_test, charts, page_requests, process, profile_workload,
+    read_lines, rendered_charts, report_html, run_json, run_ok, run_profiler,
 };
 use serde_json::Value;
 
@@ -39,10 +38,7 @@ fn row<'a>(c: &'a Value, group: &str, key: &str) -> &'a Value {
 
 #[test]
 fn the_html_report_renders_its_plots_and_fetches_nothing() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let (json, live) = (dir.path().join("run.json"), dir.path().join("live.html"));
     let (pid, lines) = run_helper(
         3,
@@ -140,10 +136,7 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
 /// that the helper guarantees (2 x N per thread), and its page renders.
 #[test]
 fn compare_reports_the_known_difference_in_writes() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let n = 5_000u64;
     let (before, after): (PathBuf, PathBuf) =
         (dir.path().join("b.json"), dir.path().join("a.json"));
@@ -190,10 +183,7 @@ fn compare_reports_the_known_difference_in_writes() {
 /// the summary's write count.
 #[test]
 fn the_html_page_is_written_after_sigint() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let page = dir.path().join("interrupted.html");
     // Far more work than the run lasts.
     let mut w = Workload::helper("mmap-churn", [1, 50_000_000]);
@@ -229,10 +219,7 @@ fn the_html_page_is_written_after_sigint() {
 /// its range, and 1 thread against 3 is a change beyond run-to-run noise.
 #[test]
 fn compare_judges_noise_over_repeated_runs() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let n = 3_000u64;
     let side = |threads: u32, name: &str| {
         let mut all = String::new();

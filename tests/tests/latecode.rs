@@ -4,8 +4,7 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Profiler, Workload, build_addon, churn_bin, fixture, process, profile_until_done,
-    profile_workload, require_root_and_tracepoints,
+    Profiler, Workload, bpf_test, churn_bin, process, profile_until_done, profile_workload,
 };
 use serde_json::Value;
 
@@ -13,17 +12,9 @@ use serde_json::Value;
 /// mappings are read again when a return address is outside the known ones).
 #[test]
 fn an_addon_required_after_attach_is_charged_to_its_file() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let addon = build_addon(dir.path());
+    let Some(dir) = bpf_test() else { return };
     let (workers, n) = (3u64, 160u64);
-    let mut cmd = Command::new("node");
-    cmd.arg(fixture("addon/late.js"))
-        .arg(&addon)
-        .args([workers.to_string(), n.to_string()]);
-    let mut w = Workload::spawn(cmd);
+    let mut w = Workload::churn_addon(dir.path(), "addon/late.js", workers, n);
     let pid = w.pid.to_string();
     let prof = Profiler::start(&["-p", &pid, "-i", "0", "--stack-sample", "1"]);
     let out = profile_until_done(&mut w, prof);
@@ -48,10 +39,7 @@ fn an_addon_required_after_attach_is_charged_to_its_file() {
 /// are still named (the file was opened while it lived).
 #[test]
 fn symbols_survive_the_process_exit() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let copy = dir.path().join("churn-copy");
     std::fs::copy(churn_bin(), &copy).unwrap();
     let mut cmd = Command::new(&copy);
@@ -85,9 +73,7 @@ fn symbols_survive_the_process_exit() {
 /// reaches its threads' roots in every one.
 #[test]
 fn every_stack_reaches_its_root_or_says_why_not() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
+    let Some(_dir) = bpf_test() else { return };
     let mut w = Workload::churn(2, 300, None);
     let out = profile_workload(&mut w, &["-i", "0", "--stack-sample", "1"]);
     let p = process(out.summary(), w.pid).expect("in the summary");

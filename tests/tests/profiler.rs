@@ -4,8 +4,8 @@
 use std::{process::Command, time::Duration};
 
 use integration_tests::{
-    Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, build_addon,
-    cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, finding, fixture,
+    Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, bpf_test,
+    cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, finding,
     helper_threads, process, profile_workload, require_root_and_tracepoints, roles_workload,
     run_profiler, stats, strings, thread, thread_writes,
 };
@@ -120,11 +120,8 @@ fn task_ids(pid: u32) -> Vec<u64> {
 
 #[test]
 fn node_thread_roles_are_recognised_on_a_running_process() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile_dir();
-    let (mut w, workers) = roles_workload(&dir);
+    let Some(dir) = bpf_test() else { return };
+    let (mut w, workers) = roles_workload(dir.path());
     assert_eq!(workers.len(), 3);
     // Threads that exist before the work starts: main, V8's platform threads, the Workers.
     // libuv starts its threadpool lazily, on the first deflate: every thread that appears
@@ -174,13 +171,6 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
     }
     let v8 = threads.iter().filter(|t| t["role"] == "v8").count();
     assert!((1..=3).contains(&v8), "{threads:?}");
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("mlp-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn check_report(r: &Value) {
@@ -349,14 +339,15 @@ fn bad_usage_exits_2_with_one_line() {
 
 #[test]
 fn without_privilege_exits_1_saying_what_to_do() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
+    let Some(dir) = bpf_test() else { return };
     // A copy that user nobody can execute whatever the checkout's permissions.
-    let dir = tempfile_dir();
-    let bin = dir.join("mmaplock-prof");
+    let bin = dir.path().join("mmaplock-prof");
     std::fs::copy(integration_tests::profiler_bin(), &bin).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     // Drop to nobody, without capabilities, and try to load.
     let out = Command::new("setpriv")
         .args([
@@ -369,7 +360,6 @@ fn without_privilege_exits_1_saying_what_to_do() {
         .args(["-d", "1"])
         .output()
         .expect("setpriv (util-linux)");
-    let _ = std::fs::remove_dir_all(&dir);
     one_line_error(&out, 1, "root");
 }
 
@@ -432,18 +422,10 @@ fn write_causes_match_the_syscalls_made() {
 
 #[test]
 fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile_dir();
-    let addon = build_addon(&dir);
+    let Some(dir) = bpf_test() else { return };
     let (workers, n) = (3u64, 150u64);
-    let mut cmd = Command::new("node");
-    cmd.arg(fixture("addon/addon.js"))
-        .arg(&addon)
-        .args([workers.to_string(), n.to_string()]);
-    let mut w = Workload::spawn(cmd);
-    let folded = dir.join("folded.txt");
+    let mut w = Workload::churn_addon(dir.path(), "addon/addon.js", workers, n);
+    let folded = dir.path().join("folded.txt");
     let out = profile_workload(&mut w, &["-i", "0", "--stacks", folded.to_str().unwrap()]);
     let s = out.summary();
     assert_eq!(s["stack_sample"], 1);
@@ -509,7 +491,6 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
             .any(|c| c.as_str().unwrap().ends_with("/churn.node")),
         "{finding}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

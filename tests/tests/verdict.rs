@@ -4,8 +4,8 @@
 //! glibc's arenas growing, first on its page as rendered by headless Chromium.
 
 use integration_tests::{
-    Workload, find, finding, process, profile_workload, read_lines, rendered_dom, report_html,
-    require_root_and_tracepoints, run_ok, thread,
+    Workload, bpf_test, find, finding, process, profile_workload, read_lines, rendered_dom,
+    report_html, run_ok, thread,
 };
 use serde_json::Value;
 
@@ -17,9 +17,7 @@ use serde_json::Value;
 /// to it.
 #[test]
 fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
+    let Some(_dir) = bpf_test() else { return };
     let mut w = Workload::helper("time-share", ["wait", "2"]);
     // Interval lines every 0.1 s: each window has its share.
     let out = profile_workload(&mut w, &["-i", "0.1"]);
@@ -91,9 +89,7 @@ fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
 /// costs its process next to nothing, and the first finding says so.
 #[test]
 fn a_cpu_bound_process_with_little_lock_wait_is_not_its_bottleneck() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
+    let Some(_dir) = bpf_test() else { return };
     let mut w = Workload::helper("time-share", ["spin", "1.5"]);
     let out = profile_workload(&mut w, &["-i", "0"]);
     let truth = w.report();
@@ -130,10 +126,7 @@ fn a_cpu_bound_process_with_little_lock_wait_is_not_its_bottleneck() {
 /// page, and Chromium shows it there.
 #[test]
 fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first() {
-    if !require_root_and_tracepoints() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = bpf_test() else { return };
     let json = dir.path().join("demo.json");
     run_ok([
         "demo",

@@ -201,69 +201,49 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
     r.stack_sample = Some(sample);
     for p in &mut r.processes {
         let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
-        let mut dsos: Vec<DsoReport> = o
-            .map(|o| {
-                o.dsos
-                    .iter()
-                    .map(|(d, s)| DsoReport {
-                        dso: d.clone(),
-                        write: Stats::new(s),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        dsos.sort_by(|a, b| {
-            (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum))
-        });
-        let mut top: Vec<StackReport> = o
-            .map(|o| {
-                o.stacks
-                    .iter()
-                    .map(|(frames, agg)| StackReport {
-                        frames: frames.clone(),
-                        count: agg.count,
-                        wait_ns_sum: agg.wait_ns_sum,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        top.sort_by(|a, b| {
-            (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
-        });
+        let dsos = sorted_rows(
+            o.map(|o| o.dsos.iter()),
+            |(d, s)| DsoReport {
+                dso: d.clone(),
+                write: Stats::new(s),
+            },
+            |a, b| (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum)),
+        );
+        let mut top = sorted_rows(
+            o.map(|o| o.stacks.iter()),
+            |(frames, agg)| StackReport {
+                frames: frames.clone(),
+                count: agg.count,
+                wait_ns_sum: agg.wait_ns_sum,
+            },
+            |a, b| (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames)),
+        );
         top.truncate(TOP_STACKS);
-        let mut js: Vec<JsFunctionReport> = o
-            .map(|o| {
-                o.js_functions
+        let js = sorted_rows(
+            o.map(|o| o.js_functions.iter()),
+            |(f, agg)| JsFunctionReport {
+                function: f.name.clone(),
+                file: f.location.clone(),
+                writes: agg.count,
+                wait_ns_sum: agg.wait_ns_sum,
+            },
+            |a, b| {
+                (b.writes, b.wait_ns_sum, &a.function).cmp(&(a.writes, a.wait_ns_sum, &b.function))
+            },
+        );
+        let mut flame = sorted_rows(
+            o.map(|o| o.stacks.iter()),
+            |(frames, agg)| FlameStack {
+                stack: frames
                     .iter()
-                    .map(|(f, agg)| JsFunctionReport {
-                        function: f.name.clone(),
-                        file: f.location.clone(),
-                        writes: agg.count,
-                        wait_ns_sum: agg.wait_ns_sum,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        js.sort_by(|a, b| {
-            (b.writes, b.wait_ns_sum, &a.function).cmp(&(a.writes, a.wait_ns_sum, &b.function))
-        });
-        let mut flame: Vec<FlameStack> = o
-            .map(|o| {
-                o.stacks
-                    .iter()
-                    .map(|(frames, agg)| FlameStack {
-                        stack: frames
-                            .iter()
-                            .rev()
-                            .map(|f| f.replace(';', ":"))
-                            .collect::<Vec<_>>()
-                            .join(";"),
-                        count: agg.count,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        flame.sort_by(|a, b| (b.count, &a.stack).cmp(&(a.count, &b.stack)));
+                    .rev()
+                    .map(|f| f.replace(';', ":"))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                count: agg.count,
+            },
+            |a, b| (b.count, &a.stack).cmp(&(a.count, &b.stack)),
+        );
         flame.truncate(FLAME_STACKS);
         p.flame = Some(flame);
         p.dsos = Some(dsos);
@@ -290,4 +270,16 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
             .unwrap_or_default(),
         );
     }
+}
+
+/// One report table of a process's sampled stacks: a row made of each of its owner's entries
+/// (none for a process without samples), in the report's order.
+fn sorted_rows<E, T>(
+    entries: Option<impl Iterator<Item = E>>,
+    row: impl FnMut(E) -> T,
+    order: impl FnMut(&T, &T) -> std::cmp::Ordering,
+) -> Vec<T> {
+    let mut rows: Vec<T> = entries.into_iter().flatten().map(row).collect();
+    rows.sort_by(order);
+    rows
 }

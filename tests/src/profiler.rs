@@ -1,0 +1,261 @@
+//! The profiler under test: `mmaplock-prof` started and attached (killed on drop), or run to
+//! completion; what a finished run printed, its lines parsed as JSON.
+
+use std::{
+    ffi::OsStr,
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::{
+    Workload, profiler_bin,
+    workload::{start, wait_timeout},
+};
+
+/// What a finished profiler run produced.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub lines: Vec<Value>,
+    pub raw_stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    /// The summary line, which must be the last line.
+    pub fn summary(&self) -> &Value {
+        let last = self.lines.last().unwrap_or_else(|| {
+            panic!(
+                "no output; stderr: {}\nstdout: {}",
+                self.stderr, self.raw_stdout
+            )
+        });
+        assert_eq!(last["type"], "summary", "last line must be the summary");
+        last
+    }
+
+    /// The interval lines (all lines but the summary).
+    pub fn intervals(&self) -> &[Value] {
+        self.summary();
+        &self.lines[..self.lines.len() - 1]
+    }
+}
+
+/// A running `mmaplock-prof` with JSON output.
+pub struct Profiler {
+    child: Child,
+    stderr_rx: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+    stdout_thread: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Profiler {
+    /// Starts the profiler and waits until its programs are attached.
+    pub fn start(args: &[&str]) -> Self {
+        let mut cmd = Command::new(profiler_bin());
+        cmd.args(["--format", "json"])
+            .args(args)
+            .stdin(Stdio::null());
+        Self::start_command(cmd)
+    }
+
+    /// Starts the profiler on `pid` (no interval lines) with one write's stack in `sample`
+    /// sampled, folded into `folded` (`--stacks`) at the end.
+    pub fn start_with_stacks(pid: u32, sample: u32, folded: &Path) -> Self {
+        let (pid, sample) = (pid.to_string(), sample.to_string());
+        Self::start(&[
+            "-p",
+            &pid,
+            "-i",
+            "0",
+            "--stack-sample",
+            &sample,
+            "--stacks",
+            folded.to_str().unwrap(),
+        ])
+    }
+
+    /// Starts the profiler (or the agent) as `cmd` says (another user, capabilities, ...),
+    /// its output read as [`start`](Self::start)'s, and waits until it is attached.
+    pub fn start_command(mut cmd: Command) -> Self {
+        let mut child = start(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()));
+        let stdout = child.stdout.take().expect("stdout");
+        let stdout_thread = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+            s
+        });
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, stderr_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Profiler {
+            child,
+            stderr_rx,
+            stderr: Vec::new(),
+            stdout_thread: Some(stdout_thread),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match p
+                .stderr_rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) => {
+                    let attached = l.contains("attached in");
+                    p.stderr.push(l);
+                    if attached {
+                        return p;
+                    }
+                }
+                Err(_) => panic!(
+                    "mmaplock-prof did not attach; exit {:?}, stderr: {:?}",
+                    p.child.try_wait(),
+                    p.stderr
+                ),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// [`finish`](Self::finish), and the run must have succeeded.
+    pub fn finish_ok(self, timeout: Duration) -> Finished {
+        let out = self.finish(timeout);
+        assert!(
+            out.status.success(),
+            "exit status {:?}: {}",
+            out.status,
+            out.stderr
+        );
+        out
+    }
+
+    /// Waits for the profiler to end by itself (duration, targets' exit, signal).
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let status = wait_timeout(&mut self.child, timeout);
+        let raw_stdout = self
+            .stdout_thread
+            .take()
+            .expect("once")
+            .join()
+            .expect("stdout reader");
+        self.stderr.extend(self.stderr_rx.try_iter());
+        let lines = raw_stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect();
+        Finished {
+            status,
+            lines,
+            raw_stdout,
+            stderr: self.stderr.join("\n"),
+        }
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the profiler to completion with the given arguments (for usage errors and the like).
+pub fn run_profiler(args: &[&str]) -> std::process::Output {
+    run(args)
+}
+
+fn run<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> std::process::Output {
+    Command::new(profiler_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mmaplock-prof")
+}
+
+/// Runs a command of the profiler that reads files (`report`, `compare`) or runs workloads
+/// of its own (`demo`, `study`) to completion, which must succeed; returns its standard
+/// output.
+pub fn run_ok<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "exit status {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// [`run_ok`] with `-f json`: its one JSON line.
+pub fn run_json<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Value {
+    let args: Vec<std::ffi::OsString> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_owned())
+        .chain(["-f".into(), "json".into()])
+        .collect();
+    let out = run_ok(&args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// `mmaplock-prof report INPUT -f text --html PAGE`, which must succeed; its text (the
+/// findings).
+pub fn report_html(input: &Path, page: &Path) -> String {
+    run_ok([
+        OsStr::new("report"),
+        input.as_os_str(),
+        OsStr::new("-f"),
+        OsStr::new("text"),
+        OsStr::new("--html"),
+        page.as_os_str(),
+    ])
+}
+
+/// Starts the profiler on `w` (`--pid`, JSON, plus `args`), lets the workload run to its end,
+/// and returns what the profiler reported; the run must have ended by itself, successfully.
+pub fn profile_workload(w: &mut Workload, args: &[&str]) -> Finished {
+    let pid = w.pid.to_string();
+    let mut all = vec!["--pid", pid.as_str()];
+    all.extend_from_slice(args);
+    let prof = Profiler::start(&all);
+    w.go();
+    let status = w.wait();
+    assert!(status.success(), "workload {}: {status:?}", w.pid);
+    // The target exited: the profiler ends by itself.
+    prof.finish_ok(Duration::from_secs(60))
+}
+
+/// For a workload that takes commands (a Node fixture): `go`, then, once it says `done`, the
+/// profiler stopped with SIGINT and the workload told to `exit`; what the profiler reported.
+pub fn profile_until_done(w: &mut Workload, prof: Profiler) -> Finished {
+    w.send("go");
+    stop_when_done(w, prof)
+}
+
+/// [`profile_until_done`] of a workload already told to go.
+pub fn stop_when_done(w: &mut Workload, prof: Profiler) -> Finished {
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
+    let out = prof.finish(Duration::from_secs(60));
+    w.send("exit");
+    assert!(w.wait().success());
+    out
+}
