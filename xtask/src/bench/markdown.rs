@@ -145,7 +145,7 @@ pub(super) fn render(
         }
         let _ = writeln!(
             s,
-            "\n| program | instructions verified | verification and attach, ms |\n|---|---:|---:|"
+            "\n| program | instructions verified | verification, ms (programs verified in parallel) |\n|---|---:|---:|"
         );
         for (n, i, ms) in &l.programs {
             let _ = writeln!(s, "| {n} | {} | {} |", show(*i, 0), show(*ms, 1));
