@@ -82,12 +82,12 @@ fn write_stats(r: &DemoRun) -> Stats {
 fn tallies(r: &Report) -> [BTreeMap<String, u64>; 3] {
     let mut out: [BTreeMap<String, u64>; 3] = Default::default();
     for p in &r.processes {
-        for c in &p.causes {
+        for c in &p.lock.causes {
             *out[0].entry(c.cause.to_string()).or_default() += c.write.count;
         }
         for t in &p.threads {
-            if t.write.count > 0 {
-                *out[1].entry(t.role.as_str().to_string()).or_default() += t.write.count;
+            if t.lock.write.count > 0 {
+                *out[1].entry(t.role.as_str().to_string()).or_default() += t.lock.write.count;
             }
         }
         for d in p.dsos.iter().flatten() {

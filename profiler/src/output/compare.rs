@@ -138,11 +138,14 @@ fn figures(summary: &Report) -> BTreeMap<Key, Fig> {
     let mut m: BTreeMap<Key, Fig> = BTreeMap::new();
     let mut add = |key: Key, s: &Stats| m.entry(key).or_default().merge(&s.side());
     for p in &summary.processes {
-        add((p.comm.clone(), "all", "all".into()), &p.write);
+        add((p.comm.clone(), "all", "all".into()), &p.lock.write);
         for t in &p.threads {
-            add((p.comm.clone(), "role", t.role.as_str().into()), &t.write);
+            add(
+                (p.comm.clone(), "role", t.role.as_str().into()),
+                &t.lock.write,
+            );
         }
-        for c in &p.causes {
+        for c in &p.lock.causes {
             add((p.comm.clone(), "cause", c.cause.to_string()), &c.write);
         }
     }
@@ -342,11 +345,11 @@ mod tests {
     fn summary(comm: &str, writes: u64, wait: u64) -> Report {
         let s = stats(writes, wait, 1000, &[(1024, writes)]);
         let mut p = fixtures::process(1, comm, wait, false);
-        p.write = s.clone();
+        p.lock.write = s.clone();
         p.threads.truncate(1);
         p.threads[0].role = crate::registry::roles::Role::Worker;
-        p.threads[0].write = s.clone();
-        p.causes = vec![CauseReport {
+        p.threads[0].lock.write = s.clone();
+        p.lock.causes = vec![CauseReport {
             cause: "mmap".into(),
             write: s,
         }];
@@ -373,7 +376,11 @@ mod tests {
         assert_eq!(all.writes.verdict, "changed");
         assert!((all.writes.ratio.unwrap() - 410.0 / 1050.0).abs() < 1e-9);
         // In the [512, 1024) bucket, as the summary has it.
-        let p99 = summary("node", 1000, 5000).processes[0].write.wait_ns.p99;
+        let p99 = summary("node", 1000, 5000).processes[0]
+            .lock
+            .write
+            .wait_ns
+            .p99;
         assert!((512..1000).contains(&p99), "{p99}");
         assert_eq!(all.p99_wait_ns.before.mean, p99 as f64);
         // Overlapping ranges: noise.
@@ -404,9 +411,9 @@ mod tests {
     fn processes_of_one_name_are_pooled_and_a_missing_one_counts_zero() {
         let proc = |pid: u32, comm: &str, writes: u64, bucket: u64| {
             let mut p = fixtures::process(pid, comm, writes * 10, false);
-            p.write = stats(writes, writes * 10, bucket - 1, &[(bucket, writes)]);
-            p.threads[0].write = stats(1, 0, 0, &[(1, 1)]);
-            p.threads[1].write = stats(writes, 0, 0, &[(1, writes)]);
+            p.lock.write = stats(writes, writes * 10, bucket - 1, &[(bucket, writes)]);
+            p.threads[0].lock.write = stats(1, 0, 0, &[(1, 1)]);
+            p.threads[1].lock.write = stats(writes, 0, 0, &[(1, writes)]);
             p
         };
         let before = runs([Line::Summary(fixtures::summary(vec![

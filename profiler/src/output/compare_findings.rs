@@ -189,13 +189,13 @@ mod tests {
         });
         let share = fixtures::time_share(wait_ns, 4_000_000_000, 1);
         let mut p = fixtures::process(1, "node", 0, false);
-        p.write = stats.clone();
-        p.read = Stats::default();
-        p.causes = Vec::new();
+        p.lock.write = stats.clone();
+        p.lock.read = Stats::default();
+        p.lock.causes = Vec::new();
         p.threads.truncate(1);
         p.threads[0].role = Role::Worker;
-        p.threads[0].write = stats.clone();
-        p.threads[0].causes = vec![CauseReport {
+        p.threads[0].lock.write = stats.clone();
+        p.threads[0].lock.causes = vec![CauseReport {
             cause: "mprotect".into(),
             write: stats,
         }];

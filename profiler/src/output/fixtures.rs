@@ -3,7 +3,9 @@
 
 use crate::{
     aggregation::{DurationHist, SideStats},
-    output::report::{CauseReport, Kind, ProcessReport, Report, Stats, ThreadReport, TimeShare},
+    output::report::{
+        CauseReport, Kind, LockReport, ProcessReport, Report, Stats, ThreadReport, TimeShare,
+    },
     registry::roles::Role,
 };
 
@@ -32,10 +34,10 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         pid: None,
         role_addon: None,
         role_library: None,
-        write,
-        read: Stats::default(),
-        downgrade: Stats::default(),
-        causes: Vec::new(),
+        lock: LockReport {
+            write,
+            ..LockReport::default()
+        },
         blocked_by: None,
         time_share: None,
     };
@@ -47,13 +49,15 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
         pid,
         start_ticks: 5,
         comm: comm.into(),
-        write: stats(10, wait, 5000, &[(1024, 6), (8192, 4)]),
-        read: stats(2, 10, 100, &[(64, 2)]),
-        downgrade: Stats::default(),
-        causes: vec![
-            cause("mprotect", stats(7, wait, 6000, &[(1024, 3), (8192, 4)])),
-            cause("munmap", stats(3, 0, 1000, &[(1024, 3)])),
-        ],
+        lock: LockReport {
+            write: stats(10, wait, 5000, &[(1024, 6), (8192, 4)]),
+            read: stats(2, 10, 100, &[(64, 2)]),
+            downgrade: Stats::default(),
+            causes: vec![
+                cause("mprotect", stats(7, wait, 6000, &[(1024, 3), (8192, 4)])),
+                cause("munmap", stats(3, 0, 1000, &[(1024, 3)])),
+            ],
+        },
         flame: flame.then(|| {
             vec![
                 crate::output::report::FlameStack {

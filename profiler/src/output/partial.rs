@@ -10,8 +10,8 @@ use crate::{
     aggregation::SideStats,
     output::{
         report::{
-            CauseReport, Kind, Lost, ProcessReport, Report, SCHEMA_VERSION, Stats, ThreadReport,
-            Uncounted,
+            CauseReport, Kind, LockReport, Lost, ProcessReport, Report, SCHEMA_VERSION, Stats,
+            ThreadReport, Uncounted,
         },
         share::{self, ShareSum},
     },
@@ -30,19 +30,6 @@ fn add_causes(causes: &mut Causes, list: &[CauseReport]) {
     }
 }
 
-/// Largest total write wait first, as in the summary.
-fn cause_reports(causes: &Causes) -> Vec<CauseReport> {
-    let mut v: Vec<CauseReport> = causes
-        .iter()
-        .map(|(c, s)| CauseReport {
-            cause: c.clone().into(),
-            write: Stats::new(s),
-        })
-        .collect();
-    v.sort_by_key(|c| std::cmp::Reverse(c.write.wait_ns.sum));
-    v
-}
-
 /// What one thread (or process) did, summed over lines.
 #[derive(Default)]
 struct Sides {
@@ -53,11 +40,24 @@ struct Sides {
 }
 
 impl Sides {
-    fn add(&mut self, write: &Stats, read: &Stats, downgrade: &Stats, causes: &[CauseReport]) {
-        self.write.merge(&write.side());
-        self.read.merge(&read.side());
-        self.downgrade.merge(&downgrade.side());
-        add_causes(&mut self.causes, causes);
+    fn add(&mut self, lock: &LockReport) {
+        self.write.merge(&lock.write.side());
+        self.read.merge(&lock.read.side());
+        self.downgrade.merge(&lock.downgrade.side());
+        add_causes(&mut self.causes, &lock.causes);
+    }
+
+    /// The sum, in the summary's shape.
+    fn report(&self) -> LockReport {
+        let causes = self
+            .causes
+            .iter()
+            .map(|(c, s)| CauseReport {
+                cause: c.clone().into(),
+                write: Stats::new(s),
+            })
+            .collect();
+        LockReport::new(&self.write, &self.read, &self.downgrade, causes)
     }
 }
 
@@ -115,7 +115,7 @@ impl Summed {
         for p in &line.processes {
             let e = self.procs.entry((p.pid, p.start_ticks)).or_default();
             e.comm.clone_from(&p.comm);
-            e.sides.add(&p.write, &p.read, &p.downgrade, &p.causes);
+            e.sides.add(&p.lock);
             if let Some(b) = p.blocked_wait_ns {
                 let sum = e.blocked_wait_ns.get_or_insert(0);
                 *sum = sum.saturating_add(b);
@@ -141,7 +141,7 @@ impl Summed {
                     th.origin = (t.role_addon.clone(), t.role_library.clone());
                 }
                 th.comm.clone_from(&t.comm);
-                th.sides.add(&t.write, &t.read, &t.downgrade, &t.causes);
+                th.sides.add(&t.lock);
                 add_share(&mut th.time, t.time_share.as_ref());
             }
         }
@@ -163,23 +163,19 @@ impl Summed {
                         role_library: t.origin.1.clone(),
                         comm: t.comm.clone(),
                         pid: taker,
-                        write: Stats::new(&t.sides.write),
-                        read: Stats::new(&t.sides.read),
-                        downgrade: Stats::new(&t.sides.downgrade),
-                        causes: cause_reports(&t.sides.causes),
+                        lock: t.sides.report(),
                         blocked_by: None,
                         time_share: t.time.and_then(|s| s.thread()),
                     })
                     .collect();
-                threads.sort_by_key(|t| std::cmp::Reverse((t.write.wait_ns.sum, t.write.count)));
+                threads.sort_by_key(|t| {
+                    std::cmp::Reverse((t.lock.write.wait_ns.sum, t.lock.write.count))
+                });
                 ProcessReport {
                     pid,
                     start_ticks,
                     comm: p.comm.clone(),
-                    write: Stats::new(&p.sides.write),
-                    read: Stats::new(&p.sides.read),
-                    downgrade: Stats::new(&p.sides.downgrade),
-                    causes: cause_reports(&p.sides.causes),
+                    lock: p.sides.report(),
                     blocked_wait_ns: p.blocked_wait_ns,
                     threads,
                     time_share: p.time.and_then(|s| s.total()),
@@ -216,8 +212,8 @@ mod tests {
     fn interval_lines_add_up_per_process_thread_and_cause() {
         let mut a = interval("2026-01-01T00:00:01.000Z", 100);
         let mut b = interval("2026-01-01T00:00:02.000Z", 100);
-        a.processes[0].write = stats(4, 4096, 3000, &[(1024, 3), (4096, 1)]);
-        b.processes[0].write = stats(2, 1 << 19, (1 << 20) - 1, &[(1024, 1), (1 << 20, 1)]);
+        a.processes[0].lock.write = stats(4, 4096, 3000, &[(1024, 3), (4096, 1)]);
+        b.processes[0].lock.write = stats(2, 1 << 19, (1 << 20) - 1, &[(1024, 1), (1 << 20, 1)]);
         b.processes[0].threads[1].role = Role::Libuv;
         // An addon thread named in the first line only: it stays named.
         a.processes[0].threads[0].role = Role::Addon;
@@ -237,28 +233,28 @@ mod tests {
         );
         let p = &r.processes[0];
         assert_eq!(r.processes.len(), 1);
-        assert_eq!(p.write.count, 6);
-        assert_eq!(p.write.wait_ns.sum, 4096 + (1 << 19));
-        assert_eq!(p.write.wait_ns.max, (1 << 20) - 1);
+        assert_eq!(p.lock.write.count, 6);
+        assert_eq!(p.lock.write.wait_ns.sum, 4096 + (1 << 19));
+        assert_eq!(p.lock.write.wait_ns.max, (1 << 20) - 1);
         assert_eq!(
-            p.write.wait_ns.buckets,
+            p.lock.write.wait_ns.buckets,
             [(1024, 4), (4096, 1), (1 << 20, 1)]
         );
         // The percentiles of the sum, by the one definition: 6 waits, the median in the
         // 1024 bucket, the p99 in the last one (at its middle, within hdrhistogram's 1%).
-        let (p50, p99) = (p.write.wait_ns.p50, p.write.wait_ns.p99);
+        let (p50, p99) = (p.lock.write.wait_ns.p50, p.lock.write.wait_ns.p99);
         assert!((768..776).contains(&p50), "{p50}");
         assert!(
             ((1 << 19) + (1 << 18)..(1 << 20) - 1).contains(&p99),
             "{p99}"
         );
-        assert_eq!([p50, p99], p.write.side().wait.quantiles([0.5, 0.99]));
-        assert_eq!(p.causes[0].cause, "mprotect");
-        assert_eq!(p.causes[0].write.count, 14);
+        assert_eq!([p50, p99], p.lock.write.side().wait.quantiles([0.5, 0.99]));
+        assert_eq!(p.lock.causes[0].cause, "mprotect");
+        assert_eq!(p.lock.causes[0].write.count, 14);
         // Two threads, the worker's latest role.
         assert_eq!(p.threads.len(), 2);
         assert_eq!(p.threads[0].role, Role::Libuv);
-        assert_eq!(p.threads[0].write.count, 12);
+        assert_eq!(p.threads[0].lock.write.count, 12);
         assert_eq!(p.threads[1].role, Role::Addon);
         assert_eq!(
             (

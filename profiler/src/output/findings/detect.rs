@@ -150,7 +150,7 @@ pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
         *waiters.entry(r.waiter_role).or_default() += r.write_wait_ns;
         *holders.entry(r.holder_role).or_default() += r.write_wait_ns;
     }
-    if ratio(w, p.write.wait_ns.sum) < 0.25 || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
+    if ratio(w, p.lock.write.wait_ns.sum) < 0.25 || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
         return None;
     }
     let (waiter_roles, _) = roles_text(&waiters);
@@ -160,7 +160,7 @@ pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
         p,
         format!(
             "writers wait behind page faults' read holds: {} of the write wait",
-            pct(ratio(w, p.write.wait_ns.sum))
+            pct(ratio(w, p.lock.write.wait_ns.sum))
         ),
         w,
         &involved(&waiters),
@@ -168,9 +168,9 @@ pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
     f.evidence.facts.push(format!(
         "{} of the writers' {} wait was charged to read holds (by {} threads), {} read acquisitions in all",
         fmt_ns(w),
-        fmt_ns(p.write.wait_ns.sum),
+        fmt_ns(p.lock.write.wait_ns.sum),
         holder_roles.join(", "),
-        p.read.count
+        p.lock.read.count
     ));
     f.evidence.roles = waiter_roles;
     f.evidence.causes = vec!["read".into()];
@@ -206,7 +206,7 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
         // Without: the thread holding the lock for write longest in one cause.
         None => {
             let (t, c) = own(p)
-                .flat_map(|t| t.causes.iter().map(move |c| (t, c)))
+                .flat_map(|t| t.lock.causes.iter().map(move |c| (t, c)))
                 .max_by_key(|(_, c)| c.write.hold_ns.sum)?;
             let others: u64 = own(p).filter(|o| o.tid != t.tid).map(thread_wait).sum();
             if ratio(c.write.hold_ns.sum, wait(p)) < 0.3 || others == 0 {
@@ -267,9 +267,9 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
 
 pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
     let addon: Vec<&ThreadReport> = own(p).filter(|t| t.role == Role::Addon).collect();
-    let (writes, w): (u64, u64) = addon
-        .iter()
-        .fold((0, 0), |a, t| (a.0 + t.write.count, a.1 + thread_wait(t)));
+    let (writes, w): (u64, u64) = addon.iter().fold((0, 0), |a, t| {
+        (a.0 + t.lock.write.count, a.1 + thread_wait(t))
+    });
     let sampled: u64 = p.dsos.iter().flatten().map(|d| d.write.count).sum();
     let files: Vec<&DsoReport> = p
         .dsos
@@ -331,7 +331,7 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
     for t in &addon {
         if let (Some(lib), Some(a)) = (&t.role_library, &t.role_addon) {
             let e = libraries.entry((lib, a)).or_default();
-            (e.0, e.1) = (e.0 + 1, e.1 + t.write.count);
+            (e.0, e.1) = (e.0 + 1, e.1 + t.lock.write.count);
         }
     }
     for ((lib, a), (threads, writes)) in libraries {
@@ -350,7 +350,7 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
     f.evidence.roles = vec!["addon".into()];
     f.evidence.causes = addon
         .iter()
-        .flat_map(|t| t.causes.iter().map(|c| c.cause.to_string()))
+        .flat_map(|t| t.lock.causes.iter().map(|c| c.cause.to_string()))
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();

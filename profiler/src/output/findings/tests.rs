@@ -9,8 +9,8 @@ use crate::{
     output::{
         fixtures::time_share as share,
         report::{
-            BlockerReport, CauseReport, DsoReport, FlameStack, ProcessReport, ProfilerShare,
-            Report, RoleBlock, Stats, ThreadReport,
+            BlockerReport, CauseReport, DsoReport, FlameStack, LockReport, ProcessReport,
+            ProfilerShare, Report, RoleBlock, Stats, ThreadReport,
         },
         share::RoleShare,
     },
@@ -58,16 +58,18 @@ fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -
         pid: matches!(role, Role::Foreign | Role::Profiler).then_some(99),
         role_addon: None,
         role_library: None,
-        write: Stats::new(&write),
-        read,
-        downgrade: Stats::default(),
-        causes: causes
-            .iter()
-            .map(|(c, s)| CauseReport {
-                cause: (*c).into(),
-                write: s.clone(),
-            })
-            .collect(),
+        lock: LockReport {
+            write: Stats::new(&write),
+            read,
+            downgrade: Stats::default(),
+            causes: causes
+                .iter()
+                .map(|(c, s)| CauseReport {
+                    cause: (*c).into(),
+                    write: s.clone(),
+                })
+                .collect(),
+        },
         blocked_by: None,
         time_share: None,
     }
@@ -79,10 +81,10 @@ fn process(pid: u32, threads: Vec<ThreadReport>, alive: u64) -> ProcessReport {
     let mut roles: BTreeMap<Role, (u64, u64, u64)> = BTreeMap::new();
     let (mut write, mut read) = (SideStats::default(), SideStats::default());
     for t in threads.iter().filter(|t| t.role != Role::Profiler) {
-        write.merge(&t.write.side());
-        read.merge(&t.read.side());
+        write.merge(&t.lock.write.side());
+        read.merge(&t.lock.read.side());
         let e = roles.entry(t.role).or_default();
-        e.0 += t.write.wait_ns.sum + t.read.wait_ns.sum;
+        e.0 += t.lock.write.wait_ns.sum + t.lock.read.wait_ns.sum;
         e.1 += alive;
         e.2 += 1;
     }
@@ -102,8 +104,11 @@ fn process(pid: u32, threads: Vec<ThreadReport>, alive: u64) -> ProcessReport {
                 .collect(),
         ),
         threads,
-        write: Stats::new(&write),
-        read: Stats::new(&read),
+        lock: LockReport {
+            write: Stats::new(&write),
+            read: Stats::new(&read),
+            ..LockReport::default()
+        },
         ..crate::output::fixtures::process(pid, "node", 0, false)
     }
 }
@@ -139,7 +144,7 @@ fn workers_growing_arenas(mprotect_wait: u64) -> ProcessReport {
         ],
         4 * S,
     );
-    p.causes = Vec::new();
+    p.lock.causes = Vec::new();
     p
 }
 

@@ -12,17 +12,21 @@ use crate::{
 
 /// All a thread's wait (write and read) on this lock, ns.
 pub fn thread_wait(t: &ThreadReport) -> u64 {
-    t.write.wait_ns.sum + t.read.wait_ns.sum
+    t.lock.write.wait_ns.sum + t.lock.read.wait_ns.sum
 }
 
 /// All the wait (write and read) on this process's lock, ns (the profiler's is apart).
 pub fn wait(p: &ProcessReport) -> u64 {
-    p.write.wait_ns.sum + p.read.wait_ns.sum
+    p.lock.write.wait_ns.sum + p.lock.read.wait_ns.sum
 }
 
 /// A thread's writes of one cause.
 pub fn cause<'a>(t: &'a ThreadReport, cause: &str) -> Option<&'a Stats> {
-    t.causes.iter().find(|c| c.cause == cause).map(|c| &c.write)
+    t.lock
+        .causes
+        .iter()
+        .find(|c| c.cause == cause)
+        .map(|c| &c.write)
 }
 
 /// The process's own threads: not other processes' (`foreign`), not the profiler's.

@@ -67,8 +67,8 @@ impl RunLines {
         for p in &r.processes {
             self.series.entry((p.pid, p.start_ticks)).or_default().push(
                 end,
-                p.write.wait_ns.sum,
-                p.write.count,
+                p.lock.write.wait_ns.sum,
+                p.lock.write.count,
             );
         }
     }

@@ -104,7 +104,7 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
         r#"<section class="process" data-pid="{pid}"><h2>{} <small>pid {pid}</small></h2><div class="kpis">"#,
         esc(comm)
     );
-    let (w, r) = (&p.write, &p.read);
+    let (w, r) = (&p.lock.write, &p.lock.read);
     kpi(&mut out, "write acquisitions", &w.count.to_string());
     kpi(&mut out, "total write wait", &fmt_ns(w.wait_ns.sum));
     kpi(&mut out, "mean write wait", &fmt_ns(w.wait_ns.mean as u64));
@@ -171,8 +171,8 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
     let mut roles: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
     for t in &p.threads {
         let e = roles.entry(t.role.as_str()).or_default();
-        e.0 += t.write.count as f64;
-        e.1 += t.write.wait_ns.sum as f64;
+        e.0 += t.lock.write.count as f64;
+        e.1 += t.lock.write.wait_ns.sum as f64;
     }
     let by_role = (
         roles.keys().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -180,9 +180,10 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
         roles.values().map(|v| v.1).collect(),
     );
     let by_cause = (
-        p.causes.iter().map(|c| c.cause.to_string()).collect(),
-        p.causes.iter().map(|c| c.write.count as f64).collect(),
-        p.causes
+        p.lock.causes.iter().map(|c| c.cause.to_string()).collect(),
+        p.lock.causes.iter().map(|c| c.write.count as f64).collect(),
+        p.lock
+            .causes
             .iter()
             .map(|c| c.write.wait_ns.sum as f64)
             .collect(),
@@ -362,7 +363,7 @@ fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> S
         );
     }
     let mut procs: Vec<&ProcessReport> = sources.iter().flat_map(|s| &s.processes).collect();
-    procs.sort_by_key(|p| std::cmp::Reverse(p.write.wait_ns.sum));
+    procs.sort_by_key(|p| std::cmp::Reverse(p.lock.write.wait_ns.sum));
     // The verdict first: what was found and what to change.
     body.push_str(&super::verdict::findings_section(findings));
     if procs.is_empty() {

@@ -238,11 +238,11 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
 fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
     let write = stats(920, 100_000_000, 4_740_000, &[(1024, 900), (1 << 23, 20)]);
     let with = |mut r: Report| {
-        r.processes[0].write = write.clone();
+        r.processes[0].lock.write = write.clone();
         r
     };
     let s = with(summary(vec![process(1, "node", 0, false)]));
-    let p99 = s.processes[0].write.wait_ns.p99;
+    let p99 = s.processes[0].lock.write.wait_ns.p99;
     assert_eq!(p99, 4_740_000, "the top bucket counts at the maximum");
     // The p99 of the page's KPI and of compare's row of a file.
     let p99_of = |name: &str, text: &str| {
@@ -259,8 +259,8 @@ fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
     // The same waits in two interval lines, the run cut before its summary.
     let mut a = with(interval("2026-01-01T00:00:01.000Z", 0));
     let mut b = with(interval("2026-01-01T00:00:02.000Z", 0));
-    a.processes[0].write = stats(460, 50_000_000, 4_740_000, &[(1024, 450), (1 << 23, 10)]);
-    b.processes[0].write = stats(460, 50_000_000, 4_500_000, &[(1024, 450), (1 << 23, 10)]);
+    a.processes[0].lock.write = stats(460, 50_000_000, 4_740_000, &[(1024, 450), (1 << 23, 10)]);
+    b.processes[0].lock.write = stats(460, 50_000_000, 4_500_000, &[(1024, 450), (1 << 23, 10)]);
     assert_eq!(p99_of("cut.json", &ndjson(&[&a, &b])), want);
 }
 
@@ -277,12 +277,12 @@ fn the_findings_come_first_on_a_run_page_with_what_to_change() {
     // Worker threads whose writes are mprotects (arena growth), 400 ms of wait in 4 s alive.
     let mut p = process(7, "node", 400_000_000, false);
     let mprotects = stats(2000, 400_000_000, 600_000, &[(1 << 20, 2000)]);
-    p.threads[1].write = mprotects.clone();
-    p.threads[1].causes = vec![CauseReport {
+    p.threads[1].lock.write = mprotects.clone();
+    p.threads[1].lock.causes = vec![CauseReport {
         cause: "mprotect".into(),
         write: mprotects,
     }];
-    p.write = stats(2004, 400_000_000, 600_000, &[(1 << 20, 2004)]);
+    p.lock.write = stats(2004, 400_000_000, 600_000, &[(1 << 20, 2004)]);
     p.time_share_by_role = Some(vec![
         RoleShare {
             role: Role::Worker,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use profiler_common::cause;
 
 use super::{
-    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, Kind, Meta,
+    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, Kind, LockReport, Meta,
     ProcessReport, ProfilerShare, Report, SCHEMA_VERSION, StackReport, Stats, ThreadReport,
     rfc3339,
 };
@@ -19,19 +19,15 @@ use crate::{
     vocab::ids::ProcId,
 };
 
-/// Causes ordered by total write wait, then count.
+/// The causes that took the lock (in [`LockReport::new`]'s order once there).
 fn cause_reports<'a>(causes: impl Iterator<Item = (u32, &'a SideStats)>) -> Vec<CauseReport> {
-    let mut v: Vec<CauseReport> = causes
+    causes
         .filter(|(_, s)| !s.is_empty())
         .map(|(c, s)| CauseReport {
             cause: cause::name(c).into(),
             write: Stats::new(s),
         })
-        .collect();
-    v.sort_by(|a, b| {
-        (b.write.wait_ns.sum, b.write.count).cmp(&(a.write.wait_ns.sum, a.write.count))
-    });
-    v
+        .collect()
 }
 
 /// How many folded stacks a summary keeps per process.
@@ -132,10 +128,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 role_library: origin
                     .and_then(|o| o.library.as_ref())
                     .map(|l| l.display().to_string()),
-                write: Stats::new(&tw),
-                read: Stats::new(&t.read),
-                downgrade: Stats::new(&t.downgrade),
-                causes: cause_reports(t.writes.iter()),
+                lock: LockReport::new(&tw, &t.read, &t.downgrade, cause_reports(t.writes.iter())),
                 blocked_by: blockers
                     .as_mut()
                     .map(|b| b.threads.remove(&thread).unwrap_or_default()),
@@ -147,9 +140,9 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             continue;
         }
         threads.sort_by(|a, b| {
-            (b.write.wait_ns.sum, b.write.count, a.tid).cmp(&(
-                a.write.wait_ns.sum,
-                a.write.count,
+            (b.lock.write.wait_ns.sum, b.lock.write.count, a.tid).cmp(&(
+                a.lock.write.wait_ns.sum,
+                a.lock.write.count,
                 b.tid,
             ))
         });
@@ -165,10 +158,12 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             pid,
             start_ticks: proc_id.start,
             comm,
-            write: Stats::new(&write),
-            read: Stats::new(&read),
-            downgrade: Stats::new(&downgrade),
-            causes: cause_reports(causes.iter().map(|(c, s)| (*c, s))),
+            lock: LockReport::new(
+                &write,
+                &read,
+                &downgrade,
+                cause_reports(causes.iter().map(|(c, s)| (*c, s))),
+            ),
             blocked_wait_ns: blockers.as_ref().map(|b| b.charged_ns),
             blocked_by_role,
             blockers: blockers.map(|b| b.process),

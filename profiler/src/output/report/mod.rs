@@ -22,8 +22,8 @@ pub use super::stats::{Dist, Stats};
 pub use build::{add_stacks, build};
 pub use costs::{Lost, Overhead, Uncounted};
 pub use process::{
-    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, ProcessReport,
-    ProfilerShare, StackReport, StackWork, ThreadReport,
+    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
+    ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
 };
 
 /// The report format's major version. Fields are only ever added within one (readers ignore

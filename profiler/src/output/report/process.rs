@@ -6,13 +6,49 @@ use std::{borrow::Cow, collections::BTreeMap};
 use serde::{Deserialize, Serialize};
 
 use super::{BlockerReport, RoleBlock, RoleShare, Stats, TimeShare};
-use crate::registry::roles::Role;
+use crate::{aggregation::SideStats, registry::roles::Role};
 
 /// Write acquisitions for one cause.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CauseReport {
     pub cause: Cow<'static, str>,
     pub write: Stats,
+}
+
+/// The acquisitions of a lock by one thread or by a process's threads: what a thread's and a
+/// process's records share, written flat into each (docs/cli-and-report.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LockReport {
+    pub write: Stats,
+    /// Real read acquisitions (downgrades are apart).
+    pub read: Stats,
+    /// Write locks downgraded to read (munmap, brk, mremap, stack growth): `count`
+    /// downgrades, `hold_ns` the read hold after.
+    #[serde(default)]
+    pub downgrade: Stats,
+    /// Writes by cause: the syscall or kernel path that took the lock for write.
+    #[serde(default)]
+    pub causes: Vec<CauseReport>,
+}
+
+impl LockReport {
+    /// Its causes ordered by total write wait, then count: the threads' and processes' order.
+    pub fn new(
+        write: &SideStats,
+        read: &SideStats,
+        downgrade: &SideStats,
+        mut causes: Vec<CauseReport>,
+    ) -> Self {
+        causes.sort_by(|a, b| {
+            (b.write.wait_ns.sum, b.write.count).cmp(&(a.write.wait_ns.sum, a.write.count))
+        });
+        LockReport {
+            write: Stats::new(write),
+            read: Stats::new(read),
+            downgrade: Stats::new(downgrade),
+            causes,
+        }
+    }
 }
 
 /// Sampled writes charged to one DSO.
@@ -83,15 +119,9 @@ pub struct ThreadReport {
     /// library only the addon needs (libvips behind sharp's `.node`), as mapped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role_library: Option<String>,
-    pub write: Stats,
-    /// Real read acquisitions (downgrades are apart).
-    pub read: Stats,
-    /// Write locks downgraded to read: `count` downgrades, `hold_ns` the read hold after.
-    #[serde(default)]
-    pub downgrade: Stats,
-    /// This thread's writes by cause.
-    #[serde(default)]
-    pub causes: Vec<CauseReport>,
+    /// Its acquisitions of the lock.
+    #[serde(flatten)]
+    pub lock: LockReport,
     /// With blockers: the threads whose holds this thread waited behind, largest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<Vec<BlockerReport>>,
@@ -112,15 +142,10 @@ pub struct ProcessReport {
     /// Its cgroup (v2 path), when known: which container or service it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
-    pub write: Stats,
-    /// Real read acquisitions (downgrades are apart).
-    pub read: Stats,
-    /// Write locks downgraded to read (munmap, brk, mremap, stack growth).
-    #[serde(default)]
-    pub downgrade: Stats,
-    /// Writes by cause: the syscall or kernel path that took the lock for write.
-    #[serde(default)]
-    pub causes: Vec<CauseReport>,
+    /// Its threads' acquisitions of its lock, and foreign takers' (the profiler's are apart,
+    /// in `profiler`).
+    #[serde(flatten)]
+    pub lock: LockReport,
     /// Sampled writes by the code that asked for memory (summary, with stack sampling).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dsos: Option<Vec<DsoReport>>,

@@ -70,10 +70,10 @@ fn roles_text(p: &ProcessReport) -> String {
         let role = t.role.as_str();
         match by_role.iter_mut().find(|r| r.0 == role) {
             Some(r) => {
-                r.1 += t.write.count;
-                r.2 += t.write.wait_ns.sum;
+                r.1 += t.lock.write.count;
+                r.2 += t.lock.write.wait_ns.sum;
             }
-            None => by_role.push((role, t.write.count, t.write.wait_ns.sum)),
+            None => by_role.push((role, t.lock.write.count, t.lock.write.wait_ns.sum)),
         }
     }
     by_role.retain(|r| r.1 > 0);
@@ -101,8 +101,8 @@ fn roles_text(p: &ProcessReport) -> String {
         };
         let what = format!("{}, which {} needs", name(lib), name(addon));
         match libraries.iter_mut().find(|l| l.0 == what) {
-            Some(l) => (l.1, l.2) = (l.1 + 1, l.2 + t.write.count),
-            None => libraries.push((what, 1, t.write.count)),
+            Some(l) => (l.1, l.2) = (l.1 + 1, l.2 + t.lock.write.count),
+            None => libraries.push((what, 1, t.lock.write.count)),
         }
     }
     for (what, threads, writes) in libraries {
@@ -130,7 +130,8 @@ pub fn to_text(r: &Report) -> String {
                 out.push_str("  no mmap_lock activity\n");
             }
             for p in &r.processes {
-                let (writes, wait, p99, reads, read_wait) = row_figures(&p.write, &p.read);
+                let (writes, wait, p99, reads, read_wait) =
+                    row_figures(&p.lock.write, &p.lock.read);
                 let _ = writeln!(
                     out,
                     "  {:>7} {:<15} writes {writes:>7} wait {wait:>9} (p99 {p99:>8})   reads {reads:>8} wait {read_wait:>9}",
@@ -209,10 +210,10 @@ fn process_text(p: &ProcessReport) -> String {
         "hold p50",
         "hold p99"
     );
-    out.push_str(&stats_row("write", &p.write));
-    out.push_str(&stats_row("read", &p.read));
-    if p.downgrade.count > 0 {
-        out.push_str(&stats_row("downgrade", &p.downgrade));
+    out.push_str(&stats_row("write", &p.lock.write));
+    out.push_str(&stats_row("read", &p.lock.read));
+    if p.lock.downgrade.count > 0 {
+        out.push_str(&stats_row("downgrade", &p.lock.downgrade));
     }
     if let Some(own) = &p.profiler {
         let _ = writeln!(
@@ -224,9 +225,9 @@ fn process_text(p: &ProcessReport) -> String {
         );
     }
     out.push_str(&time_share_text(p));
-    if !p.causes.is_empty() {
+    if !p.lock.causes.is_empty() {
         let _ = writeln!(out, "\n  writes by cause:");
-        for c in &p.causes {
+        for c in &p.lock.causes {
             out.push_str(&stats_row(&c.cause, &c.write));
         }
     }
@@ -289,7 +290,7 @@ fn process_text(p: &ProcessReport) -> String {
         "tid", "role", "comm", "writes", "wait sum", "wait p99", "reads", "wait sum"
     );
     for t in p.threads.iter().take(TOP_THREADS) {
-        let (writes, wait, p99, reads, read_wait) = row_figures(&t.write, &t.read);
+        let (writes, wait, p99, reads, read_wait) = row_figures(&t.lock.write, &t.lock.read);
         let _ = writeln!(
             out,
             "  {:>8} {:<9} {:<15} {writes:>8} {wait:>10} {p99:>9} {reads:>9} {read_wait:>10}",
@@ -305,7 +306,7 @@ fn process_text(p: &ProcessReport) -> String {
             p.threads.len() - TOP_THREADS
         );
     }
-    let hists = histogram_lines(&[&p.write.wait_ns, &p.read.wait_ns]);
+    let hists = histogram_lines(&[&p.lock.write.wait_ns, &p.lock.read.wait_ns]);
     if hists.iter().any(|h| !h.is_empty()) {
         let width = 8 + 1 + BAR_WIDTH + 1 + 8;
         let mut cols = vec![
@@ -318,7 +319,7 @@ fn process_text(p: &ProcessReport) -> String {
         out.push('\n');
         out.push_str(&side_by_side(&cols, width));
     }
-    let hists = histogram_lines(&[&p.write.hold_ns, &p.read.hold_ns]);
+    let hists = histogram_lines(&[&p.lock.write.hold_ns, &p.lock.read.hold_ns]);
     if hists.iter().any(|h| !h.is_empty()) {
         let width = 8 + 1 + BAR_WIDTH + 1 + 8;
         let mut cols = vec![

@@ -59,7 +59,7 @@ fn the_roles_name_the_library_behind_an_addon() {
     t.role = Role::Addon;
     t.role_addon = Some("/app/node_modules/sharp/build/Release/sharp.node".into());
     t.role_library = Some("/app/node_modules/sharp/lib/libvips-cpp.so.42".into());
-    let writes = t.write.count;
+    let writes = t.lock.write.count;
     let text = roles_text(&p);
     let line = format!(
         "  1 addon thread(s) started in libvips-cpp.so.42, which sharp.node needs: {writes} writes"

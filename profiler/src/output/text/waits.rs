@@ -51,7 +51,7 @@ pub fn blockers_text(p: &ProcessReport) -> String {
     let (Some(roles), Some(blockers)) = (&p.blocked_by_role, &p.blockers) else {
         return out;
     };
-    let total_wait = p.write.wait_ns.sum + p.read.wait_ns.sum;
+    let total_wait = p.lock.write.wait_ns.sum + p.lock.read.wait_ns.sum;
     let charged = p.blocked_wait_ns.unwrap_or(0);
     let _ = writeln!(
         out,
@@ -69,7 +69,7 @@ pub fn blockers_text(p: &ProcessReport) -> String {
         );
         let mut role_wait: std::collections::BTreeMap<&str, u64> = Default::default();
         for t in &p.threads {
-            *role_wait.entry(t.role.as_str()).or_default() += t.write.wait_ns.sum;
+            *role_wait.entry(t.role.as_str()).or_default() += t.lock.write.wait_ns.sum;
         }
         for r in roles
             .iter()

@@ -75,7 +75,7 @@ fn a_thread_that_exits_between_two_readings_keeps_all_its_acquisitions_and_is_re
     p.poll(false).unwrap();
     assert_eq!(p.live(), (2, 3));
     let first = p.interval_report();
-    assert_eq!(thread(process(&first, &main), &worker).write.count, 3);
+    assert_eq!(thread(process(&first, &main), &worker).lock.write.count, 3);
 
     // Between two readings: five more writes, then the worker exits.
     p.collector.take(&worker, cause::MUNMAP, 5);
@@ -90,7 +90,11 @@ fn a_thread_that_exits_between_two_readings_keeps_all_its_acquisitions_and_is_re
     assert_eq!(p.collector.entries(), 1);
     let second = p.interval_report();
     let w = thread(process(&second, &main), &worker);
-    assert_eq!((w.write.count, w.read.count), (5, 0), "only what is new");
+    assert_eq!(
+        (w.lock.write.count, w.lock.read.count),
+        (5, 0),
+        "only what is new"
+    );
     assert_eq!(
         w.role,
         Role::Libuv,
@@ -104,11 +108,11 @@ fn a_thread_that_exits_between_two_readings_keeps_all_its_acquisitions_and_is_re
     let summary = p.summary();
     let proc = process(&summary, &main);
     let w = thread(proc, &worker);
-    assert_eq!((w.write.count, w.read.count), (8, 4));
-    assert_eq!(w.write.wait_ns.sum, 8 * WAIT_NS);
+    assert_eq!((w.lock.write.count, w.lock.read.count), (8, 4));
+    assert_eq!(w.lock.write.wait_ns.sum, 8 * WAIT_NS);
     assert_eq!(w.role, Role::Libuv);
     assert_eq!(thread(proc, &main).role, Role::Main);
-    assert_eq!((proc.write.count, proc.read.count), (9, 4));
+    assert_eq!((proc.lock.write.count, proc.lock.read.count), (9, 4));
 }
 
 #[test]
@@ -138,9 +142,9 @@ fn an_exit_noticed_before_the_threads_last_acquisitions_waits_for_them() {
     assert_eq!(p.live(), (1, 1));
     let summary = p.summary();
     let proc = process(&summary, &main);
-    assert_eq!(thread(proc, &worker).write.count, 5);
-    assert_eq!(thread(proc, &quitter).write.count, 5);
-    assert_eq!(proc.write.count, 11);
+    assert_eq!(thread(proc, &worker).lock.write.count, 5);
+    assert_eq!(thread(proc, &quitter).lock.write.count, 5);
+    assert_eq!(proc.lock.write.count, 11);
 }
 
 #[test]
@@ -157,10 +161,13 @@ fn a_thread_born_and_gone_between_two_readings_is_counted_and_retired() {
     assert_eq!(deletions(&p, &brief), 1);
     assert_eq!(p.live(), (1, 1));
     let interval = p.interval_report();
-    assert_eq!(thread(process(&interval, &main), &brief).write.count, 4);
+    assert_eq!(
+        thread(process(&interval, &main), &brief).lock.write.count,
+        4
+    );
     let summary = p.summary();
     let b = thread(process(&summary, &main), &brief);
-    assert_eq!((b.write.count, b.role), (4, Role::Worker));
+    assert_eq!((b.lock.write.count, b.role), (4, Role::Worker));
 }
 
 #[test]
@@ -198,8 +205,11 @@ fn a_process_whose_threads_all_exited_is_retired_once_reaped_and_kept_in_the_rep
     let summary = p.summary();
     let proc = process(&summary, &main);
     assert_eq!(proc.comm, "node", "named after its main thread");
-    assert_eq!(proc.write.count, 9);
-    assert_eq!(proc.causes.iter().map(|c| c.write.count).sum::<u64>(), 9);
+    assert_eq!(proc.lock.write.count, 9);
+    assert_eq!(
+        proc.lock.causes.iter().map(|c| c.write.count).sum::<u64>(),
+        9
+    );
     assert_eq!(thread(proc, &main).role, Role::Main);
     assert_eq!(thread(proc, &worker).role, Role::Libuv);
 }
@@ -238,9 +248,9 @@ fn a_reused_pid_is_another_process_whose_counts_never_mix() {
     p.poll(false).unwrap();
     let summary = p.summary();
     let (o, n) = (process(&summary, &old), process(&summary, &new));
-    assert_eq!((o.write.count, n.write.count), (5, 9));
-    assert_eq!(thread(o, &old).write.count, 4);
-    assert_eq!(thread(n, &new).write.count, 9);
+    assert_eq!((o.lock.write.count, n.lock.write.count), (5, 9));
+    assert_eq!(thread(o, &old).lock.write.count, 4);
+    assert_eq!(thread(n, &new).lock.write.count, 9);
     assert_eq!((o.comm.as_str(), n.comm.as_str()), ("node", "python3"));
     assert_eq!(
         n.threads.len(),
@@ -265,8 +275,8 @@ fn lost_exit_notices_are_made_up_for_by_proc_which_tells_a_reused_pid_apart() {
     assert_eq!((deletions(&p, &old), deletions(&p, &new)), (1, 0));
     assert_eq!(p.live(), (1, 1));
     let summary = p.summary();
-    assert_eq!(process(&summary, &old).write.count, 3);
-    assert_eq!(process(&summary, &new).write.count, 2);
+    assert_eq!(process(&summary, &old).lock.write.count, 3);
+    assert_eq!(process(&summary, &new).lock.write.count, 2);
 }
 
 #[test]
@@ -305,7 +315,10 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     let summary = p.summary();
     let proc = process(&summary, &main);
     assert_eq!(
-        (proc.write.count, thread(proc, &worker).write.count),
+        (
+            proc.lock.write.count,
+            thread(proc, &worker).lock.write.count
+        ),
         (6, 5)
     );
 }
@@ -325,11 +338,14 @@ fn the_agent_keeps_no_history_of_what_it_evicted() {
     // The interval it left in reports it (the agent's metrics keep its counts from there)...
     let interval = p.interval_report();
     let proc = process(&interval, &gone);
-    assert_eq!((proc.comm.as_str(), proc.write.count), ("api-server", 4));
+    assert_eq!(
+        (proc.comm.as_str(), proc.lock.write.count),
+        ("api-server", 4)
+    );
     // ...and nothing of it stays in memory.
     let summary = p.summary();
     assert_eq!(summary.processes.len(), 1);
-    assert_eq!(process(&summary, &stays).write.count, 1);
+    assert_eq!(process(&summary, &stays).lock.write.count, 1);
     assert_eq!(p.registry.names.len(), 0);
 }
 
@@ -356,8 +372,8 @@ fn a_foreign_takers_entries_go_with_the_lock_it_took() {
     let summary = p.summary();
     let t = process(&summary, &target);
     let m = thread(t, &monitor);
-    assert_eq!((m.read.count, m.role), (6, Role::Foreign));
-    assert_eq!(process(&summary, &monitor).write.count, 2);
+    assert_eq!((m.lock.read.count, m.role), (6, Role::Foreign));
+    assert_eq!(process(&summary, &monitor).lock.write.count, 2);
 }
 
 #[test]
@@ -394,7 +410,7 @@ fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
     assert!(p.take_execs().is_empty());
     assert_eq!(p.collector.removed.len(), 0, "the same process goes on");
     let summary = p.summary();
-    assert_eq!(process(&summary, &main).write.count, 5);
+    assert_eq!(process(&summary, &main).lock.write.count, 5);
 }
 
 /// A thread's time alive in the run so far, ns.
@@ -449,6 +465,6 @@ async fn the_end_of_a_run_retires_the_freed_and_counts_the_exits_still_pending()
     let summary = p.summary();
     assert_eq!(summary.lost.exit_pending, 1);
     let proc = process(&summary, &main);
-    assert_eq!(thread(proc, &slow).write.count, 3);
-    assert_eq!(thread(proc, &stuck).write.count, 3);
+    assert_eq!(thread(proc, &slow).lock.write.count, 3);
+    assert_eq!(thread(proc, &stuck).lock.write.count, 3);
 }
