@@ -14,6 +14,7 @@ use crate::output::{
 };
 
 /// One side's view of a finding.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Presence {
     /// Runs in which it was found, of `runs`.
@@ -22,7 +23,6 @@ pub struct Presence {
     /// Its share of the threads' time (0 in a run without it), over the runs.
     pub share: Spread,
     /// Its severity in the most severe run, when present.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub severity: Option<findings::Severity>,
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::{aggregation::ThreadTime, registry::roles::Role};
 
 /// `time_share` of a thread, a process or a role (docs/report-format.md, "Time share").
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimeShare {
     /// Wait for this lock, write and read, ns.
@@ -17,14 +18,11 @@ pub struct TimeShare {
     /// `wait_ns / alive_ns`: the share of their lives spent waiting for the lock.
     pub wall: f64,
     /// CPU time in the window, ns, of the threads whose CPU time was read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_ns: Option<u64>,
     /// The wait of those threads over their CPU time (above 1 when they waited longer than
     /// they ran: a waiting thread is off CPU).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<f64>,
     /// Threads counted (processes and roles).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<u64>,
 }
 

@@ -126,6 +126,7 @@ pub fn rank(runs: &[StudyRun]) -> Vec<Ranked> {
 }
 
 /// One of the investigation's claims, judged on this machine's runs.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ClaimVerdict {
     pub scenario: &'static str,
@@ -134,9 +135,7 @@ pub struct ClaimVerdict {
     /// `agrees`, `disagrees`, `within noise` (the runs' spread neither confirms nor refutes
     /// it), or `not measured`.
     pub verdict: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Spread>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub writes: Option<Spread>,
 }
 

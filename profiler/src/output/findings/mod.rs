@@ -110,7 +110,6 @@ pub struct Finding {
     /// The wait it explains over the wall time alive of the threads involved; None when the
     /// report has no time share (an older build): then severity comes from
     /// `time_share_bound`.
-    #[serde(default)]
     pub time_share: Option<f64>,
     /// Without a time share: the wait over the run's duration times the threads involved (a
     /// lower bound of the share).

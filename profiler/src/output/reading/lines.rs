@@ -23,19 +23,16 @@ pub struct DemoRun {
 #[derive(Deserialize)]
 pub struct StudyLine {
     pub runs: Vec<StudyRun>,
-    #[serde(default)]
     pub ranking_text: Option<String>,
     /// The study's host.
     #[serde(default)]
     pub machine: StudyMachine,
     /// Runs of every cell (absent before repeats: one).
-    #[serde(default)]
     pub repeat: Option<u32>,
     /// Each scenario against `default`, with Worker threads, per file size.
     #[serde(default)]
     pub ranking: Vec<StudyRanked>,
     /// The investigation's claims judged (absent from studies without repeats).
-    #[serde(default)]
     pub claims: Option<Vec<StudyClaim>>,
 }
 
@@ -54,13 +51,9 @@ pub struct StudyRanked {
     pub scenario: String,
     pub throughput_ratio: f64,
     pub writes_ratio: f64,
-    #[serde(default)]
     pub throughput: Option<Spread>,
-    #[serde(default)]
     pub writes: Option<Spread>,
-    #[serde(default)]
     pub throughput_verdict: Option<String>,
-    #[serde(default)]
     pub writes_verdict: Option<String>,
 }
 
@@ -70,9 +63,7 @@ pub struct StudyClaim {
     pub scenario: String,
     pub claim: String,
     pub verdict: String,
-    #[serde(default)]
     pub throughput: Option<Spread>,
-    #[serde(default)]
     pub writes: Option<Spread>,
 }
 

@@ -108,6 +108,7 @@ pub struct ProgramOverhead {
 }
 
 /// The profiler's own in-kernel cost over a window, from the kernel's BPF statistics.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Overhead {
     /// Mean BPF run time per tracepoint hit, over all programs.
@@ -119,7 +120,6 @@ pub struct Overhead {
     pub programs: Vec<ProgramOverhead>,
     /// The summary's only: where attach time went (each step, and each program's
     /// verification with the instructions the verifier processed).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub load: Option<crate::kernel::load::LoadReport>,
 }
 

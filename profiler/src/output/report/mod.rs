@@ -57,6 +57,7 @@ pub enum Kind {
 /// One line of the report. Read back (`report`, `compare`), fields of the base contract
 /// (docs/cli-and-report.md) are required and every later one optional (absent or empty when a
 /// file lacks it); fields a file has that this build does not know are ignored.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     #[serde(rename = "type")]
@@ -65,9 +66,7 @@ pub struct Report {
     pub schema_version: u32,
     pub start: String,
     pub end: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
     pub processes: Vec<ProcessReport>,
     pub lost: Lost,
@@ -75,13 +74,10 @@ pub struct Report {
     pub uncounted: Uncounted,
     /// Present when the kernel's BPF statistics are on (`--bpf-stats`, or
     /// `sysctl kernel.bpf_stats_enabled=1`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
     /// With stack sampling: one in how many writes per thread had its stack taken.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stack_sample: Option<u32>,
     /// Summary, with stack sampling: what the sampled stacks cost the profiler.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_work: Option<StackWork>,
     /// Summary: the patterns recognised in it, what they cost and what to change
     /// (docs/findings.md). Never read back: derived from the rest of the summary, they are

@@ -102,6 +102,7 @@ pub struct StackReport {
 
 /// Reading, fields of the base contract (docs/cli-and-report.md) are required; those added
 /// since default to absent or empty.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThreadReport {
     pub tid: u32,
@@ -109,28 +110,24 @@ pub struct ThreadReport {
     #[serde(default)]
     pub comm: String,
     /// The process of a `foreign` thread.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// An `addon` thread's addon (its `*.node` file, as mapped), when its start routine was
     /// read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role_addon: Option<String>,
     /// The library an `addon` thread started in, when that is not the addon itself but a
     /// library only the addon needs (libvips behind sharp's `.node`), as mapped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role_library: Option<String>,
     /// Its acquisitions of the lock.
     #[serde(flatten)]
     pub lock: LockReport,
     /// With blockers: the threads whose holds this thread waited behind, largest first.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<Vec<BlockerReport>>,
     /// Its wait for this lock as a share of its time alive and on CPU in the window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_share: Option<TimeShare>,
 }
 
 /// `Default`: every optional part absent (what stack sampling, blockers and time add).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub pid: u32,
@@ -140,66 +137,51 @@ pub struct ProcessReport {
     pub start_ticks: u64,
     pub comm: String,
     /// Its cgroup (v2 path), when known: which container or service it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
     /// Its threads' acquisitions of its lock, and foreign takers' (the profiler's are apart,
     /// in `profiler`).
     #[serde(flatten)]
     pub lock: LockReport,
     /// Sampled writes by the code that asked for memory (summary, with stack sampling).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dsos: Option<Vec<DsoReport>>,
     /// The sampled write stacks that waited longest (summary, with stack sampling).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<Vec<StackReport>>,
     /// Sampled writes by the innermost JavaScript function on their stack (summary, with
     /// stack sampling; empty unless node writes its perf map).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub js_functions: Option<Vec<JsFunctionReport>>,
     /// How to name JIT frames, when sampled writes went through unnamed ones and nothing
     /// could name them (no perf map, no usable V8 layout).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub js_hint: Option<Cow<'static, str>>,
     /// Why JavaScript frames could not be named from V8's heap (an unknown V8 layout).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub v8_note: Option<String>,
     /// Sampled JavaScript frames by where their names came from (summary, with stack
     /// sampling).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub js_frames: Option<JsFramesReport>,
     /// Sampled stacks by why they end where they do: `root` (the thread's first frame) or
     /// the reason they stop before it (summary, with stack sampling).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stack_ends: Option<BTreeMap<String, u64>>,
     /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
     /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub flame: Option<Vec<FlameStack>>,
     /// With blockers: the threads whose holds made this process's threads wait, with the
     /// wait charged to them, largest first.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub blockers: Option<Vec<BlockerReport>>,
     /// With blockers: the total wait (write and read) charged to blockers, ns; the rest of
     /// `write.wait_ns.sum + read.wait_ns.sum` overlapped no logged hold (docs/report-format.md).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_wait_ns: Option<u64>,
     /// With blockers: "who made whom wait" by role (waiter role, holder role, holder cause).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_by_role: Option<Vec<RoleBlock>>,
     /// The profiler's own acquisitions of this process's lock (its reads of the process's
     /// /proc files and memory: maps, start routines, stacks), apart from `read` and
     /// `write`, which are the process's own and other processes' (`foreign`); present when
     /// there were any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiler: Option<ProfilerShare>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
     /// The process's own threads' wait for its lock as a share of their time (foreign
     /// takers left out), idle threads of an interval included.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_share: Option<TimeShare>,
     /// The same per thread role (foreign takers as the role `foreign`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_share_by_role: Option<Vec<RoleShare>>,
 }
 
