@@ -95,6 +95,18 @@ pub struct Row {
     pub p99_wait_ns: Change,
 }
 
+impl Row {
+    /// Its figures in the order text and page show them, each with whether it is a time.
+    pub fn figures(&self) -> [(&Change, bool); 4] {
+        [
+            (&self.writes, false),
+            (&self.wait_ns, true),
+            (&self.mean_wait_ns, true),
+            (&self.p99_wait_ns, true),
+        ]
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     #[serde(rename = "type")]
@@ -312,15 +324,10 @@ pub fn to_text(c: &Comparison) -> String {
             g => format!("  {g} {}", r.key),
         };
         let label = fit(&label, 28);
+        let figures = r.figures().map(|(c, ns)| show(c, ns)).join("  ");
         out.push_str(&format!(
-            "  {:<28} {}  {}  {}  {}  {} / {}\n",
-            label,
-            show(&r.writes, false),
-            show(&r.wait_ns, true),
-            show(&r.mean_wait_ns, true),
-            show(&r.p99_wait_ns, true),
-            r.writes.verdict,
-            r.wait_ns.verdict
+            "  {label:<28} {figures}  {} / {}\n",
+            r.writes.verdict, r.wait_ns.verdict
         ));
     }
     out.push_str(&compare_findings::to_text(&c.findings));

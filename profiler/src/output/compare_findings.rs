@@ -26,6 +26,13 @@ pub struct Presence {
     pub severity: Option<findings::Severity>,
 }
 
+impl Presence {
+    /// Its mean share of the threads' time, as shown; None when it was in no run.
+    pub fn mean_share(&self) -> Option<String> {
+        (self.present > 0).then(|| fmt_share(self.share.mean))
+    }
+}
+
 /// A finding before and after.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FindingChange {
@@ -141,17 +148,9 @@ pub fn to_text(changes: &[FindingChange]) -> String {
         "\n  findings (docs/findings.md), share of the threads' time before -> after:\n",
     );
     for c in changes {
-        let side = |p: &Presence| {
-            if p.present == 0 {
-                "-".to_string()
-            } else {
-                format!(
-                    "{} ({}/{} runs)",
-                    fmt_share(p.share.mean),
-                    p.present,
-                    p.runs
-                )
-            }
+        let side = |p: &Presence| match p.mean_share() {
+            None => "-".to_string(),
+            Some(share) => format!("{share} ({}/{} runs)", p.present, p.runs),
         };
         out.push_str(&format!(
             "  {:<12} {:<20} {:>20} -> {:<20} {}\n",

@@ -10,7 +10,6 @@ use super::{
 use crate::output::{
     Output,
     compare::{Change, Comparison, Row, runs_label, value},
-    text::fmt_share,
 };
 
 fn cell(c: &Change, ns: bool) -> String {
@@ -46,19 +45,15 @@ fn findings_table(c: &Comparison) -> String {
         "<section class=\"process findings\" id=\"findings\"><h2>Findings, before and after</h2><table data-table=\"findings\"><tr><th>process</th><th>finding</th><th>share of the threads' time before</th><th>after</th><th>verdict</th></tr>",
     );
     for f in &c.findings {
-        let side = |p: &crate::output::compare_findings::Presence| {
-            if p.present == 0 {
-                "absent".to_string()
-            } else {
-                format!(
-                    "{} <small>({} of {} runs{})</small>",
-                    fmt_share(p.share.mean),
-                    p.present,
-                    p.runs,
-                    p.severity
-                        .map_or(String::new(), |s| format!(", {}", s.as_str()))
-                )
-            }
+        let side = |p: &crate::output::compare_findings::Presence| match p.mean_share() {
+            None => "absent".to_string(),
+            Some(share) => format!(
+                "{share} <small>({} of {} runs{})</small>",
+                p.present,
+                p.runs,
+                p.severity
+                    .map_or(String::new(), |s| format!(", {}", s.as_str()))
+            ),
         };
         let class = match f.verdict {
             "removed" | "reduced" => "good",
@@ -138,14 +133,11 @@ pub fn compare_page(c: &Comparison) -> String {
             } else {
                 format!("{} {}", r.group, r.key)
             };
+            let figures: String = r.figures().map(|(c, ns)| cell(c, ns)).concat();
             let _ = write!(
                 body,
-                "<tr><td>{}</td>{}{}{}{}<td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td>{figures}<td>{}</td><td>{}</td></tr>",
                 esc(&label),
-                cell(&r.writes, false),
-                cell(&r.wait_ns, true),
-                cell(&r.mean_wait_ns, true),
-                cell(&r.p99_wait_ns, true),
                 r.writes.verdict,
                 r.wait_ns.verdict
             );
