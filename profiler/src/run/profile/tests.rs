@@ -48,6 +48,41 @@ fn deletions(p: &Profile<FakeKernel>, t: &Task) -> usize {
     p.collector.removed.iter().filter(mine).count()
 }
 
+/// Process `t`'s writes in a report.
+fn writes(r: &Report, t: &Task) -> u64 {
+    process(r, t).lock.write.count
+}
+
+/// A process `node` and one more thread of it, named `name`.
+fn node_and_thread(k: &mut FakeKernel, name: &str) -> (Task, Task) {
+    let main = k.spawn_process(PID, "node");
+    let thread = k.spawn_thread(&main, name);
+    (main, thread)
+}
+
+/// A process `comm` that took `mmaps` mmaps, read.
+fn process_with_mmaps(p: &mut Profile<FakeKernel>, comm: &str, mmaps: u64) -> Task {
+    let main = p.collector.spawn_process(PID, comm);
+    p.collector.take(&main, cause::MMAP, mmaps);
+    p.poll(false).unwrap();
+    main
+}
+
+/// `t` exits, then a reading.
+fn exit_then_read(p: &mut Profile<FakeKernel>, t: &Task) {
+    p.collector.exit(t);
+    p.poll(false).unwrap();
+}
+
+/// After a reading: each task's entries deleted so many times in all, and what the profile
+/// still holds (threads, entries).
+fn assert_left(p: &Profile<FakeKernel>, deleted: &[(&Task, usize)], live: (usize, usize)) {
+    for (t, n) in deleted {
+        assert_eq!(deletions(p, t), *n, "thread {}'s entries deleted", t.tid);
+    }
+    assert_eq!(p.live(), live, "(threads, entries) left");
+}
+
 /// A process `node` whose main thread took one mmap and whose `libuv-worker` threads took
 /// `writes[i]` writes of `kind` each, read once.
 fn node_with_workers<const N: usize>(
@@ -79,14 +114,9 @@ fn a_thread_that_exits_between_two_readings_keeps_all_its_acquisitions_and_is_re
 
     // Between two readings: five more writes, then the worker exits.
     p.collector.take(&worker, cause::MUNMAP, 5);
-    p.collector.exit(&worker);
-    p.poll(false).unwrap();
-    assert_eq!(
-        deletions(&p, &worker),
-        2,
-        "its two entries, deleted once each"
-    );
-    assert_eq!(p.live(), (1, 1), "the main thread's entry is left");
+    exit_then_read(&mut p, &worker);
+    // Its two entries, deleted once each; the main thread's entry is left.
+    assert_left(&p, &[(&worker, 2)], (1, 1));
     assert_eq!(p.collector.entries(), 1);
     let second = p.interval_report();
     let w = thread(process(&second, &main), &worker);
@@ -125,9 +155,8 @@ fn an_exit_noticed_before_the_threads_last_acquisitions_waits_for_them() {
     p.collector.notice(&worker, exit_record::FREED);
     p.collector.notice(&quitter, exit_record::EXITING);
     p.poll(false).unwrap();
-    assert_eq!(deletions(&p, &worker), 0, "not done with the lock yet");
-    assert_eq!(deletions(&p, &quitter), 0, "not freed yet");
-    assert_eq!(p.live(), (3, 3));
+    // One not done with the lock yet, the other not freed yet.
+    assert_left(&p, &[(&worker, 0), (&quitter, 0)], (3, 3));
 
     // Their last acquisitions arrive after the notices; then they are gone.
     let k = &mut p.collector;
@@ -137,9 +166,8 @@ fn an_exit_noticed_before_the_threads_last_acquisitions_waits_for_them() {
     k.take(&quitter, cause::MPROTECT, 4);
     k.exit(&quitter);
     p.poll(false).unwrap();
-    assert_eq!(deletions(&p, &worker), 2, "its mprotect and munmap entries");
-    assert_eq!(deletions(&p, &quitter), 1);
-    assert_eq!(p.live(), (1, 1));
+    // The worker's mprotect and munmap entries.
+    assert_left(&p, &[(&worker, 2), (&quitter, 1)], (1, 1));
     let summary = p.summary();
     let proc = process(&summary, &main);
     assert_eq!(thread(proc, &worker).lock.write.count, 5);
@@ -156,10 +184,8 @@ fn a_thread_born_and_gone_between_two_readings_is_counted_and_retired() {
     // Its exit notice is taken before the reading that first sees its entries.
     let brief = p.collector.spawn_thread(&main, "WorkerThread");
     p.collector.take(&brief, cause::MMAP, 4);
-    p.collector.exit(&brief);
-    p.poll(false).unwrap();
-    assert_eq!(deletions(&p, &brief), 1);
-    assert_eq!(p.live(), (1, 1));
+    exit_then_read(&mut p, &brief);
+    assert_left(&p, &[(&brief, 1)], (1, 1));
     let interval = p.interval_report();
     assert_eq!(
         thread(process(&interval, &main), &brief).lock.write.count,
@@ -174,8 +200,7 @@ fn a_thread_born_and_gone_between_two_readings_is_counted_and_retired() {
 fn a_process_whose_threads_all_exited_is_retired_once_reaped_and_kept_in_the_report() {
     let mut p = profile(false);
     let k = &mut p.collector;
-    let main = k.spawn_process(PID, "node");
-    let worker = k.spawn_thread(&main, "libuv-worker");
+    let (main, worker) = node_and_thread(k, "libuv-worker");
     k.take(&main, cause::MMAP, 6);
     k.take(&worker, cause::MUNMAP, 2);
     p.poll(false).unwrap();
@@ -217,8 +242,7 @@ fn a_process_whose_threads_all_exited_is_retired_once_reaped_and_kept_in_the_rep
 #[test]
 fn a_reused_pid_is_another_process_whose_counts_never_mix() {
     let mut p = profile(false);
-    let old = p.collector.spawn_process(PID, "node");
-    let old_worker = p.collector.spawn_thread(&old, "libuv-worker");
+    let (old, old_worker) = node_and_thread(&mut p.collector, "libuv-worker");
     p.collector.take(&old, cause::MMAP, 3);
     p.collector.take(&old_worker, cause::MUNMAP, 1);
     p.poll(false).unwrap();
@@ -262,9 +286,7 @@ fn a_reused_pid_is_another_process_whose_counts_never_mix() {
 #[test]
 fn lost_exit_notices_are_made_up_for_by_proc_which_tells_a_reused_pid_apart() {
     let mut p = profile(false);
-    let old = p.collector.spawn_process(PID, "node");
-    p.collector.take(&old, cause::MMAP, 3);
-    p.poll(false).unwrap();
+    let old = process_with_mmaps(&mut p, "node", 3);
     // Gone without a notice (the ring was full), its pid reused at once.
     let k = &mut p.collector;
     k.vanish(&old);
@@ -272,18 +294,16 @@ fn lost_exit_notices_are_made_up_for_by_proc_which_tells_a_reused_pid_apart() {
     let new = k.spawn_process(PID, "node");
     k.take(&new, cause::MMAP, 2);
     p.poll(false).unwrap();
-    assert_eq!((deletions(&p, &old), deletions(&p, &new)), (1, 0));
-    assert_eq!(p.live(), (1, 1));
+    assert_left(&p, &[(&old, 1), (&new, 0)], (1, 1));
     let summary = p.summary();
-    assert_eq!(process(&summary, &old).lock.write.count, 3);
-    assert_eq!(process(&summary, &new).lock.write.count, 2);
+    assert_eq!(writes(&summary, &old), 3);
+    assert_eq!(writes(&summary, &new), 2);
 }
 
 #[test]
 fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     let mut p = profile(false);
-    let main = p.collector.spawn_process(PID, "node");
-    let worker = p.collector.spawn_thread(&main, "libuv-worker");
+    let (main, worker) = node_and_thread(&mut p.collector, "libuv-worker");
     p.registry.names.learn(main.process(), "api-server");
     p.registry
         .cgroups
@@ -333,8 +353,7 @@ fn the_agent_keeps_no_history_of_what_it_evicted() {
     p.collector.take(&gone, cause::MMAP, 4);
     p.collector.take(&stays, cause::MMAP, 1);
     p.poll(false).unwrap();
-    p.collector.exit(&gone);
-    p.poll(false).unwrap();
+    exit_then_read(&mut p, &gone);
     // The interval it left in reports it (the agent's metrics keep its counts from there)...
     let interval = p.interval_report();
     let proc = process(&interval, &gone);
@@ -345,7 +364,7 @@ fn the_agent_keeps_no_history_of_what_it_evicted() {
     // ...and nothing of it stays in memory.
     let summary = p.summary();
     assert_eq!(summary.processes.len(), 1);
-    assert_eq!(process(&summary, &stays).lock.write.count, 1);
+    assert_eq!(writes(&summary, &stays), 1);
     assert_eq!(p.registry.names.len(), 0);
 }
 
@@ -361,33 +380,26 @@ fn a_foreign_takers_entries_go_with_the_lock_it_took() {
     p.poll(false).unwrap();
     assert_eq!(p.live(), (3, 3), "the monitor on two locks");
 
-    p.collector.exit(&target);
-    p.poll(false).unwrap();
-    assert_eq!(
-        deletions(&p, &monitor),
-        1,
-        "its entry on the gone lock only"
-    );
-    assert_eq!(p.live(), (1, 1), "its entry on its own lock lives");
+    exit_then_read(&mut p, &target);
+    // The monitor's entry on the gone lock only: its entry on its own lock lives.
+    assert_left(&p, &[(&monitor, 1)], (1, 1));
     let summary = p.summary();
     let t = process(&summary, &target);
     let m = thread(t, &monitor);
     assert_eq!((m.lock.read.count, m.role), (6, Role::Foreign));
-    assert_eq!(process(&summary, &monitor).lock.write.count, 2);
+    assert_eq!(writes(&summary, &monitor), 2);
 }
 
 #[test]
 fn blockers_entries_go_with_their_waiter() {
     let mut p = profile(true);
-    let main = p.collector.spawn_process(PID, "node");
-    let waiter = p.collector.spawn_thread(&main, "libuv-worker");
+    let (main, waiter) = node_and_thread(&mut p.collector, "libuv-worker");
     p.collector.take(&main, cause::MUNMAP, 2);
     p.collector.take(&waiter, cause::MMAP, 2);
     p.collector.charge(&main, &waiter, &main, 2, 500);
     p.poll(false).unwrap();
     p.collector.charge(&main, &waiter, &main, 1, 100);
-    p.collector.exit(&waiter);
-    p.poll(false).unwrap();
+    exit_then_read(&mut p, &waiter);
     assert_eq!(p.collector.blocked_entries(), 0);
     assert_eq!(p.collector.removed_blocked.len(), 1);
     let summary = p.summary();
@@ -400,9 +412,7 @@ fn blockers_entries_go_with_their_waiter() {
 #[test]
 fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
     let mut p = profile(false);
-    let main = p.collector.spawn_process(PID, "runc:[2:INIT]");
-    p.collector.take(&main, cause::MMAP, 2);
-    p.poll(false).unwrap();
+    let main = process_with_mmaps(&mut p, "runc:[2:INIT]", 2);
     p.collector.notice(&main, exit_record::EXEC);
     p.collector.take(&main, cause::MMAP, 3);
     p.poll(false).unwrap();
@@ -410,7 +420,7 @@ fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
     assert!(p.take_execs().is_empty());
     assert_eq!(p.collector.removed.len(), 0, "the same process goes on");
     let summary = p.summary();
-    assert_eq!(process(&summary, &main).lock.write.count, 5);
+    assert_eq!(writes(&summary, &main), 5);
 }
 
 /// A thread's time alive in the run so far, ns.
@@ -423,9 +433,7 @@ fn alive_ns(p: &Profile<FakeKernel>, t: &Task) -> u64 {
 #[test]
 fn an_exec_or_a_fork_notice_ends_no_threads_life() {
     let mut p = profile(false);
-    let main = p.collector.spawn_process(PID, "node");
-    p.collector.take(&main, cause::MMAP, 1);
-    p.poll(false).unwrap();
+    let main = process_with_mmaps(&mut p, "node", 1);
     // The process execs (its main thread goes on), and forks a child noticed before its
     // first acquisitions are read.
     p.collector.notice(&main, exit_record::EXEC);
