@@ -124,6 +124,28 @@ fn ids(findings: &[super::Finding]) -> Vec<&str> {
     findings.iter().map(|f| f.id.as_str()).collect()
 }
 
+/// Whether the finding `id` is in `report`.
+fn finds(report: &Report, id: &str) -> bool {
+    ids(&find(report, None)).contains(&id)
+}
+
+/// A thread that wrote for these causes and read once.
+fn writer(tid: u32, role: Role, causes: &[(&'static str, Stats)]) -> ThreadReport {
+    thread(tid, role, causes, stats(1, 10))
+}
+
+/// Process `pid`, alive 4 s: its main thread, idle, and `others`.
+fn with_main(pid: u32, others: Vec<ThreadReport>) -> ProcessReport {
+    let mut threads = vec![idle(pid, Role::Main)];
+    threads.extend(others);
+    process(pid, threads, 4 * S)
+}
+
+/// A thread that only read once.
+fn idle(tid: u32, role: Role) -> ThreadReport {
+    writer(tid, role, &[])
+}
+
 fn workers_growing_arenas(mprotect_wait: u64) -> ProcessReport {
     let mut p = process(
         1,
@@ -180,7 +202,7 @@ fn arena_growth_is_the_workers_mprotects_and_its_severity_their_share_of_time() 
     jit.processes[0].flame = flame(
         "start;v8::internal::Isolate::Init (node);v8::base::OS::SetPermissions (node);mprotect (libc.so.6)",
     );
-    assert!(!ids(&find(&jit, None)).contains(&"arena-growth"));
+    assert!(!finds(&jit, "arena-growth"));
     // ... and stacks that confirm it, naming the code that called malloc.
     jit.processes[0].flame = flame(
         "start;node::NodeArrayBufferAllocator::Allocate(unsigned long) (node);malloc (libc.so.6);0x7f00 (libc.so.6);__mprotect (libc.so.6)",
@@ -204,7 +226,7 @@ fn a_process_that_hardly_waits_is_not_bottlenecked_and_says_so_first() {
                 &[("mmap", stats(30, 500_000))],
                 stats(10, 500_000),
             ),
-            thread(8, Role::Other, &[], stats(1, 10)),
+            idle(8, Role::Other),
         ],
         4 * S,
     );
@@ -223,40 +245,25 @@ fn a_process_that_hardly_waits_is_not_bottlenecked_and_says_so_first() {
     );
     // One role waiting a lot is not "not a bottleneck", whatever the process's mean.
     // (A libuv thread waiting 2.5% of its time among 11 idle threads: 0.2% for the process.)
-    let mut threads: Vec<ThreadReport> = (11..22)
-        .map(|t| thread(t, Role::V8, &[], stats(1, 10)))
-        .collect();
-    threads.push(thread(
-        10,
-        Role::Libuv,
-        &[("munmap", stats(10, S))],
-        stats(1, 10),
-    ));
+    let mut threads: Vec<ThreadReport> = (11..22).map(|t| idle(t, Role::V8)).collect();
+    threads.push(writer(10, Role::Libuv, &[("munmap", stats(10, S))]));
     let busy_role = process(9, threads, 40 * S);
     assert!(busy_role.time_share.as_ref().unwrap().wall < 0.01);
-    assert!(!ids(&find(&summary(vec![busy_role]), None)).contains(&"not-your-bottleneck"));
+    assert!(!finds(&summary(vec![busy_role]), "not-your-bottleneck"));
 }
 
 #[test]
 fn long_holds_name_the_call_and_the_holder_with_or_without_blockers() {
-    let mut p = process(
+    let mut p = with_main(
         20,
         vec![
-            thread(20, Role::Main, &[], stats(1, 10)),
-            thread(
+            writer(
                 21,
                 Role::Other,
                 &[("fork", holds(40, 1000, 280_000_000, 9_000_000))],
-                stats(1, 10),
             ),
-            thread(
-                22,
-                Role::Worker,
-                &[("mmap", stats(3000, 250_000_000))],
-                stats(1, 10),
-            ),
+            writer(22, Role::Worker, &[("mmap", stats(3000, 250_000_000))]),
         ],
-        4 * S,
     );
     let f = find(&summary(vec![p.clone()]), None);
     let l = f.iter().find(|f| f.id == "long-holds").expect("long-holds");
@@ -284,29 +291,24 @@ fn long_holds_name_the_call_and_the_holder_with_or_without_blockers() {
     assert_eq!(l.wait_ns, 200_000_000);
     assert!(l.evidence.facts[1].contains("(900 waits) is charged to its holds"));
     // Short holds, however many, are not long holds.
-    p.threads[1] = thread(
+    p.threads[1] = writer(
         21,
         Role::Other,
         &[("fork", holds(40_000, 1000, 280_000_000, 90_000))],
-        stats(1, 10),
     );
-    assert!(!ids(&find(&summary(vec![p]), None)).contains(&"long-holds"));
+    assert!(!finds(&summary(vec![p]), "long-holds"));
 }
 
 #[test]
 fn an_addons_threads_and_file_are_named() {
-    let mut p = process(
+    let mut p = with_main(
         30,
-        vec![
-            thread(30, Role::Main, &[], stats(1, 10)),
-            thread(
-                31,
-                Role::Addon,
-                &[("mmap", stats(150, 1000)), ("munmap", stats(150, 1000))],
-                stats(0, 0),
-            ),
-        ],
-        4 * S,
+        vec![thread(
+            31,
+            Role::Addon,
+            &[("mmap", stats(150, 1000)), ("munmap", stats(150, 1000))],
+            stats(0, 0),
+        )],
     );
     let dso = |dso: &str, write| DsoReport {
         dso: dso.into(),
@@ -353,11 +355,7 @@ fn an_addons_threads_name_it_and_its_library_without_stacks() {
     );
     lib_thread.role_addon = Some("/app/node_modules/sharp/sharp.node".into());
     lib_thread.role_library = Some("/app/node_modules/sharp/lib/libvips-cpp.so.42".into());
-    let p = process(
-        30,
-        vec![thread(30, Role::Main, &[], stats(1, 10)), lib_thread],
-        4 * S,
-    );
+    let p = with_main(30, vec![lib_thread]);
     let a = addon_finding(
         &summary(vec![p]),
         "sharp.node takes the lock for write itself: 400 writes",
@@ -372,22 +370,16 @@ fn an_addons_threads_name_it_and_its_library_without_stacks() {
 
 #[test]
 fn fault_reads_v8_unmaps_and_the_profiler_itself() {
-    let mut p = process(
+    let mut p = with_main(
         40,
         vec![
-            thread(40, Role::Main, &[], stats(1, 10)),
             thread(
                 41,
                 Role::Worker,
                 &[("mprotect", stats(100, 100_000_000))],
                 stats(5000, 50_000_000),
             ),
-            thread(
-                42,
-                Role::V8,
-                &[("munmap", stats(300, 60_000_000))],
-                stats(1, 10),
-            ),
+            writer(42, Role::V8, &[("munmap", stats(300, 60_000_000))]),
             // The profiler's own thread reading the process's maps: in no total, no share.
             thread(
                 99,
@@ -396,7 +388,6 @@ fn fault_reads_v8_unmaps_and_the_profiler_itself() {
                 holds(30, 1000, 20_000_000, 3_000_000),
             ),
         ],
-        4 * S,
     );
     p.profiler = Some(ProfilerShare {
         read: holds(30, 1000, 20_000_000, 3_000_000),
@@ -454,7 +445,7 @@ fn fault_reads_v8_unmaps_and_the_profiler_itself() {
     // Without the profiler's part (a foreign thread named like it is another process).
     p.profiler = None;
     p.threads[3].role = Role::Foreign;
-    assert!(!ids(&find(&summary(vec![p]), None)).contains(&"profiler-presence"));
+    assert!(!finds(&summary(vec![p]), "profiler-presence"));
 }
 
 #[test]
