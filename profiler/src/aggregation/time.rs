@@ -262,49 +262,36 @@ mod tests {
     /// A thread's CPU in a window is its CPU at the window's end less at its start.
     #[test]
     fn cpu_counts_from_the_windows_start_or_the_first_report() {
-        let seen = |first_ns, last_ns| CpuSeen {
-            first_ns,
-            first_at: 0,
-            last_ns,
-            last_at: 0,
+        // A window ending at `at` in a run that began at 5 s, the thread's CPU first and
+        // last reported as `first_ns` and `last_ns`.
+        let tick = |life: &mut Life, first_ns, last_ns, at| {
+            let seen = CpuSeen {
+                first_ns,
+                first_at: 0,
+                last_ns,
+                last_at: 0,
+            };
+            life.cpu_tick(Some(&seen), at, 5 * S)
         };
         // Born during the run (epoch 5 s) and in the first window: all it ran is the run's.
         let mut young = Life::new(10 * S, None);
         assert_eq!(young.cpu_tick(None, 5 * S, 5 * S), None, "no report yet");
         assert_eq!(young.cpu_total(), None);
-        assert_eq!(
-            young.cpu_tick(Some(&seen(300, 300)), 5 * S, 5 * S),
-            Some(300)
-        );
+        assert_eq!(tick(&mut young, 300, 300, 5 * S), Some(300));
         // The next window: from the CPU at the previous tick.
-        assert_eq!(
-            young.cpu_tick(Some(&seen(300, 500)), 11 * S, 5 * S),
-            Some(200)
-        );
+        assert_eq!(tick(&mut young, 300, 500, 11 * S), Some(200));
         assert_eq!(young.cpu_total(), Some(500));
         // An idle window (no new report): nothing ran.
-        assert_eq!(
-            young.cpu_tick(Some(&seen(300, 500)), 12 * S, 5 * S),
-            Some(0)
-        );
+        assert_eq!(tick(&mut young, 300, 500, 12 * S), Some(0));
         // Predates the run: counted from its first report.
         let mut old = Life::new(S, None);
-        assert_eq!(
-            old.cpu_tick(Some(&seen(9_000, 9_400)), 5 * S, 5 * S),
-            Some(400)
-        );
-        assert_eq!(
-            old.cpu_tick(Some(&seen(9_000, 9_700)), 6 * S, 5 * S),
-            Some(300)
-        );
+        assert_eq!(tick(&mut old, 9_000, 9_400, 5 * S), Some(400));
+        assert_eq!(tick(&mut old, 9_000, 9_700, 6 * S), Some(300));
         assert_eq!(old.cpu_total(), Some(700));
         // Born during the run but before the window it is first reported in: the window
         // counts it from that report, the run from its start.
         let mut late = Life::new(7 * S, None);
-        assert_eq!(
-            late.cpu_tick(Some(&seen(800, 900)), 8 * S, 5 * S),
-            Some(100)
-        );
+        assert_eq!(tick(&mut late, 800, 900, 8 * S), Some(100));
         assert_eq!(late.cpu_total(), Some(900));
         assert_eq!(
             old.in_run(5 * S, 7 * S),
@@ -438,11 +425,7 @@ mod tests {
     #[test]
     fn idle_time_joins_a_process_that_took_a_lock_and_is_dropped_for_one_that_did_not() {
         let p20 = ProcId::new(20, 1);
-        let (a, b, c) = (
-            ThreadId::new(11, 1),
-            ThreadId::new(12, 1),
-            ThreadId::new(21, 1),
-        );
+        let [a, b, c] = ThreadId::made_up([11, 12, 21]);
         let who = (10, [0u8; COMM_LEN], 0);
         let second = ThreadTime {
             alive_ns: S,

@@ -191,11 +191,7 @@ mod tests {
     #[test]
     fn a_long_holder_is_charged_the_waits_of_everyone_queued_behind_it() {
         let owner = ProcId::new(100, 1);
-        let (long, a, b) = (
-            ThreadId::new(101, 1),
-            ThreadId::new(102, 1),
-            ThreadId::new(103, 1),
-        );
+        let [long, a, b] = ThreadId::made_up([101, 102, 103]);
         let mut pairs = BTreeMap::new();
         let pair = |waiter, holder, kind, op| Pair {
             waiter,

@@ -56,6 +56,12 @@ impl ThreadId {
     pub const fn new(tid: u32, start: u64) -> Self {
         ThreadId { tid, start }
     }
+
+    /// Made-up threads of these tids, all started at tick 1 (for tests).
+    #[cfg(test)]
+    pub fn made_up<const N: usize>(tids: [u32; N]) -> [ThreadId; N] {
+        tids.map(|tid| ThreadId::new(tid, 1))
+    }
 }
 
 /// Clock ticks per second of /proc's start times (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
