@@ -183,8 +183,7 @@ mod tests {
 
     #[test]
     fn a_pending_file_is_untouched_until_committed_and_a_new_one_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let old = dir.path().join("old.json");
+        let (dir, old) = crate::vocab::scratch::scratch("old.json");
         fs::write(&old, "keep me\n").unwrap();
         drop(Pending::open(&old).unwrap());
         assert_eq!(fs::read_to_string(&old).unwrap(), "keep me\n");
@@ -201,8 +200,7 @@ mod tests {
 
     #[test]
     fn a_partial_tail_is_cut_back_to_the_last_whole_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("r.jsonl");
+        let (_dir, p) = crate::vocab::scratch::scratch("r.jsonl");
         for (content, kept) in [
             ("", ""),
             ("{\"a\":1}\n", "{\"a\":1}\n"),

@@ -92,8 +92,7 @@ mod tests {
 
     #[test]
     fn rotates_whole_lines_and_keeps_n() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.jsonl");
+        let (_dir, path) = crate::vocab::scratch::scratch("r.jsonl");
         let mut r = Rotating::open(&path, 25, 2).unwrap();
         for i in 0..10 {
             r.write_record(format!("{{\"line\":{i:03}}}\n").as_bytes())
@@ -109,8 +108,7 @@ mod tests {
 
     #[test]
     fn a_restart_never_appends_after_a_partial_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.jsonl");
+        let (_dir, path) = crate::vocab::scratch::scratch("r.jsonl");
         fs::write(&path, "{\"line\":1}\n{\"line\":2").unwrap();
         let mut r = Rotating::open(&path, 1 << 20, 2).unwrap();
         r.write_record(b"{\"line\":3}\n").unwrap();

@@ -204,8 +204,7 @@ mod tests {
 
     #[test]
     fn the_agents_rotating_file_gets_each_report_as_its_json_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.jsonl");
+        let (dir, path) = crate::vocab::scratch::scratch("agent.jsonl");
         let reports = [
             interval("2026-01-01T00:00:01.000Z", 100),
             interval("2026-01-01T00:00:02.000Z", 200),

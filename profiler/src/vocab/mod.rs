@@ -4,6 +4,8 @@
 
 pub mod hist;
 pub mod ids;
+#[cfg(test)]
+pub mod scratch;
 
 use std::{io::IsTerminal, path::PathBuf};
 

@@ -168,8 +168,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_file_that_is_not_a_study_is_refused_in_one_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let run = dir.path().join("run.json");
+        let (dir, run) = crate::vocab::scratch::scratch("run.json");
         std::fs::write(&run, crate::output::fixtures::summary_line() + "\n").unwrap();
         let e = StudyEffects::load(&run).unwrap_err().to_string();
         assert!(e.contains("is not a study's results.json"), "{e}");

@@ -55,20 +55,23 @@ fn several_runs_and_demo_lines_each_give_a_summary() {
     assert_eq!(compare(("f", &runs), ("f", &runs), None).before.runs, 4);
 }
 
+/// A run of two interval lines (the first second's 40 ns of wait, the second's 60), then
+/// `rest`.
+fn two_seconds_then(rest: &[&Report]) -> RunLines {
+    let mut lines = vec![
+        interval("2026-01-01T00:00:01.000Z", 40),
+        interval("2026-01-01T00:00:02.000Z", 60),
+    ];
+    lines.extend(rest.iter().map(|r| (*r).clone()));
+    RunLines::parse("run.json", &ndjson(&lines.iter().collect::<Vec<_>>())).unwrap()
+}
+
 #[test]
 fn the_run_page_draws_every_chart_per_process_largest_wait_first() {
-    let run = RunLines::parse(
-        "run.json",
-        &ndjson(&[
-            &interval("2026-01-01T00:00:01.000Z", 40),
-            &interval("2026-01-01T00:00:02.000Z", 60),
-            &summary(vec![
-                process(1, "small", 100, false),
-                process(2, "big", 5000, true),
-            ]),
-        ]),
-    )
-    .unwrap();
+    let run = two_seconds_then(&[&summary(vec![
+        process(1, "small", 100, false),
+        process(2, "big", 5000, true),
+    ])]);
     let page = run_page("run.json", &run);
     for chart in [
         "wait-histogram",
@@ -113,15 +116,8 @@ fn the_run_page_draws_every_chart_per_process_largest_wait_first() {
 
 #[test]
 fn a_run_without_summary_is_summed_from_its_interval_lines() {
-    let run = RunLines::parse(
-        "cut.json",
-        &ndjson(&[
-            &interval("2026-01-01T00:00:01.000Z", 40),
-            &interval("2026-01-01T00:00:02.000Z", 60),
-        ]),
-    )
-    .unwrap();
-    let page = run_page("cut.json", &run);
+    let run = two_seconds_then(&[]);
+    let page = run_page("run.json", &run);
     assert!(page.contains("No summary line"));
     // 10 writes in each line: 20 in all, and 100 ns of wait.
     assert!(
