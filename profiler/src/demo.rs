@@ -16,7 +16,7 @@ use tokio::process::Command;
 use crate::{
     cli::Format,
     kernel::collector::CollectorError,
-    nodework::{NodeRunError, NodeSpec, run_node},
+    nodework::{NodeRunError, NodeSpec, WORKLOAD_JS, run_node},
     output::{
         JsonLines, Output,
         report::{Dist, Report, Stats},
@@ -24,8 +24,6 @@ use crate::{
     },
     run::{SessionError, Sink},
 };
-
-const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {

@@ -27,6 +27,10 @@ use crate::{
     run::{Driver, LoopConfig, Profile, Session, SessionError, Targets},
 };
 
+/// The workload script, in this protocol: the demo's reads, or a study scenario's (with the
+/// study's module beside it).
+pub const WORKLOAD_JS: &str = include_str!("../demo/workload.js");
+
 /// Give up on a workload that does not answer (a broken node, a stuck machine).
 const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 

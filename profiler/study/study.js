@@ -1,12 +1,10 @@
 'use strict';
-// mmaplock-prof study's workload: one mitigation idea of the investigation per scenario, run as
-// k Worker threads (one process, one mmap_lock) or as one of k processes side by side, each
-// doing ITERATIONS reads of FILE. Protocol as the demo's: prints "ready", waits for a line on
-// stdin, prints one JSON result line.
+// mmaplock-prof study's scenarios: one mitigation idea of the investigation each, run by the
+// demo's workload.js as k Worker threads (one process, one mmap_lock) or as one of k
+// processes side by side, each doing ITERATIONS reads of FILE:
 //
-//   node study.js workers K FILE ITERATIONS SCENARIO [ADDON]
-//   node study.js process 1 FILE ITERATIONS SCENARIO [ADDON]
-const { Worker, isMainThread, parentPort, workerData } = require('node:worker_threads');
+//   node workload.js workers K FILE ITERATIONS study.js SCENARIO [ADDON]
+//   node workload.js process 1 FILE ITERATIONS study.js SCENARIO [ADDON]
 const fs = require('node:fs');
 
 // Each scenario: setup(file, size) -> async op() reading the whole file once.
@@ -93,6 +91,7 @@ function readInto(file, buf, size) {
 // synchronous loop (its pool would never be refilled), nor would anything else queued.
 const YIELD_EVERY = 32;
 
+// One thread's reads of FILE in the scenario (workload.js runs it).
 async function work({ file, iterations, scenario, addon }) {
   const size = fs.statSync(file).size;
   const op = SCENARIOS[scenario](file, size, addon);
@@ -103,62 +102,11 @@ async function work({ file, iterations, scenario, addon }) {
   }
 }
 
-function waitForGo(then) {
-  process.stdout.write('ready\n');
-  process.stdin.once('data', () => {
-    process.stdin.pause();
-    then();
-  });
+// What is wrong with a scenario's arguments, or null.
+function check({ scenario, addon }) {
+  if (!(scenario in SCENARIOS)) return `unknown scenario ${scenario}`;
+  if (scenario === 'dispose' && !addon) return 'the dispose scenario needs its ADDON';
+  return null;
 }
 
-if (!isMainThread) {
-  parentPort.once('message', async () => {
-    await work(workerData);
-    parentPort.postMessage('done');
-  });
-  parentPort.postMessage('online');
-} else {
-  const [mode, kArg, file, itArg, scenario, addon] = process.argv.slice(2);
-  const k = Number(kArg);
-  const iterations = Number(itArg);
-  if (!['workers', 'process'].includes(mode) || !(k > 0) || !file || !(iterations > 0) ||
-      !(scenario in SCENARIOS) || (scenario === 'dispose' && !addon)) {
-    process.stderr.write('usage: study.js workers|process K FILE ITERATIONS SCENARIO [ADDON]\n');
-    process.exit(2);
-  }
-  const data = { file, iterations, scenario, addon };
-  const finish = (t0) => {
-    const elapsedMs = Number(process.hrtime.bigint() - t0) / 1e6;
-    process.stdout.write(JSON.stringify({ mode, k, ops: k * iterations, elapsed_ms: elapsedMs }) + '\n');
-    process.exit(0);
-  };
-  if (mode === 'process') {
-    waitForGo(async () => {
-      const t0 = process.hrtime.bigint();
-      await work(data);
-      finish(t0);
-    });
-  } else {
-    const workers = [];
-    let online = 0;
-    for (let i = 0; i < k; i++) {
-      const w = new Worker(__filename, { workerData: data });
-      w.once('message', () => {
-        if (++online === k) start();
-      });
-      workers.push(w);
-    }
-    function start() {
-      waitForGo(() => {
-        const t0 = process.hrtime.bigint();
-        let done = 0;
-        for (const w of workers) {
-          w.on('message', () => {
-            if (++done === k) finish(t0);
-          });
-          w.postMessage('go');
-        }
-      });
-    }
-  }
-}
+module.exports = { check, work };

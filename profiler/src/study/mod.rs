@@ -15,7 +15,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    nodework::{NodeRun, NodeRunError, NodeSpec, run_node},
+    nodework::{NodeRun, NodeRunError, NodeSpec, WORKLOAD_JS, run_node},
     output::{
         JsonLines, Output,
         html::study::study_page_of,
@@ -237,8 +237,11 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
     let files = files_err(&cfg.out);
     std::fs::create_dir_all(&cfg.out).map_err(&files)?;
     let work = tempfile::tempdir().map_err(&files)?;
-    let script = work.path().join("study.js");
-    std::fs::write(&script, STUDY_JS).map_err(&files)?;
+    // The demo's workload runs the study's scenarios, from the module beside it.
+    let script = work.path().join("workload.js");
+    std::fs::write(&script, WORKLOAD_JS).map_err(&files)?;
+    let study = work.path().join("study.js");
+    std::fs::write(&study, STUDY_JS).map_err(&files)?;
     let addon = if scenarios.contains(&"dispose") {
         Some(build_addon(work.path()).await?)
     } else {
@@ -279,6 +282,7 @@ pub async fn run(cfg: StudyConfig) -> Result<(), StudyError> {
                         let mut args = vec![
                             file.to_string_lossy().into_owned(),
                             iterations.to_string(),
+                            study.to_string_lossy().into_owned(),
                             scenario.to_string(),
                         ];
                         if let Some(a) = &addon {
