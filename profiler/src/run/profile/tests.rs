@@ -53,11 +53,15 @@ fn writes(r: &Report, t: &Task) -> u64 {
     process(r, t).lock.write.count
 }
 
-/// A process `node` and one more thread of it, named `name`.
-fn node_and_thread(k: &mut FakeKernel, name: &str) -> (Task, Task) {
+/// A process `node` and a `libuv-worker` thread of it, each having taken the lock so many
+/// times for these kinds (main's, then the worker's).
+fn node_and_worker(k: &mut FakeKernel, takes: [(u32, u64); 2]) -> (Task, Task) {
     let main = k.spawn_process(PID, "node");
-    let thread = k.spawn_thread(&main, name);
-    (main, thread)
+    let worker = k.spawn_thread(&main, "libuv-worker");
+    for (t, (kind, n)) in [&main, &worker].into_iter().zip(takes) {
+        k.take(t, kind, n);
+    }
+    (main, worker)
 }
 
 /// A process `comm` that took `mmaps` mmaps, read.
@@ -200,9 +204,7 @@ fn a_thread_born_and_gone_between_two_readings_is_counted_and_retired() {
 fn a_process_whose_threads_all_exited_is_retired_once_reaped_and_kept_in_the_report() {
     let mut p = profile(false);
     let k = &mut p.collector;
-    let (main, worker) = node_and_thread(k, "libuv-worker");
-    k.take(&main, cause::MMAP, 6);
-    k.take(&worker, cause::MUNMAP, 2);
+    let (main, worker) = node_and_worker(k, [(cause::MMAP, 6), (cause::MUNMAP, 2)]);
     p.poll(false).unwrap();
 
     // Every thread exits; the main thread stays a zombie until its parent reaps it.
@@ -242,9 +244,8 @@ fn a_process_whose_threads_all_exited_is_retired_once_reaped_and_kept_in_the_rep
 #[test]
 fn a_reused_pid_is_another_process_whose_counts_never_mix() {
     let mut p = profile(false);
-    let (old, old_worker) = node_and_thread(&mut p.collector, "libuv-worker");
-    p.collector.take(&old, cause::MMAP, 3);
-    p.collector.take(&old_worker, cause::MUNMAP, 1);
+    let (old, old_worker) =
+        node_and_worker(&mut p.collector, [(cause::MMAP, 3), (cause::MUNMAP, 1)]);
     p.poll(false).unwrap();
 
     // It exits and is reaped, and its pid (and main thread's tid) goes to a new process,
@@ -303,13 +304,12 @@ fn lost_exit_notices_are_made_up_for_by_proc_which_tells_a_reused_pid_apart() {
 #[test]
 fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     let mut p = profile(false);
-    let (main, worker) = node_and_thread(&mut p.collector, "libuv-worker");
+    let (main, worker) =
+        node_and_worker(&mut p.collector, [(cause::MMAP, 1), (cause::MPROTECT, 2)]);
     p.registry.names.learn(main.process(), "api-server");
     p.registry
         .cgroups
         .learn(main.process(), "/system.slice/api.service");
-    p.collector.take(&main, cause::MMAP, 1);
-    p.collector.take(&worker, cause::MPROTECT, 2);
     p.poll(false).unwrap();
     assert_eq!(p.registry.roles.cached_processes(), 1);
     assert_eq!(p.registry.roles.cached_threads(), 2);
@@ -393,9 +393,7 @@ fn a_foreign_takers_entries_go_with_the_lock_it_took() {
 #[test]
 fn blockers_entries_go_with_their_waiter() {
     let mut p = profile(true);
-    let (main, waiter) = node_and_thread(&mut p.collector, "libuv-worker");
-    p.collector.take(&main, cause::MUNMAP, 2);
-    p.collector.take(&waiter, cause::MMAP, 2);
+    let (main, waiter) = node_and_worker(&mut p.collector, [(cause::MUNMAP, 2), (cause::MMAP, 2)]);
     p.collector.charge(&main, &waiter, &main, 2, 500);
     p.poll(false).unwrap();
     p.collector.charge(&main, &waiter, &main, 1, 100);
