@@ -2,7 +2,7 @@
 //! timed step by step (attach time is part of what the profiler costs: `-v` prints the
 //! steps, the report's `overhead.load` carries them, and the bench reports them).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -10,12 +10,13 @@ use aya::{
 };
 use aya_obj::btf::{Btf, BtfType, Func, FuncLinkage};
 use profiler_common::{COMM_LEN, Filter, LOCK_SLOTS, MAX_FILTER_COMMS, MAX_FILTER_PIDS, Settings};
-use serde::{Deserialize, Serialize};
 
+pub use super::stopwatch::LoadReport;
 use super::{
     btf::{KernelError, KernelInfo},
     collector::{CollectorConfig, CollectorError, Floor, error_chain, is_permission},
     ebpf_log::{self, EbpfLog},
+    stopwatch::{Stopwatch, ms},
 };
 
 /// The compiled eBPF object, built by `build.rs` from `profiler-ebpf`.
@@ -43,73 +44,6 @@ fn object() -> Result<std::borrow::Cow<'static, [u8]>, CollectorError> {
         Some(path) => std::fs::read(&path).map(Into::into).map_err(|e| {
             CollectorError::Load(format!("MMAPLOCK_PROF_BPF_OBJECT {}: {e}", path.display()))
         }),
-    }
-}
-
-/// One program's verification.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProgramLoad {
-    pub name: String,
-    /// Instructions the verifier processed (its own measure of the work; `None` before
-    /// Linux 5.16).
-    pub verified_insns: Option<u32>,
-    /// From handing the program to the kernel to its attachment.
-    pub ms: f64,
-}
-
-/// Where attach time went.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadReport {
-    /// From the start of loading to every program attached.
-    pub total_ms: f64,
-    /// Steps in order: kernel facts (BTF), maps and object, then each program.
-    pub steps: Vec<(String, f64)>,
-    pub programs: Vec<ProgramLoad>,
-}
-
-/// Times the steps of a load.
-struct Stopwatch {
-    t0: Instant,
-    last: Instant,
-    report: LoadReport,
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-impl Stopwatch {
-    fn new() -> Self {
-        let now = Instant::now();
-        Stopwatch {
-            t0: now,
-            last: now,
-            report: LoadReport::default(),
-        }
-    }
-
-    fn step(&mut self, name: &str) {
-        let now = Instant::now();
-        self.report
-            .steps
-            .push((name.to_string(), ms(now - self.last)));
-        log::debug!("{name}: {:?}", now - self.last);
-        self.last = now;
-    }
-
-    /// A program verified in `ms` (on a thread of its own: not a step of this one).
-    fn program(&mut self, name: &str, verified_insns: Option<u32>, ms: f64) {
-        log::debug!("{name}: {ms:.1} ms, {verified_insns:?} instructions verified");
-        self.report.programs.push(ProgramLoad {
-            name: name.to_string(),
-            verified_insns,
-            ms,
-        });
-    }
-
-    fn finish(mut self) -> LoadReport {
-        self.report.total_ms = ms(self.t0.elapsed());
-        self.report
     }
 }
 
@@ -427,57 +361,5 @@ fn stacks_ring_bytes(stack_sample: u32) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn filter_packs_pids_and_comms() {
-        let f = filter_for(&CollectorConfig {
-            pids: vec![7, 9],
-            comms: vec!["node".into()],
-            max_threads: 1,
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!((f.n_pids, f.n_comms), (2, 1));
-        assert_eq!(f.use_selection, 0);
-        assert_eq!(&f.pids[..3], &[7, 9, 0]);
-        assert_eq!(&f.comms[0][..5], b"node\0");
-    }
-
-    #[test]
-    fn filter_rejects_what_the_kernel_cannot_hold() {
-        let long = CollectorConfig {
-            comms: vec!["a-very-long-command-name".into()],
-            ..Default::default()
-        };
-        assert!(matches!(
-            filter_for(&long),
-            Err(CollectorError::CommTooLong(_))
-        ));
-        let many = CollectorConfig {
-            pids: (1..=(MAX_FILTER_PIDS as u32 + 1)).collect(),
-            ..Default::default()
-        };
-        assert!(matches!(
-            filter_for(&many),
-            Err(CollectorError::TooManyPids)
-        ));
-    }
-
-    /// The stand-in BTF gives aya the kernel's ids for the functions it looks up.
-    #[test]
-    fn stand_in_btf_has_the_functions_under_the_given_ids() {
-        use aya_obj::btf::BtfKind;
-        let id = |btf: &Btf, name: &str| btf.id_by_type_name_kind(name, BtfKind::Func).ok();
-        for n in [1, 2, 7, 91_234] {
-            let btf = btf_with_funcs(&[("bpf_iter_task", n)]);
-            assert_eq!(id(&btf, "bpf_iter_task"), Some(n));
-        }
-        // In any order; an absent one (id 0) is left out.
-        let btf = btf_with_funcs(&[("b", 76_016), ("a", 60_365), ("c", 0)]);
-        assert_eq!(id(&btf, "a"), Some(60_365));
-        assert_eq!(id(&btf, "b"), Some(76_016));
-        assert_eq!(id(&btf, "c"), None);
-    }
-}
+#[path = "load_tests.rs"]
+mod tests;

@@ -15,5 +15,6 @@ pub mod pthread;
 pub mod readings;
 mod selection;
 pub mod selectors;
+mod stopwatch;
 
 pub use readings::Kernel;

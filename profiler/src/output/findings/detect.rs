@@ -1,17 +1,18 @@
-//! The detectors of the patterns (the table is in `patterns`): each reads one process of a
-//! summary and returns its finding, or None.
+//! The detectors of the patterns about how memory is asked for, and whether the lock matters
+//! at all (the table is in `patterns`; those about who holds it are in `holders`). Each reads
+//! one process of a summary and returns its finding, or None.
 
 use std::collections::BTreeMap;
 
 use super::{
-    Finding, Severity, ThreadRef,
+    Finding, Severity,
     evidence::{finding, js_functions, pct, ratio, roles_text, stacks_of},
     patterns::*,
-    view::{cause, own, thread_wait, wait, writes_by},
+    view::{wait, writes_by},
 };
 use crate::{
     output::{
-        report::{DsoReport, ProcessReport, Report, ThreadReport},
+        report::{ProcessReport, Report},
         text::fmt_ns,
     },
     registry::roles::Role,
@@ -178,185 +179,6 @@ pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
     Some(f)
 }
 
-const WRITE_CAUSES: &[&str] = &[
-    "mmap",
-    "munmap",
-    "mprotect",
-    "brk",
-    "madvise",
-    "mremap",
-    "fork",
-    "exit",
-    "page_fault",
-    "other",
-];
-
-pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
-    // With blockers: the thread whose holds were charged the most, if one thread's writes.
-    let (holder, cause_, charged, waits) = match p.blockers.as_ref() {
-        Some(b) => {
-            let top = b
-                .iter()
-                .find(|b| WRITE_CAUSES.contains(&b.cause.as_ref()))?;
-            if ratio(top.wait_ns, wait(p)) < 0.3 {
-                return None;
-            }
-            (top.tid, top.cause.to_string(), top.wait_ns, Some(top.waits))
-        }
-        // Without: the thread holding the lock for write longest in one cause.
-        None => {
-            let (t, c) = own(p)
-                .flat_map(|t| t.lock.causes.iter().map(move |c| (t, c)))
-                .max_by_key(|(_, c)| c.write.hold_ns.sum)?;
-            let others: u64 = own(p).filter(|o| o.tid != t.tid).map(thread_wait).sum();
-            if ratio(c.write.hold_ns.sum, wait(p)) < 0.3 || others == 0 {
-                return None;
-            }
-            (
-                t.tid,
-                c.cause.to_string(),
-                c.write.hold_ns.sum.min(others),
-                None,
-            )
-        }
-    };
-    let t = p.threads.iter().find(|t| t.tid == holder)?;
-    let holds = cause(t, &cause_)?;
-    if holds.count == 0 || holds.hold_ns.mean < LONG_HOLD_NS {
-        return None;
-    }
-    let roles: Vec<Role> = own(p).filter(|o| o.tid != holder).map(|o| o.role).collect();
-    let mut f = finding(
-        s,
-        p,
-        format!(
-            "thread {holder} ({}, {}) holds mmap_lock for write in {cause_} for {} at a time: the others wait behind it",
-            t.comm,
-            t.role.as_str(),
-            fmt_ns(holds.hold_ns.mean as u64)
-        ),
-        charged,
-        &roles,
-    );
-    f.evidence.facts.push(format!(
-        "{} {cause_} calls held the lock {} in all (up to {} each)",
-        holds.count,
-        fmt_ns(holds.hold_ns.sum),
-        fmt_ns(holds.hold_ns.max)
-    ));
-    f.evidence.facts.push(match waits {
-        Some(w) => format!(
-            "{} of the others' wait ({w} waits) is charged to its holds",
-            fmt_ns(charged)
-        ),
-        None => format!(
-            "without --blockers, who waited behind it is not measured: up to {} of the others' wait",
-            fmt_ns(charged)
-        ),
-    });
-    f.evidence.threads.push(ThreadRef {
-        tid: holder,
-        role: t.role.as_str().to_string(),
-        comm: t.comm.clone(),
-        cause: cause_.clone(),
-    });
-    f.evidence.causes = vec![cause_];
-    f.evidence.roles = vec![t.role.as_str().to_string()];
-    Some(f)
-}
-
-pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
-    let addon: Vec<&ThreadReport> = own(p).filter(|t| t.role == Role::Addon).collect();
-    let (writes, w): (u64, u64) = addon.iter().fold((0, 0), |a, t| {
-        (a.0 + t.lock.write.count, a.1 + thread_wait(t))
-    });
-    let sampled: u64 = p.dsos.iter().flatten().map(|d| d.write.count).sum();
-    let files: Vec<&DsoReport> = p
-        .dsos
-        .iter()
-        .flatten()
-        .filter(|d| d.dso.ends_with(".node"))
-        .collect();
-    let file_writes: u64 = files.iter().map(|d| d.write.count).sum();
-    if writes < MIN_WRITES && (file_writes < MIN_WRITES || ratio(file_writes, sampled) < 0.1) {
-        return None;
-    }
-    // Sampled writes' wait, scaled to all writes by the sampling rate.
-    let scale = u64::from(s.stack_sample.unwrap_or(1).max(1));
-    let file_wait: u64 = files.iter().map(|d| d.write.wait_ns.sum * scale).sum();
-    let names: Vec<String> = files
-        .iter()
-        .map(|d| {
-            std::path::Path::new(&d.dso)
-                .file_name()
-                .map_or(d.dso.clone(), |n| n.to_string_lossy().into_owned())
-        })
-        .collect();
-    // Without sampled stacks, the addons its threads' start routines named.
-    let file_name = |p: &str| {
-        std::path::Path::new(p)
-            .file_name()
-            .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
-    };
-    let started: std::collections::BTreeSet<String> = addon
-        .iter()
-        .filter_map(|t| t.role_addon.as_deref().map(file_name))
-        .collect();
-    let what = if !names.is_empty() {
-        names.join(", ")
-    } else if !started.is_empty() {
-        started.into_iter().collect::<Vec<_>>().join(", ")
-    } else {
-        "a native addon (sample stacks to name its .node file)".to_string()
-    };
-    let explained = w.max(file_wait);
-    let mut roles = vec![Role::Addon];
-    if !files.is_empty() {
-        roles.extend(JS);
-    }
-    let mut f = finding(
-        s,
-        p,
-        format!("{what} takes the lock for write itself: {writes} writes by its own threads"),
-        explained,
-        &roles,
-    );
-    f.evidence.facts.push(format!(
-        "{} addon thread(s): {writes} writes, {} of wait",
-        addon.len(),
-        fmt_ns(w)
-    ));
-    // Threads that a library behind the addon started (libvips's, behind sharp's addon).
-    let mut libraries: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
-    for t in &addon {
-        if let (Some(lib), Some(a)) = (&t.role_library, &t.role_addon) {
-            let e = libraries.entry((lib, a)).or_default();
-            (e.0, e.1) = (e.0 + 1, e.1 + t.lock.write.count);
-        }
-    }
-    for ((lib, a), (threads, writes)) in libraries {
-        f.evidence.facts.push(format!(
-            "{threads} of them started in {lib}, a library {} needs: {writes} writes",
-            file_name(a)
-        ));
-    }
-    for d in &files {
-        f.evidence.facts.push(format!(
-            "{} of {sampled} sampled writes came from {}",
-            d.write.count, d.dso
-        ));
-    }
-    f.evidence.code = files.iter().map(|d| d.dso.clone()).collect();
-    f.evidence.roles = vec!["addon".into()];
-    f.evidence.causes = addon
-        .iter()
-        .flat_map(|t| t.lock.causes.iter().map(|c| c.cause.to_string()))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    Some(f)
-}
-
 pub(super) fn v8_gc_unmap(s: &Report, p: &ProcessReport) -> Option<Finding> {
     let (n, w, _) = writes_by(p, "munmap", &[Role::V8]);
     // With blockers: the wait V8's unmaps made others wait (the write hold, and the read
@@ -395,45 +217,6 @@ pub(super) fn v8_gc_unmap(s: &Report, p: &ProcessReport) -> Option<Finding> {
     f.evidence.roles = vec!["v8".into()];
     f.evidence.causes = vec!["munmap".into()];
     f.evidence.code = code;
-    Some(f)
-}
-
-/// The profiler's own acquisitions of the process's lock (`profiler` in the summary, its
-/// threads of the role `profiler`): what it may have made the process's threads wait. The
-/// kernel never charges waits to its holds, so their length is the bound.
-pub(super) fn profiler_presence(s: &Report, p: &ProcessReport) -> Option<Finding> {
-    let ours = p.profiler.as_ref()?;
-    let (reads, writes) = (ours.read.count, ours.write.count);
-    let holds = ours.read.hold_ns.sum + ours.write.hold_ns.sum;
-    if ratio(holds, wait(p)) < 0.01 && holds < 1_000_000 {
-        return None;
-    }
-    let roles: Vec<Role> = own(p).map(|t| t.role).collect();
-    let writes_text = if writes > 0 {
-        format!(" and {writes} writes")
-    } else {
-        String::new()
-    };
-    let mut f = finding(
-        s,
-        p,
-        format!(
-            "the profiler's own reads of the process's memory map: {reads} read acquisitions{writes_text}"
-        ),
-        holds,
-        &roles,
-    );
-    f.evidence.facts.push(format!(
-        "its holds lasted {} in all: an upper bound of what it made the process's threads wait; {} of the lock's acquisitions were its own (not counted in the process's)",
-        fmt_ns(holds),
-        pct(ours.share)
-    ));
-    f.evidence.roles = vec![Role::Profiler.as_str().to_string()];
-    f.evidence.causes = if writes > 0 {
-        vec!["read".into(), "write".into()]
-    } else {
-        vec!["read".into()]
-    };
     Some(f)
 }
 

@@ -9,6 +9,7 @@
 
 mod detect;
 mod evidence;
+mod holders;
 mod patterns;
 pub mod study;
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! its sources), its advice, the study scenarios that measure that advice, and the test that
 //! recognises it in one process of a summary.
 
-use super::{Finding, detect::*};
+use super::{Finding, detect::*, holders::*};
 use crate::{
     output::report::{ProcessReport, Report},
     registry::roles::Role,
