@@ -52,11 +52,11 @@ static napi_value Free(napi_env env, napi_callback_info info) {
 }
 
 static napi_value Init(napi_env env, napi_value exports) {
-  napi_value f;
-  napi_create_function(env, "alloc", NAPI_AUTO_LENGTH, Alloc, NULL, &f);
-  napi_set_named_property(env, exports, "alloc", f);
-  napi_create_function(env, "free", NAPI_AUTO_LENGTH, Free, NULL, &f);
-  napi_set_named_property(env, exports, "free", f);
+  napi_property_descriptor methods[] = {
+    {"alloc", NULL, Alloc, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"free", NULL, Free, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods);
   return exports;
 }
 
