@@ -22,30 +22,53 @@ fn comm(name: &str) -> [u8; COMM_LEN] {
     c
 }
 
+/// A thread as the kernel saw it on `owner`'s lock: of process `tgid`, named `name`, with no
+/// fs base (its start routine cannot be read).
+fn seen(owner: ProcId, thread: ThreadId, tgid: u32, name: &str) -> SeenThread {
+    SeenThread {
+        owner,
+        thread,
+        tgid,
+        comm: comm(name),
+        fsbase: 0,
+    }
+}
+
+/// One of `owner`'s own threads, unnamed, its `struct pthread` at `fsbase`.
+fn own(owner: ProcId, thread: ThreadId, fsbase: u64) -> SeenThread {
+    SeenThread {
+        fsbase,
+        ..seen(owner, thread, owner.pid, "")
+    }
+}
+
+/// Roles as a target sees them: this test process is not the profiler there.
+fn in_a_target() -> Roles {
+    Roles {
+        profiler: 0,
+        ..Roles::default()
+    }
+}
+
 #[test]
 fn roles_from_ids() {
-    assert_eq!(
-        role_from_ids_and_name(100, 100, 100, "node", 0),
-        Some(Role::Main)
-    );
-    assert_eq!(role_from_ids_and_name(100, 101, 100, "node", 0), None);
-    assert_eq!(
-        role_from_ids_and_name(100, 200, 200, "node", 0),
-        Some(Role::Foreign)
-    );
-    assert_eq!(
-        role_from_ids_and_name(100, 200, 200, "WorkerThread", 0),
-        Some(Role::Foreign)
-    );
-    // The profiler's own threads, whoever's lock they take (their own included).
-    assert_eq!(
-        role_from_ids_and_name(100, 200, 200, "mmaplock-prof", 200),
-        Some(Role::Profiler)
-    );
-    assert_eq!(
-        role_from_ids_and_name(200, 200, 200, "mmaplock-prof", 200),
-        Some(Role::Profiler)
-    );
+    // (owner, tid, tgid, comm, the profiler's pid): role.
+    for (ids, role) in [
+        ((100, 100, 100, "node", 0), Some(Role::Main)),
+        ((100, 101, 100, "node", 0), None),
+        ((100, 200, 200, "node", 0), Some(Role::Foreign)),
+        ((100, 200, 200, "WorkerThread", 0), Some(Role::Foreign)),
+        // The profiler's own threads, whoever's lock they take (their own included).
+        ((100, 200, 200, "mmaplock-prof", 200), Some(Role::Profiler)),
+        ((200, 200, 200, "mmaplock-prof", 200), Some(Role::Profiler)),
+    ] {
+        let (owner, tid, tgid, comm, profiler) = ids;
+        assert_eq!(
+            role_from_ids_and_name(owner, tid, tgid, comm, profiler),
+            role,
+            "{ids:?}"
+        );
+    }
 }
 
 #[test]
@@ -136,7 +159,7 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     let mut roles = Roles::default();
     let (old, new) = (ProcId::new(100, 1_000), ProcId::new(100, 9_000));
     let (old_t, new_t) = (ThreadId::new(101, 2_000), ThreadId::new(101, 9_500));
-    let role = |roles: &mut Roles, p, t, c| roles.decide(p, t, 100, &comm(c), 0).role;
+    let role = |roles: &mut Roles, p, t, c| roles.decide(&seen(p, t, 100, c)).role;
     assert_eq!(role(&mut roles, old, old_t, "WorkerThread"), Role::Worker);
     // Decided once: a later name does not change it.
     assert_eq!(role(&mut roles, old, old_t, "libuv-worker"), Role::Worker);
@@ -148,7 +171,7 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     // A foreign thread on the new process's lock.
     let foreign = ThreadId::new(300, 1);
     assert_eq!(
-        roles.decide(new, foreign, 300, &comm("ps"), 0).role,
+        roles.decide(&seen(new, foreign, 300, "ps")).role,
         Role::Foreign
     );
     assert_eq!(roles.cached_threads(), 4);
@@ -168,43 +191,63 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     assert_eq!((roles.cached_threads(), roles.cached_processes()), (0, 0));
 }
 
-/// A joinable thread of this process running `body` (join it before the test ends).
+/// A thread of this process, asleep in [`mlp_test_thread_body`] for a while, joined on drop.
 #[cfg(target_arch = "x86_64")]
-fn start_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> libc::pthread_t {
-    let mut t: libc::pthread_t = 0;
-    // SAFETY: a joinable thread with no argument; the caller joins it.
-    let rc = unsafe { libc::pthread_create(&mut t, std::ptr::null(), body, std::ptr::null_mut()) };
-    assert_eq!(rc, 0);
-    t
+struct SleepingThread(libc::pthread_t);
+
+#[cfg(target_arch = "x86_64")]
+extern "C" fn mlp_test_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::ptr::null_mut()
+}
+
+#[cfg(target_arch = "x86_64")]
+impl SleepingThread {
+    fn start() -> SleepingThread {
+        let mut t: libc::pthread_t = 0;
+        // SAFETY: a joinable thread with no argument, joined on drop.
+        let rc = unsafe {
+            libc::pthread_create(
+                &mut t,
+                std::ptr::null(),
+                mlp_test_thread_body,
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(rc, 0);
+        SleepingThread(t)
+    }
+
+    /// Its fs base: its struct pthread (pthread_t on x86_64 glibc).
+    fn fsbase(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for SleepingThread {
+    fn drop(&mut self) {
+        // SAFETY: the thread created by `start`, joined once.
+        unsafe { libc::pthread_join(self.0, std::ptr::null_mut()) };
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_only() {
-    extern "C" fn mlp_test_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        std::ptr::null_mut()
-    }
-    // This test process stands for a target: not the profiler.
-    let mut roles = Roles {
-        profiler: 0,
-        ..Roles::default()
-    };
+    let mut roles = in_a_target();
     let offset = roles.offset.expect("glibc start_routine offset");
     assert!(offset > 0 && offset < 4096);
     // A second thread of this process, with a start routine we know.
-    let t = start_thread(mlp_test_thread_body);
-    // Its fs base is its struct pthread (pthread_t on x86_64 glibc).
-    let fsbase = t as u64;
-    let found = roles.start_routine(me(), fsbase);
+    let t = SleepingThread::start();
+    let found = roles.start_routine(me(), t.fsbase());
     // Under the pid of a process that is gone, nothing is read: our memory is not its.
-    let stale = roles.start_routine(my_predecessor(), fsbase);
+    let stale = roles.start_routine(my_predecessor(), t.fsbase());
     // Through the cache: observed now, symbolized when asked.
     let thread = ThreadId::new(u32::MAX, 1);
-    roles.observe(me(), thread, me().pid, &comm(""), fsbase, 0);
-    roles.observe(my_predecessor(), thread, me().pid, &comm(""), fsbase, 0);
-    // SAFETY: joining the thread created above.
-    unsafe { libc::pthread_join(t, std::ptr::null_mut()) };
+    roles.observe(&own(me(), thread, t.fsbase()), 0);
+    roles.observe(&own(my_predecessor(), thread, t.fsbase()), 0);
+    drop(t);
 
     let (name, module) = found.expect("start routine");
     assert!(name.contains("mlp_test_thread_body"), "{name}");
@@ -225,10 +268,7 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
             origin: None
         })
     ));
-    assert_eq!(
-        roles.decide(me(), thread, me().pid, &comm(""), 0).role,
-        Role::Other
-    );
+    assert_eq!(roles.decide(&own(me(), thread, 0)).role, Role::Other);
     roles.forget_process(me());
     roles.forget_process(my_predecessor());
     assert_eq!((roles.cached_threads(), roles.cached_processes()), (0, 0));
@@ -240,42 +280,27 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
-    extern "C" fn mlp_test_announced_body(_: *mut libc::c_void) -> *mut libc::c_void {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        std::ptr::null_mut()
-    }
-    let mut roles = Roles {
-        profiler: 0,
-        ..Roles::default()
-    };
-    let t = start_thread(mlp_test_announced_body);
-    let fsbase = t as u64;
+    let mut roles = in_a_target();
+    let t = SleepingThread::start();
+    let fsbase = t.fsbase();
     // While the process lives: its maps, and the site of the mapping the routine is in.
-    roles.observe(
-        me(),
-        ThreadId::new(u32::MAX, 1),
-        me().pid,
-        &comm(""),
-        fsbase,
-        0,
-    );
-    // SAFETY: joining the thread created above.
-    unsafe { libc::pthread_join(t, std::ptr::null_mut()) };
+    roles.observe(&own(me(), ThreadId::new(u32::MAX, 1), fsbase), 0);
+    drop(t);
     // The same process, gone: what was learnt of it is kept under its id (pid and start).
     let gone = my_predecessor();
     let entry = roles.processes.remove(&me()).expect("observed");
     assert_eq!(entry.sites.len(), 1);
     roles.processes.insert(gone, entry);
-    let routine = mlp_test_announced_body as *const () as u64;
+    let routine = mlp_test_thread_body as *const () as u64;
     let read_by_itself = ThreadId::new(u32::MAX - 1, 1);
     let not_read = ThreadId::new(u32::MAX - 2, 1);
     let elsewhere = ThreadId::new(u32::MAX - 3, 1);
-    roles.observe(gone, read_by_itself, gone.pid, &comm(""), fsbase, routine);
-    roles.observe(gone, not_read, gone.pid, &comm(""), fsbase, 0);
     // An address in no mapping placed while it lived (our stack).
     let local = 0u64;
     let stack = std::ptr::from_ref(&local) as u64;
-    roles.observe(gone, elsewhere, gone.pid, &comm(""), fsbase, stack);
+    for (thread, start_routine) in [(read_by_itself, routine), (not_read, 0), (elsewhere, stack)] {
+        roles.observe(&own(gone, thread, fsbase), start_routine);
+    }
     let threads = &roles.processes[&gone].threads;
     assert!(matches!(
         threads[&read_by_itself],
@@ -295,7 +320,7 @@ fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
         unreachable!()
     };
     let name = symbolize(&roles.symbolizer, site, *offset);
-    assert!(name.contains("mlp_test_announced_body"), "{name}");
+    assert!(name.contains("mlp_test_thread_body"), "{name}");
 }
 
 /// An exec's notice is read at the next reading, maybe after a short process's end: the
@@ -303,10 +328,7 @@ fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
 /// threads, and the maps read before the exec, are forgotten.
 #[test]
 fn an_exec_read_late_keeps_the_new_images_threads_and_drops_the_old_ones() {
-    let mut roles = Roles {
-        profiler: 0,
-        ..Roles::default()
-    };
+    let mut roles = in_a_target();
     let p = ProcId::new(4_000_000, 100);
     let ns_per_tick = 1_000_000_000 / ids::clock_ticks();
     let exec_ns = 200 * ns_per_tick + 1;
@@ -314,11 +336,15 @@ fn an_exec_read_late_keeps_the_new_images_threads_and_drops_the_old_ones() {
     let new = ThreadId::new(4_000_002, 203);
     let main = ThreadId::new(p.pid, p.start);
     for t in [old, new, main] {
-        roles.observe(p, t, p.pid, &comm("V8Worker"), 0, 0);
+        roles.observe(&seen(p, t, p.pid, "V8Worker"), 0);
     }
+    // Maps read at `ns`.
+    let read_maps = |roles: &mut Roles, ns| {
+        let e = roles.processes.get_mut(&p).unwrap();
+        (e.maps_read_ns, e.maps) = (ns, Some((Maps::default(), true)));
+    };
     // Maps read before the exec are the old image's.
-    roles.processes.get_mut(&p).unwrap().maps_read_ns = exec_ns - 1;
-    roles.processes.get_mut(&p).unwrap().maps = Some((Maps::default(), true));
+    read_maps(&mut roles, exec_ns - 1);
     // Nothing of the process is alive any more.
     roles.forget_image(p, exec_ns, |_| false);
     let e = &roles.processes[&p];
@@ -327,8 +353,7 @@ fn an_exec_read_late_keeps_the_new_images_threads_and_drops_the_old_ones() {
     kept.sort();
     assert_eq!(kept, vec![new]);
     // Maps read after it are the new image's, and stay.
-    roles.processes.get_mut(&p).unwrap().maps_read_ns = exec_ns + 1;
-    roles.processes.get_mut(&p).unwrap().maps = Some((Maps::default(), true));
+    read_maps(&mut roles, exec_ns + 1);
     roles.forget_image(p, exec_ns, |_| false);
     assert!(roles.processes[&p].maps.is_some());
     assert!(roles.processes[&p].threads.contains_key(&new));
