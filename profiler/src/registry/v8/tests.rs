@@ -218,6 +218,11 @@ const M_BYTECODE: u64 = 0x1600;
 const M_ARRAY: u64 = 0x1700;
 const M_CONTEXT: u64 = 0x1800;
 
+/// The JSFunction the frames below hold, and the SFIs of the functions put at its address.
+const F: u64 = 0x20000;
+const HOT: u64 = 0x30000;
+const OTHER: u64 = 0x40000;
+
 impl World {
     fn new() -> World {
         let layout = Arc::new(Layout::from_symbols(&metadata::tests::node20(), "node").unwrap());
@@ -237,6 +242,22 @@ impl World {
             heap.put(m, &[0, u64::from(ty) << 32]);
         }
         World { heap, layout }
+    }
+
+    /// A process reading this heap.
+    fn v8(&self) -> V8Process<&FakeHeap> {
+        V8Process::new(Arc::clone(&self.layout), &self.heap)
+    }
+
+    /// `hot` at [`F`] (its SFI at [`HOT`], defined at column 12, its code at 0x5000_0000).
+    fn put_hot(&self) {
+        self.function(F, HOT, "hot", 12, 0x5000_0000);
+    }
+
+    /// `other` at [`F`] (its SFI at [`OTHER`], defined at column 40, its code at
+    /// 0x6000_0000): what the GC made at `hot`'s address after moving it.
+    fn put_other(&self) {
+        self.function(F, OTHER, "other", 40, 0x6000_0000);
     }
 
     fn string(&self, at: u64, s: &str) -> u64 {
@@ -312,10 +333,9 @@ fn compiled(f: u64, pc: u64, context: u64) -> JsSlots {
 #[test]
 fn a_function_moved_and_another_at_its_address_is_never_named_for_it() {
     let w = World::new();
-    let (f, hot, other) = (0x20000, 0x30000, 0x40000);
-    w.function(f, hot, "hot", 12, 0x5000_0000);
-    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
-    let hot_frame = compiled(f, 0x5000_0010, hot + 0x300);
+    w.put_hot();
+    let mut v8 = w.v8();
+    let hot_frame = compiled(F, 0x5000_0010, HOT + 0x300);
     let named = |name: &str, loc: &str| {
         Resolved::Named(JsFunction {
             name: name.into(),
@@ -330,39 +350,38 @@ fn a_function_moved_and_another_at_its_address_is_never_named_for_it() {
     // The GC moved it and made another function (of other code, in another context) at its
     // address: the frame's return address is not in that function's code, and the frame's
     // context is not its context.
-    w.function(f, other, "other", 40, 0x6000_0000);
+    w.put_other();
     assert_eq!(v8.resolve_all(&[hot_frame]), vec![Resolved::Unknown]);
     // A frame of `other` running code that is not its current one (on-stack replacement):
     // named, its context being the function's own.
-    let osr = compiled(f, 0x5800_0010, other + 0x300);
+    let osr = compiled(F, 0x5800_0010, OTHER + 0x300);
     assert_eq!(v8.resolve_all(&[osr]), vec![named("other", "app.js:2:31")]);
     // Its function's memory gone: unknown.
-    w.heap.0.borrow_mut().remove(&f);
+    w.heap.0.borrow_mut().remove(&F);
     assert_eq!(v8.resolve_all(&[osr]), vec![Resolved::Unknown]);
 }
 
 #[test]
 fn an_interpreted_frame_is_named_only_with_its_own_bytecode() {
     let w = World::new();
-    let (f, hot, other) = (0x20000, 0x30000, 0x40000);
-    w.function(f, hot, "hot", 12, 0x5000_0000);
-    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    w.put_hot();
+    let mut v8 = w.v8();
     let frame = JsSlots {
         kind: SlotKind::Interpreted {
-            bytecode_array: hot + 0x100 + 1,
+            bytecode_array: HOT + 0x100 + 1,
             offset: 60,
         },
-        ..compiled(f, 0x1234, hot + 0x300)
+        ..compiled(F, 0x1234, HOT + 0x300)
     };
     assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "hot"));
     // Another function at its address: its bytecode is not the frame's.
-    w.function(f, other, "other", 40, 0x6000_0000);
+    w.put_other();
     assert_eq!(v8.resolve_all(&[frame]), vec![Resolved::Unknown]);
     // An offset outside the bytecode: not an interpreted frame of it.
-    w.function(f, hot, "hot", 12, 0x5000_0000);
+    w.put_hot();
     let outside = JsSlots {
         kind: SlotKind::Interpreted {
-            bytecode_array: hot + 0x100 + 1,
+            bytecode_array: HOT + 0x100 + 1,
             offset: 4096,
         },
         ..frame
@@ -373,13 +392,13 @@ fn an_interpreted_frame_is_named_only_with_its_own_bytecode() {
 #[test]
 fn a_cached_name_is_dropped_when_its_sfi_address_holds_another() {
     let w = World::new();
-    let (f, sfi) = (0x20000, 0x30000);
-    w.function(f, sfi, "first", 12, 0x5000_0000);
-    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
-    let frame = compiled(f, 0x5000_0010, sfi + 0x300);
+    let sfi = HOT;
+    w.function(F, sfi, "first", 12, 0x5000_0000);
+    let mut v8 = w.v8();
+    let frame = compiled(F, 0x5000_0010, sfi + 0x300);
     assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "first"));
     // Another SharedFunctionInfo at the same address (its scope info elsewhere).
-    w.function(f, sfi, "second", 12, 0x5000_0000);
+    w.function(F, sfi, "second", 12, 0x5000_0000);
     let scope = w.heap.0.borrow()[&(sfi + 0x500)].clone();
     w.heap.0.borrow_mut().insert(sfi + 0x600, scope);
     w.heap.put(
