@@ -20,6 +20,7 @@
 //! from (a different object at the same address has other fields).
 
 pub mod heap;
+pub mod memory;
 pub mod metadata;
 pub mod names;
 
@@ -31,7 +32,8 @@ use std::{
     sync::Arc,
 };
 
-use heap::{Heap, Memory, Prefetched, ProcessMemory, is_heap_object, smi};
+use heap::{Heap, is_heap_object, smi};
+use memory::{Memory, Prefetched, ProcessMemory};
 use metadata::{Layout, LayoutError};
 use names::line_column;
 

@@ -173,7 +173,7 @@ fn a_live_nodes_unwinder_reads_its_v8_layout() {
 #[derive(Default)]
 struct FakeHeap(std::cell::RefCell<std::collections::BTreeMap<u64, Vec<u8>>>);
 
-impl heap::Memory for FakeHeap {
+impl memory::Memory for FakeHeap {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         let m = self.0.borrow();
         let Some((start, bytes)) = m.range(..=addr).next_back() else {
@@ -413,7 +413,7 @@ fn a_cached_name_is_dropped_when_its_sfi_address_holds_another() {
 /// made unreadable between two objects of one "chunk").
 #[test]
 fn process_memory_reads_many_ranges_each_whole_or_not_at_all() {
-    use heap::{Memory, ProcessMemory};
+    use memory::{Memory, ProcessMemory};
     let page = 4096usize;
     // Three pages, 256 KiB-aligned as V8 chunks are, the middle one unreadable.
     let len = 512 << 10;
