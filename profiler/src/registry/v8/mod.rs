@@ -29,6 +29,7 @@ pub mod heap;
 pub mod memory;
 pub mod metadata;
 pub mod names;
+pub mod symbols;
 
 use std::{
     cell::RefCell,
@@ -60,7 +61,7 @@ impl SharedLayouts {
         if let Some(l) = self.0.borrow().get(&key) {
             return l.clone();
         }
-        let l = metadata::read_symbols(path)
+        let l = symbols::read_symbols(path)
             .and_then(|s| Layout::from_symbols(&s, shown))
             .map(Arc::new);
         self.0.borrow_mut().insert(key, l.clone());

@@ -57,7 +57,7 @@ fn script() -> String {
 
 /// The node binary to test: `MMAPLOCK_PROF_TEST_NODE` (another version's, with its libraries
 /// through `LD_LIBRARY_PATH`), else the installed one, if any.
-fn node() -> Option<std::path::PathBuf> {
+pub(super) fn node() -> Option<std::path::PathBuf> {
     if let Some(p) = std::env::var_os("MMAPLOCK_PROF_TEST_NODE") {
         return Some(p.into());
     }
@@ -116,7 +116,7 @@ fn functions_of_every_shape_are_named_as_v8s_perf_map_names_them() {
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|p| p.contains("libnode.so"))
         .map_or(node.clone(), std::path::PathBuf::from);
-    let syms = metadata::read_symbols(&v8_binary).unwrap();
+    let syms = symbols::read_symbols(&v8_binary).unwrap();
     let layout = Arc::new(Layout::from_symbols(&syms, "node").unwrap());
     let pid = child.id();
     let mut v8 = V8Process::new(layout, ProcessMemory { pid });
