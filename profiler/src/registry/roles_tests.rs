@@ -1,9 +1,9 @@
-//! Roles and names: the rules, and caches keyed by process and thread *and* start time.
-
-use std::{fs, path::Path};
+//! Roles decided once per thread and kept per process and thread *and* start time: reused
+//! ids, start routines read from live threads and placed after their process is gone, an
+//! exec's old image forgotten, a library behind an addon. The rules themselves are tested in
+//! `role`, process names in `names`, addon libraries in `addonlibs`.
 
 use super::*;
-use crate::registry::names::ProcessNames;
 
 /// This process as the kernel names it.
 pub(crate) fn me() -> ProcId {
@@ -16,7 +16,7 @@ pub(crate) fn my_predecessor() -> ProcId {
     ProcId::new(p.pid, p.start.saturating_sub(1000))
 }
 
-fn comm(name: &str) -> [u8; COMM_LEN] {
+pub(crate) fn comm(name: &str) -> [u8; COMM_LEN] {
     let mut c = [0u8; COMM_LEN];
     c[..name.len()].copy_from_slice(name.as_bytes());
     c
@@ -48,110 +48,6 @@ fn in_a_target() -> Roles {
         profiler: 0,
         ..Roles::default()
     }
-}
-
-#[test]
-fn roles_from_ids() {
-    // (owner, tid, tgid, comm, the profiler's pid): role.
-    for (ids, role) in [
-        ((100, 100, 100, "node", 0), Some(Role::Main)),
-        ((100, 101, 100, "node", 0), None),
-        ((100, 200, 200, "node", 0), Some(Role::Foreign)),
-        ((100, 200, 200, "WorkerThread", 0), Some(Role::Foreign)),
-        // The profiler's own threads, whoever's lock they take (their own included).
-        ((100, 200, 200, "mmaplock-prof", 200), Some(Role::Profiler)),
-        ((200, 200, 200, "mmaplock-prof", 200), Some(Role::Profiler)),
-    ] {
-        let (owner, tid, tgid, comm, profiler) = ids;
-        assert_eq!(
-            role_from_ids_and_name(owner, tid, tgid, comm, profiler),
-            role,
-            "{ids:?}"
-        );
-    }
-}
-
-#[test]
-fn roles_from_runtime_thread_names() {
-    let r = |c| role_from_ids_and_name(1, 2, 1, c, 0);
-    assert_eq!(r("WorkerThread"), Some(Role::Worker));
-    assert_eq!(r("libuv-worker"), Some(Role::Libuv));
-    assert_eq!(r("V8Worker"), Some(Role::V8));
-    assert_eq!(r("V8 DefaultWorke"), Some(Role::V8));
-    assert_eq!(r("node inspector"), Some(Role::Inspector));
-    assert_eq!(Role::Libuv.as_str(), "libuv");
-}
-
-#[test]
-fn roles_from_node_20_start_routines() {
-    let node = Some(Path::new("/usr/bin/node"));
-    let r = role_from_start_routine;
-    assert_eq!(
-        r(
-            "node::worker::Worker::StartThread(v8::FunctionCallbackInfo<v8::Value> const&)::{lambda(void*)#1}::_FUN(void*)",
-            node
-        ),
-        Role::Worker
-    );
-    assert_eq!(r("worker", node), Role::Libuv);
-    assert_eq!(
-        r(
-            "node::(anonymous namespace)::PlatformWorkerThread(void*)",
-            node
-        ),
-        Role::V8
-    );
-    assert_eq!(
-        r(
-            "node::inspector::(anonymous namespace)::StartIoThreadMain(void*)",
-            node
-        ),
-        Role::Inspector
-    );
-    assert_eq!(
-        r("spin", Some(Path::new("/x/build/Release/churn.node"))),
-        Role::Addon
-    );
-    assert_eq!(r("start_thread_of_something", node), Role::Other);
-}
-
-#[test]
-fn comm_bytes_to_text() {
-    assert_eq!(comm_str(&comm("node")), "node");
-    assert_eq!(comm_str(&[b'x'; COMM_LEN]), "x".repeat(COMM_LEN));
-}
-
-#[test]
-fn own_process_name_from_proc() {
-    let mut names = ProcessNames::default();
-    let expected = fs::read_to_string("/proc/self/comm").unwrap();
-    assert_eq!(names.get(me(), None), expected.trim_end());
-    assert_eq!(names.cached(me()), Some(expected.trim_end()));
-    assert_eq!(
-        names.get(ProcId::new(u32::MAX - 1, 0), Some("gone")),
-        "gone"
-    );
-    assert_eq!(names.len(), 1);
-}
-
-#[test]
-fn a_reused_pid_does_not_name_the_process_before_it() {
-    let mut names = ProcessNames::default();
-    // The process that had our pid before us is gone: its name is what the kernel said.
-    names.prime(my_predecessor());
-    assert_eq!(names.cached(my_predecessor()), None);
-    assert_eq!(names.get(my_predecessor(), Some("old")), "old");
-    assert_eq!(names.get(my_predecessor(), None), "?");
-    assert_eq!(names.len(), 0);
-    // We are named from /proc, and forgotten on exit.
-    names.prime(me());
-    assert!(names.cached(me()).is_some());
-    assert_eq!(names.len(), 1);
-    names.forget(my_predecessor());
-    assert_eq!(names.len(), 1);
-    names.forget(me());
-    assert_eq!(names.len(), 0);
-    assert_eq!(names.cached(me()), None);
 }
 
 #[test]
@@ -359,217 +255,68 @@ fn an_exec_read_late_keeps_the_new_images_threads_and_drops_the_old_ones() {
     assert!(roles.processes[&p].threads.contains_key(&new));
 }
 
-mod addon_libraries {
-    use super::*;
-    use crate::registry::addonlibs::{Linked, behind_addons, linked_objects, read_dynamic};
+#[inline(never)]
+extern "C" fn mlp_library_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+    std::ptr::null_mut()
+}
 
-    fn lib(path: &str, soname: Option<&str>, needed: &[&str]) -> Linked {
-        Linked {
-            path: path.into(),
-            soname: soname.map(Into::into),
-            needed: Some(needed.iter().map(|n| n.to_string()).collect()),
-        }
-    }
-
-    const SHARP: &str = "/app/node_modules/@img/sharp-linux-x64/lib/sharp-linux-x64.node";
-    const VIPS: &str = "/app/node_modules/@img/sharp-libvips-linux-x64/lib/libvips-cpp.so.8.17.1";
-
-    /// A process as sharp's makes it: node (which needs libstdc++ and the C library), sharp's
-    /// addon, the libvips it needs (by soname, a file of another name), and what libvips needs.
-    fn sharp_process() -> Vec<Linked> {
-        vec![
-            lib(
-                "/usr/bin/node",
-                None,
-                &["libstdc++.so.6", "libm.so.6", "libc.so.6"],
-            ),
-            lib(
-                "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
-                Some("libstdc++.so.6"),
-                &["libm.so.6", "libc.so.6", "libgcc_s.so.1"],
-            ),
-            lib(
-                "/usr/lib/x86_64-linux-gnu/libm.so.6",
-                Some("libm.so.6"),
-                &["libc.so.6"],
-            ),
-            // No soname: found by its file name.
-            lib(
-                "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
-                None,
-                &["libc.so.6"],
-            ),
-            lib(
-                "/usr/lib/x86_64-linux-gnu/libc.so.6",
-                Some("libc.so.6"),
-                &["ld-linux-x86-64.so.2"],
-            ),
-            lib(
-                "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-                Some("ld-linux-x86-64.so.2"),
-                &[],
-            ),
-            lib(
-                SHARP,
-                None,
-                &[
-                    "libvips-cpp.so.42",
-                    "libstdc++.so.6",
-                    "libgcc_s.so.1",
-                    "libc.so.6",
-                ],
-            ),
-            lib(
-                VIPS,
-                Some("libvips-cpp.so.42"),
-                &["libglib-2.0.so.0", "libstdc++.so.6", "libc.so.6"],
-            ),
-            // Needed by path (linked without -l).
-            lib(
-                "/usr/lib/x86_64-linux-gnu/libglib-2.0.so.0.7400.0",
-                Some("libglib-2.0.so.0"),
-                &["/opt/extra/libextra.so", "libc.so.6"],
-            ),
-            lib("/opt/extra/libextra.so", None, &["libc.so.6"]),
-            // Another addon, needing glib too: it is the first addon's (in map order).
-            lib("/app/build/Release/other.node", None, &["libglib-2.0.so.0"]),
-        ]
-    }
-
-    #[test]
-    fn a_library_only_an_addon_needs_is_the_addons_and_what_node_needs_never_is() {
-        let objects = sharp_process();
-        let behind = behind_addons(&objects, Path::new("/usr/bin/node"));
-        let addon_of = |p: &str| behind.get(Path::new(p)).map(|a| a.to_str().unwrap());
-        assert_eq!(addon_of(VIPS), Some(SHARP));
-        assert_eq!(
-            addon_of("/usr/lib/x86_64-linux-gnu/libglib-2.0.so.0.7400.0"),
-            Some(SHARP)
-        );
-        assert_eq!(addon_of("/opt/extra/libextra.so"), Some(SHARP));
-        // What node needs itself, directly or not, is never an addon's, though the addons
-        // need it too.
-        for own in [
-            "/usr/bin/node",
-            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
-            "/usr/lib/x86_64-linux-gnu/libm.so.6",
-            "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
-            "/usr/lib/x86_64-linux-gnu/libc.so.6",
-            "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-        ] {
-            assert_eq!(addon_of(own), None, "{own}");
-        }
-        // An addon is not a library behind itself or another addon.
-        assert_eq!(addon_of(SHARP), None);
-        assert_eq!(addon_of("/app/build/Release/other.node"), None);
-        assert_eq!(behind.len(), 3, "{behind:?}");
-    }
-
-    #[test]
-    fn nothing_is_claimed_when_what_node_needs_cannot_be_told() {
-        let mut objects = sharp_process();
-        // The executable is not among the mapped files (or not known).
-        assert!(behind_addons(&objects, Path::new("/usr/local/bin/node")).is_empty());
-        // A file node needs could not be read: what it needs in turn is unknown, so the C
-        // library (needed by the addon too) could look like the addon's own.
-        objects[1].needed = None;
-        assert!(behind_addons(&objects, Path::new("/usr/bin/node")).is_empty());
-        // A file only the addon needs could not be read: only what lies behind it is hidden.
-        let mut objects = sharp_process();
-        objects[8].needed = None;
-        let behind = behind_addons(&objects, Path::new("/usr/bin/node"));
-        assert!(behind.contains_key(Path::new(VIPS)));
-        assert!(!behind.contains_key(Path::new("/opt/extra/libextra.so")));
-    }
-
-    /// The dynamic sections of real files: this test binary needs the C library, whose
-    /// soname is its file name; in a process with no addon, nothing is behind one.
-    #[test]
-    fn dynamic_sections_are_read_from_the_files_as_mapped() {
-        let exe = std::env::current_exe().unwrap();
-        let (soname, needed) =
-            read_dynamic(fs::File::open(&exe).unwrap()).expect("our dynamic section");
-        assert_eq!(soname, None);
-        assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
-        let maps = Maps::read_code(std::process::id()).unwrap();
-        let objects = linked_objects(std::process::id(), &maps);
-        let libc = objects
-            .iter()
-            .find(|o| o.path.file_name().is_some_and(|n| n == "libc.so.6"))
-            .expect("the C library is mapped");
-        assert_eq!(libc.soname.as_deref(), Some("libc.so.6"));
-        assert!(objects.iter().all(|o| o.needed.is_some()), "{objects:?}");
-        assert!(behind_addons(&objects, &exe).is_empty());
-        // Not an ELF file.
-        let dir = tempfile::tempdir().unwrap();
-        let junk = dir.path().join("junk.so");
-        fs::write(&junk, b"not an ELF file").unwrap();
-        assert_eq!(read_dynamic(fs::File::open(&junk).unwrap()), None);
-    }
-
-    #[inline(never)]
-    extern "C" fn mlp_library_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
-        std::ptr::null_mut()
-    }
-
-    /// A start routine whose name says nothing: `other`, unless its file is behind an addon,
-    /// then `addon` with its origin. A name that says something keeps its role.
-    #[test]
-    fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
-        let me = std::process::id();
-        let maps = Maps::read_code(me).unwrap();
-        let addr = mlp_library_thread_body as *const () as u64;
-        let m = maps.find(addr).unwrap();
-        let readable = readable_path(me, m).unwrap();
-        let origin = Arc::new(AddonOrigin {
-            addon: "/app/spawner.node".into(),
-            library: Some("/app/libspawner.so".into()),
-        });
-        let pending = |origin: Option<Arc<AddonOrigin>>| {
-            ThreadRole::Pending(Some((
-                Site {
-                    mapped: "/app/libspawner.so".into(),
-                    readable: readable.clone(),
-                    origin,
-                },
-                m.file_offset(addr),
-            )))
-        };
-        let symbolizer = Symbolizer::new();
-        let t = ThreadId::new(1, 1);
-        let mut behind = pending(Some(origin.clone()));
-        let d = resolve(&symbolizer, t, &mut behind);
-        assert_eq!(
-            d,
-            Decided {
-                role: Role::Addon,
-                origin: Some(origin.clone())
-            }
-        );
-        assert!(matches!(behind, ThreadRole::Known(ref k) if *k == d));
-        assert_eq!(
-            resolve(&symbolizer, t, &mut pending(None)),
-            Role::Other.into()
-        );
-        // A routine whose name gives a role keeps it, even in a library behind an addon.
-        let named = mlp_inspector_thread_body as *const () as u64;
-        let m = maps.find(named).unwrap();
-        let mut inspector = ThreadRole::Pending(Some((
+/// A start routine whose name says nothing: `other`, unless its file is behind an addon,
+/// then `addon` with its origin. A name that says something keeps its role.
+#[test]
+fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
+    let me = std::process::id();
+    let maps = Maps::read_code(me).unwrap();
+    let addr = mlp_library_thread_body as *const () as u64;
+    let m = maps.find(addr).unwrap();
+    let readable = readable_path(me, m).unwrap();
+    let origin = Arc::new(AddonOrigin {
+        addon: "/app/spawner.node".into(),
+        library: Some("/app/libspawner.so".into()),
+    });
+    let pending = |origin: Option<Arc<AddonOrigin>>| {
+        ThreadRole::Pending(Some((
             Site {
                 mapped: "/app/libspawner.so".into(),
-                readable: readable_path(me, m).unwrap(),
-                origin: Some(origin),
+                readable: readable.clone(),
+                origin,
             },
-            m.file_offset(named),
-        )));
-        assert_eq!(
-            resolve(&symbolizer, t, &mut inspector),
-            Role::Inspector.into()
-        );
-    }
+            m.file_offset(addr),
+        )))
+    };
+    let symbolizer = Symbolizer::new();
+    let t = ThreadId::new(1, 1);
+    let mut behind = pending(Some(origin.clone()));
+    let d = resolve(&symbolizer, t, &mut behind);
+    assert_eq!(
+        d,
+        Decided {
+            role: Role::Addon,
+            origin: Some(origin.clone())
+        }
+    );
+    assert!(matches!(behind, ThreadRole::Known(ref k) if *k == d));
+    assert_eq!(
+        resolve(&symbolizer, t, &mut pending(None)),
+        Role::Other.into()
+    );
+    // A routine whose name gives a role keeps it, even in a library behind an addon.
+    let named = mlp_inspector_thread_body as *const () as u64;
+    let m = maps.find(named).unwrap();
+    let mut inspector = ThreadRole::Pending(Some((
+        Site {
+            mapped: "/app/libspawner.so".into(),
+            readable: readable_path(me, m).unwrap(),
+            origin: Some(origin),
+        },
+        m.file_offset(named),
+    )));
+    assert_eq!(
+        resolve(&symbolizer, t, &mut inspector),
+        Role::Inspector.into()
+    );
+}
 
-    #[inline(never)]
-    extern "C" fn mlp_inspector_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
-        std::ptr::null_mut()
-    }
+#[inline(never)]
+extern "C" fn mlp_inspector_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+    std::ptr::null_mut()
 }
