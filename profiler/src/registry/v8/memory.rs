@@ -263,3 +263,60 @@ impl Memory for ProcessMemory {
         ok
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reading another process's memory in ranges: nearby objects in one range, each request
+    /// given its own bytes, an unreadable one failing alone (here: our own memory, and a page
+    /// made unreadable between two objects of one "chunk").
+    #[test]
+    fn process_memory_reads_many_ranges_each_whole_or_not_at_all() {
+        let page = 4096usize;
+        // Three pages, 256 KiB-aligned as V8 chunks are, the middle one unreadable.
+        let len = 512 << 10;
+        // SAFETY: a fresh anonymous mapping, unmapped at the end of the test.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let chunk = ((base as usize + (256 << 10) - 1) & !((256 << 10) - 1)) as *mut u8;
+        for i in 0..3 * page {
+            // SAFETY: inside the mapping (a 256 KiB-aligned chunk lies within 512 KiB).
+            unsafe { *chunk.add(i) = (i % 251) as u8 };
+        }
+        // SAFETY: the middle page of the three, inside the mapping.
+        assert_eq!(
+            unsafe { libc::mprotect(chunk.add(page).cast(), page, libc::PROT_NONE) },
+            0
+        );
+        let at = |o: usize| chunk as u64 + o as u64;
+        let want = |o: usize, n: usize| (o..o + n).map(|i| (i % 251) as u8).collect::<Vec<_>>();
+        let mem = ProcessMemory {
+            pid: std::process::id(),
+        };
+        let mut reqs = vec![
+            (at(2 * page + 8), vec![0u8; 72]),
+            (at(16), vec![0u8; 72]),
+            (at(page + 8), vec![0u8; 24]),
+            (at(40), vec![0u8; 72]),
+            (0x10, vec![0u8; 8]),
+            (at(64), vec![]),
+        ];
+        let ok = mem.read_many(&mut reqs);
+        assert_eq!(ok, [true, true, false, true, false, true]);
+        assert_eq!(reqs[0].1, want(2 * page + 8, 72));
+        assert_eq!(reqs[1].1, want(16, 72));
+        assert_eq!(reqs[3].1, want(40, 72));
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(base, len) };
+    }
+}

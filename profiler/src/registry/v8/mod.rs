@@ -220,5 +220,4 @@ impl<M: Memory> V8Process<M> {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;
