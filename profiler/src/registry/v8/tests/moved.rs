@@ -54,11 +54,6 @@ const M_BYTECODE: u64 = 0x1600;
 const M_ARRAY: u64 = 0x1700;
 const M_CONTEXT: u64 = 0x1800;
 
-/// The JSFunction the frames below hold, and the SFIs of the functions put at its address.
-const F: u64 = 0x20000;
-const HOT: u64 = 0x30000;
-const OTHER: u64 = 0x40000;
-
 impl World {
     fn new() -> World {
         let layout = Arc::new(Layout::from_symbols(&metadata::tests::node20(), "node").unwrap());
@@ -155,6 +150,13 @@ impl World {
     }
 }
 
+/// The JSFunction the tests' frames hold, and the SFIs of the two functions the tests put at
+/// its address in turn (`hot`, then `other` where the GC moved `hot`).
+const F: u64 = 0x20000;
+const HOT: u64 = 0x30000;
+const OTHER: u64 = 0x40000;
+
+/// A frame of compiled code of the function at `f`, at `pc`, in `context`.
 fn compiled(f: u64, pc: u64, context: u64) -> JsSlots {
     JsSlots {
         index: 1,
