@@ -135,7 +135,7 @@ impl Attribution {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregation::ThreadDelta;
+    use crate::{aggregation::ThreadDelta, registry::roles::SeenThread};
     use profiler_common::{COMM_LEN, StatsKey, cause};
 
     #[test]
@@ -158,7 +158,14 @@ mod tests {
             fsbase: 0,
             stats: Default::default(),
         });
-        r.roles.observe(p, t, p.pid, &[0; COMM_LEN], 0, 0);
+        let seen = SeenThread {
+            owner: p,
+            thread: t,
+            tgid: p.pid,
+            comm: [0; COMM_LEN],
+            fsbase: 0,
+        };
+        r.roles.observe(&seen, 0);
         r.roles.forget_thread(p, t);
         r.roles.forget_process(p);
         assert_eq!(

@@ -218,3 +218,154 @@ pub fn read_dynamic(file: File) -> Option<(Option<String>, Vec<String>)> {
     }
     Some((soname, needed))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn lib(path: &str, soname: Option<&str>, needed: &[&str]) -> Linked {
+        Linked {
+            path: path.into(),
+            soname: soname.map(Into::into),
+            needed: Some(needed.iter().map(|n| n.to_string()).collect()),
+        }
+    }
+
+    const SHARP: &str = "/app/node_modules/@img/sharp-linux-x64/lib/sharp-linux-x64.node";
+    const VIPS: &str = "/app/node_modules/@img/sharp-libvips-linux-x64/lib/libvips-cpp.so.8.17.1";
+
+    /// A process as sharp's makes it: node (which needs libstdc++ and the C library), sharp's
+    /// addon, the libvips it needs (by soname, a file of another name), and what libvips needs.
+    fn sharp_process() -> Vec<Linked> {
+        vec![
+            lib(
+                "/usr/bin/node",
+                None,
+                &["libstdc++.so.6", "libm.so.6", "libc.so.6"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
+                Some("libstdc++.so.6"),
+                &["libm.so.6", "libc.so.6", "libgcc_s.so.1"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                Some("libm.so.6"),
+                &["libc.so.6"],
+            ),
+            // No soname: found by its file name.
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
+                None,
+                &["libc.so.6"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                Some("libc.so.6"),
+                &["ld-linux-x86-64.so.2"],
+            ),
+            lib(
+                "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                Some("ld-linux-x86-64.so.2"),
+                &[],
+            ),
+            lib(
+                SHARP,
+                None,
+                &[
+                    "libvips-cpp.so.42",
+                    "libstdc++.so.6",
+                    "libgcc_s.so.1",
+                    "libc.so.6",
+                ],
+            ),
+            lib(
+                VIPS,
+                Some("libvips-cpp.so.42"),
+                &["libglib-2.0.so.0", "libstdc++.so.6", "libc.so.6"],
+            ),
+            // Needed by path (linked without -l).
+            lib(
+                "/usr/lib/x86_64-linux-gnu/libglib-2.0.so.0.7400.0",
+                Some("libglib-2.0.so.0"),
+                &["/opt/extra/libextra.so", "libc.so.6"],
+            ),
+            lib("/opt/extra/libextra.so", None, &["libc.so.6"]),
+            // Another addon, needing glib too: it is the first addon's (in map order).
+            lib("/app/build/Release/other.node", None, &["libglib-2.0.so.0"]),
+        ]
+    }
+
+    #[test]
+    fn a_library_only_an_addon_needs_is_the_addons_and_what_node_needs_never_is() {
+        let objects = sharp_process();
+        let behind = behind_addons(&objects, Path::new("/usr/bin/node"));
+        let addon_of = |p: &str| behind.get(Path::new(p)).map(|a| a.to_str().unwrap());
+        assert_eq!(addon_of(VIPS), Some(SHARP));
+        assert_eq!(
+            addon_of("/usr/lib/x86_64-linux-gnu/libglib-2.0.so.0.7400.0"),
+            Some(SHARP)
+        );
+        assert_eq!(addon_of("/opt/extra/libextra.so"), Some(SHARP));
+        // What node needs itself, directly or not, is never an addon's, though the addons
+        // need it too.
+        for own in [
+            "/usr/bin/node",
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
+            "/usr/lib/x86_64-linux-gnu/libm.so.6",
+            "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        ] {
+            assert_eq!(addon_of(own), None, "{own}");
+        }
+        // An addon is not a library behind itself or another addon.
+        assert_eq!(addon_of(SHARP), None);
+        assert_eq!(addon_of("/app/build/Release/other.node"), None);
+        assert_eq!(behind.len(), 3, "{behind:?}");
+    }
+
+    #[test]
+    fn nothing_is_claimed_when_what_node_needs_cannot_be_told() {
+        let mut objects = sharp_process();
+        // The executable is not among the mapped files (or not known).
+        assert!(behind_addons(&objects, Path::new("/usr/local/bin/node")).is_empty());
+        // A file node needs could not be read: what it needs in turn is unknown, so the C
+        // library (needed by the addon too) could look like the addon's own.
+        objects[1].needed = None;
+        assert!(behind_addons(&objects, Path::new("/usr/bin/node")).is_empty());
+        // A file only the addon needs could not be read: only what lies behind it is hidden.
+        let mut objects = sharp_process();
+        objects[8].needed = None;
+        let behind = behind_addons(&objects, Path::new("/usr/bin/node"));
+        assert!(behind.contains_key(Path::new(VIPS)));
+        assert!(!behind.contains_key(Path::new("/opt/extra/libextra.so")));
+    }
+
+    /// The dynamic sections of real files: this test binary needs the C library, whose
+    /// soname is its file name; in a process with no addon, nothing is behind one.
+    #[test]
+    fn dynamic_sections_are_read_from_the_files_as_mapped() {
+        let exe = std::env::current_exe().unwrap();
+        let (soname, needed) =
+            read_dynamic(fs::File::open(&exe).unwrap()).expect("our dynamic section");
+        assert_eq!(soname, None);
+        assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
+        let maps = Maps::read_code(std::process::id()).unwrap();
+        let objects = linked_objects(std::process::id(), &maps);
+        let libc = objects
+            .iter()
+            .find(|o| o.path.file_name().is_some_and(|n| n == "libc.so.6"))
+            .expect("the C library is mapped");
+        assert_eq!(libc.soname.as_deref(), Some("libc.so.6"));
+        assert!(objects.iter().all(|o| o.needed.is_some()), "{objects:?}");
+        assert!(behind_addons(&objects, &exe).is_empty());
+        // Not an ELF file.
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.so");
+        fs::write(&junk, b"not an ELF file").unwrap();
+        assert_eq!(read_dynamic(fs::File::open(&junk).unwrap()), None);
+    }
+}

@@ -61,3 +61,42 @@ fn read_comm(p: ProcId) -> Option<String> {
     // `p` was seen (by the kernel) before this read: alive after it, it was the one read.
     ids::is_alive(p).then(|| name.trim_end().to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::roles::tests::{me, my_predecessor};
+
+    #[test]
+    fn own_process_name_from_proc() {
+        let mut names = ProcessNames::default();
+        let expected = fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(names.get(me(), None), expected.trim_end());
+        assert_eq!(names.cached(me()), Some(expected.trim_end()));
+        assert_eq!(
+            names.get(ProcId::new(u32::MAX - 1, 0), Some("gone")),
+            "gone"
+        );
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_name_the_process_before_it() {
+        let mut names = ProcessNames::default();
+        // The process that had our pid before us is gone: its name is what the kernel said.
+        names.prime(my_predecessor());
+        assert_eq!(names.cached(my_predecessor()), None);
+        assert_eq!(names.get(my_predecessor(), Some("old")), "old");
+        assert_eq!(names.get(my_predecessor(), None), "?");
+        assert_eq!(names.len(), 0);
+        // We are named from /proc, and forgotten on exit.
+        names.prime(me());
+        assert!(names.cached(me()).is_some());
+        assert_eq!(names.len(), 1);
+        names.forget(my_predecessor());
+        assert_eq!(names.len(), 1);
+        names.forget(me());
+        assert_eq!(names.len(), 0);
+        assert_eq!(names.cached(me()), None);
+    }
+}

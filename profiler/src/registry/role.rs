@@ -136,3 +136,80 @@ pub(super) fn role_from_start_routine(symbol: &str, module: Option<&Path>) -> Ro
         Role::Other
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::roles::tests::comm;
+
+    #[test]
+    fn roles_from_ids() {
+        // (owner, tid, tgid, comm, the profiler's pid): role.
+        for (ids, role) in [
+            ((100, 100, 100, "node", 0), Some(Role::Main)),
+            ((100, 101, 100, "node", 0), None),
+            ((100, 200, 200, "node", 0), Some(Role::Foreign)),
+            ((100, 200, 200, "WorkerThread", 0), Some(Role::Foreign)),
+            // The profiler's own threads, whoever's lock they take (their own included).
+            ((100, 200, 200, "mmaplock-prof", 200), Some(Role::Profiler)),
+            ((200, 200, 200, "mmaplock-prof", 200), Some(Role::Profiler)),
+        ] {
+            let (owner, tid, tgid, comm, profiler) = ids;
+            assert_eq!(
+                role_from_ids_and_name(owner, tid, tgid, comm, profiler),
+                role,
+                "{ids:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn roles_from_runtime_thread_names() {
+        let r = |c| role_from_ids_and_name(1, 2, 1, c, 0);
+        assert_eq!(r("WorkerThread"), Some(Role::Worker));
+        assert_eq!(r("libuv-worker"), Some(Role::Libuv));
+        assert_eq!(r("V8Worker"), Some(Role::V8));
+        assert_eq!(r("V8 DefaultWorke"), Some(Role::V8));
+        assert_eq!(r("node inspector"), Some(Role::Inspector));
+        assert_eq!(Role::Libuv.as_str(), "libuv");
+    }
+
+    #[test]
+    fn roles_from_node_20_start_routines() {
+        let node = Some(Path::new("/usr/bin/node"));
+        let r = role_from_start_routine;
+        assert_eq!(
+            r(
+                "node::worker::Worker::StartThread(v8::FunctionCallbackInfo<v8::Value> const&)::{lambda(void*)#1}::_FUN(void*)",
+                node
+            ),
+            Role::Worker
+        );
+        assert_eq!(r("worker", node), Role::Libuv);
+        assert_eq!(
+            r(
+                "node::(anonymous namespace)::PlatformWorkerThread(void*)",
+                node
+            ),
+            Role::V8
+        );
+        assert_eq!(
+            r(
+                "node::inspector::(anonymous namespace)::StartIoThreadMain(void*)",
+                node
+            ),
+            Role::Inspector
+        );
+        assert_eq!(
+            r("spin", Some(Path::new("/x/build/Release/churn.node"))),
+            Role::Addon
+        );
+        assert_eq!(r("start_thread_of_something", node), Role::Other);
+    }
+
+    #[test]
+    fn comm_bytes_to_text() {
+        assert_eq!(comm_str(&comm("node")), "node");
+        assert_eq!(comm_str(&[b'x'; COMM_LEN]), "x".repeat(COMM_LEN));
+    }
+}

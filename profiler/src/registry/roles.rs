@@ -30,6 +30,20 @@ use crate::{
     vocab::ids::{self, ProcId, ThreadId},
 };
 
+/// What the kernel saw of a thread taking a lock: enough to decide its role there. Taken
+/// from a reading or a new thread's announcement, while the thread lived.
+#[derive(Clone, Copy, Debug)]
+pub struct SeenThread {
+    /// The process whose lock it took.
+    pub owner: ProcId,
+    pub thread: ThreadId,
+    /// Its own process (another than `owner` for a foreign thread).
+    pub tgid: u32,
+    pub comm: [u8; COMM_LEN],
+    /// Where its glibc `struct pthread` is, which holds its start routine.
+    pub fsbase: u64,
+}
+
 /// Where a thread started: the start routine's file, as mapped (its name: an addon's ends in
 /// `.node`) and where we read it (`procmaps::readable_path`), and its offset in it (None:
 /// anonymous memory).
@@ -112,15 +126,14 @@ impl Roles {
     /// and mapping) is read now; symbolizing, which may take a while the first time for a big
     /// binary, waits until [`decide`](Self::decide) is asked. `start_routine`: the one the
     /// thread read itself as the kernel announced it (0: not read, we read it).
-    pub fn observe(
-        &mut self,
-        owner: ProcId,
-        thread: ThreadId,
-        tgid: u32,
-        comm: &[u8; COMM_LEN],
-        fsbase: u64,
-        start_routine: u64,
-    ) {
+    pub fn observe(&mut self, seen: &SeenThread, start_routine: u64) {
+        let SeenThread {
+            owner,
+            thread,
+            tgid,
+            comm,
+            fsbase,
+        } = *seen;
         if self
             .processes
             .get(&owner)
@@ -132,7 +145,7 @@ impl Roles {
             owner.pid,
             thread.tid,
             tgid,
-            &comm_str(comm),
+            &comm_str(&comm),
             self.profiler,
         ) {
             Some(r) => ThreadRole::Known(r.into()),
@@ -149,28 +162,12 @@ impl Roles {
             .insert(thread, known);
     }
 
-    /// Role of `thread` (of process `tgid`, named `comm`, fs base `fsbase`) on the lock of
-    /// process `owner`, with an addon thread's origin. Best called after
-    /// [`observe`](Self::observe), while the thread lived.
-    pub fn decide(
-        &mut self,
-        owner: ProcId,
-        thread: ThreadId,
-        tgid: u32,
-        comm: &[u8; COMM_LEN],
-        fsbase: u64,
-    ) -> Decided {
-        self.observe(owner, thread, tgid, comm, fsbase, 0);
-        let Roles {
-            processes,
-            symbolizer,
-            ..
-        } = self;
-        let known = processes
-            .get_mut(&owner)
-            .and_then(|e| e.threads.get_mut(&thread))
-            .expect("observed just above");
-        resolve(symbolizer, thread, known)
+    /// The role of a thread on its owner's lock, with an addon thread's origin. Best called
+    /// after [`observe`](Self::observe), while the thread lived.
+    pub fn decide(&mut self, seen: &SeenThread) -> Decided {
+        self.observe(seen, 0);
+        self.cached_role(seen.owner, seen.thread)
+            .expect("observed just above")
     }
 
     /// The role of a thread already observed, without noting anything new: a report asks

@@ -10,6 +10,7 @@
 //! parsed unwind tables) is dropped when it exits, after its stacks are symbolized, and a
 //! reused pid gets an unwinder of its own.
 
+mod deferred;
 mod labels;
 mod symbolize;
 
@@ -20,15 +21,13 @@ use profiler_common::{SampleDone, StackHeader, read_record, stack_record};
 use crate::{
     registry::perfmap::JsFunction,
     registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
-    registry::v8::{self, Resolved},
+    registry::v8,
     vocab::hist::SideStats,
     vocab::ids::{self, ProcId},
 };
 
+use deferred::Deferred;
 pub use labels::charge;
-
-/// Longest a sample's V8 frames wait to be named with others (objects move meanwhile).
-const MAX_DEFER: std::time::Duration = std::time::Duration::from_millis(3);
 
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
@@ -105,14 +104,6 @@ struct Pending {
     end: StackEnd,
 }
 
-/// A sample's V8 frames, to be named with others (within [`MAX_DEFER`], or at its batch's end).
-struct Deferred {
-    /// The sample, as [`SampleDone`] names it.
-    key: (u32, u32),
-    actor: ProcId,
-    slots: Vec<v8::JsSlots>,
-}
-
 /// The process whose lock a sample took (its start time in ticks, as [`ProcId`]s have it).
 fn owner(s: &StackHeader) -> ProcId {
     ProcId::new(s.owner, ids::ticks_of_ns(s.owner_start))
@@ -147,8 +138,8 @@ pub struct StackAttribution {
     /// ([`flush`](Self::flush)): one read of the target's memory per distinct object of the
     /// batch, not per frame (each read takes the target's `mmap_lock`).
     deferred: Vec<Deferred>,
-    /// When the first of them was unwound: they are named within [`MAX_DEFER`] of it (the
-    /// heap moves on).
+    /// When the first of them was unwound: they are named soon after (`deferred`: the heap
+    /// moves on).
     deferred_since: Option<std::time::Instant>,
     /// Outcomes that came in the current batch, joined to their samples once these are named.
     outcomes: Vec<SampleDone>,
@@ -158,21 +149,6 @@ pub struct StackAttribution {
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
     pub v8_work: std::time::Duration,
-}
-
-/// The index of `js` in the interned names, adding it if new.
-fn intern(
-    names: &mut Vec<JsFunction>,
-    index: &mut HashMap<JsFunction, u32>,
-    js: JsFunction,
-) -> u32 {
-    if let Some(&i) = index.get(&js) {
-        return i;
-    }
-    let i = names.len() as u32;
-    names.push(js.clone());
-    index.insert(js, i);
-    i
 }
 
 /// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
@@ -315,13 +291,7 @@ impl StackAttribution {
         self.work.0 += t0.elapsed();
         self.work.1 += 1;
         if let Some(d) = deferred {
-            let since = *self
-                .deferred_since
-                .get_or_insert_with(std::time::Instant::now);
-            self.deferred.push(d);
-            if since.elapsed() >= MAX_DEFER {
-                self.name_deferred();
-            }
+            self.defer(d);
         }
     }
 
@@ -332,49 +302,6 @@ impl StackAttribution {
         self.name_deferred();
         for d in std::mem::take(&mut self.outcomes) {
             self.on_done(&d);
-        }
-    }
-
-    /// Names the V8 frames of the samples deferred so far (see [`flush`](Self::flush)).
-    fn name_deferred(&mut self) {
-        self.deferred_since = None;
-        let t0 = std::time::Instant::now();
-        let deferred = std::mem::take(&mut self.deferred);
-        let mut by_actor: BTreeMap<ProcId, Vec<&Deferred>> = BTreeMap::new();
-        for d in &deferred {
-            by_actor.entry(d.actor).or_default().push(d);
-        }
-        for (actor, samples) in by_actor {
-            let Some(heap) = (self.unwinders.get_mut(&actor))
-                .and_then(Option::as_mut)
-                .and_then(|u| u.v8.as_mut())
-            else {
-                continue;
-            };
-            let all: Vec<v8::JsSlots> = samples.iter().flat_map(|d| d.slots.clone()).collect();
-            let mut resolved = heap.resolve_all(&all).into_iter();
-            for d in samples {
-                let named: Vec<Resolved> = resolved.by_ref().take(d.slots.len()).collect();
-                let Some(p) = self.pending.get_mut(&d.key) else {
-                    continue;
-                };
-                for (slot, r) in d.slots.iter().zip(named) {
-                    let js = match r {
-                        Resolved::Unknown => JsRef::Unknown,
-                        Resolved::Named(js) => {
-                            JsRef::Named(intern(&mut self.js_names, &mut self.js_index, js))
-                        }
-                    };
-                    if let Some(f) = p.frames.get_mut(slot.index) {
-                        f.js = js;
-                    }
-                }
-            }
-        }
-        if !deferred.is_empty() {
-            let spent = t0.elapsed();
-            self.v8_work += spent;
-            self.work.0 += spent;
         }
     }
 

@@ -285,7 +285,7 @@ impl ProcessUnwinder {
                 Ok(layout) => {
                     self.v8 = Some(crate::registry::v8::V8Process::new(
                         layout,
-                        crate::registry::v8::heap::ProcessMemory { pid: self.pid },
+                        crate::registry::v8::memory::ProcessMemory { pid: self.pid },
                     ));
                     self.v8_note = None;
                     return;

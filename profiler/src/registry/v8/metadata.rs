@@ -1,15 +1,13 @@
 //! V8's postmortem metadata (`v8dbg_*` symbols) of the binary that holds V8 in a process (node
 //! itself, or `libnode.so` for Debian's builds), turned into the [`Layout`] the frame and heap
-//! readers use. Every offset comes from that binary: names change between V8 versions (e.g.
+//! readers use (the symbols are read in `symbols`). Every offset comes from that binary: names change between V8 versions (e.g.
 //! `JSFunction__shared__SharedFunctionInfo`, `SharedFunctionInfo__script__Tagged_HeapObject_`),
 //! so fields are found by prefix. The few fields some releases leave out are derived from the
 //! fields they do export (e.g. `JSFunction::code` is the one tagged slot between `shared` and
 //! `prototype_or_initial_map` that no other symbol names); anything missing that cannot be
 //! derived makes the layout unknown, with a one-line reason, and no frame is named from it.
 
-use std::{collections::HashMap, path::Path};
-
-use object::read::elf::{FileHeader, SectionHeader};
+use super::symbols::{Symbols, version_of};
 
 /// Why a binary's V8 layout cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,93 +101,6 @@ pub struct ScopeInfoLayout {
     pub fixed_position_info: bool,
 }
 
-/// The symbols read from one binary: name -> value (the 32-bit integer each holds).
-pub type Symbols = HashMap<String, i64>;
-
-/// Reads every `v8dbg_*` symbol of `path` and V8's version.
-pub fn read_symbols(path: &Path) -> Result<Symbols, LayoutError> {
-    let file_name = path.display().to_string();
-    let unreadable = |why: String| LayoutError::Unreadable {
-        file: file_name.clone(),
-        why,
-    };
-    let file = std::fs::File::open(path).map_err(|e| unreadable(e.to_string()))?;
-    let data = object::ReadCache::new(file);
-    let header = object::elf::FileHeader64::<object::Endianness>::parse(&data)
-        .map_err(|e| unreadable(e.to_string()))?;
-    let endian = header.endian().map_err(|e| unreadable(e.to_string()))?;
-    let sections = header
-        .sections(endian, &data)
-        .map_err(|e| unreadable(e.to_string()))?;
-    // Each symbol table and its strings are read whole (one read each): looking names up
-    // one by one through the cache would take seconds for node's 100,000 symbols.
-    let all: Vec<_> = sections.iter().collect();
-    let mut out = Symbols::new();
-    // The dynamic symbols first (node and libnode.so export V8's metadata), the full table
-    // only if they lack it.
-    for kind in [object::elf::SHT_DYNSYM, object::elf::SHT_SYMTAB] {
-        if out.keys().any(|k| k.starts_with("v8dbg_")) {
-            break;
-        }
-        let Some(table) = all.iter().find(|t| t.sh_type(endian) == kind) else {
-            continue;
-        };
-        let (Ok(syms), Some(strtab)) = (
-            table.data(endian, &data),
-            all.get(table.sh_link(endian) as usize),
-        ) else {
-            continue;
-        };
-        let Ok(strs) = strtab.data(endian, &data) else {
-            continue;
-        };
-        for sym in syms.chunks_exact(24) {
-            let name_at = u32::from_le_bytes(sym[0..4].try_into().expect("4 bytes")) as usize;
-            let shndx = u16::from_le_bytes(sym[6..8].try_into().expect("2 bytes")) as usize;
-            let value = u64::from_le_bytes(sym[8..16].try_into().expect("8 bytes"));
-            let Some(name) = strs
-                .get(name_at..)
-                .and_then(|n| n.split(|&b| b == 0).next())
-            else {
-                continue;
-            };
-            let wanted = name.starts_with(b"v8dbg_")
-                || name.starts_with(b"_ZN2v88internal7Version6")
-                    && [&b"major_E"[..], b"minor_E", b"build_E"]
-                        .iter()
-                        .any(|s| name.ends_with(s));
-            if !wanted || shndx == 0 || shndx >= all.len() {
-                continue;
-            }
-            let name = String::from_utf8_lossy(name).into_owned();
-            if out.contains_key(&name) {
-                continue;
-            }
-            let section = all[shndx];
-            let start = section.sh_addr(endian);
-            if value < start || value + 4 > start + section.sh_size(endian) {
-                continue;
-            }
-            // Zero-initialised data (.bss) holds 0 (e.g. the map's offset in an object).
-            let v = if section.sh_type(endian) == object::elf::SHT_NOBITS {
-                0
-            } else {
-                let off = section.sh_offset(endian) + (value - start);
-                use object::ReadRef;
-                match data.read_bytes_at(off, 4) {
-                    Ok(b) => i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64,
-                    Err(_) => continue,
-                }
-            };
-            out.insert(name, v);
-        }
-    }
-    if !out.keys().any(|k| k.starts_with("v8dbg_")) {
-        return Err(LayoutError::NotV8(file_name));
-    }
-    Ok(out)
-}
-
 /// Looks fields up by prefix: V8 appends the field's type to the name, which changes.
 struct Lookup<'a> {
     syms: &'a Symbols,
@@ -224,15 +135,6 @@ impl Lookup<'_> {
     fn ty(&mut self, prefix: &'static str) -> u16 {
         u16::try_from(self.get(prefix)).unwrap_or(0)
     }
-}
-
-/// The version as `major.minor.build`.
-pub fn version_of(syms: &Symbols) -> Option<(u32, u32, u32)> {
-    let v = |n: &str| {
-        syms.get(&format!("_ZN2v88internal7Version6{n}_E"))
-            .and_then(|v| u32::try_from(*v).ok())
-    };
-    Some((v("major")?, v("minor")?, v("build")?))
 }
 
 impl Layout {
@@ -394,136 +296,5 @@ impl Layout {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// Node 20's symbols (V8 11.3), as `nm` and the section data give them.
-    pub(crate) fn node20() -> Symbols {
-        let pairs: &[(&str, i64)] = &[
-            ("_ZN2v88internal7Version6major_E", 11),
-            ("_ZN2v88internal7Version6minor_E", 3),
-            ("_ZN2v88internal7Version6build_E", 244),
-            ("v8dbg_TaggedSize", 8),
-            ("v8dbg_SmiShiftSize", 31),
-            ("v8dbg_HeapObjectTag", 1),
-            ("v8dbg_type_JSFunction__JS_FUNCTION_TYPE", 2066),
-            ("v8dbg_class_JSFunction__shared__SharedFunctionInfo", 24),
-            ("v8dbg_class_JSFunction__context__Context", 32),
-            (
-                "v8dbg_class_JSFunction__raw_feedback_cell__FeedbackCell",
-                40,
-            ),
-            (
-                "v8dbg_class_JSFunction__prototype_or_initial_map__HeapObject",
-                56,
-            ),
-            ("v8dbg_class_Code__source_position_table__ByteArray", 24),
-            ("v8dbg_scopeinfo_idx_first_vars", 3),
-            ("v8dbg_scopeinfo_idx_ncontextlocals", 2),
-            ("v8dbg_off_fp_context_or_frame_type", -8),
-            ("v8dbg_off_fp_function", -16),
-            ("v8dbg_off_fp_bytecode_array", -32),
-            ("v8dbg_off_fp_bytecode_offset", -40),
-            ("v8dbg_class_Map__instance_type__uint16_t", 12),
-            (
-                "v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE",
-                262,
-            ),
-            ("v8dbg_type_Script__SCRIPT_TYPE", 167),
-            ("v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE", 261),
-            ("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE", 191),
-            ("v8dbg_type_FixedArray__FIXED_ARRAY_TYPE", 175),
-            ("v8dbg_type_Code__CODE_TYPE", 245),
-            ("v8dbg_type_InterpreterData__INTERPRETER_DATA_TYPE", 159),
-            (
-                "v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object",
-                16,
-            ),
-            (
-                "v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject",
-                32,
-            ),
-            ("v8dbg_class_Script__name__Object", 16),
-            ("v8dbg_class_Script__source__Object", 8),
-            ("v8dbg_class_Script__line_ends__Object", 56),
-            ("v8dbg_class_FixedArrayBase__length__SMI", 8),
-            ("v8dbg_class_FixedArray__data__uintptr_t", 16),
-            ("v8dbg_FirstNonstringType", 128),
-            ("v8dbg_StringRepresentationMask", 7),
-            ("v8dbg_StringEncodingMask", 8),
-            ("v8dbg_SeqStringTag", 0),
-            ("v8dbg_ConsStringTag", 1),
-            ("v8dbg_ExternalStringTag", 2),
-            ("v8dbg_SlicedStringTag", 3),
-            ("v8dbg_ThinStringTag", 5),
-            ("v8dbg_OneByteStringTag", 8),
-            ("v8dbg_class_String__length__int32_t", 12),
-            ("v8dbg_class_SeqOneByteString__chars__char", 16),
-            ("v8dbg_class_SeqTwoByteString__chars__char", 16),
-            ("v8dbg_class_ConsString__first__String", 16),
-            ("v8dbg_class_ConsString__second__String", 24),
-            ("v8dbg_class_ThinString__actual__String", 16),
-            ("v8dbg_class_SlicedString__parent__String", 16),
-            ("v8dbg_class_SlicedString__offset__SMI", 24),
-            ("v8dbg_class_ExternalString__resource__Object", 16),
-            ("v8dbg_context_idx_prev", 1),
-            ("v8dbg_type_SeqOneByteString__ONE_BYTE_STRING_TYPE", 40),
-        ];
-        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
-    }
-
-    #[test]
-    fn missing_fields_are_derived_from_the_exported_ones() {
-        let l = Layout::from_symbols(&node20(), "node").unwrap();
-        assert_eq!(l.version_string(), "11.3.244");
-        // The one JSFunction slot no symbol names.
-        assert_eq!(l.js_function_code, 48);
-        // Code's instruction range in 11.1-11.6, after its source position table.
-        assert_eq!(
-            (
-                l.code_instruction_start,
-                l.code_instructions_inline,
-                l.code_instruction_size
-            ),
-            (40, false, 56)
-        );
-        assert_eq!((l.js_function_first, l.js_function_last), (2066, 2081));
-        assert!(!l.scope_info.fixed_position_info);
-    }
-
-    #[test]
-    fn an_unknown_layout_is_refused_with_its_reason() {
-        let mut s = node20();
-        s.remove("v8dbg_class_Script__name__Object");
-        let e = Layout::from_symbols(&s, "node").unwrap_err().to_string();
-        assert_eq!(
-            e,
-            "V8 11.3.244 in node: unsupported layout (no class_Script__name__)"
-        );
-        let mut s = node20();
-        s.insert("v8dbg_TaggedSize".into(), 4);
-        assert!(Layout::from_symbols(&s, "node").is_err());
-    }
-
-    /// The installed node's own symbols give a layout (the machine's node is 20).
-    #[test]
-    fn the_installed_node_has_a_layout() {
-        let Ok(path) = which_node() else {
-            return;
-        };
-        let syms = read_symbols(&path).unwrap();
-        let l = Layout::from_symbols(&syms, "node").unwrap();
-        assert!(l.version.0 >= 10, "{l:?}");
-    }
-
-    fn which_node() -> std::io::Result<std::path::PathBuf> {
-        let out = std::process::Command::new("sh")
-            .args(["-c", "command -v node"])
-            .output()?;
-        let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if p.is_empty() {
-            return Err(std::io::Error::other("no node"));
-        }
-        std::fs::canonicalize(p)
-    }
-}
+#[path = "metadata_tests.rs"]
+pub(crate) mod tests;

@@ -18,10 +18,18 @@
 //! Anything else is `[js unknown]`: never the name of another function. Names are cached by
 //! SharedFunctionInfo and Script address, each hit checked against the fields it was read
 //! from (a different object at the same address has other fields).
+//!
+//! The slots are taken in `frame`, checked in `checks`, names read in `names` and cached in
+//! `cache`; the heap's objects are read in `heap`, through another process's `memory`.
 
+mod cache;
+mod checks;
+mod frame;
 pub mod heap;
+pub mod memory;
 pub mod metadata;
 pub mod names;
+pub mod symbols;
 
 use std::{
     cell::RefCell,
@@ -31,9 +39,11 @@ use std::{
     sync::Arc,
 };
 
-use heap::{Heap, Memory, Prefetched, ProcessMemory, is_heap_object, smi};
+use cache::Checked;
+pub use frame::{JsSlots, SlotKind, slots};
+use heap::{Heap, is_heap_object};
+use memory::{Memory, Prefetched, ProcessMemory};
 use metadata::{Layout, LayoutError};
-use names::line_column;
 
 use crate::registry::perfmap::JsFunction;
 
@@ -51,116 +61,11 @@ impl SharedLayouts {
         if let Some(l) = self.0.borrow().get(&key) {
             return l.clone();
         }
-        let l = metadata::read_symbols(path)
+        let l = symbols::read_symbols(path)
             .and_then(|s| Layout::from_symbols(&s, shown))
             .map(Arc::new);
         self.0.borrow_mut().insert(key, l.clone());
         l
-    }
-}
-
-/// What kind of V8 frame a frame looked like in the stack copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotKind {
-    /// Compiled code (baseline, Maglev, TurboFan) in V8's code space: check `pc`.
-    Compiled,
-    /// The interpreter (a bytecode handler or trampoline of the embedded builtins).
-    Interpreted { bytecode_array: u64, offset: i32 },
-}
-
-/// A frame's V8 slots, as the stack copy had them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JsSlots {
-    /// The frame's index in the unwound stack.
-    pub index: usize,
-    /// The code address in that frame (a return address except for the first frame).
-    pub pc: u64,
-    pub fp: u64,
-    pub function: u64,
-    /// The frame's context (its marker slot).
-    pub context: u64,
-    pub kind: SlotKind,
-}
-
-/// The V8 slots of a frame whose code is V8's (`jit`: generated code; else the embedded
-/// builtins), read from `stack` (`[sp, sp + len)`). Frames with a type marker instead of a
-/// context (stubs, exit, entry, construct frames) hold no function and give None, as do
-/// builtins' own frames (a frame of the embedded code counts only when it is interpreted).
-pub fn slots(
-    layout: &Layout,
-    index: usize,
-    pc: u64,
-    fp: u64,
-    jit: bool,
-    sp: u64,
-    stack: &[u8],
-) -> Option<JsSlots> {
-    let word = |off: i64| -> Option<u64> {
-        let at = fp.checked_add_signed(off)?;
-        let o = usize::try_from(at.checked_sub(sp)?).ok()?;
-        let b = stack.get(o..o.checked_add(8)?)?;
-        Some(u64::from_le_bytes(b.try_into().ok()?))
-    };
-    if fp == 0 || !fp.is_multiple_of(8) {
-        return None;
-    }
-    // A JavaScript frame's marker slot holds its context (a heap object); other frames hold a
-    // type marker there (a Smi-like value).
-    let context = word(layout.fp_marker)?;
-    if !is_heap_object(context) {
-        return None;
-    }
-    let function = word(layout.fp_function)?;
-    if !is_heap_object(function) {
-        return None;
-    }
-    let bytecode = word(layout.fp_bytecode_array)
-        .filter(|b| is_heap_object(*b))
-        .zip(word(layout.fp_bytecode_offset).and_then(smi));
-    let kind = match (jit, bytecode) {
-        (true, _) => SlotKind::Compiled,
-        (false, Some((bytecode_array, offset))) => SlotKind::Interpreted {
-            bytecode_array,
-            offset,
-        },
-        (false, None) => return None,
-    };
-    Some(JsSlots {
-        index,
-        pc,
-        fp,
-        function,
-        context,
-        kind,
-    })
-}
-
-/// What was read of heap objects (SharedFunctionInfos, Scripts) by address, each with the two
-/// fields it was read from: an entry is used only while they are unchanged (the object may
-/// have been moved or replaced since). Emptied rather than grown past [`MAX_CACHED`].
-struct Checked<V> {
-    entries: HashMap<u64, ((u64, u64), V)>,
-}
-
-impl<V: Clone> Checked<V> {
-    fn new() -> Self {
-        Checked {
-            entries: HashMap::new(),
-        }
-    }
-
-    fn get(&self, addr: u64, fields: (u64, u64)) -> Option<V> {
-        self.entries
-            .get(&addr)
-            .filter(|(f, _)| *f == fields)
-            .map(|(_, v)| v.clone())
-    }
-
-    fn insert(&mut self, addr: u64, fields: (u64, u64), v: V) {
-        if self.entries.len() >= MAX_CACHED {
-            self.entries.clear();
-        }
-        self.entries.insert(addr, (fields, v));
     }
 }
 
@@ -178,10 +83,6 @@ pub struct ResolveStats {
     pub named: u64,
     pub unknown: u64,
 }
-
-/// Most SharedFunctionInfos and Scripts cached per process (a process that compiles without
-/// end gets its cache emptied and rebuilt rather than growing it).
-const MAX_CACHED: usize = 65_536;
 
 /// The V8 heap of one process, and what was read from it.
 pub struct V8Process<M: Memory = ProcessMemory> {
@@ -316,179 +217,7 @@ impl<M: Memory> V8Process<M> {
         let sfi = self.checked_sfi(s)?;
         self.sfi_function(sfi)
     }
-
-    /// The frame's SharedFunctionInfo, if what the frame held still fits together.
-    fn checked_sfi(&self, s: &JsSlots) -> Option<u64> {
-        let h = self.heap();
-        let l = &*self.layout;
-        let f = s.function;
-        let ty = h.instance_type(f)?;
-        if !(l.js_function_first..=l.js_function_last).contains(&ty) {
-            return None;
-        }
-        let sfi = h.typed(h.field(f, l.js_function_shared)?, l.sfi_type)?;
-        match s.kind {
-            SlotKind::Interpreted {
-                bytecode_array,
-                offset,
-            } => {
-                let b = h.typed(bytecode_array, l.bytecode_array_type)?;
-                let len = smi(h.field(b, l.bytecode_array_length)?)?;
-                // The offset counts from the tagged array pointer: header, then bytecode.
-                if offset <= 0 || offset > len.checked_add(128)? {
-                    return None;
-                }
-                self.sfi_has_bytecode(sfi, b).then_some(sfi)
-            }
-            SlotKind::Compiled => {
-                if self.code_contains(h.field(f, l.js_function_code)?, s.pc, s.index > 0) {
-                    return Some(sfi);
-                }
-                // Compiled code that is not the function's current one (on-stack
-                // replacement, deoptimized since): the frame's context must be the function's
-                // own, or one made inside it (a second slot of the frame, read apart, that
-                // agrees with the object now at the function's address).
-                let own = h.field(f, l.js_function_context)?;
-                let mut ctx = s.context;
-                let mut unchanged = false;
-                for _ in 0..4 {
-                    if ctx == own {
-                        unchanged = true;
-                        break;
-                    }
-                    match h.field(ctx, l.context_previous) {
-                        Some(prev) if is_heap_object(prev) => ctx = prev,
-                        _ => break,
-                    }
-                }
-                unchanged.then_some(sfi)
-            }
-        }
-    }
-
-    /// Whether the SharedFunctionInfo's function data is `bytecode` (directly, or through
-    /// the interpreter data or baseline code that holds it).
-    fn sfi_has_bytecode(&self, sfi: u64, bytecode: u64) -> bool {
-        let h = self.heap();
-        let l = &*self.layout;
-        let data_slots = (8..l.sfi_name_or_scope_info).step_by(8);
-        data_slots.filter_map(|o| h.field(sfi, o)).any(|d| {
-            d == bytecode
-                || (is_heap_object(d)
-                    && h.instance_type(d)
-                        .is_some_and(|t| t == l.interpreter_data_type || t == l.code_type)
-                    && (8..48).step_by(8).any(|o| h.field(d, o) == Some(bytecode)))
-        })
-    }
-
-    /// Whether `pc` lies inside the instructions of the Code object `code` (a return address:
-    /// after the call, possibly at the very end).
-    fn code_contains(&self, code: u64, pc: u64, return_address: bool) -> bool {
-        let h = self.heap();
-        let l = &*self.layout;
-        let Some(code) = h.typed(code, l.code_type) else {
-            return false;
-        };
-        let start = if l.code_instructions_inline {
-            Some((code - heap::HEAP_OBJECT_TAG).wrapping_add(l.code_instruction_start))
-        } else {
-            h.field(code, l.code_instruction_start)
-        };
-        let size = h
-            .field(code, l.code_instruction_size)
-            .map(|w| w as u32 as u64);
-        match (start, size) {
-            // Code objects are at most a few MiB: a bigger size is a misread layout.
-            (Some(start), Some(size)) if size < (64 << 20) => {
-                if return_address {
-                    start < pc && pc <= start.saturating_add(size)
-                } else {
-                    start <= pc && pc < start.saturating_add(size)
-                }
-            }
-            _ => false,
-        }
-    }
-
-    /// The name and definition of a JSFunction (checked by type only: for tests, with a
-    /// function known to be alive).
-    #[cfg(test)]
-    pub fn function_name(&mut self, f: u64) -> Option<JsFunction> {
-        let sfi = {
-            let h = self.heap();
-            let l = &*self.layout;
-            let ty = h.instance_type(f)?;
-            if !(l.js_function_first..=l.js_function_last).contains(&ty) {
-                return None;
-            }
-            h.typed(h.field(f, l.js_function_shared)?, l.sfi_type)?
-        };
-        self.sfi_function(sfi)
-    }
-
-    /// The name and definition of a SharedFunctionInfo, cached and checked on each use.
-    fn sfi_function(&mut self, sfi: u64) -> Option<JsFunction> {
-        let l = Arc::clone(&self.layout);
-        let (nosi, script) = {
-            let h = self.heap();
-            (
-                h.field(sfi, l.sfi_name_or_scope_info)?,
-                h.field(sfi, l.sfi_script)?,
-            )
-        };
-        if let Some(function) = self.sfis.get(sfi, (nosi, script)) {
-            return function;
-        }
-        let function = self.read_function(sfi, script);
-        self.sfis.insert(sfi, (nosi, script), function.clone());
-        function
-    }
-
-    fn read_function(&mut self, sfi: u64, script: u64) -> Option<JsFunction> {
-        let (name, start) = self.heap().sfi_name(sfi)?;
-        let name = if name.is_empty() {
-            "(anonymous)".to_string()
-        } else {
-            name
-        };
-        let location = match self.script(script) {
-            Some((script_name, ends)) => match start.and_then(|p| line_column(&ends, p)) {
-                // As V8 writes it in its perf map: no column before V8 11.
-                Some((line, _)) if self.layout.version < (11, 0, 0) => {
-                    format!("{script_name}:{line}")
-                }
-                Some((line, column)) => format!("{script_name}:{line}:{column}"),
-                None => script_name,
-            },
-            None => String::new(),
-        };
-        Some(JsFunction { name, location })
-    }
-
-    /// A script's name and line ends, cached and checked on each use.
-    fn script(&mut self, script: u64) -> Option<(String, Arc<Vec<i32>>)> {
-        let l = Arc::clone(&self.layout);
-        let (name, source) = {
-            let h = self.heap();
-            h.typed(script, l.script_type)?;
-            (
-                h.field(script, l.script_name)?,
-                h.field(script, l.script_source)?,
-            )
-        };
-        if let Some(resolved) = self.scripts.get(script, (name, source)) {
-            return resolved;
-        }
-        let resolved = self
-            .heap()
-            .script_lines(script)
-            .map(|(n, ends)| (n, Arc::new(ends)));
-        self.scripts
-            .insert(script, (name, source), resolved.clone());
-        resolved
-    }
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

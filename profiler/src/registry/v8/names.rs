@@ -4,7 +4,8 @@
 //! the position its definition's start (line and column from 1), so that both sources name a
 //! function alike.
 
-use super::heap::{Heap, MAX_SOURCE, Memory, is_heap_object, smi};
+use super::heap::{Heap, MAX_SOURCE, is_heap_object, smi};
+use super::memory::Memory;
 
 /// Deepest ScopeInfo read (slots); its variable part is skipped by counts, not read.
 const MAX_SCOPE_SLOTS: u64 = 1024;

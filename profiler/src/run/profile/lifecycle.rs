@@ -22,6 +22,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::Profile;
 use crate::{
     kernel::Kernel,
+    registry::roles::SeenThread,
     run::SessionError,
     vocab::ids::{self, Presence, ProcId, ThreadId},
 };
@@ -254,9 +255,13 @@ impl<K: Kernel> Profile<K> {
             .totals
             .identity(owner, thread)
             .map(|(tgid, comm, fsbase)| {
-                self.registry
-                    .roles
-                    .decide(owner, thread, tgid, &comm, fsbase)
+                self.registry.roles.decide(&SeenThread {
+                    owner,
+                    thread,
+                    tgid,
+                    comm,
+                    fsbase,
+                })
             });
         // The interval's copy too: its last counts keep the role decided while it lived, and
         // nothing asks the registry (which forgets it below) about it again.

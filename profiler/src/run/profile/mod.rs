@@ -22,6 +22,7 @@ use crate::{
         collector::{Collector, Counters, ProgramStats},
     },
     registry::Registry,
+    registry::roles::SeenThread,
     registry::stacks::StackAttribution,
     vocab::ids::{self, ProcId, ThreadId},
 };
@@ -155,9 +156,14 @@ impl<K: Kernel> Profile<K> {
                 // Learn a process's name and cgroup and a thread's role while they are alive.
                 registry.names.prime(owner);
                 registry.cgroups.prime(owner);
-                registry
-                    .roles
-                    .observe(owner, thread, d.tgid, &d.comm, d.fsbase, 0);
+                let seen = SeenThread {
+                    owner,
+                    thread,
+                    tgid: d.tgid,
+                    comm: d.comm,
+                    fsbase: d.fsbase,
+                };
+                registry.roles.observe(&seen, 0);
                 if let Some(interval) = interval.as_mut() {
                     interval.add(&d);
                 }
@@ -213,14 +219,14 @@ impl<K: Kernel> Profile<K> {
     pub fn note_new_thread(&mut self, t: &NewThread) {
         let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
         self.registry.names.prime(owner);
-        self.registry.roles.observe(
+        let seen = SeenThread {
             owner,
-            ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),
-            t.tgid,
-            &t.comm,
-            t.fsbase,
-            t.start_routine,
-        );
+            thread: ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),
+            tgid: t.tgid,
+            comm: t.comm,
+            fsbase: t.fsbase,
+        };
+        self.registry.roles.observe(&seen, t.start_routine);
     }
 
     /// With stack sampling, reads the unwind information of the given processes now.

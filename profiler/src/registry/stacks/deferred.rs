@@ -1,0 +1,96 @@
+//! A sample's V8 frames are named from the heap together with the other samples of its
+//! batch, not one at a time: each distinct object of the batch is read once, nearby ones in
+//! one range (every read takes the target's `mmap_lock`). A sample waits at most
+//! [`MAX_DEFER`], as objects move meanwhile.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{JsRef, StackAttribution};
+use crate::{
+    registry::perfmap::JsFunction,
+    registry::v8::{self, Resolved},
+    vocab::ids::ProcId,
+};
+
+/// Longest a sample's V8 frames wait to be named with others (objects move meanwhile).
+const MAX_DEFER: std::time::Duration = std::time::Duration::from_millis(3);
+
+/// A sample's V8 frames, to be named with others (within [`MAX_DEFER`], or at its batch's end).
+pub(super) struct Deferred {
+    /// The sample, as [`SampleDone`](profiler_common::SampleDone) names it.
+    pub(super) key: (u32, u32),
+    pub(super) actor: ProcId,
+    pub(super) slots: Vec<v8::JsSlots>,
+}
+
+/// The index of `js` in the interned names, adding it if new.
+fn intern(
+    names: &mut Vec<JsFunction>,
+    index: &mut HashMap<JsFunction, u32>,
+    js: JsFunction,
+) -> u32 {
+    if let Some(&i) = index.get(&js) {
+        return i;
+    }
+    let i = names.len() as u32;
+    names.push(js.clone());
+    index.insert(js, i);
+    i
+}
+
+impl StackAttribution {
+    /// Keeps a sample's V8 frames to be named with the batch's others; names all those kept
+    /// once the first has waited [`MAX_DEFER`].
+    pub(super) fn defer(&mut self, d: Deferred) {
+        let since = *self
+            .deferred_since
+            .get_or_insert_with(std::time::Instant::now);
+        self.deferred.push(d);
+        if since.elapsed() >= MAX_DEFER {
+            self.name_deferred();
+        }
+    }
+
+    /// Names the V8 frames of the samples deferred so far (see [`flush`](Self::flush)).
+    pub(super) fn name_deferred(&mut self) {
+        self.deferred_since = None;
+        let t0 = std::time::Instant::now();
+        let deferred = std::mem::take(&mut self.deferred);
+        let mut by_actor: BTreeMap<ProcId, Vec<&Deferred>> = BTreeMap::new();
+        for d in &deferred {
+            by_actor.entry(d.actor).or_default().push(d);
+        }
+        for (actor, samples) in by_actor {
+            let Some(heap) = (self.unwinders.get_mut(&actor))
+                .and_then(Option::as_mut)
+                .and_then(|u| u.v8.as_mut())
+            else {
+                continue;
+            };
+            let all: Vec<v8::JsSlots> = samples.iter().flat_map(|d| d.slots.clone()).collect();
+            let mut resolved = heap.resolve_all(&all).into_iter();
+            for d in samples {
+                let named: Vec<Resolved> = resolved.by_ref().take(d.slots.len()).collect();
+                let Some(p) = self.pending.get_mut(&d.key) else {
+                    continue;
+                };
+                for (slot, r) in d.slots.iter().zip(named) {
+                    let js = match r {
+                        Resolved::Unknown => JsRef::Unknown,
+                        Resolved::Named(js) => {
+                            JsRef::Named(intern(&mut self.js_names, &mut self.js_index, js))
+                        }
+                    };
+                    if let Some(f) = p.frames.get_mut(slot.index) {
+                        f.js = js;
+                    }
+                }
+            }
+        }
+        if !deferred.is_empty() {
+            let spent = t0.elapsed();
+            self.v8_work += spent;
+            self.work.0 += spent;
+        }
+    }
+}
