@@ -20,22 +20,22 @@ fn defaults() {
 #[test]
 fn log_level_is_global() {
     use log::LevelFilter::{Debug, Off, Trace};
-    assert_eq!(
-        parse(&["--log-level", "debug", "-d", "1"])
-            .unwrap()
-            .log_level,
-        Some(Debug)
-    );
-    assert_eq!(
-        parse(&["-d", "1", "--log-level", "off"]).unwrap().log_level,
-        Some(Off)
-    );
-    let agent = parse(&["agent", "--log-level", "trace"]).unwrap();
-    assert!(matches!(agent.command, Some(Command::Agent(_))));
-    assert_eq!(agent.log_level, Some(Trace));
-    let demo = parse(&["demo", "--log-level", "debug"]).unwrap();
-    assert!(matches!(demo.command, Some(Command::Demo(_))));
-    assert_eq!(demo.log_level, Some(Debug));
+    for (args, level, command) in [
+        (&["--log-level", "debug", "-d", "1"][..], Debug, None),
+        (&["-d", "1", "--log-level", "off"], Off, None),
+        (&["agent", "--log-level", "trace"], Trace, Some("agent")),
+        (&["demo", "--log-level", "debug"], Debug, Some("demo")),
+    ] {
+        let c = parse(args).unwrap();
+        assert_eq!(c.log_level, Some(level), "{args:?}");
+        let parsed = match c.command {
+            None => None,
+            Some(Command::Agent(_)) => Some("agent"),
+            Some(Command::Demo(_)) => Some("demo"),
+            Some(_) => Some("another"),
+        };
+        assert_eq!(parsed, command, "{args:?}");
+    }
     let e = parse(&["--log-level", "loud"]).unwrap_err().to_string();
     assert!(
         e.contains("possible values: off, error, warn, info, debug, trace"),
