@@ -1,5 +1,4 @@
-//! The benchmark's figures and runs as JSON (results.json), beside their
-//! markdown tables.
+//! The benchmark's figures and runs as JSON (results.json), beside their markdown tables.
 
 use serde_json::{Value, json};
 

@@ -5,11 +5,12 @@ use serde_json::{Value, json};
 
 use super::{
     BenchArgs,
+    cost::{Tp, TracerCost},
     json::{machine, row_json, sample_json},
     load::{LoadFigures, load_figures},
     scale::ScaleRound,
     stats::{Spread, json_of, show},
-    tracer::{Mode, Tp, TracerCost},
+    tracer::Mode,
     workload::{Sample, Workload},
 };
 

@@ -13,8 +13,9 @@ use serde_json::Value;
 
 use super::{
     BenchArgs,
+    cost::TracerCost,
     procfs::Guard,
-    tracer::{self, Mode, TracerCost},
+    tracer::{self, Mode},
 };
 use crate::workspace_root;
 
