@@ -53,12 +53,7 @@ mod tests {
 
     #[test]
     fn ldd_output_is_checked_for_libraries_beyond_glibc() {
-        let ldd = "\tlinux-vdso.so.1 (0x00007ffc3a5f2000)\n\
-                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\
-                   \tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f2)\n\
-                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3)\n\
-                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f4)\n";
-        let libs = shared_libraries(ldd);
+        let libs = shared_libraries(crate::ldd::GLIBC_BINARY_LDD);
         assert_eq!(
             libs,
             [
