@@ -30,6 +30,14 @@ pub struct Filter {
     pub _pad: u32,
 }
 
+impl Filter {
+    /// Everything passes.
+    pub const ALL: Filter = Filter {
+        ns_per_tick: 10_000_000,
+        ..zeroed()
+    };
+}
+
 /// In `SELECTED`'s values (start ticks), the mark of a process the kernel selected by the
 /// selectors (at exec, or as the child of one): its forks are selected too, and an exec into
 /// something the selectors do not match deselects it. Processes selected by pid have no mark.
@@ -76,12 +84,4 @@ pub struct SelectorCounts {
     pub cgroups: u32,
     pub comms: u32,
     pub _pad: u32,
-}
-
-impl Filter {
-    /// Everything passes.
-    pub const ALL: Filter = Filter {
-        ns_per_tick: 10_000_000,
-        ..zeroed()
-    };
 }
