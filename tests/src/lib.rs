@@ -41,7 +41,7 @@ pub use profiler::{
     Finished, Profiler, profile_until_done, profile_workload, report_html, run_json, run_ok,
     run_profiler, stop_when_done,
 };
-pub use scrape::{metric_f64, metric_gauge, metric_sum};
+pub use scrape::{metric_f64, metric_gauge, metric_sum, mmap_writes};
 pub use skip::{
     SKIP_FILE_ENV, bpf_test, installed_or_skip, require_root_and_tracepoints, skip_because,
     under_ci,

@@ -259,6 +259,13 @@ pub fn metric_sum(text: &str, metric: &str, with: &[&str]) -> u64 {
     metric_f64(text, metric, with) as u64
 }
 
+/// The mmap calls' write acquisitions (`mmaplock_acquisitions_total{cause="mmap"}`) summed
+/// over the series that have every label of `with`.
+pub fn mmap_writes(text: &str, with: &[&str]) -> u64 {
+    let with: Vec<&str> = with.iter().copied().chain(["cause=\"mmap\""]).collect();
+    metric_sum(text, "mmaplock_acquisitions_total", &with)
+}
+
 /// The same, as a number (seconds and the like).
 pub fn metric_f64(text: &str, metric: &str, with: &[&str]) -> f64 {
     text.lines()

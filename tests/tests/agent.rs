@@ -10,7 +10,7 @@ use std::{
 
 use integration_tests::{
     Workload, bpf_test, churn_bin, installed_or_skip, metric_f64, metric_gauge, metric_sum,
-    require_root_and_tracepoints,
+    mmap_writes, require_root_and_tracepoints,
     scrape::{Agent, Prometheus, dashboard_queries, prometheus_bin},
     wait_until,
 };
@@ -239,11 +239,7 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
     let total = (batches * per_batch) as u64;
     let text = wait_until(Duration::from_secs(20), Duration::from_millis(300), || {
         let text = agent.metrics();
-        let mmap = metric_sum(
-            &text,
-            "mmaplock_acquisitions_total",
-            &["process=\"churnling\"", "cause=\"mmap\""],
-        );
+        let mmap = mmap_writes(&text, &["process=\"churnling\""]);
         let (processes, threads) = (
             metric_gauge(&text, "mmaplock_tracked_processes"),
             metric_gauge(&text, "mmaplock_tracked_threads"),
@@ -315,13 +311,7 @@ fn a_recycled_pid_is_a_new_process_with_its_own_name() {
     let pid_l = format!("pid=\"{pid}\"");
     let text = wait_until(Duration::from_secs(10), Duration::from_millis(300), || {
         let text = agent.metrics();
-        let of = |name: &str| {
-            metric_sum(
-                &text,
-                "mmaplock_acquisitions_total",
-                &[&format!("process=\"{name}\""), &pid_l, "cause=\"mmap\""],
-            )
-        };
+        let of = |name: &str| mmap_writes(&text, &[&format!("process=\"{name}\""), &pid_l]);
         let (alpha, beta) = (of("reuse-alpha"), of("reuse-beta"));
         if alpha == each && beta == each {
             Ok(text)
@@ -669,11 +659,7 @@ fn two_thousand_idle_connections_leave_the_agent_and_its_counts_alone() {
     // The quietest connection makes room for each scrape; the counts are exact.
     let m = wait_until(Duration::from_secs(30), Duration::from_millis(1500), || {
         let m = agent.metrics();
-        let mmap = metric_sum(
-            &m,
-            "mmaplock_acquisitions_total",
-            &["op=\"write\"", "cause=\"mmap\""],
-        );
+        let mmap = mmap_writes(&m, &["op=\"write\""]);
         if mmap == t * n {
             Ok(m)
         } else {

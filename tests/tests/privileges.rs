@@ -129,14 +129,20 @@ impl Unprivileged {
     }
 }
 
-/// Root's mmap-churn of `t` threads x `n` iterations, ready, started from a copy in a
-/// directory only root may enter (`tag`): the directory, the copy and the workload.
-fn private_churn(tag: &str, t: u64, n: u64) -> (TempDir, PathBuf, Workload) {
+/// What it takes to profile as `nobody`, and root's mmap-churn of `t` threads x `n`
+/// iterations, ready, started from a copy in a directory only root may enter (`tag`): the
+/// directory, the copy and the workload. None: the test is skipped ([`Unprivileged::new`]).
+fn nobody_and_private_churn(
+    tag: &str,
+    t: u64,
+    n: u64,
+) -> Option<(Unprivileged, TempDir, PathBuf, Workload)> {
+    let unpriv = Unprivileged::new()?;
     let private = TempDir::new(tag, 0o700);
     let helper = private.copy(&churn_bin());
     let mut cmd = Command::new(&helper);
     cmd.args([t.to_string(), n.to_string(), "65536".into()]);
-    (private, helper, Workload::spawn(cmd))
+    Some((unpriv, private, helper, Workload::spawn(cmd)))
 }
 
 /// A field of /proc/PID/status (`Uid`, `CapEff`, ...).
@@ -172,11 +178,10 @@ fn assert_runs_with_exactly_the_four(pid: u32) {
 /// symbolized from it (a 0700 directory: CAP_DAC_READ_SEARCH).
 #[test]
 fn four_capabilities_profile_another_users_process_exactly() {
-    let Some(unpriv) = Unprivileged::new() else {
+    let (t, n) = (4u64, 2000u64);
+    let Some((unpriv, _private, helper, mut w)) = nobody_and_private_churn("private", t, n) else {
         return;
     };
-    let (t, n) = (4u64, 2000u64);
-    let (_private, helper, mut w) = private_churn("private", t, n);
     let pid = w.pid.to_string();
     let prof = unpriv.start(&["--pid", &pid, "--interval", "0", "--stack-sample", "1"]);
     assert_runs_with_exactly_the_four(prof.pid());
@@ -315,11 +320,10 @@ fn a_refused_bpf_stats_leaves_existing_outputs_untouched() {
 /// root may enter, and serves the helper's exact write count, by role.
 #[test]
 fn the_agent_with_the_four_selects_and_counts_another_users_process() {
-    let Some(unpriv) = Unprivileged::new() else {
+    let (t, n) = (2u64, 5000u64);
+    let Some((unpriv, _private, helper, mut w)) = nobody_and_private_churn("agent", t, n) else {
         return;
     };
-    let (t, n) = (2u64, 5000u64);
-    let (_private, helper, mut w) = private_churn("agent", t, n);
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let agent = Profiler::start_command(unpriv.command(

@@ -4,10 +4,26 @@
 //! glibc's arenas growing, first on its page as rendered by headless Chromium.
 
 use integration_tests::{
-    Workload, bpf_test, find, finding, process, profile_workload, read_lines, rendered_dom,
-    report_html, run_ok, thread,
+    Finished, Workload, bpf_test, find, finding, process, profile_workload, read_lines,
+    rendered_dom, report_html, require_root_and_tracepoints, run_ok, thread,
 };
 use serde_json::Value;
+
+/// Runs the `time-share` helper with `helper_args` to its end under the profiler (`args`
+/// added): the workload, what the profiler reported, and the workload's own measurements.
+/// None: the test is skipped (no root or no tracepoints).
+fn profile_time_share(
+    helper_args: [&str; 2],
+    args: &[&str],
+) -> Option<(Workload, Finished, Value)> {
+    if !require_root_and_tracepoints() {
+        return None;
+    }
+    let mut w = Workload::helper("time-share", helper_args);
+    let out = profile_workload(&mut w, args);
+    let truth = w.report();
+    Some((w, out, truth))
+}
 
 /// A thread that sleeps about half its life and spends most of the rest waiting behind
 /// another thread's long write holds: the profiler's share of its time spent waiting is
@@ -17,13 +33,11 @@ use serde_json::Value;
 /// to it.
 #[test]
 fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
-    let Some(_dir) = bpf_test() else { return };
-    let mut w = Workload::helper("time-share", ["wait", "2"]);
     // Interval lines every 0.1 s: each window has its share.
-    let out = profile_workload(&mut w, &["-i", "0.1"]);
-    let truth = w.report();
-    let s = out.summary();
-    let p = process(s, w.pid).expect("the workload is in the summary");
+    let Some((w, out, truth)) = profile_time_share(["wait", "2"], &["-i", "0.1"]) else {
+        return;
+    };
+    let p = process(out.summary(), w.pid).expect("the workload is in the summary");
     let t = thread(p, truth["waiter_tid"].as_u64().unwrap());
     let share = &t["time_share"];
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
@@ -89,10 +103,9 @@ fn a_half_sleeping_waiters_time_share_is_within_a_tenth_of_the_truth() {
 /// costs its process next to nothing, and the first finding says so.
 #[test]
 fn a_cpu_bound_process_with_little_lock_wait_is_not_its_bottleneck() {
-    let Some(_dir) = bpf_test() else { return };
-    let mut w = Workload::helper("time-share", ["spin", "1.5"]);
-    let out = profile_workload(&mut w, &["-i", "0"]);
-    let truth = w.report();
+    let Some((w, out, truth)) = profile_time_share(["spin", "1.5"], &["-i", "0"]) else {
+        return;
+    };
     let s = out.summary();
     let p = process(s, w.pid).expect("the workload is in the summary");
     let share = p["time_share"]["wall"].as_f64().unwrap();

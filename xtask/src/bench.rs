@@ -9,6 +9,9 @@
 //! afterwards), read per program from the tracer's fdinfo, so all tracers are measured the
 //! same way. Nothing here asserts: the targets are printed with their verdict.
 
+mod cost;
+mod json;
+mod load;
 mod markdown;
 mod procfs;
 mod report;

@@ -12,6 +12,8 @@
 //! deploy/...            (every file under deploy/: systemd/, grafana/, prometheus/, ...)
 //! ```
 
+mod glibc;
+
 use std::{
     fs,
     os::unix::fs::PermissionsExt,
@@ -23,26 +25,13 @@ use crate::toolchain::output;
 use anyhow::{Context as _, Result, bail};
 
 use crate::{cargo, run, workspace_root};
+use glibc::{newest_glibc, non_glibc, shared_libraries};
 
 /// What install.sh does (docs/install.md).
 const INSTALL_SH: &str = include_str!("dist/install.sh");
 
 /// The unit install.sh installs; the tarball is useless without it.
 const UNIT: &str = "deploy/systemd/mmaplock-prof.service";
-
-/// Shared libraries a glibc system always has: the C library and its parts, the dynamic
-/// loader, the vDSO, and GCC's unwinder (which glibc itself loads for thread cancellation).
-const GLIBC_LIBS: [&str; 9] = [
-    "linux-vdso.so",
-    "ld-linux-x86-64.so",
-    "ld-linux-aarch64.so",
-    "libc.so",
-    "libm.so",
-    "libpthread.so",
-    "libdl.so",
-    "librt.so",
-    "libgcc_s.so",
-];
 
 pub fn dist(linker_dir: &Path) -> Result<PathBuf> {
     let root = workspace_root();
@@ -256,38 +245,6 @@ fn source_date(root: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The libraries `ldd` lists, by file name (`libc.so.6`, `ld-linux-x86-64.so.2`, ...).
-fn shared_libraries(ldd: &str) -> Vec<String> {
-    ldd.lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|l| l.contains(".so"))
-        .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
-        .collect()
-}
-
-/// The libraries that are not glibc's (nor the vDSO or libgcc_s).
-fn non_glibc(libs: &[String]) -> Vec<String> {
-    libs.iter()
-        .filter(|l| !GLIBC_LIBS.iter().any(|g| l.starts_with(g)))
-        .cloned()
-        .collect()
-}
-
-/// The newest `GLIBC_x.y` symbol version that `objdump -T` shows: the oldest glibc that can
-/// run the binary.
-fn newest_glibc(objdump: &str) -> Option<(u32, u32)> {
-    objdump
-        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
-        .filter_map(|w| w.strip_prefix("GLIBC_"))
-        .filter_map(|v| {
-            let mut it = v.split('.');
-            let major = it.next()?.parse().ok()?;
-            let minor = it.next().map_or(Some(0), |m| m.parse().ok())?;
-            Some((major, minor))
-        })
-        .max()
-}
-
 fn human_size(bytes: u64) -> String {
     if bytes >= 1 << 20 {
         format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
@@ -389,42 +346,6 @@ mod tests {
         for f in [UNIT, "README.md", "docs/privileges.md", "docs/install.md"] {
             assert!(d.iter().any(|x| x == f), "{f} not in {d:?}");
         }
-    }
-
-    #[test]
-    fn ldd_output_is_checked_for_libraries_beyond_glibc() {
-        let ldd = "\tlinux-vdso.so.1 (0x00007ffc3a5f2000)\n\
-                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\
-                   \tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f2)\n\
-                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3)\n\
-                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f4)\n";
-        let libs = shared_libraries(ldd);
-        assert_eq!(
-            libs,
-            [
-                "linux-vdso.so.1",
-                "libgcc_s.so.1",
-                "libm.so.6",
-                "libc.so.6",
-                "ld-linux-x86-64.so.2"
-            ]
-        );
-        assert!(non_glibc(&libs).is_empty());
-        let more = shared_libraries(
-            "\tlibelf.so.1 => /lib/x86_64-linux-gnu/libelf.so.1 (0x1)\n\
-             \tlibz.so.1 => not found\n\tlibc.so.6 => /lib/libc.so.6 (0x2)\n",
-        );
-        assert_eq!(non_glibc(&more), ["libelf.so.1", "libz.so.1"]);
-    }
-
-    #[test]
-    fn the_newest_glibc_symbol_version_is_found() {
-        let objdump = "0000000000000000      DF *UND*\t0000000000000000 (GLIBC_2.2.5) munmap\n\
-                       0000000000000000      DF *UND*\t0000000000000000 (GLIBC_2.34) __libc_start_main\n\
-                       0000000000000000      DF *UND*\t0000000000000000  GLIBC_2.28  statx\n\
-                       0000000000000000  w   D  *UND*\t0000000000000000  Base        __gmon_start__\n";
-        assert_eq!(newest_glibc(objdump), Some((2, 34)));
-        assert_eq!(newest_glibc("no versions"), None);
     }
 
     #[test]

@@ -286,14 +286,17 @@ pub fn check(src: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Source files: (path under `src/`, text).
+    type Files<'a> = [(&'a str, &'a str)];
+
     /// The one problem found in `files` (failing unless there is exactly one).
-    fn only_problem(files: &[(&str, &str)]) -> String {
+    fn only_problem(files: &Files) -> String {
         let mut p = problems(&tree(files));
         assert_eq!(p.len(), 1, "{p:?}");
         p.remove(0)
     }
 
-    fn tree(files: &[(&str, &str)]) -> Vec<(PathBuf, String)> {
+    fn tree(files: &Files) -> Vec<(PathBuf, String)> {
         files
             .iter()
             .map(|(p, t)| (PathBuf::from(p), t.to_string()))
@@ -315,53 +318,68 @@ mod tests {
         assert_eq!(problems(&t), Vec::<String>::new());
     }
 
+    /// Each tree holds one import against the layers; its one problem names it, at its start
+    /// (`true`: with the file and line first) or anywhere.
     #[test]
-    fn an_upward_import_is_named_with_its_file_and_line() {
-        let p = only_problem(&[
-            ("vocab/mod.rs", ""),
+    fn an_import_against_the_layers_is_named() {
+        let cases: [(&Files, bool, &str); 5] = [
+            // Upward, named with its file and line.
             (
-                "kernel/load.rs",
-                "//! loads\n\nfn f() {\n    crate::registry::ids::x();\n}",
+                &[
+                    ("vocab/mod.rs", ""),
+                    (
+                        "kernel/load.rs",
+                        "//! loads\n\nfn f() {\n    crate::registry::ids::x();\n}",
+                    ),
+                    ("registry/mod.rs", "use crate::vocab::Id;"),
+                ],
+                true,
+                "kernel/load.rs:4: `kernel` imports `registry`, a higher layer",
             ),
-            ("registry/mod.rs", "use crate::vocab::Id;"),
-        ]);
-        assert!(
-            p.starts_with("kernel/load.rs:4: `kernel` imports `registry`, a higher layer"),
-            "{p}"
-        );
-    }
-
-    #[test]
-    fn a_circle_is_named_as_one() {
-        let p = only_problem(&[
-            ("vocab/mod.rs", ""),
+            // A circle, named as one.
             (
-                "registry/mod.rs",
-                "use crate::{vocab::Id, aggregation::Window};",
+                &[
+                    ("vocab/mod.rs", ""),
+                    (
+                        "registry/mod.rs",
+                        "use crate::{vocab::Id, aggregation::Window};",
+                    ),
+                    ("aggregation/mod.rs", "use crate::registry::roles::Role;"),
+                ],
+                false,
+                "`registry` imports `aggregation`, and `aggregation` imports `registry`: a circle",
             ),
-            ("aggregation/mod.rs", "use crate::registry::roles::Role;"),
-        ]);
-        assert!(
-            p.contains(
-                "`registry` imports `aggregation`, and `aggregation` imports `registry`: a circle"
+            // Modules of one layer may not import each other.
+            (
+                &[
+                    ("demo.rs", "use crate::study::SCENARIOS;"),
+                    ("study/mod.rs", ""),
+                ],
+                false,
+                "a module of its own layer",
             ),
-            "{p}"
-        );
-    }
-
-    #[test]
-    fn modules_of_one_layer_may_not_import_each_other() {
-        let p = only_problem(&[
-            ("demo.rs", "use crate::study::SCENARIOS;"),
-            ("study/mod.rs", ""),
-        ]);
-        assert!(p.contains("a module of its own layer"), "{p}");
-    }
-
-    #[test]
-    fn items_of_the_crate_root_are_the_top_layer() {
-        let p = only_problem(&[("output/mod.rs", "fn f() -> crate::Error { todo!() }")]);
-        assert!(p.contains("`output` imports `main`"), "{p}");
+            // Items of the crate root are the top layer.
+            (
+                &[("output/mod.rs", "fn f() -> crate::Error { todo!() }")],
+                false,
+                "`output` imports `main`",
+            ),
+            // A module in no layer.
+            (
+                &[("newthing/mod.rs", "use crate::vocab::Id;")],
+                true,
+                "module `newthing` is in no layer",
+            ),
+        ];
+        for (files, at_start, says) in cases {
+            let p = only_problem(files);
+            let found = if at_start {
+                p.starts_with(says)
+            } else {
+                p.contains(says)
+            };
+            assert!(found, "{p:?} does not say {says:?}");
+        }
     }
 
     #[test]
@@ -376,12 +394,6 @@ mod tests {
             ),
         ]);
         assert_eq!(problems(&t), Vec::<String>::new());
-    }
-
-    #[test]
-    fn a_module_in_no_layer_is_named() {
-        let p = only_problem(&[("newthing/mod.rs", "use crate::vocab::Id;")]);
-        assert!(p.starts_with("module `newthing` is in no layer"), "{p}");
     }
 
     #[test]

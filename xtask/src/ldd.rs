@@ -21,21 +21,27 @@ pub fn linked_files(ldd: &str) -> Vec<PathBuf> {
     out
 }
 
+/// What `ldd` prints for a binary that links glibc only (the vDSO, GCC's unwinder, libm, libc
+/// and the loader), for the tests.
+#[cfg(test)]
+pub const GLIBC_BINARY_LDD: &str = "\tlinux-vdso.so.1 (0x00007ffc3a5f2000)\n\
+    \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\
+    \tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f2)\n\
+    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3)\n\
+    \t/lib64/ld-linux-x86-64.so.2 (0x00007f4)\n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_loader_and_libraries_are_taken_from_ldd() {
-        let ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n\
-                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1)\n\
-                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f2)\n\
-                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n";
         assert_eq!(
-            linked_files(ldd),
+            linked_files(GLIBC_BINARY_LDD),
             [
                 PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
                 PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libm.so.6"),
                 PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
             ]
         );

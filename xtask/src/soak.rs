@@ -130,14 +130,16 @@ pub fn run(linker_dir: &Path, args: SoakArgs) -> Result<()> {
     let file = out_dir.join("soak-64k.bin");
     fs::write(&file, vec![7u8; 64 * 1024])?;
     let round = || node_round(&root, &file, args.workers, args.iterations);
+    // Rounds without the agent, before and after it ran: the spread its slowdown is read against.
+    let baseline = |when: &str| -> Result<Vec<f64>> {
+        eprintln!(
+            "xtask soak: {} baseline rounds without the agent{when}",
+            args.baseline_rounds
+        );
+        (0..args.baseline_rounds).map(|_| round()).collect()
+    };
 
-    eprintln!(
-        "xtask soak: {} baseline rounds without the agent",
-        args.baseline_rounds
-    );
-    let before: Vec<f64> = (0..args.baseline_rounds)
-        .map(|_| round())
-        .collect::<Result<_>>()?;
+    let before = baseline("")?;
 
     let port = 19_464;
     let mut agent = Guard(
@@ -188,13 +190,7 @@ pub fn run(linker_dir: &Path, args: SoakArgs) -> Result<()> {
     let elapsed = t0.elapsed().as_secs_f64();
     drop(agent);
 
-    eprintln!(
-        "xtask soak: {} baseline rounds without the agent, again",
-        args.baseline_rounds
-    );
-    let after: Vec<f64> = (0..args.baseline_rounds)
-        .map(|_| round())
-        .collect::<Result<_>>()?;
+    let after = baseline(", again")?;
 
     // Steady state: after the warm-up.
     let steady: Vec<&(f64, f64, f64)> = samples

@@ -7,10 +7,11 @@ use serde_json::Value;
 
 use super::{
     BenchArgs,
+    cost::Tp,
     report::{Row, Target},
     scale::ScaleRound,
     stats::{Spread, show},
-    tracer::{Mode, Tp},
+    tracer::Mode,
     workload::Workload,
 };
 

@@ -139,15 +139,8 @@ fn prog_name(id: u32) -> Option<String> {
         next_id: 0,
         open_flags: 0,
     };
-    // SAFETY: the attribute is a valid, fully initialized bpf_attr prefix of the given size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_GET_FD_BY_ID,
-            &attr as *const GetFdById,
-            size_of::<GetFdById>() as u32,
-        )
-    };
+    // SAFETY: the attribute is a fully initialized bpf_attr prefix, holding no pointer.
+    let fd = unsafe { bpf(BPF_PROG_GET_FD_BY_ID, &attr) };
     if fd < 0 {
         return None;
     }
@@ -162,20 +155,23 @@ fn prog_name(id: u32) -> Option<String> {
         info: info.as_mut_ptr() as u64,
     };
     // SAFETY: `info` outlives the call and is `info_len` bytes long.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const InfoByFd,
-            size_of::<InfoByFd>() as u32,
-        )
-    };
+    let r = unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &attr) };
     if r < 0 {
         return None;
     }
     let name = &info[64..80];
     let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
     Some(String::from_utf8_lossy(&name[..len]).into_owned()).filter(|n| !n.is_empty())
+}
+
+/// The `bpf(2)` command `cmd` with `attr`, a `#[repr(C)]` prefix of `union bpf_attr` (the
+/// kernel zero-extends what is not passed).
+///
+/// # Safety
+/// Every pointer in `attr` must be valid for what `cmd` does with it during the call.
+unsafe fn bpf<A>(cmd: libc::c_long, attr: &A) -> libc::c_long {
+    // SAFETY: `attr` is `size_of::<A>()` readable bytes; its pointers are the caller's promise.
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *const A, size_of::<A>() as u32) }
 }
 
 fn status_kib(pid: u32, key: &str) -> u64 {

@@ -5,9 +5,12 @@ use serde_json::{Value, json};
 
 use super::{
     BenchArgs,
+    cost::{Tp, TracerCost},
+    json::{machine, row_json, sample_json},
+    load::{LoadFigures, load_figures},
     scale::ScaleRound,
-    stats::{Spread, json_of, round, show},
-    tracer::{Mode, Tp, TracerCost},
+    stats::{Spread, json_of, show},
+    tracer::Mode,
     workload::{Sample, Workload},
 };
 
@@ -45,68 +48,6 @@ pub(super) struct Row {
     /// mmaplock-prof's own account of its attach: total, each step, and each program's
     /// verification (instructions the verifier processed, ms), over the rounds.
     pub(super) load: Option<LoadFigures>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub(super) struct LoadFigures {
-    pub(super) total_ms: Option<Spread>,
-    pub(super) steps: Vec<(String, Option<Spread>)>,
-    pub(super) programs: Vec<(String, Option<Spread>, Option<Spread>)>,
-}
-
-/// The medians of the summaries' `overhead.load` over the rounds.
-fn load_figures(loads: &[&serde_json::Value]) -> Option<LoadFigures> {
-    let first = loads.first()?;
-    let names = |key: &str, field: &str| -> Vec<String> {
-        first[key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| {
-                        if field.is_empty() {
-                            x[0].as_str()
-                        } else {
-                            x[field].as_str()
-                        }
-                        .map(String::from)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let step_ms = |name: &str| {
-        Spread::of(
-            loads
-                .iter()
-                .filter_map(|l| l["steps"].as_array()?.iter().find(|x| x[0] == name)?[1].as_f64()),
-        )
-    };
-    let prog = |name: &str, field: &str| {
-        Spread::of(loads.iter().filter_map(|l| {
-            l["programs"]
-                .as_array()?
-                .iter()
-                .find(|x| x["name"] == name)?[field]
-                .as_f64()
-        }))
-    };
-    Some(LoadFigures {
-        total_ms: Spread::of(loads.iter().filter_map(|l| l["total_ms"].as_f64())),
-        steps: names("steps", "")
-            .into_iter()
-            .map(|n| {
-                let s = step_ms(&n);
-                (n, s)
-            })
-            .collect(),
-        programs: names("programs", "name")
-            .into_iter()
-            .map(|n| {
-                let (i, m) = (prog(&n, "verified_insns"), prog(&n, "ms"));
-                (n, i, m)
-            })
-            .collect(),
-    })
 }
 
 /// Per round, a cost of mode `m` over the same cost of the clock floor in the same round
@@ -452,68 +393,4 @@ fn slowdown_target(samples: &[Sample], w: Workload, prof: &Row, bpftrace: &Row) 
         met: ratio.map(|r| r <= 0.5),
         rounds: Some((rounds.iter().filter(|&&ok| ok).count(), rounds.len())),
     }
-}
-
-fn row_json(w: Workload, m: Mode, r: &Row) -> Value {
-    json!({
-        "workload": w.name(),
-        "mode": m.name(),
-        "ops_per_s": json_of(r.ops_per_s, 0),
-        "slowdown_pct": json_of(r.slowdown_pct, 1),
-        "bpf_ns_per_event": json_of(r.ns_per_event, 1),
-        "bpf_ns_per_event_vs_clock_floor": json_of(r.ns_per_event_vs_floor, 2),
-        "programs": r.programs.iter().map(|(tp, f)| json!({
-            "tracepoint": tp.name(),
-            "ns_per_run": json_of(f.ns_per_run, 1),
-            "vs_clock_floor": json_of(f.vs_floor, 2),
-        })).collect::<Vec<_>>(),
-        "load": r.load.as_ref().map(|l| json!({
-            "total_ms": json_of(l.total_ms, 1),
-            "steps": l.steps.iter().map(|(n, ms)| json!({"step": n, "ms": json_of(*ms, 1)})).collect::<Vec<_>>(),
-            "programs": l.programs.iter().map(|(n, i, ms)| json!({
-                "program": n, "verified_insns": json_of(*i, 0), "ms": json_of(*ms, 1),
-            })).collect::<Vec<_>>(),
-        })),
-        "events_per_s": json_of(r.events_per_s, 0),
-        "attach_ms": json_of(r.attach_ms, 1),
-        "tracer_cpu_pct": json_of(r.cpu_pct, 2),
-        "tracer_peak_rss_mib": json_of(r.peak_rss_mib, 1),
-        "us_per_sampled_stack": json_of(r.us_per_stack, 1),
-        "sampled_stacks_per_s": json_of(r.stacks_per_s, 0),
-        "lost": r.lost,
-    })
-}
-
-fn sample_json(s: &Sample) -> Value {
-    json!({
-        "round": s.round + 1,
-        "workload": s.workload.name(),
-        "mode": s.mode.name(),
-        "ops_per_s": s.ops_per_s.round(),
-        "tracer": s.cost.as_ref().map(|c| json!({
-            "attach_ms": round(c.attach.as_secs_f64() * 1e3, 2),
-            "wall_s": round(c.wall.as_secs_f64(), 3),
-            "cpu_s": c.cpu.as_secs_f64(),
-            "peak_rss_kib": c.peak_rss_kib,
-            "lost": c.lost,
-            "programs": c.programs.iter().map(|p| json!({
-                "name": p.name, "runs": p.runs, "ns": p.ns,
-            })).collect::<Vec<_>>(),
-        })),
-    })
-}
-
-fn machine(load: [&str; 2]) -> Value {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .trim()
-            .to_string()
-    };
-    json!({
-        "kernel": read("/proc/sys/kernel/osrelease"),
-        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "loadavg_before_workloads": load[0],
-        "loadavg_after_workloads": load[1],
-    })
 }

@@ -27,7 +27,7 @@ use super::{
     procfs::{self, Guard},
     stats::round,
     tracer,
-    workload::read_ready,
+    workload::{self, start_ready},
 };
 
 /// At least this long between the threads' last work and the steady window.
@@ -146,23 +146,11 @@ fn mib(kib: u64) -> f64 {
 
 /// One round: start the threads, profile them, measure the steady state, stop.
 pub fn run(args: &BenchArgs, prof: &Path, dir: &Path, round_no: usize) -> Result<ScaleRound> {
-    let churn = prof.with_file_name("mmap-churn");
-    // The threads stay alive until the helper is killed at the end of the round.
-    let mut helper = Guard(
-        Command::new(&churn)
-            .args([
-                args.scale_threads.to_string(),
-                "2".into(),
-                "65536".into(),
-                "-".into(),
-                "3600".into(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("start the many-threads helper")?,
-    );
-    let mut out = read_ready(&mut helper.0)?;
+    // The threads stay alive (SIZE 64 KiB, NAME unchanged, LINGER_SECS an hour) until the
+    // helper is killed at the end of the round.
+    let (mut helper, mut out) =
+        start_ready(workload::churn(prof, args.scale_threads, 2).args(["65536", "-", "3600"]))
+            .context("start the many-threads helper")?;
     let pid = helper.0.id().to_string();
     let report = dir.join(format!("scale-{round_no}.jsonl"));
     let _ = fs::remove_file(&report);

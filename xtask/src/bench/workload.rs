@@ -13,8 +13,9 @@ use serde_json::Value;
 
 use super::{
     BenchArgs,
+    cost::TracerCost,
     procfs::Guard,
-    tracer::{self, Mode, TracerCost},
+    tracer::{self, Mode},
 };
 use crate::workspace_root;
 
@@ -60,6 +61,27 @@ pub fn read_ready(child: &mut Child) -> Result<BufReader<ChildStdout>> {
     }
 }
 
+/// The `mmap-churn` helper built beside `prof`: `threads` threads, each mapping, touching and
+/// unmapping 64 KiB `iterations` times once told to go.
+pub fn churn(prof: &Path, threads: u32, iterations: u32) -> Command {
+    let mut c = Command::new(prof.with_file_name("mmap-churn"));
+    c.args([threads.to_string(), iterations.to_string()]);
+    c
+}
+
+/// Starts `cmd` with its stdin and stdout piped (killed on drop), and reads its output up to
+/// its "ready" line.
+pub fn start_ready(cmd: &mut Command) -> Result<(Guard, BufReader<ChildStdout>)> {
+    let mut child = Guard(
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("start {cmd:?}"))?,
+    );
+    let out = read_ready(&mut child.0)?;
+    Ok((child, out))
+}
+
 /// Runs one workload to completion under `mode`.
 pub fn run(
     round: usize,
@@ -80,20 +102,9 @@ pub fn run(
                 .arg(args.node_iterations.to_string());
             c
         }
-        Workload::Churn => {
-            let mut c = Command::new(prof.with_file_name("mmap-churn"));
-            c.arg(args.threads.to_string())
-                .arg(args.churn_iterations.to_string());
-            c
-        }
+        Workload::Churn => churn(prof, args.threads, args.churn_iterations),
     };
-    let mut child = Guard(
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("start {cmd:?}"))?,
-    );
-    let mut out = read_ready(&mut child.0)?;
+    let (mut child, mut out) = start_ready(&mut cmd)?;
     let running = tracer::start(mode, prof, dir)?;
     let t0 = Instant::now();
     child.0.stdin.take().context("stdin")?.write_all(b"go\n")?;

@@ -1,0 +1,77 @@
+//! What userspace hands the eBPF programs at load time, besides the selection: run-time
+//! settings and the running kernel's layout.
+
+use bytemuck::{Pod, Zeroable};
+
+/// Run-time settings, passed as the `SETTINGS` global at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Settings {
+    /// Capture the user stack of one in this many write acquisitions per thread (0: never).
+    pub stack_sample: u32,
+    /// Non-zero: profile write acquisitions only (`--writes-only`). Read acquisitions then
+    /// cost a few instructions; a downgraded write's hold runs to its final release.
+    pub writes_only: u32,
+    /// Non-zero: charge each wait to the holds that made it wait (`BLOCKED`): every write
+    /// hold, and read holds released while a profiled writer waits, add their time to the
+    /// lock's accumulators (`LOCKS`) at release.
+    pub blockers: u32,
+    /// The profiler's own process (tgid): its threads' acquisitions of a profiled lock are
+    /// counted apart (`counter::PROFILER_OWN`, role `profiler`) and never charged as blockers.
+    pub self_tgid: u32,
+    /// Non-zero when the CPU orders stores (x86-64): a flush claim is then released with a
+    /// plain store instead of an atomic exchange (the BPF instruction set has no release
+    /// store; on weakly ordered CPUs the exchange is the barrier).
+    pub strong_order: u32,
+    /// Offset of `start_routine` in our glibc's `struct pthread` (0: unknown): a thread reads
+    /// its own when it is announced (`NewThread::start_routine`).
+    pub start_routine_off: u32,
+}
+
+/// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and
+/// passed as the `KERNEL` global at load time (offsets in bytes; 0 = absent).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct KernelLayout {
+    pub task_mm: u32,
+    pub task_tgid: u32,
+    pub task_group_leader: u32,
+    pub task_comm: u32,
+    /// `mm_struct.owner` (CONFIG_MEMCG); 0 when the kernel has none, and then a foreign
+    /// thread's acquisition is charged to owner 0.
+    pub mm_owner: u32,
+    /// `task_struct.flags` (PF_EXITING, PF_KTHREAD).
+    pub task_flags: u32,
+    /// `task_struct.thread.fsbase` (x86_64).
+    pub task_fsbase: u32,
+    /// `pt_regs.orig_ax` (x86_64: the syscall number at kernel entry).
+    pub regs_orig_ax: u32,
+    /// `pt_regs.ip`, `pt_regs.sp`, `pt_regs.bp` (x86_64: the user registers at kernel entry).
+    pub regs_ip: u32,
+    pub regs_sp: u32,
+    pub regs_bp: u32,
+    /// `task_struct.start_boottime` (ns since boot, what /proc reports as a start time).
+    pub task_start_boottime: u32,
+    /// `task_struct.pid`.
+    pub task_pid: u32,
+    /// `mm_struct.mmap_lock.count` (the rwsem's count word): a blocking acquisition that
+    /// finds the lock free takes no blockers snapshot (`--blockers`).
+    pub mm_lock_count: u32,
+    /// `task_struct.se.sum_exec_runtime` (a thread's CPU time, ns).
+    pub task_cpu_ns: u32,
+    /// Non-zero when the kernel has `bpf_loop` (Linux 5.17+): loops over a thread's pending
+    /// acquisitions, accumulators and holder slots are then verified once, not per
+    /// iteration, which is most of the attach time.
+    pub has_bpf_loop: u32,
+    /// The executable a process runs, for `--exe` selectors matched at exec:
+    /// `mm_struct.exe_file`, `file.f_path.dentry`, `dentry.d_name.len`, `dentry.d_name.name`
+    /// and `dentry.d_parent`.
+    pub mm_exe_file: u32,
+    pub file_dentry: u32,
+    pub dentry_name_len: u32,
+    pub dentry_name: u32,
+    pub dentry_parent: u32,
+    /// `mm_struct.context.ctx_id` (x86_64: an id the kernel gives each address space and never
+    /// reuses; 0 elsewhere): tells a freed address space from a new one at the same address.
+    pub mm_ctx_id: u32,
+}

@@ -1,0 +1,79 @@
+//! Threads coming and going: announced on `NEW_THREADS`, exiting on `EXITED`, and their CPU
+//! time from the flush iterator.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::COMM_LEN;
+
+/// Sent on the `NEW_THREADS` ring buffer when a thread's first acquisitions of a profiled
+/// lock are flushed (outside the lock), so that userspace classifies it while it (very
+/// likely) still runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct NewThread {
+    pub owner: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    pub _pad: u32,
+    pub owner_start: u64,
+    pub tid_start: u64,
+    pub fsbase: u64,
+    pub comm: [u8; COMM_LEN],
+    /// The thread's start routine, read from its glibc `struct pthread` (at the fs base, at
+    /// the offset `Settings::start_routine_off` calibrated on our glibc) by the thread itself
+    /// as it was announced: kept even if its process is gone when userspace reads the record,
+    /// and meaningful only for a process that maps our C library. 0: not read.
+    pub start_routine: u64,
+}
+
+/// Records of the `EXITED` ring buffer: a thread that had profiler state is exiting, or is
+/// gone for good.
+pub mod exit_record {
+    /// The thread is exiting but its pending acquisitions could not be flushed yet (another
+    /// context held its ring): wait for its `FREED`.
+    pub const EXITING: u32 = 1;
+    /// The exiting thread's acquisitions are flushed into `STATS` (at `sched_process_exit`,
+    /// at any release after it, or when the task is freed): its entries may be read one last
+    /// time and deleted. Sent again if it takes a lock after that (the last thread's
+    /// exit_mmap).
+    pub const FREED: u32 = 2;
+    /// A profiled (or newly selected) process has exec'd: its name, maps and code are new
+    /// (`tid` is the process's pid, `tid_start` its start time).
+    pub const EXEC: u32 = 3;
+    /// A process was selected as it forked from a selected one (`tid` is its pid,
+    /// `tid_start` its start time): it runs its parent's image, in its parent's cgroup.
+    pub const FORK: u32 = 4;
+}
+
+/// A record of the `EXITED` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct ExitedThread {
+    /// An [`exit_record`] tag.
+    pub tag: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    pub _pad: u32,
+    pub tid_start: u64,
+    /// The thread's CPU time (`se.sum_exec_runtime`, ns) when the notice was sent.
+    pub cpu_ns: u64,
+    /// When the notice was sent, ns since boot (the clock of `tid_start`).
+    pub at_ns: u64,
+    /// EXEC and FORK: the process's cgroup (v2 id), so that one gone before userspace could
+    /// read its /proc entry is still labelled by its cgroup.
+    pub cgroup_id: u64,
+}
+
+/// A profiled thread's CPU time, written by the flush iterator into its output (read by
+/// userspace each time it runs the iterator) whenever it changed since the last time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct ThreadCpu {
+    pub tid: u32,
+    pub tgid: u32,
+    pub tid_start: u64,
+    /// `se.sum_exec_runtime`, ns.
+    pub cpu_ns: u64,
+    /// When it was read, ns since boot.
+    pub at_ns: u64,
+}

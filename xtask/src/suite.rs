@@ -1,0 +1,311 @@
+//! `cargo xtask test`: the whole suite (layers, fmt, clippy on both targets, every test), and
+//! its closing line, in which a BPF test that could not run counts as skipped, never as passed
+//! (and fails the run under CI).
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{build, cargo, dist, image, is_root, layers, packages, path_with, run, workspace_root};
+
+/// Runs the suite in its order (cheapest check first), then prints its closing line.
+pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
+    // Imports against the layers of docs/architecture.md: no build needed, so first.
+    layers::check(&workspace_root().join("profiler/src"))?;
+    run(cargo(linker_dir)?.args(["fmt", "--all", "--check"]))?;
+    run(cargo(linker_dir)?.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    ebpf_clippy(linker_dir)?;
+    // The integration tests run the built binaries (profiler and helpers), and the agent's
+    // tests a real Prometheus.
+    build(linker_dir, false)?;
+    packages::ensure_prometheus()?;
+    packages::ensure_chromium()?;
+    packages::ensure_jemalloc()?;
+    packages::ensure_node18_builtins()?;
+    packages::ensure_podman()?;
+    packages::ensure_k8s_validator()?;
+    packages::ensure_sharp()?;
+    // The project's own image, as `cargo xtask image` makes it, from this (debug) build: for
+    // the test that runs it (tests/tests/image.rs).
+    let test_image = test_image()?;
+    if !is_root() {
+        eprintln!(
+            "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"
+        );
+    }
+    // One test at a time: the integration tests measure lock waits, which concurrent tests
+    // would distort, and every test filters events to its own processes.
+    let skip_file = workspace_root()
+        .join("target")
+        .join(format!("xtask-test-skips-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&skip_file);
+    let mut cmd = cargo(linker_dir)?;
+    // Every test binary runs even when one fails: a run then tells all that is wrong.
+    cmd.args([
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--",
+        "--test-threads=1",
+    ]);
+    cmd.args(args);
+    cmd.env(SKIP_FILE_ENV, &skip_file);
+    if let Some(tag) = &test_image {
+        cmd.env(TEST_IMAGE_ENV, tag);
+    }
+    let (mut tally, status) = run_counting_tests(&mut cmd)?;
+    let skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
+    let _ = std::fs::remove_file(&skip_file);
+    tally.apply_skips(&skips);
+    for s in &skips {
+        println!("skipped: {} ({})", s.test, s.reason);
+    }
+    // One closing line for the whole suite (cargo prints one per test binary).
+    println!("{}", tally.closing_line());
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    ci_verdict(under_ci(), &skips)
+}
+
+/// The variable naming the project's image for the tests (built from the debug binary).
+const TEST_IMAGE_ENV: &str = "MMAPLOCK_PROF_TEST_IMAGE";
+
+/// The image of this build's (debug) binary, packed as `cargo xtask dist` packs a release one;
+/// None where podman cannot be had (not root: the test then says so).
+fn test_image() -> Result<Option<String>> {
+    if !is_root() || !Path::new("/usr/bin/podman").exists() {
+        return Ok(None);
+    }
+    let root = workspace_root();
+    let tarball = dist::pack(
+        &root.join("target/debug/mmaplock-prof"),
+        &root.join("target/dist-test"),
+    )?;
+    image::build(&tarball, Some(image::TEST_TAG)).map(Some)
+}
+
+/// Clippy on the eBPF crate for its own target (it is never built for the host, so the
+/// workspace's clippy does not see its code), with the flags aya-build gives it.
+fn ebpf_clippy(linker_dir: &Path) -> Result<()> {
+    let mut cmd = Command::new("rustup");
+    // Inside `cargo xtask` this would pin the call to the stable toolchain.
+    cmd.env_remove("RUSTUP_TOOLCHAIN")
+        .current_dir(workspace_root().join("profiler-ebpf"))
+        .env("PATH", path_with(linker_dir)?)
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf",
+        )
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "clippy",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--bin",
+            "mmaplock",
+            "--target-dir",
+        ])
+        .arg(workspace_root().join("target/ebpf-clippy"))
+        .args(["--", "-D", "warnings"]);
+    run(&mut cmd)
+}
+
+/// The environment variable naming the file where the integration tests record the tests they
+/// skip (`tests/src/lib.rs`: `SKIP_FILE_ENV`, `skip_because`), one line each: `name<TAB>reason`.
+const SKIP_FILE_ENV: &str = "MMAPLOCK_PROF_TEST_SKIP_FILE";
+
+/// `CI` set (CI services set `CI=true`), as the integration tests decide it too.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A test that could not run, as it recorded itself.
+#[derive(Debug, PartialEq)]
+struct Skip {
+    test: String,
+    reason: String,
+}
+
+fn parse_skips(text: &str) -> Vec<Skip> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (test, reason) = l.split_once('\t').unwrap_or((l, "no reason given"));
+            Skip {
+                test: test.to_string(),
+                reason: reason.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Test outcomes over every test binary.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+}
+
+impl Tally {
+    /// Adds a libtest `test result:` line; false for any other line.
+    fn add_result_line(&mut self, line: &str) -> bool {
+        let Some((p, f, i)) = parse_test_result(line) else {
+            return false;
+        };
+        self.passed += p;
+        self.failed += f;
+        self.skipped += i;
+        true
+    }
+
+    /// A skipped test returns early, which libtest counts as passed: count it as skipped.
+    fn apply_skips(&mut self, skips: &[Skip]) {
+        let n = skips.len() as u64;
+        let moved = n.min(self.passed);
+        self.passed -= moved;
+        self.skipped += moved;
+    }
+
+    fn closing_line(&self) -> String {
+        format!(
+            "tests: {} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// Under CI (root, BPF available) a test that could not run is a failure: whatever skipped it
+/// is something CI must have.
+fn ci_verdict(ci: bool, skips: &[Skip]) -> Result<()> {
+    if !ci || skips.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = skips
+        .iter()
+        .map(|s| format!("{} ({})", s.test, s.reason))
+        .collect();
+    bail!(
+        "{} BPF test(s) skipped under CI (CI is set), where every test must run: {}",
+        skips.len(),
+        names.join("; ")
+    )
+}
+
+/// `test result: ok. 27 passed; 0 failed; 1 ignored; ...` -> (27, 0, 1).
+fn parse_test_result(line: &str) -> Option<(u64, u64, u64)> {
+    let rest = line.strip_prefix("test result: ")?;
+    let count = |what: &str| -> u64 {
+        rest.split(';')
+            .find_map(|part| part.trim().strip_suffix(what))
+            .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((count(" passed"), count(" failed"), count(" ignored")))
+}
+
+/// Runs `cargo test`, echoing its output, and adds up its `test result:` lines.
+fn run_counting_tests(cmd: &mut Command) -> Result<(Tally, std::process::ExitStatus)> {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    let mut tally = Tally::default();
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        println!("{line}");
+        tally.add_result_line(&line);
+    }
+    Ok((tally, child.wait()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_result_lines_are_counted() {
+        assert_eq!(
+            parse_test_result(
+                "test result: ok. 27 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.09s"
+            ),
+            Some((27, 0, 1))
+        );
+        assert_eq!(
+            parse_test_result("test result: FAILED. 9 passed; 1 failed; 0 ignored; 0 measured"),
+            Some((9, 1, 0))
+        );
+        assert_eq!(parse_test_result("running 3 tests"), None);
+    }
+
+    #[test]
+    fn skipped_tests_move_from_passed_to_skipped() {
+        let mut t = Tally::default();
+        for l in [
+            "running 12 tests",
+            "test result: ok. 10 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out",
+            "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured",
+            "test a ... ok",
+        ] {
+            t.add_result_line(l);
+        }
+        assert_eq!(
+            t,
+            Tally {
+                passed: 13,
+                failed: 1,
+                skipped: 2
+            }
+        );
+        let skips = parse_skips(
+            "duration_ends_the_run\tthis kernel has no mmap_lock tracepoints in its BTF\n\
+             fork_is_charged_to_the_parents_own_lock\tno tracepoints\n\n",
+        );
+        assert_eq!(skips.len(), 2);
+        assert_eq!(skips[0].test, "duration_ends_the_run");
+        assert_eq!(skips[1].reason, "no tracepoints");
+        t.apply_skips(&skips);
+        assert_eq!(t.closing_line(), "tests: 11 passed, 1 failed, 4 skipped");
+        // Never below zero, whatever the file says.
+        let mut few = Tally {
+            passed: 1,
+            ..Tally::default()
+        };
+        few.apply_skips(&skips);
+        assert_eq!(few.closing_line(), "tests: 0 passed, 0 failed, 1 skipped");
+    }
+
+    #[test]
+    fn no_skip_file_means_no_skips() {
+        assert!(parse_skips("").is_empty());
+        let skips = parse_skips("a test without a reason\n");
+        assert_eq!(skips[0].reason, "no reason given");
+    }
+
+    #[test]
+    fn a_skip_fails_the_run_under_ci_only() {
+        let skips = parse_skips("every_json_line_follows_the_contract\tno tracepoints\n");
+        assert!(ci_verdict(false, &skips).is_ok());
+        assert!(ci_verdict(true, &[]).is_ok());
+        let e = ci_verdict(true, &skips).unwrap_err().to_string();
+        assert!(e.contains("1 BPF test(s) skipped under CI"), "{e}");
+        assert!(
+            e.contains("every_json_line_follows_the_contract (no tracepoints)"),
+            "{e}"
+        );
+    }
+}
