@@ -10,7 +10,7 @@ use crate::{
     maps::{
         FILTER, KERNEL, MM_OWNER, MmOwner, SELECTED, comm_in_filter, konst, selection_generation,
     },
-    state::{HELD, NOT_TRACKED, OwnCache, Slot, TRACKED},
+    state::{NOT_TRACKED, OwnCache, Slot, SlotState, TRACKED},
 };
 
 /// Which process owns an mm, for a lock the current thread takes.
@@ -133,7 +133,7 @@ pub fn resolve(own: &mut OwnCache, slots: Option<&[Slot; 2]>, mm: u64) -> Owner 
     // dup_mmap write-locks the parent's mm (a FORK write held in a slot), then the child's.
     if let Some(slots) = slots {
         for s in slots {
-            if s.state == HELD && s.kind == cause::FORK && s.mm != mm {
+            if s.state == SlotState::Held && s.kind == cause::FORK && s.mm != mm {
                 return Owner::ForkChild;
             }
         }

@@ -22,10 +22,15 @@ use crate::{
     maps::{SETTINGS, bump, konst},
 };
 
-/// Slot states.
-pub const FREE: u32 = 0;
-pub const WAITING: u32 = 1;
-pub const HELD: u32 = 2;
+/// Where a slot's acquisition is. `Free` is 0: a thread's state is created zeroed by the
+/// kernel, and only these values are ever stored.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    Free = 0,
+    Waiting = 1,
+    Held = 2,
+}
 
 /// One mm lock a thread is waiting for or holding. Two per thread: fork's dup_mmap holds the
 /// parent's lock for write while it takes the child's. The fields the locked path touches
@@ -37,7 +42,7 @@ pub struct Slot {
     /// start_locking timestamp (0: a trylock, which does not wait).
     pub start_ts: u64,
     pub acq_ts: u64,
-    pub state: u32,
+    pub state: SlotState,
     /// `cause::READ`, a write cause, or `cause::DOWNGRADE` (a downgraded write's read hold).
     pub kind: u32,
     pub owner_start: u64,

@@ -24,7 +24,7 @@ use crate::{
     maps::{KERNEL, SETTINGS, blockers_on, bump, konst, note_activity},
     owner::{self, Owner},
     sampling,
-    state::{Done, FLUSH_AT, FREE, HELD, RING, Slot, THREAD_STATE, ThreadState, VERDICT, WAITING},
+    state::{Done, FLUSH_AT, RING, Slot, SlotState, THREAD_STATE, ThreadState, VERDICT},
 };
 
 /// `--writes-only` and this is a read acquisition: nothing to do.
@@ -176,15 +176,15 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
     // never seen), and is reused.
     for s in st.slots.iter_mut() {
-        if s.state == WAITING {
-            s.state = FREE;
+        if s.state == SlotState::Waiting {
+            s.state = SlotState::Free;
             if blockers_on() {
                 blockers::end_wait(s, blockers::write_kind(s.kind));
             }
         }
     }
-    let free0 = st.slots[0].state == FREE;
-    let free1 = st.slots[1].state == FREE;
+    let free0 = st.slots[0].state == SlotState::Free;
+    let free1 = st.slots[1].state == SlotState::Free;
     let Some((owner, owner_start, teardown)) = owner_of(st, mm, false) else {
         return 0;
     };
@@ -245,7 +245,7 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     s.sample_seq = sample_seq;
     s.snapped = snapped as u16;
     s.acq_ts = 0;
-    s.state = WAITING;
+    s.state = SlotState::Waiting;
     let start = now();
     s.start_ts = start;
     if let Some(snap) = snap.as_mut() {
@@ -291,9 +291,9 @@ fn on_acquire(
     now: u64,
 ) -> Option<Done> {
     // The blocking acquire this ends (a thread waits for one lock at a time).
-    let waiting = if st.slots[1].state == WAITING && st.slots[1].mm == mm {
+    let waiting = if st.slots[1].state == SlotState::Waiting && st.slots[1].mm == mm {
         1
-    } else if st.slots[0].state == WAITING && st.slots[0].mm == mm {
+    } else if st.slots[0].state == SlotState::Waiting && st.slots[0].mm == mm {
         0
     } else {
         2
@@ -305,7 +305,7 @@ fn on_acquire(
         }
         if success {
             s.acq_ts = now;
-            s.state = HELD;
+            s.state = SlotState::Held;
             if blockers_on() {
                 let s = *s;
                 note_hold(mm, s.kind, write, now);
@@ -315,7 +315,7 @@ fn on_acquire(
             }
             return None;
         }
-        s.state = FREE;
+        s.state = SlotState::Free;
         return Some(Done {
             owner_start: s.owner_start,
             wait: now.wrapping_sub(s.start_ts),
@@ -365,9 +365,9 @@ fn on_acquire(
             failed: 1,
         });
     }
-    let idx = if st.slots[0].state == FREE {
+    let idx = if st.slots[0].state == SlotState::Free {
         0
-    } else if st.slots[1].state == FREE {
+    } else if st.slots[1].state == SlotState::Free {
         1
     } else {
         bump(counter::NESTED);
@@ -385,14 +385,14 @@ fn on_acquire(
     s.snapped = 0;
     s.start_ts = 0;
     s.acq_ts = now;
-    s.state = HELD;
+    s.state = SlotState::Held;
     None
 }
 
 /// Is `s` a write lock of `mm` that a read acquire without start_locking downgrades?
 #[inline(always)]
 fn downgradable(s: &Slot, mm: u64) -> bool {
-    s.state == HELD && s.mm == mm && s.kind != cause::READ && s.kind != cause::DOWNGRADE
+    s.state == SlotState::Held && s.mm == mm && s.kind != cause::READ && s.kind != cause::DOWNGRADE
 }
 
 /// The completed record of a held slot, released at `now`.
@@ -451,9 +451,9 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     // The innermost lock first; nothing held: acquired before we attached, or not profiled.
-    let idx = if st.slots[1].state == HELD && st.slots[1].mm == mm {
+    let idx = if st.slots[1].state == SlotState::Held && st.slots[1].mm == mm {
         1
-    } else if st.slots[0].state == HELD && st.slots[0].mm == mm {
+    } else if st.slots[0].state == SlotState::Held && st.slots[0].mm == mm {
         0
     } else {
         return 0;
@@ -464,7 +464,7 @@ pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
         blockers::add_hold(st, mm, kind, acq_ts, now, task);
     }
     let s = &mut st.slots[idx];
-    s.state = FREE;
+    s.state = SlotState::Free;
     let d = done_of(s, now);
     complete(st, task, d);
     if st.exiting != 0 {
