@@ -30,10 +30,12 @@ fn in_lock_report(bytes: &[u8], e: &PathError) -> Option<(String, serde_json::Er
         return None;
     }
     let inner = serde_path_to_error::deserialize::<_, LockReport>(record).err()?;
-    let path = match (e.path().to_string(), inner.path().to_string()) {
-        (outer, part) if part == "." => outer,
-        (outer, part) if outer == "." => part,
-        (outer, part) => format!("{outer}.{part}"),
+    // The record's path is never the root (it ends in an index).
+    let (outer, part) = (e.path().to_string(), inner.path().to_string());
+    let path = if part == "." {
+        outer
+    } else {
+        format!("{outer}.{part}")
     };
     Some((path, inner.into_inner()))
 }
