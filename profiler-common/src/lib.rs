@@ -123,7 +123,7 @@ mod tests {
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 22 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 26 * 4);
         assert_eq!(size_of::<HolderId>(), 24);
         assert_eq!(size_of::<LockAcc>(), 64 + HOLDER_SLOTS * (8 + 24));
         assert_eq!(size_of::<BlockedKey>(), 6 * 4 + 3 * 8);

@@ -74,4 +74,14 @@ pub struct KernelLayout {
     /// `mm_struct.context.ctx_id` (x86_64: an id the kernel gives each address space and never
     /// reuses; 0 elsewhere): tells a freed address space from a new one at the same address.
     pub mm_ctx_id: u32,
+    /// `mm_struct.mmap_lock`: contention mode tells an mm's lock from every other lock the
+    /// contention tracepoints report by its address, `mm + mm_lock`.
+    pub mm_lock: u32,
+    /// `rw_semaphore.owner`: the task holding the lock for write (flags in its low 3 bits;
+    /// bit 0 set when readers own it), read when a contended wait begins.
+    pub rwsem_owner: u32,
+    /// `task_struct.stack`: another task's saved user registers sit at a fixed distance from
+    /// its kernel stack (found on the current task), for a holder's syscall.
+    pub task_stack: u32,
+    pub _pad: u32,
 }

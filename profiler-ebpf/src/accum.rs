@@ -35,7 +35,7 @@ use crate::{
 };
 
 #[inline(always)]
-fn add_hist(hist: &mut [u32; HIST_BUCKETS], ns: u64) {
+pub fn add_hist(hist: &mut [u32; HIST_BUCKETS], ns: u64) {
     if let Some(b) = hist.get_mut(bucket_index(ns)) {
         *b = b.wrapping_add(1);
     }
@@ -102,6 +102,30 @@ pub fn announce_first(st: &mut ThreadState, task: Task, owner: u32, owner_start:
 #[inline(always)]
 fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
     st.announced = 1;
+    let who = Identity {
+        tid: st.tid,
+        tgid: st.tgid,
+        tid_start: st.tid_start,
+        fsbase: st.fsbase,
+        comm: st.comm,
+    };
+    announce_thread(&who, owner, owner_start, st.start_routine);
+}
+
+/// Who a thread is, as its entries and announcements carry it.
+#[derive(Clone, Copy)]
+pub struct Identity {
+    pub tid: u32,
+    pub tgid: u32,
+    pub tid_start: u64,
+    pub fsbase: u64,
+    pub comm: kread::Comm,
+}
+
+/// Sends a thread's announcement on NEW_THREADS (lost quietly if the ring is full: the
+/// thread is then classified at the next reading, from its entries).
+#[inline(always)]
+pub fn announce_thread(who: &Identity, owner: u32, owner_start: u64, start_routine: u64) {
     let Some(mut entry) = NEW_THREADS.reserve::<NewThread>(0) else {
         return;
     };
@@ -110,14 +134,14 @@ fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
     // field.
     unsafe {
         (*n).owner = owner;
-        (*n).tid = st.tid;
-        (*n).tgid = st.tgid;
+        (*n).tid = who.tid;
+        (*n).tgid = who.tgid;
         (*n)._pad = 0;
         (*n).owner_start = owner_start;
-        (*n).tid_start = st.tid_start;
-        (*n).fsbase = st.fsbase;
-        (*n).start_routine = st.start_routine;
-        kread::set_comm(kread::as_comm_mut(&mut (*n).comm), &st.comm);
+        (*n).tid_start = who.tid_start;
+        (*n).fsbase = who.fsbase;
+        (*n).start_routine = start_routine;
+        kread::set_comm(kread::as_comm_mut(&mut (*n).comm), &who.comm);
     }
     entry.submit(0);
 }
@@ -145,7 +169,7 @@ fn acc_for(st: &mut ThreadState, kind: u32) -> Option<usize> {
 /// Notes `entry` (of `key`) as changed in this reading epoch, once, after a full barrier
 /// that orders its update before the epoch is loaded.
 #[inline(always)]
-fn note_changed(key: &StatsKey, entry: &mut ThreadStats) {
+pub fn note_changed(key: &StatsKey, entry: &mut ThreadStats) {
     // SAFETY: an atomic add of 0 to the entry's count: a full barrier (BPF has no fence
     // instruction) between the update above and the epoch's load below.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(&mut entry.stats.count, 0) };
@@ -161,6 +185,18 @@ fn note_changed(key: &StatsKey, entry: &mut ThreadStats) {
 /// The `STATS` entry of `key`, created on first use.
 #[inline(always)]
 fn stats_entry(key: &StatsKey, st: &ThreadState) -> Option<&'static mut ThreadStats> {
+    stats_entry_of(key, st.tgid, &st.comm, st.fsbase)
+}
+
+/// The `STATS` entry of `key`, created on first use for a thread of process `tgid`, named
+/// `comm`, with fs base `fsbase`. Only the thread named by the key writes its entries.
+#[inline(always)]
+pub fn stats_entry_of(
+    key: &StatsKey,
+    tgid: u32,
+    comm: &kread::Comm,
+    fsbase: u64,
+) -> Option<&'static mut ThreadStats> {
     if let Some(p) = STATS.get_ptr_mut(key) {
         // SAFETY: a map value of the right type; only the holder of this thread's claim
         // writes this thread's entries.
@@ -170,9 +206,9 @@ fn stats_entry(key: &StatsKey, st: &ThreadState) -> Option<&'static mut ThreadSt
     // SAFETY: this CPU's scratch element; programs do not migrate while they run.
     let init = unsafe { &mut *init };
     // Only these fields are ever written: the rest stays as the kernel zeroed it.
-    init.tgid = st.tgid;
-    kread::set_comm(kread::as_comm_mut(&mut init.comm), &st.comm);
-    init.fsbase = st.fsbase;
+    init.tgid = tgid;
+    kread::set_comm(kread::as_comm_mut(&mut init.comm), comm);
+    init.fsbase = fsbase;
     // epoch 0 is never current (userspace starts at 1): a new entry is always noted.
     init.epoch = 0;
     // NOEXIST: only the holder of this thread's claim inserts its keys.
@@ -186,7 +222,7 @@ fn stats_entry(key: &StatsKey, st: &ThreadState) -> Option<&'static mut ThreadSt
 /// Counts acquisitions the profile does not contain because `STATS` was full: acquisitions
 /// as lost, downgrades and failed trylocks apart (they are not acquisitions).
 #[inline(always)]
-fn count_map_full(kind: u32, acquired: u64, not_acquired: u64) {
+pub fn count_map_full(kind: u32, acquired: u64, not_acquired: u64) {
     if kind == cause::DOWNGRADE {
         bump_by(counter::NOT_ACQUIRED_MAP_FULL, acquired + not_acquired);
     } else {

@@ -29,7 +29,7 @@ pub fn write_kind(kind: u32) -> bool {
 
 /// Is the current thread one of the profiler's own?
 #[inline(always)]
-fn ours(tgid: u32) -> bool {
+pub fn ours(tgid: u32) -> bool {
     tgid == konst(&SETTINGS.self_tgid)
 }
 
@@ -431,22 +431,26 @@ static ZERO: BlockedVal = BlockedVal {
     wait_ns: 0,
 };
 
+/// Adds one wait of `ns` to `key`'s entry; true if the entry was made for it.
 #[inline(never)]
-fn add_blocked(key: &BlockedKey, ns: u64) {
+pub fn add_blocked(key: &BlockedKey, ns: u64) -> bool {
     let mut p = BLOCKED.get_ptr_mut(key);
+    let mut made = false;
     if p.is_none() {
         // By reference: a value would be copied to the stack (a call of memset).
         #[allow(clippy::needless_borrows_for_generic_args)]
         let _ = BLOCKED.insert(key, &ZERO, BPF_NOEXIST as u64);
         p = BLOCKED.get_ptr_mut(key);
+        made = p.is_some();
     }
     let Some(v) = p else {
         bump(counter::BLOCKERS_MAP_FULL);
-        return;
+        return false;
     };
     // SAFETY: a live map value; waiters of one holder charge it from several CPUs at once,
     // hence the atomics.
     let v = unsafe { &mut *v };
     atomic_add(&mut v.waits, 1);
     atomic_add(&mut v.wait_ns, ns);
+    made
 }

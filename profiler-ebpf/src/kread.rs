@@ -75,6 +75,12 @@ impl Task {
 pub struct Regs(*mut c_void);
 
 impl Regs {
+    /// The pointer, as the verifier types it.
+    #[inline(always)]
+    pub fn as_ptr(self) -> *mut c_void {
+        self.0
+    }
+
     /// A register (`u64` member of `struct pt_regs`) at a load-time offset.
     #[inline(always)]
     pub fn u64_at(self, off: u32) -> u64 {

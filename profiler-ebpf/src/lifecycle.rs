@@ -28,7 +28,7 @@ use crate::{
 };
 
 #[inline(always)]
-fn boot_ns() -> u64 {
+pub fn boot_ns() -> u64 {
     // SAFETY: no preconditions.
     unsafe { bpf_ktime_get_boot_ns() }
 }
@@ -37,14 +37,27 @@ fn boot_ns() -> u64 {
 /// (`FREED`: read them one last time).
 #[inline(always)]
 fn notify(st: &ThreadState, task: Task, tag: u32) {
+    send_exit(
+        tag,
+        st.tid,
+        st.tgid,
+        st.tid_start,
+        task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        boot_ns(),
+    );
+}
+
+/// Sends an exit notice of thread `tid` (see `exit_record`).
+#[inline(always)]
+pub fn send_exit(tag: u32, tid: u32, tgid: u32, tid_start: u64, cpu_ns: u64, at_ns: u64) {
     let rec = ExitedThread {
         tag,
-        tid: st.tid,
-        tgid: st.tgid,
+        tid,
+        tgid,
         _pad: 0,
-        tid_start: st.tid_start,
-        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
-        at_ns: boot_ns(),
+        tid_start,
+        cpu_ns,
+        at_ns,
         cgroup_id: 0,
     };
     if EXITED.output::<ExitedThread>(&rec, 0).is_err() {

@@ -13,8 +13,10 @@
 //! lock, and is it profiled), [`timing`] (the three tracepoints), [`accum`] (pending
 //! acquisitions into per-thread accumulators, and those into `STATS`), [`blockers`] (who made
 //! whom wait), [`sampling`] (user stacks), [`lifecycle`] (exit, fork, the flush iterator),
-//! [`selection`] (the agent's selectors, matched at exec and fork), [`diag`] (rare diagnostics,
-//! logged with aya-log when asked for) and [`floors`] (the benchmark's reference programs).
+//! [`selection`] (the agent's selectors, matched at exec and fork), [`contention`] (contention
+//! mode: `lock:contention_begin/end` instead of the three tracepoints), [`diag`] (rare
+//! diagnostics, logged with aya-log when asked for) and [`floors`] (the benchmark's reference
+//! programs).
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // Atomics (flush claims, counters of shared accumulators): the bpfel target has no atomic
@@ -36,8 +38,8 @@ macro_rules! bpf_modules {
 }
 
 bpf_modules!(
-    accum, blockers, diag, floors, kread, lifecycle, maps, owner, sampling, selection, state,
-    timing,
+    accum, blockers, contention, diag, floors, kread, lifecycle, maps, owner, sampling, selection,
+    state, timing,
 );
 
 #[cfg(not(target_arch = "bpf"))]

@@ -40,6 +40,10 @@ pub static KERNEL: KernelLayout = KernelLayout {
     dentry_name: 0,
     dentry_parent: 0,
     mm_ctx_id: 0,
+    mm_lock: 0,
+    rwsem_owner: 0,
+    task_stack: 0,
+    _pad: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).

@@ -28,7 +28,7 @@ pub enum Owner {
 
 /// The kernel's never-reused id of address space `mm` (0 where it has none).
 #[inline(always)]
-fn ctx_id(mm: u64) -> u64 {
+pub fn ctx_id(mm: u64) -> u64 {
     let off = konst(&KERNEL.mm_ctx_id);
     if off == 0 {
         0

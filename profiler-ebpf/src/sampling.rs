@@ -21,23 +21,30 @@ use crate::{
 /// among a thread's last 65,535 writes).
 #[inline(always)]
 pub fn pick(st: &mut ThreadState) -> u16 {
+    pick_in(&mut st.writes, &mut st.sample_left)
+}
+
+/// [`pick`] on a thread's counters wherever they are kept (contention mode keeps them in a
+/// hash map: its programs use no task storage).
+#[inline(always)]
+pub fn pick_in(writes: &mut u32, sample_left: &mut u32) -> u16 {
     let every = konst(&SETTINGS.stack_sample);
     if every == 0 {
         return 0;
     }
-    st.writes = st.writes.wrapping_add(1);
+    *writes = writes.wrapping_add(1);
     if every != 1 {
-        if st.sample_left == 0 {
+        if *sample_left == 0 {
             // SAFETY: no preconditions.
             let r = unsafe { bpf_get_prandom_u32() };
-            st.sample_left = 1 + r % every.saturating_mul(2).saturating_sub(1).max(1);
+            *sample_left = 1 + r % every.saturating_mul(2).saturating_sub(1).max(1);
         }
-        st.sample_left -= 1;
-        if st.sample_left != 0 {
+        *sample_left -= 1;
+        if *sample_left != 0 {
             return 0;
         }
     }
-    let seq = st.writes as u16;
+    let seq = *writes as u16;
     if seq == 0 { 1 } else { seq }
 }
 

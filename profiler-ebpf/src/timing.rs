@@ -53,13 +53,13 @@ fn state_of(task: Task, mm: u64) -> Option<&'static mut ThreadState> {
 }
 
 /// PF_EXITING and PF_KTHREAD in `task_struct.flags`.
-const PF_EXITING: u32 = 0x4;
-const PF_KTHREAD: u32 = 0x0020_0000;
+pub const PF_EXITING: u32 = 0x4;
+pub const PF_KTHREAD: u32 = 0x0020_0000;
 
 /// Why the current thread takes the lock for write: its exit, the syscall it is in, or a
 /// user page fault (x86_64 `pt_regs.orig_ax`, see `cause::of_orig_ax`).
 #[inline(always)]
-fn write_cause(task: Task) -> u32 {
+pub fn write_cause(task: Task) -> u32 {
     let flags = task.u32_at(konst(&KERNEL.task_flags));
     if flags & PF_EXITING != 0 {
         return cause::EXIT;
@@ -82,7 +82,7 @@ fn write_cause(task: Task) -> u32 {
 }
 
 #[inline(always)]
-fn now() -> u64 {
+pub fn now() -> u64 {
     // SAFETY: no preconditions.
     unsafe { bpf_ktime_get_ns() }
 }

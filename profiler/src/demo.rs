@@ -163,7 +163,7 @@ fn text(r: &DemoReport<'_>) -> String {
         ("mean write wait", |s| s.wait_ns.mean),
         ("p99 write wait", |s| s.wait_ns.p99 as f64),
         ("max write wait", |s| s.wait_ns.max as f64),
-        ("mean write hold", |s| s.hold_ns.mean),
+        ("mean write hold", |s| s.hold().mean),
     ];
     for (label, figure) in durations {
         let (a, b) = (figure(&ws), figure(&ps));

@@ -107,6 +107,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             max_threads: a.max_threads,
             bpf_stats: a.bpf_stats,
             blockers: a.blockers,
+            mode: a.mode,
             js_functions: a.js_functions,
             stack_sample: if a.js_functions > 0 {
                 a.stack_sample
@@ -136,6 +137,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     selection: false,
                     children: p.children,
                     blockers: p.blockers,
+                    mode: p.mode,
                     stack_sample: p.stack_sample.unwrap_or(if p.stacks.is_some() {
                         cli::Config::STACK_SAMPLE_WITH_STACKS_FILE
                     } else {

@@ -144,6 +144,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         selection: false,
         children: false,
         blockers: spec.blockers,
+        mode: crate::vocab::Mode::Full,
     })?;
     let mut session = Session::new(collector, false, &pids)?;
     // Start everyone together.

@@ -22,7 +22,7 @@ use crate::{
         rotate::Rotating,
     },
     run::{Driver, LoopConfig, Profile, Session, SessionError, Sink},
-    vocab::{Format, ids::ProcId},
+    vocab::{Format, Mode, ids::ProcId},
 };
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 
@@ -74,6 +74,8 @@ pub struct AgentConfig {
     pub bpf_stats: bool,
     /// Charge waits to the holds that made them wait (`mmaplock_blocked_seconds_total`).
     pub blockers: bool,
+    /// `--mode`; None: contention where the kernel can, else full.
+    pub mode: Option<Mode>,
     /// Export up to this many JavaScript functions per process (0: none, no stacks sampled).
     pub js_functions: usize,
     /// One write's stack in this many per thread (0: none).
@@ -275,6 +277,20 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Listen(cfg.listen, e))?;
     // The port the kernel gave, for `--listen ADDR:0`.
     let listening = listener.local_addr().unwrap_or(cfg.listen);
+    // The default: contention mode, where the kernel has its tracepoints (a kernel that
+    // cannot be read fails below with its own message).
+    let (mode, fallback) = match cfg.mode {
+        Some(m) => (m, false),
+        None => match crate::kernel::btf::KernelInfo::detect() {
+            Ok(k) if !k.contention_tracepoints => (Mode::Full, true),
+            _ => (Mode::Contention, false),
+        },
+    };
+    if fallback && !cfg.quiet {
+        eprintln!(
+            "mmaplock-prof agent: this kernel has no lock contention tracepoints (lock:contention_begin/end, Linux 5.19+): running in full mode, which times every acquisition (mmaplock_mode_fallback 1; docs/agent.md)"
+        );
+    }
     let mut collector = Collector::start(&CollectorConfig {
         pids: vec![],
         comms: vec![],
@@ -286,6 +302,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         selection: true,
         children: false,
         blockers: cfg.blockers,
+        mode,
     })?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -296,7 +313,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             kernel,
             collector.kernel.tracepoints.to_string(),
         )
-        .with_js_functions(cfg.js_functions),
+        .with_js_functions(cfg.js_functions)
+        .with_mode(mode, fallback),
     )));
     // The kernel selects at exec, fork and rename from now on; the first reading adds the
     // processes already running.

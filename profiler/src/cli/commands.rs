@@ -10,7 +10,7 @@ use super::values::{
     parse_positive_secs,
 };
 use super::{Config, OutputArgs};
-use crate::vocab::Format;
+use crate::vocab::{Format, Mode};
 
 /// `mmaplock-prof study`.
 #[derive(Debug, Args)]
@@ -180,8 +180,15 @@ pub struct AgentArgs {
     pub bpf_stats: bool,
     /// Charge each wait to the threads whose holds made it wait, for
     /// mmaplock_blocked_seconds_total (costs a few stores per hold, with the lock held).
+    /// Contention mode always names the writer each wait waited behind.
     #[arg(long)]
     pub blockers: bool,
+    /// `contention` (only waits that went to the lock's slow path: nothing paid by an
+    /// acquisition that does not wait) or `full` (every acquisition's wait and hold). Default:
+    /// contention where the kernel has the lock contention tracepoints (Linux 5.19+), full
+    /// otherwise (said at start and in mmaplock_mode_fallback).
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
     /// Export the sampled writes of up to N JavaScript functions per process
     /// (mmaplock_js_function_sampled_writes_total{process,cgroup,function}; past N, "(other)").
     /// Samples one write's stack in --stack-sample per thread; 0: off.

@@ -13,7 +13,7 @@ mod commands;
 mod tests;
 mod values;
 
-pub use crate::vocab::Format;
+pub use crate::vocab::{Format, Mode};
 pub use commands::{AgentArgs, CompareArgs, DemoArgs, ReportArgs, SCENARIOS, StudyArgs};
 pub use values::{parse_cgroup, parse_comm, parse_glob, parse_pid};
 use values::{parse_interval, parse_max_threads, parse_path, parse_positive_secs};
@@ -165,6 +165,13 @@ pub struct ProfileArgs {
     /// quote what each mitigation measured there.
     #[arg(long, value_name = "results.json", value_parser = parse_path)]
     pub study: Option<PathBuf>,
+    /// What to measure: `full`, every acquisition's wait and hold (three tracepoints, a clock
+    /// read at each), or `contention`, only the waits that went to the lock's slow path
+    /// (`lock:contention_begin/end`, Linux 5.19+): an acquisition that does not wait costs
+    /// nothing, and uncontended acquisitions, optimistic spinning, trylocks and hold times
+    /// are not seen.
+    #[arg(long, value_enum, default_value_t = Mode::Full)]
+    pub mode: Mode,
     /// Profile write acquisitions only: reads (most mmap_lock traffic: page faults) then cost
     /// a few instructions each, for hosts with extreme fault rates. Reports have no read
     /// statistics, and a downgraded write (munmap) counts as held until its final release.

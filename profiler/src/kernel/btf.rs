@@ -22,6 +22,10 @@ pub enum KernelError {
         "this kernel has no mmap_lock tracepoints (needs Linux 5.8 or newer built with CONFIG_TRACING)"
     )]
     NoTracepoints,
+    #[error(
+        "this kernel has no lock contention tracepoints (lock:contention_begin/end, Linux 5.19+): --mode contention cannot run here; use --mode full"
+    )]
+    NoContentionTracepoints,
     #[error("unrecognised prototype of tracepoint mmap_lock_acquire_returned ({0} arguments)")]
     UnknownLayout(usize),
     #[error("the kernel's BTF has no {0}")]
@@ -82,6 +86,9 @@ pub struct KernelInfo {
     /// The BTF id of `bpf_iter_task` (the task iterator's target), which loading the flush
     /// iterator needs; 0 when the kernel has no task iterator.
     pub iter_task_btf_id: u32,
+    /// The lock contention tracepoints (`lock:contention_begin/end`, Linux 5.19+), which
+    /// contention mode attaches to.
+    pub contention_tracepoints: bool,
 }
 
 impl KernelInfo {
@@ -152,11 +159,18 @@ impl KernelInfo {
             // x86_64 only (`mm_context_t` is a typedef of an anonymous struct there).
             mm_ctx_id: nested_offset(btf, ("mm_struct", "context"), ("mm_context_t", "ctx_id"))?
                 .unwrap_or(0),
+            mm_lock: off("mm_struct", "mmap_lock")?,
+            // Absent under PREEMPT_RT (its rwsem is another type): holders are then unknown.
+            rwsem_owner: member_offset(btf, "rw_semaphore", "owner")?.unwrap_or(0),
+            task_stack: off("task_struct", "stack")?,
+            _pad: 0,
         };
         Ok(KernelInfo {
             tracepoints,
             layout,
             iter_task_btf_id: func_id(btf, "bpf_iter_task").unwrap_or(0),
+            contention_tracepoints: has_tracepoint(btf, "contention_begin")
+                && has_tracepoint(btf, "contention_end"),
         })
     }
 }
@@ -166,6 +180,12 @@ fn func_id(btf: &Btf, name: &str) -> Option<u32> {
     let ids = btf.resolve_ids_by_name(name).ok()?;
     ids.into_iter()
         .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Func(_))))
+}
+
+/// Does the kernel have raw tracepoint `name` (its `btf_trace_<name>` typedef)?
+fn has_tracepoint(btf: &Btf, name: &str) -> bool {
+    btf.resolve_types_by_name(&format!("btf_trace_{name}"))
+        .is_ok_and(|t| t.iter().any(|t| matches!(t, Type::Typedef(_))))
 }
 
 fn bad(e: btf_rs::Error) -> KernelError {
@@ -313,5 +333,9 @@ mod tests {
         // This machine kind runs Linux 6.x: bpf_loop and the task iterator are there.
         assert_eq!(l.has_bpf_loop, 1);
         assert!(info.iter_task_btf_id > 0);
+        // mmap_lock follows mm_struct's maple tree; the rwsem's owner follows its count.
+        assert!(l.mm_lock > 0 && l.mm_lock.is_multiple_of(8), "{l:?}");
+        assert_eq!(l.rwsem_owner, 8, "{l:?}");
+        assert!(l.task_stack > 0 && l.task_stack.is_multiple_of(8), "{l:?}");
     }
 }

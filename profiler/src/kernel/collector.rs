@@ -12,6 +12,8 @@ use profiler_common::{
     ThreadCpu, ThreadStats,
 };
 
+use crate::vocab::Mode;
+
 use crate::kernel::{
     batch,
     btf::{KernelError, KernelInfo},
@@ -78,6 +80,8 @@ pub struct CollectorConfig {
     pub children: bool,
     /// Charge each wait to the holds that made it wait (`BLOCKED`).
     pub blockers: bool,
+    /// Every acquisition (full) or only contended waits (contention).
+    pub mode: Mode,
 }
 
 /// Which floor programs to attach instead of the profiler's.
@@ -163,6 +167,10 @@ pub struct Collector {
     pub(super) changed: Vec<(StatsKey, ThreadStats)>,
     /// Which floor programs were loaded instead of the profiler's, if any.
     pub(super) floor: Floor,
+    /// What the programs measure.
+    pub mode: Mode,
+    /// The task iterator run before readings (None for the floors).
+    pub(super) iterator: Option<&'static str>,
     /// Profiled threads' CPU times, as the last iterator runs reported them (taken by
     /// [`Kernel::take_cpu_times`](super::Kernel::take_cpu_times)).
     pub(super) cpu_times: Vec<ThreadCpu>,
@@ -252,6 +260,7 @@ impl Collector {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Self, CollectorError> {
         if cfg.blockers
+            && cfg.mode == Mode::Full
             && let Some(release) = super::minkernel::running_release()
             && !super::minkernel::has_bpf_loop(&release)
         {
@@ -288,7 +297,8 @@ impl Collector {
             activity: take(&mut ebpf, "ACTIVITY")?,
             idle_polls: 0,
             ebpf,
-            blockers: cfg.blockers && !cfg.floor.is_on(),
+            // Contention mode names the writer each wait waited behind, always.
+            blockers: (cfg.blockers || cfg.mode == Mode::Contention) && !cfg.floor.is_on(),
             kernel: loaded.kernel,
             attach_time: Duration::from_secs_f64(loaded.report.total_ms / 1e3),
             attached_ns: crate::vocab::ids::boot_ns(),
@@ -301,6 +311,8 @@ impl Collector {
             epoch: 1,
             changed: Vec::new(),
             floor: cfg.floor,
+            mode: cfg.mode,
+            iterator: load::iterator(cfg),
             cpu_times: Vec::new(),
             iter_out: Vec::new(),
             generation: 0,

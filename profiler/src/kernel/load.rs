@@ -11,6 +11,8 @@ use aya::{
 use aya_obj::btf::{Btf, BtfType, Func, FuncLinkage};
 use profiler_common::{COMM_LEN, Filter, LOCK_SLOTS, MAX_FILTER_COMMS, MAX_FILTER_PIDS, Settings};
 
+use crate::vocab::Mode;
+
 pub use super::stopwatch::LoadReport;
 use super::{
     btf::{KernelError, KernelInfo},
@@ -26,15 +28,18 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 /// uses (typically mmap, munmap, mprotect; a few more for some).
 pub const ENTRIES_PER_THREAD: u32 = 4;
 
-/// The tracepoints, each with the program attached to it (see [`programs_for`]).
+/// The mmap_lock tracepoints, full mode's (see [`lock_programs`]).
 pub const TRACEPOINTS: [&str; 3] = [
     "mmap_lock_start_locking",
     "mmap_lock_acquire_returned",
     "mmap_lock_released",
 ];
 
-/// The program handing every thread's accumulators over when its iterator is read.
+/// Full mode's program handing every thread's accumulators over when its iterator is read.
 pub const FLUSH_ITER: &str = "flush_threads";
+
+/// Contention mode's iterator: notes the profiled processes' locks, reports CPU times.
+pub const CONTENTION_ITER: &str = "contention_threads";
 
 /// The eBPF object to load: the embedded one, or, for developing the eBPF side without
 /// rebuilding the profiler, the file named by `MMAPLOCK_PROF_BPF_OBJECT`.
@@ -47,9 +52,17 @@ fn object() -> Result<std::borrow::Cow<'static, [u8]>, CollectorError> {
     }
 }
 
-/// The program for each of [`TRACEPOINTS`] on this kernel (or the floor's).
-pub fn programs_for(kernel: &KernelInfo, floor: Floor) -> [&'static str; 3] {
-    match floor {
+/// The programs on the lock's tracepoints for this run, as (tracepoint, program), in the
+/// order they are attached: a release before the acquisitions it ends, an acquire before the
+/// waits it ends (an acquire seen before start_locking is attached counts as a trylock), and a
+/// contention's end before its begin, so that no wait is left without its end while the
+/// programs attach one by one. These are the programs whose cost the report gives.
+pub fn lock_programs(
+    kernel: &KernelInfo,
+    floor: Floor,
+    mode: Mode,
+) -> Vec<(&'static str, &'static str)> {
+    let full = match floor {
         Floor::Empty => [
             "floor_start_locking",
             "floor_acquire_returned",
@@ -65,12 +78,54 @@ pub fn programs_for(kernel: &KernelInfo, floor: Floor) -> [&'static str; 3] {
             "storage_acquire_returned",
             "storage_released",
         ],
+        Floor::Off if mode == Mode::Contention => {
+            return vec![
+                ("contention_end", "contention_end"),
+                ("contention_begin", "contention_begin"),
+            ];
+        }
         Floor::Off => [
             kernel.tracepoints.start_program(),
             kernel.tracepoints.acquire_program(),
             "mmap_lock_released",
         ],
+    };
+    TRACEPOINTS.into_iter().zip(full).rev().collect()
+}
+
+/// The task iterator run before each reading (none for the floors).
+pub fn iterator(cfg: &CollectorConfig) -> Option<&'static str> {
+    match (cfg.floor.is_on(), cfg.mode) {
+        (true, _) => None,
+        (false, Mode::Full) => Some(FLUSH_ITER),
+        (false, Mode::Contention) => Some(CONTENTION_ITER),
     }
+}
+
+/// The programs following threads and processes, as (tracepoint, program): exits (announced
+/// so that userspace knows whom to wait for at the end), execs (a profiled process's new
+/// name and image; the agent's selection at exec), forks (to follow a target's descendants,
+/// `--children`, and the agent's selection), renames (selection by command name), and in
+/// contention mode the task's free (its state goes).
+fn lifecycle_programs(cfg: &CollectorConfig) -> Vec<(&'static str, &'static str)> {
+    if cfg.floor.is_on() {
+        return Vec::new();
+    }
+    let mut v = match cfg.mode {
+        Mode::Full => vec![("sched_process_exit", "sched_process_exit")],
+        Mode::Contention => vec![
+            ("sched_process_exit", "contention_exit"),
+            ("sched_process_free", "contention_free"),
+        ],
+    };
+    v.push(("sched_process_exec", "sched_process_exec"));
+    if cfg.children || cfg.selection {
+        v.push(("sched_process_fork", "sched_process_fork"));
+    }
+    if cfg.selection || !cfg.comms.is_empty() {
+        v.push(("task_rename", "task_rename"));
+    }
+    v
 }
 
 /// The `FILTER` global for a configuration.
@@ -158,6 +213,9 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     // `btf_with_func`, but cannot skip): make it on another thread while we read our offsets.
     let loader = std::thread::spawn(EbpfLoader::new);
     let kernel = KernelInfo::detect()?;
+    if cfg.mode == Mode::Contention && !cfg.floor.is_on() && !kernel.contention_tracepoints {
+        return Err(CollectorError::Kernel(KernelError::NoContentionTracepoints));
+    }
     watch.step("kernel BTF (offsets, tracepoint layout)");
     let mut loader = loader
         .join()
@@ -199,6 +257,9 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         // Blockers' per-lock accumulators are 2 MiB of preallocated, zeroed memory: one
         // element when they are off.
         .map_max_entries("LOCKS", if cfg.blockers { LOCK_SLOTS } else { 1 })
+        // Contention mode's threads that waited (preallocated: no allocation under a
+        // contended lock); a page's worth in full mode, which does not use it.
+        .map_max_entries("WAITERS", waiters_capacity(cfg))
         // The task storage maps, which aya creates but has no typed API for; only the eBPF
         // side uses them.
         .allow_unsupported_maps()
@@ -210,42 +271,19 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     if cancelled() {
         return Err(CollectorError::Cancelled);
     }
-    if !cfg.floor.is_on() && kernel.iter_task_btf_id == 0 {
+    let iter = iterator(cfg);
+    if iter.is_some() && kernel.iter_task_btf_id == 0 {
         return Err(CollectorError::Kernel(KernelError::MissingMember(
             "bpf_iter_task (the task iterator, Linux 5.8+)".into(),
         )));
     }
-    // Thread exits (announced so that userspace knows whom to wait for at the end), forks to
-    // follow a target's descendants (`--children`), then the lock tracepoints last to first:
-    // a release is attached before the acquisitions it ends, and an acquire before the waits
-    // it ends, so that no thread is left with a slot that never completes while the programs
-    // attach one by one; an acquire seen before start_locking is attached counts as a trylock.
-    let exit_prog = (!cfg.floor.is_on()).then_some(("sched_process_exit", "sched_process_exit"));
-    // Execs (a profiled process's new name and image; the agent's selection at exec).
-    let exec_prog = (!cfg.floor.is_on()).then_some(("sched_process_exec", "sched_process_exec"));
-    let fork_prog =
-        (cfg.children || cfg.selection).then_some(("sched_process_fork", "sched_process_fork"));
-    // Renames (selection by command name, for a process that names itself).
-    let rename_prog =
-        (cfg.selection || !cfg.comms.is_empty()).then_some(("task_rename", "task_rename"));
-    let attach: Vec<(&str, &str)> = exit_prog
+    let attach: Vec<(&str, &str)> = lifecycle_programs(cfg)
         .into_iter()
-        .chain(exec_prog)
-        .chain(fork_prog)
-        .chain(rename_prog)
-        .chain(
-            TRACEPOINTS
-                .into_iter()
-                .zip(programs_for(&kernel, cfg.floor))
-                .rev(),
-        )
+        .chain(lock_programs(&kernel, cfg.floor, cfg.mode))
         .collect();
     // Everything is verified before anything is attached, several programs at a time.
-    let iter_btf =
-        (!cfg.floor.is_on()).then(|| btf_with_funcs(&[("bpf_iter_task", kernel.iter_task_btf_id)]));
-    let names: Vec<&str> = iter_btf
-        .as_ref()
-        .map(|_| FLUSH_ITER)
+    let iter_btf = iter.map(|_| btf_with_funcs(&[("bpf_iter_task", kernel.iter_task_btf_id)]));
+    let names: Vec<&str> = iter
         .into_iter()
         .chain(attach.iter().map(|(_, name)| *name))
         .collect();
@@ -262,7 +300,11 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
             if is_permission(&e) {
                 CollectorError::Permission
             } else if error_chain(&e).contains("No such file") {
-                CollectorError::Kernel(KernelError::NoTracepoints)
+                CollectorError::Kernel(if tp.starts_with("contention_") {
+                    KernelError::NoContentionTracepoints
+                } else {
+                    KernelError::NoTracepoints
+                })
             } else {
                 CollectorError::Attach(tp, error_chain(&e))
             }
@@ -349,6 +391,15 @@ fn verify(
     done.into_iter()
         .map(|(i, outcome, ms)| Ok((names[i].to_string(), outcome?, ms)))
         .collect()
+}
+
+/// Room for contention mode's threads that waited (`WAITERS`): as many as the statistics map
+/// has threads, within a bound (the map is preallocated, about 150 bytes an entry).
+fn waiters_capacity(cfg: &CollectorConfig) -> u32 {
+    match cfg.mode {
+        Mode::Full => 1,
+        Mode::Contention => cfg.max_threads.clamp(1024, 1 << 18),
+    }
 }
 
 /// Bytes of the STACKS ring buffer for a sampling rate (a power of two, at least a page).

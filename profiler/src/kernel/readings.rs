@@ -21,9 +21,12 @@ use super::{
         Collector, CollectorError, Counters, IDLE_POLLS, MAX_LOOKUPS, ProgramStats,
         bpf_stats_enabled, error_chain, read_record,
     },
-    load::{self, FLUSH_ITER, LoadReport},
+    load::{self, LoadReport},
 };
-use crate::vocab::ids::{self, Presence, ThreadId};
+use crate::vocab::{
+    Mode,
+    ids::{self, Presence, ThreadId},
+};
 
 /// The kernel side of a run, as its profile uses it.
 pub trait Kernel {
@@ -35,6 +38,11 @@ pub trait Kernel {
 
     /// One in how many writes has its stack sampled (0: none).
     fn stack_sample(&self) -> u32;
+
+    /// What the programs measure.
+    fn mode(&self) -> Mode {
+        Mode::Full
+    }
 
     /// Hands every live thread's pending acquisitions over to the map, now if `always`, else
     /// when some thread has any (see `Collector`'s).
@@ -101,6 +109,10 @@ impl Kernel for Collector {
         self.stack_sample
     }
 
+    fn mode(&self) -> Mode {
+        self.mode
+    }
+
     /// Hands `f` the kernel entries that changed since the previous reading (`all`: every
     /// entry), a batch at a time. Idle threads cost nothing: the eBPF side notes each entry's
     /// first change per epoch on DIRTY, and only those are looked up; the whole map is read
@@ -160,9 +172,9 @@ impl Kernel for Collector {
     /// threads costs about 10 ms), but made at least every [`IDLE_POLLS`] readings (CPU times
     /// of threads that ran without taking a lock) and whenever `always` (the end of a run).
     fn flush_pending(&mut self, always: bool) -> Result<(), CollectorError> {
-        if self.floor.is_on() {
+        let Some(iter_name) = self.iterator else {
             return Ok(());
-        }
+        };
         let active = self.activity.get(&0, 0).unwrap_or(1) != 0;
         self.idle_polls += 1;
         if !active && !always && self.idle_polls < IDLE_POLLS {
@@ -175,8 +187,8 @@ impl Kernel for Collector {
             .map_err(|e| CollectorError::Map("ACTIVITY", error_chain(&e)))?;
         let iter: &mut Iter = self
             .ebpf
-            .program_mut(FLUSH_ITER)
-            .ok_or_else(|| CollectorError::Load(format!("program {FLUSH_ITER} missing")))?
+            .program_mut(iter_name)
+            .ok_or_else(|| CollectorError::Load(format!("program {iter_name} missing")))?
             .try_into()
             .map_err(|e: ProgramError| CollectorError::Load(error_chain(&e)))?;
         let link = iter
@@ -330,9 +342,10 @@ impl Collector {
 
     /// Run counts and run time per program, from the kernel's BPF statistics.
     fn run_stats(&self) -> Vec<ProgramStats> {
-        load::programs_for(&self.kernel, self.floor)
+        load::lock_programs(&self.kernel, self.floor, self.mode)
             .into_iter()
-            .filter_map(|name| {
+            .rev()
+            .filter_map(|(_, name)| {
                 let prog: &RawTracePoint = self.ebpf.program(name)?.try_into().ok()?;
                 let info = prog.info().ok()?;
                 Some(ProgramStats {

@@ -58,6 +58,10 @@ fn role_of(
     threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
     attribution: &Attribution,
 ) -> Role {
+    // Contention mode's holder of a lock its readers held (the rwsem names none of them).
+    if t.tid == 0 && pid == 0 {
+        return Role::Readers;
+    }
     if pid != owner.pid {
         return Role::Foreign;
     }

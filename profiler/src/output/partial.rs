@@ -98,6 +98,8 @@ pub struct Summed {
     start: Option<String>,
     end: String,
     lines: usize,
+    /// The lines' mode (one run's lines share it).
+    mode: crate::vocab::Mode,
 }
 
 impl Summed {
@@ -108,6 +110,7 @@ impl Summed {
 
     pub fn add(&mut self, line: &Report) {
         self.lines += 1;
+        self.mode = line.mode;
         self.start.get_or_insert_with(|| line.start.clone());
         self.end.clone_from(&line.end);
         self.lost.add(&line.lost);
@@ -185,9 +188,10 @@ impl Summed {
                 }
             })
             .collect();
-        Report {
+        let mut r = Report {
             kind: Kind::Summary,
             schema_version: SCHEMA_VERSION,
+            mode: self.mode,
             start: self.start.clone().unwrap_or_default(),
             end: self.end.clone(),
             interval_s: None,
@@ -199,7 +203,9 @@ impl Summed {
             stack_sample: None,
             stack_work: None,
             findings: None,
-        }
+        };
+        r.drop_unmeasured();
+        r
     }
 }
 

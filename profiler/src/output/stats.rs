@@ -63,7 +63,9 @@ pub struct Stats {
     pub count: u64,
     pub failed_trylocks: u64,
     pub wait_ns: Dist,
-    pub hold_ns: Dist,
+    /// Absent where holds were not measured (contention mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_ns: Option<Dist>,
 }
 
 impl Stats {
@@ -72,7 +74,7 @@ impl Stats {
             count: s.count,
             failed_trylocks: s.failed,
             wait_ns: Dist::new(&s.wait, s.count),
-            hold_ns: Dist::new(&s.hold, s.count),
+            hold_ns: Some(Dist::new(&s.hold, s.count)),
         }
     }
 
@@ -82,8 +84,15 @@ impl Stats {
             count: self.count,
             failed: self.failed_trylocks,
             wait: self.wait_ns.hist(),
-            hold: self.hold_ns.hist(),
+            hold: self.hold_ns.as_ref().map(Dist::hist).unwrap_or_default(),
         }
+    }
+
+    /// The hold distribution, empty where holds were not measured.
+    pub fn hold(&self) -> Dist {
+        self.hold_ns
+            .clone()
+            .unwrap_or_else(|| Dist::new(&DurationHist::default(), 0))
     }
 }
 
@@ -99,17 +108,24 @@ struct StatsFields {
     count: u64,
     failed_trylocks: u64,
     wait_ns: CheckedDist,
-    hold_ns: CheckedDist,
+    /// Absent in contention mode, whose holds are not measured.
+    #[serde(default)]
+    hold_ns: Option<CheckedDist>,
 }
 
 impl From<StatsFields> for Stats {
     fn from(f: StatsFields) -> Self {
-        Stats::new(&SideStats {
+        let measured = f.hold_ns.is_some();
+        let mut s = Stats::new(&SideStats {
             count: f.count,
             failed: f.failed_trylocks,
             wait: f.wait_ns.0,
-            hold: f.hold_ns.0,
-        })
+            hold: f.hold_ns.map(|h| h.0).unwrap_or_default(),
+        });
+        if !measured {
+            s.hold_ns = None;
+        }
+        s
     }
 }
 

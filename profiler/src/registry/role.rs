@@ -25,6 +25,8 @@ pub enum Role {
     /// The profiler's own threads (reading a target's /proc files and memory): counted apart
     /// from the process's own acquisitions, never offered as blockers.
     Profiler,
+    /// A holder only (contention mode): the lock's readers, whom the rwsem does not name.
+    Readers,
 }
 
 /// Read back from a report, a role this build does not know (a later addition) is `other`.
@@ -40,6 +42,7 @@ impl<'de> Deserialize<'de> for Role {
             Role::Addon,
             Role::Foreign,
             Role::Profiler,
+            Role::Readers,
         ]
         .into_iter()
         .find(|r| r.as_str() == name)
@@ -59,6 +62,7 @@ impl Role {
             Role::Other => "other",
             Role::Foreign => "foreign",
             Role::Profiler => "profiler",
+            Role::Readers => "readers",
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::{
         text::fmt_ns,
     },
     registry::roles::Role,
+    vocab::Mode,
 };
 
 const WRITE_CAUSES: &[&str] = &[
@@ -30,8 +31,9 @@ const WRITE_CAUSES: &[&str] = &[
 ];
 
 pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
-    // With blockers: the thread whose holds were charged the most, if one thread's writes.
-    let (holder, cause_, charged, waits) = match p.blockers.as_ref() {
+    // With blockers (always in contention mode): the thread whose holds were charged the
+    // most, if one thread's writes.
+    let (holder, cause_, charged, top) = match p.blockers.as_ref() {
         Some(b) => {
             let top = b
                 .iter()
@@ -39,53 +41,76 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
             if ratio(top.wait_ns, wait(p)) < 0.3 {
                 return None;
             }
-            (top.tid, top.cause.to_string(), top.wait_ns, Some(top.waits))
+            (top.tid, top.cause.to_string(), top.wait_ns, Some(top))
         }
         // Without: the thread holding the lock for write longest in one cause.
         None => {
             let (t, c) = own(p)
                 .flat_map(|t| t.lock.causes.iter().map(move |c| (t, c)))
-                .max_by_key(|(_, c)| c.write.hold_ns.sum)?;
+                .max_by_key(|(_, c)| c.write.hold().sum)?;
             let others: u64 = own(p).filter(|o| o.tid != t.tid).map(thread_wait).sum();
-            if ratio(c.write.hold_ns.sum, wait(p)) < 0.3 || others == 0 {
+            let held = c.write.hold().sum;
+            if ratio(held, wait(p)) < 0.3 || others == 0 {
+                return None;
+            }
+            (t.tid, c.cause.to_string(), held.min(others), None)
+        }
+    };
+    // The holder as the report has it: among the threads, or (in contention mode, a holder
+    // that never waited itself) only among the blockers.
+    let t = p.threads.iter().find(|t| t.tid == holder);
+    let (role, comm) = match (t, top) {
+        (Some(t), _) => (t.role, t.comm.clone()),
+        (None, Some(b)) => (b.role, b.comm.clone()),
+        (None, None) => return None,
+    };
+    let holds = t
+        .and_then(|t| cause(t, &cause_))
+        .filter(|c| c.count > 0)
+        .and_then(|c| Some((c.count, c.hold_ns.clone()?)));
+    let roles: Vec<Role> = own(p).filter(|o| o.tid != holder).map(|o| o.role).collect();
+    let (title, held_fact) = match (holds, top) {
+        (Some((count, h)), _) => {
+            if h.mean < LONG_HOLD_NS {
                 return None;
             }
             (
-                t.tid,
-                c.cause.to_string(),
-                c.write.hold_ns.sum.min(others),
-                None,
+                format!(
+                    "thread {holder} ({comm}, {}) holds mmap_lock for write in {cause_} for {} at a time: the others wait behind it",
+                    role.as_str(),
+                    fmt_ns(h.mean as u64)
+                ),
+                format!(
+                    "{count} {cause_} calls held the lock {} in all (up to {} each)",
+                    fmt_ns(h.sum),
+                    fmt_ns(h.max)
+                ),
             )
         }
+        // Contention mode measures no hold: the waits behind it tell how long it held.
+        (None, Some(b)) if s.mode == Mode::Contention => {
+            let per = b.wait_ns / b.waits.max(1);
+            if (per as f64) < LONG_HOLD_NS {
+                return None;
+            }
+            (
+                format!(
+                    "thread {holder} ({comm}, {}) holds mmap_lock for write in {cause_}: each contended wait behind it lasted {} on average",
+                    role.as_str(),
+                    fmt_ns(per)
+                ),
+                "contention mode measures no hold time: a hold lasted at least as long as the waits behind it".to_string(),
+            )
+        }
+        _ => return None,
     };
-    let t = p.threads.iter().find(|t| t.tid == holder)?;
-    let holds = cause(t, &cause_)?;
-    if holds.count == 0 || holds.hold_ns.mean < LONG_HOLD_NS {
-        return None;
-    }
-    let roles: Vec<Role> = own(p).filter(|o| o.tid != holder).map(|o| o.role).collect();
-    let mut f = finding(
-        s,
-        p,
-        format!(
-            "thread {holder} ({}, {}) holds mmap_lock for write in {cause_} for {} at a time: the others wait behind it",
-            t.comm,
-            t.role.as_str(),
-            fmt_ns(holds.hold_ns.mean as u64)
-        ),
-        charged,
-        &roles,
-    );
-    f.evidence.facts.push(format!(
-        "{} {cause_} calls held the lock {} in all (up to {} each)",
-        holds.count,
-        fmt_ns(holds.hold_ns.sum),
-        fmt_ns(holds.hold_ns.max)
-    ));
-    f.evidence.facts.push(match waits {
-        Some(w) => format!(
-            "{} of the others' wait ({w} waits) is charged to its holds",
-            fmt_ns(charged)
+    let mut f = finding(s, p, title, charged, &roles);
+    f.evidence.facts.push(held_fact);
+    f.evidence.facts.push(match top {
+        Some(b) => format!(
+            "{} of the others' wait ({} waits) is charged to its holds",
+            fmt_ns(charged),
+            b.waits
         ),
         None => format!(
             "without --blockers, who waited behind it is not measured: up to {} of the others' wait",
@@ -94,12 +119,12 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
     });
     f.evidence.threads.push(ThreadRef {
         tid: holder,
-        role: t.role.as_str().to_string(),
-        comm: t.comm.clone(),
+        role: role.as_str().to_string(),
+        comm,
         cause: cause_.clone(),
     });
     f.evidence.causes = vec![cause_];
-    f.evidence.roles = vec![t.role.as_str().to_string()];
+    f.evidence.roles = vec![role.as_str().to_string()];
     Some(f)
 }
 
@@ -201,7 +226,12 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
 pub(super) fn profiler_presence(s: &Report, p: &ProcessReport) -> Option<Finding> {
     let ours = p.profiler.as_ref()?;
     let (reads, writes) = (ours.read.count, ours.write.count);
-    let holds = ours.read.hold_ns.sum + ours.write.hold_ns.sum;
+    // Contention mode measures no hold: what its reads made others wait is not known there
+    // (a wait behind readers is charged to `readers`, whoever they are).
+    let (Some(r), Some(w)) = (&ours.read.hold_ns, &ours.write.hold_ns) else {
+        return None;
+    };
+    let holds = r.sum + w.sum;
     if ratio(holds, wait(p)) < 0.01 && holds < 1_000_000 {
         return None;
     }

@@ -130,14 +130,17 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
             &[("write", &w.wait_ns.buckets), ("read", &r.wait_ns.buckets)],
         ),
     );
-    panel(
-        &mut out,
-        "Hold per acquisition (log2 buckets)",
-        &histogram(
-            "hold-histogram",
-            &[("write", &w.hold_ns.buckets), ("read", &r.hold_ns.buckets)],
-        ),
-    );
+    // (Contention mode measures no hold: the page says so at its top.)
+    if let (Some(wh), Some(rh)) = (&w.hold_ns, &r.hold_ns) {
+        panel(
+            &mut out,
+            "Hold per acquisition (log2 buckets)",
+            &histogram(
+                "hold-histogram",
+                &[("write", &wh.buckets), ("read", &rh.buckets)],
+            ),
+        );
+    }
     // The three over time in a row of their own.
     out.push_str(r#"</div><div class="grid">"#);
     let [xs, sum, mean, count] = over_time(series, t0);
@@ -361,6 +364,14 @@ fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> S
             r#"<p class="note partial">No summary line (the run was cut short): the figures below are the sums of its {} interval lines, percentiles at the resolution of the log2 buckets.</p>"#,
             run.intervals
         );
+    }
+    // What the numbers are, before any of them: contention mode's are not full mode's.
+    if let Some(note) = sources
+        .iter()
+        .map(|s| s.mode)
+        .find_map(crate::output::text::mode_note)
+    {
+        let _ = write!(body, r#"<p class="note mode">{}.</p>"#, esc(note));
     }
     let mut procs: Vec<&ProcessReport> = sources.iter().flat_map(|s| &s.processes).collect();
     procs.sort_by_key(|p| std::cmp::Reverse(p.lock.write.wait_ns.sum));

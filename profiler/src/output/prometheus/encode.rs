@@ -12,6 +12,8 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
+use crate::vocab::Mode;
+
 use super::{
     SeriesKey, Shared,
     buckets::{classic, native},
@@ -25,6 +27,7 @@ pub(super) fn process_labels(
     cgroup: &str,
     more: &[(&'static str, &str)],
     pid: Option<u32>,
+    mode: Mode,
 ) -> Vec<(&'static str, String)> {
     let mut l = vec![
         ("process", process.to_string()),
@@ -34,6 +37,8 @@ pub(super) fn process_labels(
     if let Some(pid) = pid {
         l.push(("pid", pid.to_string()));
     }
+    // Which mode the series comes from: in contention mode its counts are contended waits.
+    l.push(("mode", mode.name().to_string()));
     l
 }
 
@@ -57,13 +62,14 @@ fn encode_hists(
     name: &str,
     help: &str,
     hists: &BTreeMap<SeriesKey, DurationHist>,
+    mode: Mode,
 ) -> Result<(), std::fmt::Error> {
     if hists.is_empty() {
         return Ok(());
     }
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
     for (key, h) in hists {
-        let labels = key.labels();
+        let labels = key.labels(mode);
         let (spans, deltas) = native(h);
         let native_histogram = NativeHistogram {
             schema: 0,
@@ -95,24 +101,31 @@ fn encode_hists(
 impl Collector for Shared {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let m = self.0.lock().map_err(|_| std::fmt::Error)?;
+        let mode = m.mode;
         encode_hists(
             &mut encoder,
             "mmaplock_wait_seconds",
-            "Time waited for the mmap_lock per acquisition (start_locking to acquire_returned).",
+            "Time waited for the mmap_lock: per acquisition in mode=\"full\" (start_locking to \
+             acquire_returned), per contended wait in mode=\"contention\" (contention_begin to \
+             contention_end: the slow path only).",
             &m.wait,
+            mode,
         )?;
         encode_hists(
             &mut encoder,
             "mmaplock_hold_seconds",
-            "Time the mmap_lock was held per acquisition (acquire_returned to released).",
+            "Time the mmap_lock was held per acquisition (acquire_returned to released; \
+             mode=\"full\" only: contention mode does not see holds).",
             &m.hold,
+            mode,
         )?;
         counters(
             &mut encoder,
             "mmaplock_acquisitions",
-            "Successful mmap_lock acquisitions, by the cause of a write (read for reads).",
+            "Successful mmap_lock acquisitions, by the cause of a write (read for reads); in \
+             mode=\"contention\", only those that waited on the lock's slow path.",
             m.acquisitions.iter().map(|((key, cause), n)| {
-                let mut labels = key.labels();
+                let mut labels = key.labels(mode);
                 labels.push(("cause", cause.to_string()));
                 (labels, *n)
             }),
@@ -122,7 +135,10 @@ impl Collector for Shared {
             "mmaplock_failed_trylocks",
             "Acquisitions that returned without the lock (failed trylocks, killed waiters).",
             m.failed.iter().map(|((process, cgroup, op, pid), n)| {
-                (process_labels(process, cgroup, &[("op", op)], *pid), *n)
+                (
+                    process_labels(process, cgroup, &[("op", op)], *pid, mode),
+                    *n,
+                )
             }),
         )?;
         counters(
@@ -130,7 +146,7 @@ impl Collector for Shared {
             "mmaplock_downgrades",
             "Write locks downgraded to read (munmap, brk, mremap, stack growth).",
             m.downgrades.iter().map(|(key, n)| {
-                let mut labels = key.labels();
+                let mut labels = key.labels(mode);
                 labels.retain(|(k, _)| *k != "op");
                 (labels, *n)
             }),
@@ -155,7 +171,7 @@ impl Collector for Shared {
                     .iter()
                     .map(|((process, cgroup, function), n)| {
                         (
-                            process_labels(process, cgroup, &[("function", function)], None),
+                            process_labels(process, cgroup, &[("function", function)], None, mode),
                             *n,
                         )
                     }),
@@ -165,8 +181,10 @@ impl Collector for Shared {
             counters(
                 &mut encoder,
                 "mmaplock_blocked_seconds",
-                "Wait charged to the holds that made it wait (--blockers): by the waiting \
-                 thread's role, the holding thread's role and what it held the lock for.",
+                "Wait charged to the holds that made it wait (--blockers; in \
+                 mode=\"contention\", each contended wait to the writer holding the lock when \
+                 it began, or to readers): by the waiting thread's role, the holding thread's \
+                 role and what it held the lock for.",
                 m.blocked
                     .iter()
                     .map(|((process, cgroup, waiter, holder, cause, pid), ns)| {
@@ -176,7 +194,7 @@ impl Collector for Shared {
                             ("holder_cause", cause.as_ref()),
                         ];
                         (
-                            process_labels(process, cgroup, &roles, *pid),
+                            process_labels(process, cgroup, &roles, *pid, mode),
                             *ns as f64 * 1e-9,
                         )
                     }),
@@ -206,7 +224,8 @@ impl Collector for Shared {
                     m.thread_time.iter().filter_map(
                         |((process, cgroup, role, pid), (alive, cpu_ns))| {
                             let ns = if cpu { (*cpu_ns)? } else { *alive };
-                            let labels = process_labels(process, cgroup, &[("role", role)], *pid);
+                            let labels =
+                                process_labels(process, cgroup, &[("role", role)], *pid, mode);
                             Some((labels, ns as f64 * 1e-9))
                         },
                     ),
@@ -291,7 +310,8 @@ impl Collector for Shared {
         encoder
             .encode_descriptor(
                 "mmaplock_build_info",
-                "The agent's version, the kernel and the mmap_lock tracepoints' layout.",
+                "The agent's version, the kernel, the mmap_lock tracepoints' layout and the \
+                 mode it profiles in (full or contention).",
                 None,
                 MetricType::Gauge,
             )?
@@ -299,8 +319,18 @@ impl Collector for Shared {
                 ("version", version.as_str()),
                 ("kernel", kernel.as_str()),
                 ("tracepoint_abi", abi.as_str()),
+                ("mode", mode.name()),
             ])?
             .encode_gauge(&1i64)?;
+        encoder
+            .encode_descriptor(
+                "mmaplock_mode_fallback",
+                "1 when the agent runs in full mode only because the kernel lacks the lock \
+                 contention tracepoints its default, contention mode, needs (Linux 5.19+).",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&(m.mode_fallback as i64))?;
         Ok(())
     }
 }

@@ -26,7 +26,7 @@ use crate::{
     aggregation::{DurationHist, SideStats, Window},
     kernel::collector::ProgramStats,
     output::{blockers::by_role, report::Lost},
-    vocab::ids::ProcId,
+    vocab::{Mode, ids::ProcId},
 };
 
 mod buckets;
@@ -48,12 +48,13 @@ struct SeriesKey {
 }
 
 impl SeriesKey {
-    fn labels(&self) -> Vec<(&'static str, String)> {
+    fn labels(&self, mode: Mode) -> Vec<(&'static str, String)> {
         process_labels(
             &self.process,
             &self.cgroup,
             &[("role", self.role), ("op", self.op)],
             self.pid,
+            mode,
         )
     }
 }
@@ -104,6 +105,10 @@ pub struct Metrics {
     /// The metrics endpoint's own health.
     pub http: HttpHealth,
     build: (String, String, String),
+    /// What the agent measures: every series carries it as its `mode` label.
+    mode: Mode,
+    /// Full mode only because the kernel lacks the contention tracepoints.
+    mode_fallback: bool,
 }
 
 impl Metrics {
@@ -117,6 +122,14 @@ impl Metrics {
             ),
             ..Default::default()
         }
+    }
+
+    /// The agent profiles in `mode` (`fallback`: full only because the kernel could not do
+    /// contention mode, its default).
+    pub fn with_mode(mut self, mode: Mode, fallback: bool) -> Self {
+        self.mode = mode;
+        self.mode_fallback = fallback;
+        self
     }
 
     /// Exports up to `n` JavaScript functions per process (0: none).

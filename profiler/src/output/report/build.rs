@@ -46,6 +46,7 @@ const TOP_STACKS: usize = 10;
 pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
     let Meta {
         kind,
+        mode,
         start,
         end,
         lost,
@@ -174,9 +175,10 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             ..ProcessReport::default()
         });
     }
-    Report {
+    let mut r = Report {
         kind,
         schema_version: SCHEMA_VERSION,
+        mode,
         start: rfc3339(start),
         end: rfc3339(end),
         interval_s: (kind == Kind::Interval).then_some(secs),
@@ -188,11 +190,18 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         stack_sample: None,
         stack_work: None,
         findings: None,
-    }
+    };
+    r.drop_unmeasured();
+    r
 }
 
 /// Adds the sampled stacks' attribution to a summary.
 pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
+    add_stacks_measured(r, stacks, sample);
+    r.drop_unmeasured();
+}
+
+fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
     r.stack_sample = Some(sample);
     for p in &mut r.processes {
         let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));

@@ -10,6 +10,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Deserializer, Serialize, de};
 
+use crate::vocab::Mode;
+
 mod build;
 mod costs;
 mod process;
@@ -64,6 +66,11 @@ pub struct Report {
     pub kind: Kind,
     #[serde(deserialize_with = "schema_version")]
     pub schema_version: u32,
+    /// What the run measured: every acquisition (`full`), or only contended waits
+    /// (`contention`: counts and waits are those of the waits that went to the lock's slow
+    /// path; holds are not measured). A line without it is full mode's.
+    #[serde(default)]
+    pub mode: Mode,
     pub start: String,
     pub end: String,
     pub interval_s: Option<f64>,
@@ -93,6 +100,7 @@ impl Report {
         Report {
             kind: Kind::Summary,
             schema_version: SCHEMA_VERSION,
+            mode: Mode::Full,
             start: String::new(),
             end: String::new(),
             interval_s: None,
@@ -108,6 +116,29 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Contention mode measures no hold: every `hold_ns` goes, so that no zero reads as a
+    /// measured hold.
+    pub fn drop_unmeasured(&mut self) {
+        if self.mode != Mode::Contention {
+            return;
+        }
+        for p in &mut self.processes {
+            p.lock.drop_holds();
+            for t in &mut p.threads {
+                t.lock.drop_holds();
+            }
+            for d in p.dsos.iter_mut().flatten() {
+                d.write.hold_ns = None;
+            }
+            if let Some(o) = p.profiler.as_mut() {
+                o.read.hold_ns = None;
+                o.write.hold_ns = None;
+            }
+        }
+    }
+}
+
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
@@ -116,6 +147,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// uncounted, and the profiler's own cost.
 pub struct Meta {
     pub kind: Kind,
+    pub mode: Mode,
     pub start: SystemTime,
     pub end: SystemTime,
     pub lost: Lost,

@@ -51,6 +51,18 @@ impl LockReport {
     }
 }
 
+impl LockReport {
+    /// Holds not measured (contention mode): absent rather than zero.
+    pub fn drop_holds(&mut self) {
+        self.write.hold_ns = None;
+        self.read.hold_ns = None;
+        self.downgrade.hold_ns = None;
+        for c in &mut self.causes {
+            c.write.hold_ns = None;
+        }
+    }
+}
+
 /// Sampled writes charged to one DSO.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DsoReport {

@@ -79,6 +79,7 @@ fn test_build(kind: Kind, w: &Window, start: SystemTime, end: SystemTime) -> Rep
         &a,
         Meta {
             kind,
+            mode: crate::vocab::Mode::Full,
             start,
             end,
             lost: Lost::default(),

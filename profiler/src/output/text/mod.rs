@@ -1,12 +1,16 @@
 //! The text rendering of reports, for people: tables, top threads and log2 histograms side
-//! by side.//!
+//! by side.
+//!
 //! Here a report's text; the pieces every text view is built of (durations, shares, sizes,
 //! histograms side by side, cut names) are `format.rs`, what the lock cost a process (time
 //! shares, who made whom wait) `waits.rs`.
 
 use std::fmt::Write as _;
 
-use crate::output::report::{Kind, Lost, ProcessReport, Report, Stats};
+use crate::{
+    output::report::{Kind, Lost, ProcessReport, Report, Stats},
+    vocab::Mode,
+};
 
 mod format;
 #[cfg(test)]
@@ -54,8 +58,18 @@ fn stats_row(label: &str, s: &Stats) -> String {
         fmt_ns(s.wait_ns.p50),
         fmt_ns(s.wait_ns.p99),
         fmt_ns(s.wait_ns.max),
-        fmt_ns(s.hold_ns.p50),
-        fmt_ns(s.hold_ns.p99),
+        s.hold_ns.as_ref().map_or("-".into(), |h| fmt_ns(h.p50)),
+        s.hold_ns.as_ref().map_or("-".into(), |h| fmt_ns(h.p99)),
+    )
+}
+
+/// What a report in `mode` counts, said once at its top: contention mode's numbers are not
+/// full mode's, and must not be read as if they were.
+pub fn mode_note(mode: Mode) -> Option<&'static str> {
+    (mode == Mode::Contention).then_some(
+        "contention mode: counts and waits are the contended waits only (lock:contention_begin \
+         to contention_end); acquisitions that did not wait, optimistic spinning, trylocks \
+         and hold times are not seen (--mode full measures every acquisition)",
     )
 }
 
@@ -126,6 +140,9 @@ pub fn to_text(r: &Report) -> String {
                 r.end,
                 r.interval_s.unwrap_or(0.0)
             );
+            if let Some(note) = mode_note(r.mode) {
+                let _ = writeln!(out, "  ({note})");
+            }
             if r.processes.is_empty() {
                 out.push_str("  no mmap_lock activity\n");
             }
@@ -148,6 +165,9 @@ pub fn to_text(r: &Report) -> String {
                 r.end,
                 r.duration_s.unwrap_or(0.0)
             );
+            if let Some(note) = mode_note(r.mode) {
+                let _ = writeln!(out, "{note}");
+            }
             if r.processes.is_empty() {
                 out.push_str("no mmap_lock activity by the selected processes\n");
             }
@@ -155,7 +175,7 @@ pub fn to_text(r: &Report) -> String {
                 out.push_str(&crate::output::findings::to_text(f));
             }
             for p in &r.processes {
-                out.push_str(&process_text(p));
+                out.push_str(&process_text(p, r.mode));
             }
             if let Some(o) = &r.overhead {
                 let _ = writeln!(
@@ -193,14 +213,17 @@ fn lost_text(l: &Lost) -> String {
     }
 }
 
-fn process_text(p: &ProcessReport) -> String {
+fn process_text(p: &ProcessReport, mode: Mode) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
     let _ = writeln!(
         out,
         "  {:<LABEL$} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "lock",
-        "acquired",
+        match mode {
+            Mode::Full => "acquired",
+            Mode::Contention => "contended",
+        },
         "failed",
         "wait sum",
         "mean",
@@ -319,7 +342,11 @@ fn process_text(p: &ProcessReport) -> String {
         out.push('\n');
         out.push_str(&side_by_side(&cols, width));
     }
-    let hists = histogram_lines(&[&p.lock.write.hold_ns, &p.lock.read.hold_ns]);
+    let holds = [&p.lock.write.hold_ns, &p.lock.read.hold_ns];
+    let hists = match holds {
+        [Some(w), Some(r)] => histogram_lines(&[w, r]),
+        _ => Vec::new(),
+    };
     if hists.iter().any(|h| !h.is_empty()) {
         let width = 8 + 1 + BAR_WIDTH + 1 + 8;
         let mut cols = vec![

@@ -28,7 +28,7 @@ fn long_names_are_cut_and_the_columns_stay_aligned() {
         wait_ns_sum: 3000,
     }]);
     p.threads[1].comm = "a-name-longer-than-15".into();
-    let text = process_text(&p);
+    let text = process_text(&p, crate::vocab::Mode::Full);
     let lines: Vec<&str> = text.lines().collect();
     let width = |l: &str| l.chars().count();
     let header = lines.iter().find(|l| l.starts_with("  lock")).unwrap();

@@ -86,6 +86,7 @@ impl<K: Kernel> Profile<K> {
         let window = self.interval.replace(fresh).unwrap_or_default();
         let meta = Meta {
             kind: Kind::Interval,
+            mode: self.collector.mode(),
             start: self.interval_start,
             end: now,
             lost: lost(self.counters, self.counters_at_interval, 0),
@@ -135,6 +136,7 @@ impl<K: Kernel> Profile<K> {
             &attribution,
             Meta {
                 kind: Kind::Summary,
+                mode: self.collector.mode(),
                 start: self.start,
                 end: now,
                 lost: self.lost_so_far(),
