@@ -22,6 +22,8 @@ pub enum OfflineError {
     Study(#[from] StudyFileError),
     #[error("cannot write {0}: {1}")]
     Write(String, #[source] std::io::Error),
+    #[error(transparent)]
+    MixedModes(#[from] compare::MixedModes),
 }
 
 impl OfflineError {
@@ -94,7 +96,7 @@ pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
         (&args.before.display().to_string(), &before),
         (&args.after.display().to_string(), &after),
         study.as_ref(),
-    );
+    )?;
     if let Some(path) = &args.html {
         write(path, &mut ComparePage, &c)?;
     }

@@ -50,3 +50,74 @@ fn stand_in_btf_has_the_functions_under_the_given_ids() {
     assert_eq!(id(&btf, "b"), Some(76_016));
     assert_eq!(id(&btf, "c"), None);
 }
+
+/// Contention mode attaches the contention tracepoints (an end before its begin) and the
+/// lifecycle its threads need, never the mmap_lock tracepoints; full mode the reverse.
+#[test]
+fn each_mode_attaches_its_own_programs() {
+    let kernel = crate::kernel::btf::KernelInfo {
+        tracepoints: crate::kernel::btf::TracepointLayout::WithMemcgPath,
+        layout: Default::default(),
+        iter_task_btf_id: 1,
+        contention_tracepoints: true,
+    };
+    let cont = CollectorConfig {
+        mode: Mode::Contention,
+        selection: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        lock_programs(&kernel, Floor::Off, Mode::Contention),
+        [
+            ("contention_end", "contention_end"),
+            ("contention_begin", "contention_begin")
+        ]
+    );
+    let life = lifecycle_programs(&cont);
+    assert!(life.contains(&("sched_process_exit", "contention_exit")));
+    assert!(life.contains(&("sched_process_free", "contention_free")));
+    assert!(life.contains(&("sched_process_fork", "sched_process_fork")));
+    assert_eq!(iterator(&cont), Some(CONTENTION_ITER));
+    let full = CollectorConfig::default();
+    let progs = lock_programs(&kernel, Floor::Off, Mode::Full);
+    assert_eq!(
+        progs,
+        [
+            ("mmap_lock_released", "mmap_lock_released"),
+            (
+                "mmap_lock_acquire_returned",
+                "mmap_lock_acquire_returned_memcg"
+            ),
+            ("mmap_lock_start_locking", "mmap_lock_start_locking_memcg"),
+        ]
+    );
+    assert_eq!(
+        lifecycle_programs(&full),
+        [
+            ("sched_process_exit", "sched_process_exit"),
+            ("sched_process_exec", "sched_process_exec")
+        ]
+    );
+    assert_eq!(iterator(&full), Some(FLUSH_ITER));
+    // The floors are the mmap_lock tracepoints' in either mode, with nothing around them.
+    let floor = CollectorConfig {
+        floor: Floor::Clock,
+        mode: Mode::Contention,
+        ..Default::default()
+    };
+    assert!(lifecycle_programs(&floor).is_empty());
+    assert_eq!(iterator(&floor), None);
+    assert_eq!(
+        lock_programs(&kernel, Floor::Clock, Mode::Contention)[0],
+        ("mmap_lock_released", "clock_released")
+    );
+    // Contention mode's preallocated threads: as many as --max-threads, within bounds.
+    for (max_threads, room) in [(0, 1024), (16_384, 16_384), (4_194_304, 262_144)] {
+        let c = CollectorConfig {
+            max_threads,
+            ..cont.clone()
+        };
+        assert_eq!(waiters_capacity(&c), room);
+    }
+    assert_eq!(waiters_capacity(&full), 1);
+}

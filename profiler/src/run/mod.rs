@@ -197,6 +197,17 @@ pub struct SessionConfig {
     pub quiet: bool,
 }
 
+/// Before Linux 6.14 the kernel formats the memory cgroup's path (under a global lock) for
+/// every mmap_lock event once a program is attached: full mode is dearer there. Said from
+/// the tracepoints' prototype (`memcg_path` in their BTF), never from the version.
+fn memcg_path_cost(c: &Collector) -> Option<&'static str> {
+    (c.mode == crate::vocab::Mode::Full
+        && c.kernel.tracepoints == crate::kernel::btf::TracepointLayout::WithMemcgPath)
+        .then_some(
+            "this kernel's mmap_lock tracepoints format the memory cgroup's path on every event while full mode is attached (they carry memcg_path: fixed in Linux 6.14), which costs every acquisition more; --mode contention is the cheap choice",
+        )
+}
+
 fn names_get(names: &crate::registry::names::ProcessNames, p: ProcId) -> String {
     names.cached(p).unwrap_or("?").to_string()
 }
@@ -296,6 +307,9 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     }
     if !cfg.quiet {
         crate::kernel::minkernel::warn_if_lacking_ptrace();
+        if let Some(w) = memcg_path_cost(&collector) {
+            eprintln!("mmaplock-prof: {w}");
+        }
     }
     let mut session = Session::new(collector, cfg.interval.is_some(), &cfg.collector.pids)?;
     for p in cfg

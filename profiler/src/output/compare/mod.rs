@@ -19,6 +19,7 @@ use crate::{
         report::{Report, SCHEMA_VERSION, Stats},
         text::{fit, fmt_ns},
     },
+    vocab::Mode,
 };
 
 /// One figure over the runs of one side.
@@ -112,6 +113,8 @@ pub struct Comparison {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub schema_version: u32,
+    /// Both sides' mode (never mixed): in contention mode, `writes` are contended writes.
+    pub mode: Mode,
     pub before: Side,
     pub after: Side,
     pub rows: Vec<Row>,
@@ -164,11 +167,12 @@ fn figures(summary: &Report) -> BTreeMap<Key, Fig> {
     m
 }
 
-/// One run as `compare` keeps it: its figures and its findings.
+/// One run as `compare` keeps it: its figures, its findings and its mode.
 #[derive(Clone)]
 struct Run {
     figures: BTreeMap<Key, Fig>,
     findings: RunFindings,
+    mode: Mode,
 }
 
 impl Run {
@@ -176,7 +180,34 @@ impl Run {
         Run {
             figures: figures(summary),
             findings: compare_findings::per_run(summary),
+            mode: summary.mode,
         }
+    }
+}
+
+/// Runs of both modes in one comparison: their counts mean different things (every
+/// acquisition against the contended waits), so they are never set side by side.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{full} was profiled in full mode and {contention} in contention mode: their writes and waits are not the same measure (every acquisition against the contended waits only); compare runs of one --mode"
+)]
+pub struct MixedModes {
+    pub full: String,
+    pub contention: String,
+}
+
+/// The one mode of the runs of both files.
+fn one_mode(before: (&str, &[Run]), after: (&str, &[Run])) -> Result<Mode, MixedModes> {
+    let file_of = |mode: Mode| {
+        [before, after]
+            .into_iter()
+            .find(|(_, runs)| runs.iter().any(|r| r.mode == mode))
+            .map(|(f, _)| f.to_string())
+    };
+    match (file_of(Mode::Full), file_of(Mode::Contention)) {
+        (Some(full), Some(contention)) => Err(MixedModes { full, contention }),
+        (None, Some(_)) => Ok(Mode::Contention),
+        _ => Ok(Mode::Full),
     }
 }
 
@@ -217,8 +248,9 @@ pub fn compare(
     before: (&str, &Runs),
     after: (&str, &Runs),
     study: Option<&StudyEffects>,
-) -> Comparison {
+) -> Result<Comparison, MixedModes> {
     let (b, a) = (before.1.runs(), after.1.runs());
+    let mode = one_mode((before.0, &b), (after.0, &a))?;
     let runs_b: Vec<BTreeMap<Key, Fig>> = b.iter().map(|r| r.figures.clone()).collect();
     let runs_a: Vec<BTreeMap<Key, Fig>> = a.iter().map(|r| r.figures.clone()).collect();
     let findings_b: Vec<RunFindings> = b.into_iter().map(|r| r.findings).collect();
@@ -250,9 +282,10 @@ pub fn compare(
             }
         })
         .collect();
-    Comparison {
+    Ok(Comparison {
         kind: "compare",
         schema_version: SCHEMA_VERSION,
+        mode,
         before: Side {
             file: before.0.to_string(),
             runs: runs_b.len(),
@@ -263,7 +296,7 @@ pub fn compare(
         },
         rows,
         findings: compare_findings::changes(&findings_b, &findings_a, study),
-    }
+    })
 }
 
 /// `1 run`, `2 runs`.
@@ -309,6 +342,9 @@ pub fn to_text(c: &Comparison) -> String {
         c.after.file,
         runs_label(c.after.runs),
     );
+    if let Some(note) = crate::output::text::mode_note(c.mode) {
+        out.push_str(&format!("  ({note})\n"));
+    }
     out.push_str(&format!(
         "\n  {:<28} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n",
         "process / role / cause",

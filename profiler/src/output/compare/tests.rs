@@ -34,7 +34,7 @@ fn summaries(v: &[(u64, u64)]) -> Runs {
 fn ratios_and_noise_verdicts() {
     let before = summaries(&[(1000, 5000), (1100, 5200)]);
     let after = summaries(&[(400, 900), (420, 1000)]);
-    let c = compare(("b", &before), ("a", &after), None);
+    let c = compare(("b", &before), ("a", &after), None).unwrap();
     let all = c.rows.iter().find(|r| r.group == "all").unwrap();
     assert_eq!(all.writes.before.mean, 1050.0);
     assert_eq!(all.writes.verdict, "changed");
@@ -52,14 +52,16 @@ fn ratios_and_noise_verdicts() {
         ("b", &before),
         ("a", &summaries(&[(1050, 5100), (990, 4900)])),
         None,
-    );
+    )
+    .unwrap();
     assert_eq!(same.rows[0].writes.verdict, "within noise");
     // One run each: not judged.
     let one = compare(
         ("b", &summaries(&[(10, 1)])),
         ("a", &summaries(&[(20, 1)])),
         None,
-    );
+    )
+    .unwrap();
     assert_eq!(one.rows[0].writes.verdict, "one run");
     assert!(to_text(&one).contains("cannot be judged"));
     // Roles and causes are rows of their own.
@@ -89,7 +91,7 @@ fn processes_of_one_name_are_pooled_and_a_missing_one_counts_zero() {
         proc(4, "node", 40, 1024),
         proc(5, "new", 7, 64),
     ]))]);
-    let c = compare(("b", &before), ("a", &after), None);
+    let c = compare(("b", &before), ("a", &after), None).unwrap();
     let row = |p: &str, g: &str, k: &str| {
         c.rows
             .iter()
@@ -139,12 +141,59 @@ fn a_file_without_summary_is_one_run_of_its_interval_lines() {
         Line::Interval(s)
     };
     let cut = runs([line(30), line(20)]);
-    let c = compare(("cut", &cut), ("a", &summaries(&[(100, 1)])), None);
+    let c = compare(("cut", &cut), ("a", &summaries(&[(100, 1)])), None).unwrap();
     assert_eq!(c.before.runs, 1);
     assert_eq!(c.rows[0].writes.before.mean, 50.0);
     assert_eq!(c.rows[0].writes.ratio, Some(2.0));
     // Once a run's summary came, interval lines are that run's, already in it.
     let both = runs([line(30), Line::Summary(summary("node", 30, 30)), line(7)]);
-    let c = compare(("b", &both), ("a", &summaries(&[(60, 1)])), None);
+    let c = compare(("b", &both), ("a", &summaries(&[(60, 1)])), None).unwrap();
     assert_eq!((c.before.runs, c.rows[0].writes.before.mean), (1, 30.0));
+}
+
+/// A contention-mode run, as the profiler writes it and as it reads back.
+fn contention(writes: u64, wait: u64) -> Report {
+    let mut r = summary("node", writes, wait);
+    r.mode = Mode::Contention;
+    r.drop_unmeasured();
+    let line = serde_json::to_string(&r).unwrap();
+    assert!(line.contains(r#""mode":"contention""#), "{line}");
+    assert!(!line.contains("hold_ns"), "{line}");
+    serde_json::from_str(&line).unwrap()
+}
+
+#[test]
+fn the_two_modes_are_never_compared() {
+    let full = summaries(&[(1000, 5000)]);
+    let cont = runs([Line::Summary(contention(40, 4000))]);
+    for (b, a) in [(&full, &cont), (&cont, &full)] {
+        let e = compare(("before.json", b), ("after.json", a), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("full mode") && e.contains("contention mode"),
+            "{e}"
+        );
+        assert!(e.contains("before.json") && e.contains("after.json"), "{e}");
+    }
+    // A file holding runs of both is refused too.
+    let mixed = runs([
+        Line::Summary(summary("node", 10, 10)),
+        Line::Summary(contention(4, 10)),
+    ]);
+    assert!(compare(("m", &mixed), ("a", &full), None).is_err());
+    // One mode on both sides: compared, and said.
+    let c = compare(
+        ("b", &cont),
+        ("a", &runs([Line::Summary(contention(10, 500))])),
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.mode, Mode::Contention);
+    assert_eq!(c.rows[0].writes.before.mean, 40.0);
+    assert!(to_text(&c).contains("contention mode: counts and waits are the contended waits only"));
+    assert!(
+        !to_text(&compare(("b", &full), ("a", &full), None).unwrap()).contains("contention mode")
+    );
 }

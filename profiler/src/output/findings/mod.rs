@@ -29,6 +29,9 @@ use crate::output::{
     text::fmt_ns,
 };
 
+/// What every finding of a contention-mode run says of its numbers.
+pub const CONTENTION_FACT: &str = "measured in contention mode: the counts and waits are the contended waits only (acquisitions that did not wait, spinning and hold times are not seen)";
+
 /// How much a finding costs the threads involved: from its time share (the wait it explains
 /// over their wall time alive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -148,6 +151,9 @@ pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
                     .extend(pattern.advice.iter().map(|a| a.to_string()));
                 f.source = format!("docs/findings.md#{}", pattern.id);
                 f.add_measured(study);
+                if s.mode == crate::vocab::Mode::Contention {
+                    f.evidence.facts.push(CONTENTION_FACT.to_string());
+                }
                 out.push(f);
             }
         }

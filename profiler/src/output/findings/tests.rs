@@ -471,3 +471,55 @@ fn a_study_adds_the_measured_effect_of_the_advice() {
     assert!(text.contains("measured here: jemalloc at 64 KiB: 1.30x throughput (1.20-1.40, 3 runs, changed), 0.30x writes"), "{text}");
     assert!(text.contains("measured here: arena-1 at 64 KiB: 1.24x throughput, 0.46x writes"));
 }
+
+/// Contention mode: the holder of the long writes may never have waited itself (it is only
+/// among the blockers), and no hold is measured: the waits charged to it tell, and every
+/// finding says what its numbers are.
+#[test]
+fn long_holds_in_contention_mode_come_from_the_waits_behind_the_holder() {
+    let mut p = with_main(
+        30,
+        vec![writer(
+            32,
+            Role::Worker,
+            &[("mmap", stats(300, 250_000_000))],
+        )],
+    );
+    let holder = |waits, wait_ns| BlockerReport {
+        tid: 31,
+        pid: 30,
+        role: Role::Worker,
+        comm: "node".into(),
+        cause: "mprotect".into(),
+        waits,
+        wait_ns,
+        write_wait_ns: wait_ns,
+    };
+    p.blockers = Some(vec![holder(100, 200_000_000)]);
+    let mut s = summary(vec![p.clone()]);
+    s.mode = crate::vocab::Mode::Contention;
+    s.drop_unmeasured();
+    let f = find(&s, None);
+    let l = f.iter().find(|f| f.id == "long-holds").expect("long-holds");
+    assert!(
+        l.title.starts_with(
+            "thread 31 (node, worker) holds mmap_lock for write in mprotect: each contended wait behind it lasted 2.00ms on average"
+        ),
+        "{}",
+        l.title
+    );
+    assert_eq!(l.evidence.threads[0].cause, "mprotect");
+    assert!(l.evidence.facts[0].starts_with("contention mode measures no hold"));
+    assert!(
+        f.iter()
+            .all(|f| f.evidence.facts.iter().any(|x| x == super::CONTENTION_FACT)),
+        "{f:?}"
+    );
+    // Short waits behind it: no long holds. In full mode, a holder that is not among the
+    // threads (no hold of its own measured) is no finding either.
+    p.blockers = Some(vec![holder(100_000, 200_000_000)]);
+    s.processes = vec![p.clone()];
+    assert!(!finds(&s, "long-holds"));
+    p.blockers = Some(vec![holder(100, 200_000_000)]);
+    assert!(!finds(&summary(vec![p]), "long-holds"));
+}

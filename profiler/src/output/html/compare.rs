@@ -85,7 +85,11 @@ impl Output<Comparison> for ComparePage {
 }
 
 pub fn compare_page(c: &Comparison) -> String {
-    let mut body = findings_table(c);
+    let mut body = String::new();
+    if let Some(note) = crate::output::text::mode_note(c.mode) {
+        let _ = write!(body, r#"<p class="note mode">{}.</p>"#, esc(note));
+    }
+    body.push_str(&findings_table(c));
     let mut processes: Vec<&str> = c.rows.iter().map(|r| r.process.as_str()).collect();
     processes.dedup();
     for name in processes {

@@ -52,7 +52,13 @@ fn several_runs_and_demo_lines_each_give_a_summary() {
     assert!(r.summary.is_some() && r.study.is_none());
     // compare takes each summary as a run, and each run of a demo line.
     let runs = Runs::parse("f", &text).unwrap();
-    assert_eq!(compare(("f", &runs), ("f", &runs), None).before.runs, 4);
+    assert_eq!(
+        compare(("f", &runs), ("f", &runs), None)
+            .unwrap()
+            .before
+            .runs,
+        4
+    );
 }
 
 /// A run of two interval lines (the first second's 40 ns of wait, the second's 60), then
@@ -193,7 +199,7 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
         }
         r
     };
-    let c = compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])), None);
+    let c = compare(("b", &side(&[900, 1000])), ("a", &side(&[90, 100])), None).unwrap();
     let page = super::compare::compare_page(&c);
     for chart in [
         "writes-by-role",
@@ -223,7 +229,7 @@ fn the_compare_page_pairs_before_and_after_per_role_and_cause() {
     );
     assert!(!page.contains("cannot be judged"));
     assert!(page.contains("b (2 runs) → a (2 runs)"), "{page}");
-    let one = compare(("b", &side(&[900])), ("a", &side(&[90])), None);
+    let one = compare(("b", &side(&[900])), ("a", &side(&[90])), None).unwrap();
     assert!(super::compare::compare_page(&one).contains("b (1 run) → a (1 run)"));
 }
 
@@ -246,7 +252,7 @@ fn report_compare_and_the_page_give_one_p99_never_above_the_maximum() {
         let at = page.find("<span>p99 write wait</span>").unwrap();
         let b = page[..at].rfind("<b>").unwrap();
         let runs = Runs::parse(name, text).unwrap();
-        let c = compare((name, &runs), (name, &runs), None);
+        let c = compare((name, &runs), (name, &runs), None).unwrap();
         let all = c.rows.iter().find(|r| r.group == "all").unwrap();
         (page[b + 3..at - 4].to_string(), all.p99_wait_ns.before.mean)
     };

@@ -104,25 +104,25 @@ fn text_exposition_has_the_contract_names() {
     }
     let text = encode_text(&registry(shared)).unwrap();
     for needle in [
-        "mmaplock_wait_seconds_bucket{le=\"0.000001024\",process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\"} 2",
+        "mmaplock_wait_seconds_bucket{le=\"0.000001024\",process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\",mode=\"full\"} 2",
         "mmaplock_wait_seconds_bucket{le=\"1e-9\",",
         "mmaplock_wait_seconds_bucket{le=\"+Inf\",",
         "mmaplock_wait_seconds_sum{",
-        "mmaplock_wait_seconds_count{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\"} 2",
+        "mmaplock_wait_seconds_count{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\",mode=\"full\"} 2",
         "mmaplock_hold_seconds_bucket{",
-        "mmaplock_acquisitions_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\",cause=\"mprotect\"} 2",
-        "mmaplock_failed_trylocks_total{process=\"node\",cgroup=\"/system.slice/api.service\",op=\"write\"} 1",
+        "mmaplock_acquisitions_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",op=\"write\",mode=\"full\",cause=\"mprotect\"} 2",
+        "mmaplock_failed_trylocks_total{process=\"node\",cgroup=\"/system.slice/api.service\",op=\"write\",mode=\"full\"} 1",
         "mmaplock_lost_total{reason=\"events\"} 0",
         "mmaplock_tracked_processes 0",
-        "mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\"} 2.5",
-        "mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\"} 0.5",
+        "mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",mode=\"full\"} 2.5",
+        "mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"worker\",mode=\"full\"} 0.5",
         "mmaplock_build_info{version=",
     ] {
         assert!(text.contains(needle), "{needle}\n{text}");
     }
     assert!(!text.contains("pid="), "no pid label unless asked");
-    assert!(text.contains("mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"} 1"));
-    assert!(!text.contains("mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\"}"));
+    assert!(text.contains("mmaplock_thread_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\",mode=\"full\"} 1"));
+    assert!(!text.contains("mmaplock_thread_cpu_seconds_total{process=\"node\",cgroup=\"/system.slice/api.service\",role=\"libuv\",mode=\"full\"}"));
 }
 
 #[test]
@@ -159,14 +159,50 @@ fn every_process_series_has_process_cgroup_its_own_labels_then_pid() {
     }
     let text = encode_text(&registry(shared)).unwrap();
     for line in [
-        r#"mmaplock_acquisitions_total{process="node",cgroup="/a",role="worker",op="write",pid="7",cause="mmap"} 2"#,
-        r#"mmaplock_downgrades_total{process="node",cgroup="/a",role="worker",pid="7"} 3"#,
-        r#"mmaplock_failed_trylocks_total{process="node",cgroup="/a",op="read",pid="7"} 4"#,
-        r#"mmaplock_blocked_seconds_total{process="node",cgroup="/a",waiter_role="worker",holder_role="main",holder_cause="mmap",pid="7"} 1.5"#,
-        r#"mmaplock_thread_seconds_total{process="node",cgroup="/a",role="worker",pid="7"} 2.0"#,
-        r#"mmaplock_thread_cpu_seconds_total{process="node",cgroup="/a",role="worker",pid="7"} 0.5"#,
-        r#"mmaplock_js_function_sampled_writes_total{process="node",cgroup="/a",function="f (x.js:1)"} 12"#,
+        r#"mmaplock_acquisitions_total{process="node",cgroup="/a",role="worker",op="write",pid="7",mode="full",cause="mmap"} 2"#,
+        r#"mmaplock_downgrades_total{process="node",cgroup="/a",role="worker",pid="7",mode="full"} 3"#,
+        r#"mmaplock_failed_trylocks_total{process="node",cgroup="/a",op="read",pid="7",mode="full"} 4"#,
+        r#"mmaplock_blocked_seconds_total{process="node",cgroup="/a",waiter_role="worker",holder_role="main",holder_cause="mmap",pid="7",mode="full"} 1.5"#,
+        r#"mmaplock_thread_seconds_total{process="node",cgroup="/a",role="worker",pid="7",mode="full"} 2.0"#,
+        r#"mmaplock_thread_cpu_seconds_total{process="node",cgroup="/a",role="worker",pid="7",mode="full"} 0.5"#,
+        r#"mmaplock_js_function_sampled_writes_total{process="node",cgroup="/a",function="f (x.js:1)",mode="full"} 12"#,
     ] {
         assert!(text.lines().any(|l| l == line), "{line}\n{text}");
     }
+}
+
+#[test]
+fn series_say_their_mode_and_the_agent_says_when_it_fell_back() {
+    let shared = Shared(Arc::new(Mutex::new(
+        Metrics::new(false, "6.18".into(), "6.14+".into()).with_mode(Mode::Contention, false),
+    )));
+    {
+        let mut m = shared.0.lock().unwrap();
+        let s = SideStats {
+            count: 3,
+            ..Default::default()
+        };
+        m.add_side(worker_writes("/a", None), &s, "mmap");
+    }
+    let text = encode_text(&registry(shared.clone())).unwrap();
+    for line in [
+        r#"mmaplock_acquisitions_total{process="node",cgroup="/a",role="worker",op="write",mode="contention",cause="mmap"} 3"#,
+        r#"mmaplock_mode_fallback 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("mmaplock_build_info{") && l.contains(r#"mode="contention""#)),
+        "{text}"
+    );
+    let full = Shared(Arc::new(Mutex::new(
+        Metrics::new(false, "5.15".into(), "5.8-6.13".into()).with_mode(Mode::Full, true),
+    )));
+    let text = encode_text(&registry(full)).unwrap();
+    assert!(
+        text.lines().any(|l| l == "mmaplock_mode_fallback 1"),
+        "{text}"
+    );
+    assert!(text.contains(r#"mode="full""#), "{text}");
 }

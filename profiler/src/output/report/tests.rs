@@ -64,6 +64,16 @@ fn window() -> Window {
 
 /// Builds as a run would, with thread 10 the main thread, 11 an `other` and 77 foreign.
 fn test_build(kind: Kind, w: &Window, start: SystemTime, end: SystemTime) -> Report {
+    build_in(crate::vocab::Mode::Full, kind, w, start, end)
+}
+
+fn build_in(
+    mode: crate::vocab::Mode,
+    kind: Kind,
+    w: &Window,
+    start: SystemTime,
+    end: SystemTime,
+) -> Report {
     let p = ProcId::new(10, 0);
     let t = |tid| crate::vocab::ids::ThreadId::new(tid, 0);
     let a = Attribution::with(
@@ -79,7 +89,7 @@ fn test_build(kind: Kind, w: &Window, start: SystemTime, end: SystemTime) -> Rep
         &a,
         Meta {
             kind,
-            mode: crate::vocab::Mode::Full,
+            mode,
             start,
             end,
             lost: Lost::default(),
@@ -270,4 +280,60 @@ fn durations_read_naturally() {
     assert_eq!(fmt_ns(12_345), "12.3us");
     assert_eq!(fmt_ns(4_560_000), "4.56ms");
     assert_eq!(fmt_ns(1_200_000_000), "1.20s");
+}
+
+/// Contention mode's lines say so, and carry no hold anywhere (not a zero that reads as a
+/// measured hold); read back, they are the same, and a summary of its interval lines too.
+#[test]
+fn contention_lines_say_their_mode_and_have_no_hold() {
+    use crate::vocab::Mode;
+    let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let t1 = t0 + std::time::Duration::from_millis(1000);
+    let full = to_json_line(&test_build(Kind::Interval, &window(), t0, t1));
+    assert!(full.contains(r#""mode":"full""#), "{full}");
+    assert!(full.contains("hold_ns"), "{full}");
+    let r = build_in(Mode::Contention, Kind::Interval, &window(), t0, t1);
+    let line = to_json_line(&r);
+    assert!(line.contains(r#""mode":"contention""#), "{line}");
+    assert!(!line.contains("hold_ns"), "{line}");
+    let back: Report = serde_json::from_str(&line).unwrap();
+    assert_eq!(back.mode, Mode::Contention);
+    assert_eq!(back.processes[0].lock.write.count, 8);
+    assert!(back.processes[0].lock.write.hold_ns.is_none());
+    // A line without `mode` (older builds) is full mode's, holds and all.
+    let old = full.replace(r#""mode":"full","#, "");
+    assert_ne!(old, full);
+    let back: Report = serde_json::from_str(&old).unwrap();
+    assert_eq!(back.mode, Mode::Full);
+    assert!(back.processes[0].lock.write.hold_ns.is_some());
+    // A run cut short: its interval lines summed keep their mode.
+    let mut summed = crate::output::partial::Summed::default();
+    summed.add(&r);
+    summed.add(&r);
+    let s = summed.report();
+    assert_eq!(
+        (s.mode, s.processes[0].lock.write.count),
+        (Mode::Contention, 16)
+    );
+    assert!(!to_json_line(&s).contains("hold_ns"));
+    // The text says what the numbers are, and shows no hold.
+    let text = to_text(&build_in(
+        Mode::Contention,
+        Kind::Summary,
+        &window(),
+        t0,
+        t1,
+    ));
+    assert!(
+        text.contains("contention mode: counts and waits are the contended waits only"),
+        "{text}"
+    );
+    assert!(text.contains("contended"), "{text}");
+    assert!(!text.contains("write hold (log2 buckets)"), "{text}");
+    let full_text = to_text(&test_build(Kind::Summary, &window(), t0, t1));
+    assert!(!full_text.contains("contention mode"), "{full_text}");
+    assert!(
+        full_text.contains("write hold (log2 buckets)"),
+        "{full_text}"
+    );
 }

@@ -1,0 +1,283 @@
+//! Contention mode (`--mode contention`): programs on `lock:contention_begin` and
+//! `lock:contention_end` (Linux 5.19+), which the kernel fires only on a lock's slow path, for
+//! every kind of lock it has. The mmap_lock tracepoints stay detached, so an acquisition that
+//! does not wait costs nothing; a wait that does is timed from its slow path's start to its
+//! end, and counted in the same `STATS` entries as full mode's (count and wait, no hold).
+//!
+//! Every lock in the kernel fires these, so the first lines only look at the flags (an rwsem
+//! waits with READ or WRITE alone; spinlocks, mutexes and per-CPU rwsems carry other bits),
+//! then at the address: the current task's own `&mm->mmap_lock`, or a profiled process's
+//! lock in `MM_OWNER` (another task waiting on it: the profiler's reads of /proc, khugepaged,
+//! a debugger, an exit_mmap on the last reference). `contention_end` first looks at a counter
+//! of waits in progress, indexed by thread id, which is zero for nearly every thread.
+//!
+//! No task local storage: allocating it under a contended lock recursed in the kernel's own
+//! perf tool (commit c66a36af7ba3), which removed it from these handlers. A thread's state is
+//! in a preallocated hash map (`WAITERS`), made at its first wait and deleted when the task
+//! is freed.
+//!
+//! Who made whom wait, without `--blockers`' holder slots: the rwsem's `owner` word names the
+//! writer holding the lock when the wait begins (with its syscall, read from its saved user
+//! registers); with its reader bit set the lock is held by readers, whom it does not name.
+
+
+mod holder;
+mod threads;
+mod waiter;
+
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr,
+};
+
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid,
+    macros::{map, raw_tracepoint},
+    maps::Array,
+    programs::RawTracePointContext,
+};
+use profiler_common::{BlockedKey, READ, SampleDone, StatsKey, WRITE, cause, stack_record};
+
+use crate::{
+    accum::{self, Identity},
+    blockers,
+    kread::Task,
+    maps::{KERNEL, STACKS, konst, note_activity},
+    sampling,
+    timing::{self, PF_EXITING, now},
+};
+use holder::{HOLDER_UNKNOWN, note_holder};
+use waiter::{LockOf, Waiter, WAITERS, owner_of, waiter};
+
+/// `lock:contention_begin`'s flags (include/trace/events/lock.h): an rwsem's reader or
+/// writer waits with one of these alone.
+const LCB_F_READ: u64 = 1 << 1;
+const LCB_F_WRITE: u64 = 1 << 2;
+
+/// Waits in progress, by `tid & (WAITING_SLOTS - 1)`: `contention_end`, which every lock
+/// in the kernel fires, looks here first, one array load, and goes no further for the threads
+/// that wait for no profiled lock.
+const WAITING_SLOTS: u32 = 4096;
+#[map]
+static WAITING: Array<u64> = Array::with_max_entries(WAITING_SLOTS, 0);
+
+#[inline(always)]
+fn atomic_add(p: &mut u64, n: u64) {
+    // SAFETY: an atomic add to a live map value's field; BPF_ATOMIC.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(p, n) };
+}
+
+/// The counter of waits in progress of threads like `tid`.
+#[inline(always)]
+fn waiting_slot(tid: u32) -> Option<&'static mut u64> {
+    // SAFETY: an array element, valid for the map's life; changed with atomics only.
+    WAITING
+        .get_ptr_mut(tid & (WAITING_SLOTS - 1))
+        .map(|p| unsafe { &mut *p })
+}
+
+/// A wait in progress of thread `tid` is over (its end, or its task freed).
+#[inline(always)]
+pub fn waiting_done(tid: u32) {
+    if let Some(n) = waiting_slot(tid) {
+        atomic_add(n, u64::MAX);
+    }
+}
+
+#[raw_tracepoint(tracepoint = "contention_begin")]
+pub fn contention_begin(ctx: RawTracePointContext) -> i32 {
+    // `unsigned int flags`, widened to the argument's 64 bits.
+    let flags = ctx.arg::<u64>(1) & 0xffff_ffff;
+    if flags != LCB_F_READ && flags != LCB_F_WRITE {
+        return 0;
+    }
+    begin(ctx.arg(0), flags == LCB_F_WRITE);
+    0
+}
+
+/// A contended wait for rwsem `lock` begins (the thread is about to sleep or spin for it;
+/// no lock of its own is held here).
+#[inline(always)]
+fn begin(lock: u64, write: bool) {
+    let task = Task::current();
+    let Some((owner, owner_start, own)) = owner_of(lock, task) else {
+        return;
+    };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // Its own process's lock is noted for other tasks' waits on it when the thread first
+    // waits.
+    let own_mm = if own {
+        lock - konst(&KERNEL.mm_lock) as u64
+    } else {
+        0
+    };
+    let of = LockOf {
+        owner_start,
+        own_mm,
+        owner,
+        _pad: 0,
+    };
+    let Some(w) = waiter(task, tid, &of) else {
+        return;
+    };
+    let kind = if !write {
+        cause::READ
+    } else if !own && task.u32_at(konst(&KERNEL.task_flags)) & PF_EXITING != 0 {
+        cause::EXIT
+    } else {
+        timing::write_cause(task)
+    };
+    let key = StatsKey {
+        owner,
+        tid,
+        kind,
+        _pad: 0,
+        owner_start,
+        tid_start: w.tid_start,
+    };
+    // Made now, before the lock is held: the end only adds to it (if the map is full, the
+    // end counts the wait as lost).
+    let _ = accum::stats_entry_of(&key, w.tgid, &w.comm, w.fsbase);
+    let mut seq = 0;
+    if write {
+        let s = sampling::pick_in(&mut w.writes, &mut w.sample_left);
+        if s != 0 && sampling::sample(task, tid, w.tgid, owner, owner_start, kind, s) {
+            seq = s;
+        }
+    }
+    note_holder(w, lock, task);
+    if w.lock == 0
+        && let Some(n) = waiting_slot(tid)
+    {
+        atomic_add(n, 1);
+    }
+    w.owner = owner;
+    w.owner_start = owner_start;
+    w.kind = kind;
+    w.sample_seq = seq as u32;
+    w.lock = lock;
+    w.start_ts = now();
+}
+
+#[raw_tracepoint(tracepoint = "contention_end")]
+pub fn contention_end(ctx: RawTracePointContext) -> i32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(n) = waiting_slot(tid) else {
+        return 0;
+    };
+    // SAFETY: a volatile read of an array element other CPUs change atomically.
+    if unsafe { ptr::read_volatile(n) } == 0 {
+        return 0;
+    }
+    // `int ret`: 0, or -EINTR for a killed waiter, which did not get the lock.
+    let failed = ctx.arg::<u64>(1) as u32 != 0;
+    end(ctx.arg(0), tid, failed);
+    0
+}
+
+/// A contended wait ends: with the lock held unless it failed. A few lookups and stores.
+#[inline(always)]
+fn end(lock: u64, tid: u32, failed: bool) {
+    let now = now();
+    let Some(p) = WAITERS.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: as in `waiter`.
+    let w = unsafe { &mut *p };
+    // Another lock's end (the rwsem's own wait_lock, contended inside this wait), or
+    // another thread's slot.
+    if w.lock != lock || lock == 0 {
+        return;
+    }
+    w.lock = 0;
+    waiting_done(tid);
+    let wait = now.wrapping_sub(w.start_ts);
+    let key = StatsKey {
+        owner: w.owner,
+        tid,
+        kind: w.kind,
+        _pad: 0,
+        owner_start: w.owner_start,
+        tid_start: w.tid_start,
+    };
+    match stats_of(&key) {
+        Some(e) => {
+            let s = &mut e.stats;
+            if failed {
+                s.failed = s.failed.wrapping_add(1);
+            } else {
+                s.count = s.count.wrapping_add(1);
+                s.wait_sum = s.wait_sum.wrapping_add(wait);
+                if wait > s.wait_max {
+                    s.wait_max = wait;
+                }
+                accum::add_hist(&mut s.wait_hist, wait);
+            }
+            accum::note_changed(&key, e);
+        }
+        None => accum::count_map_full(w.kind, (!failed) as u64, failed as u64),
+    }
+    charge(w, tid, wait);
+    if w.sample_seq != 0 {
+        let _ = STACKS.output::<SampleDone>(
+            &SampleDone {
+                tag: stack_record::DONE,
+                tid,
+                seq: w.sample_seq,
+                _pad: 0,
+                wait_ns: wait,
+                hold_ns: 0,
+            },
+            sampling::wakeup_before(size_of::<SampleDone>() as u64),
+        );
+    }
+    if w.exiting != 0 {
+        threads::notify_freed(w, Task::current());
+    }
+    note_activity();
+}
+
+/// `STATS`'s entry of `key`, as it stands.
+#[inline(always)]
+fn stats_of(key: &StatsKey) -> Option<&'static mut profiler_common::ThreadStats> {
+    // SAFETY: a map value of the right type; only the thread the key names writes it.
+    crate::maps::STATS
+        .get_ptr_mut(key)
+        .map(|p| unsafe { &mut *p })
+}
+
+/// Charges the wait to the writer that held the lock when it began, or to its readers. A
+/// holder first charged is announced, as a waiter is: it may never wait itself, and its role
+/// is told while it lives.
+#[inline(always)]
+fn charge(w: &Waiter, tid: u32, wait: u64) {
+    if w.holder.kind == HOLDER_UNKNOWN || blockers::ours(w.tgid) {
+        return;
+    }
+    let key = BlockedKey {
+        owner: w.owner,
+        waiter_tid: tid,
+        holder_tid: w.holder.tid,
+        holder_tgid: w.holder.tgid,
+        holder_kind: w.holder.kind,
+        waiter_op: if w.kind == cause::READ {
+            READ as u32
+        } else {
+            WRITE as u32
+        },
+        owner_start: w.owner_start,
+        waiter_start: w.tid_start,
+        holder_start: w.holder.tid_start,
+    };
+    if blockers::add_blocked(&key, wait) && w.holder.tid != 0 {
+        let who = Identity {
+            tid: w.holder.tid,
+            tgid: w.holder.tgid,
+            tid_start: w.holder.tid_start,
+            fsbase: w.holder_fsbase,
+            comm: w.holder_comm,
+        };
+        accum::announce_thread(&who, w.owner, w.owner_start, 0);
+    }
+}
+

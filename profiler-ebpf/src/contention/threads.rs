@@ -1,0 +1,132 @@
+//! Contention mode's threads coming and going: exit notices for the threads that waited, their
+//! entries freed with the task, and the iterator userspace runs before each reading.
+
+use core::{ffi::c_void, ptr};
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, generated::bpf_seq_write},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use profiler_common::{ThreadCpu, exit_record};
+
+use super::{
+    waiter::{WAITERS, Waiter, note_lock},
+    waiting_done,
+};
+use crate::{
+    kread::{self, Task},
+    lifecycle::{self, boot_ns},
+    maps::{KERNEL, konst},
+    owner::{passes_filter, process_start},
+};
+
+/// Tells userspace that a thread that waited is exiting: its entries are complete (every
+/// wait is in `STATS` as it ends), to be read once /proc shows it gone.
+#[inline(always)]
+pub fn notify_freed(w: &Waiter, task: Task) {
+    lifecycle::send_exit(
+        exit_record::FREED,
+        w.tid,
+        w.tgid,
+        w.tid_start,
+        task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        boot_ns(),
+    );
+}
+
+/// A thread is exiting: if it ever waited, userspace is told (it may still wait in exit_mm
+/// or, the last thread, exit_mmap: those waits say it again).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn contention_exit(_ctx: RawTracePointContext) -> i32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(p) = WAITERS.get_ptr_mut(tid) else {
+        return 0;
+    };
+    // SAFETY: as in `waiter`.
+    let w = unsafe { &mut *p };
+    let task = Task::current();
+    if w.tid_start != task.u64_at(konst(&KERNEL.task_start_boottime)) {
+        return 0;
+    }
+    w.exiting = 1;
+    notify_freed(w, task);
+    0
+}
+
+/// A task is freed: its entry goes (it can wait no more).
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn contention_free(ctx: RawTracePointContext) -> i32 {
+    let task: u64 = ctx.arg(0);
+    let tid = kread::u32_at(task + konst(&KERNEL.task_pid) as u64);
+    // SAFETY: a map lookup, the values copied out at once.
+    let Some((start, lock)) = (unsafe { WAITERS.get(tid) }).map(|w| (w.tid_start, w.lock)) else {
+        return 0;
+    };
+    if start != kread::u64_at(task + konst(&KERNEL.task_start_boottime) as u64) {
+        return 0;
+    }
+    if lock != 0 {
+        waiting_done(tid);
+    }
+    let _ = WAITERS.remove(tid);
+    0
+}
+
+/// Run by userspace before each reading (see its `flush_pending`): notes every profiled
+/// process's lock for other tasks' waits on it (before any of its own threads waited, a
+/// /proc reader's wait would otherwise be missed), and reports the CPU time of the threads
+/// that waited.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
+    // SAFETY: the iterator's context: `{ struct bpf_iter_meta *meta; struct task_struct
+    // *task; }`, and the meta's first field is its seq_file; the verifier types both loads.
+    let (meta, task) = unsafe {
+        (
+            *ctx.cast::<*const *mut c_void>(),
+            *ctx.cast::<*mut c_void>().add(1),
+        )
+    };
+    let Some(task) = Task::from_btf(task) else {
+        return 0;
+    };
+    let tid = task.u32_at(konst(&KERNEL.task_pid));
+    let tgid = task.u32_at(konst(&KERNEL.task_tgid));
+    if tid == tgid {
+        let mm = kread::u64_at(task.addr() + konst(&KERNEL.task_mm) as u64);
+        if mm != 0 && passes_filter(tgid, task.addr()) {
+            note_lock(mm, tgid, process_start(task.addr()));
+        }
+    }
+    let Some(p) = WAITERS.get_ptr_mut(tid) else {
+        return 0;
+    };
+    // SAFETY: as in `waiter`; the iterator writes only `cpu_reported`, which nothing else
+    // writes.
+    let w = unsafe { &mut *p };
+    let start = task.u64_at(konst(&KERNEL.task_start_boottime));
+    let cpu = task.u64_at(konst(&KERNEL.task_cpu_ns));
+    if w.tid_start != start || cpu == w.cpu_reported {
+        return 0;
+    }
+    w.cpu_reported = cpu;
+    let rec = ThreadCpu {
+        tid,
+        tgid,
+        tid_start: start,
+        cpu_ns: cpu,
+        at_ns: boot_ns(),
+    };
+    // SAFETY: `meta` is the iterator's non-null metadata; its first field is the seq_file,
+    // and `rec` a plain record on our stack of the length given.
+    unsafe {
+        bpf_seq_write(
+            (*meta).cast(),
+            ptr::from_ref(&rec).cast(),
+            size_of::<ThreadCpu>() as u32,
+        )
+    };
+    0
+}
+
