@@ -7,6 +7,7 @@
 
 mod binaries;
 pub mod bpf_objects;
+pub mod bpftrace;
 mod browser;
 mod checks;
 pub mod containers;
@@ -46,4 +47,4 @@ pub use skip::{
     SKIP_FILE_ENV, bpf_test, installed_or_skip, require_root_and_tracepoints, skip_because,
     under_ci,
 };
-pub use workload::{Workload, roles_workload, wait_until};
+pub use workload::{Workload, roles_workload, roles_workload_sized, wait_until};

@@ -44,12 +44,23 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The agent in full mode (unless `args` name a `--mode`): the tests of exact counts are
+    /// of every acquisition, which contention mode, the agent's default, does not count.
     pub fn start(args: &[&str]) -> Self {
         Self::start_with_limit(args, None)
     }
 
-    /// The agent, under an open-file limit (soft and hard) if given.
+    /// The agent with no `--mode`: in the mode it picks itself.
+    pub fn start_in_its_default_mode(args: &[&str]) -> Self {
+        Self::spawn(args, None, false)
+    }
+
+    /// [`start`](Self::start) under an open-file limit (soft and hard) if given.
     pub fn start_with_limit(args: &[&str], nofile: Option<u64>) -> Self {
+        Self::spawn(args, nofile, !args.contains(&"--mode"))
+    }
+
+    fn spawn(args: &[&str], nofile: Option<u64>, full: bool) -> Self {
         let port = free_port();
         let mut cmd = Command::new(profiler_bin());
         if let Some(n) = nofile {
@@ -69,8 +80,11 @@ impl Agent {
                 });
             }
         }
+        cmd.args(["agent", "--listen", &format!("127.0.0.1:{port}")]);
+        if full {
+            cmd.args(["--mode", "full"]);
+        }
         let mut child = cmd
-            .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -97,6 +111,14 @@ impl Agent {
 
     pub fn metrics(&self) -> String {
         metrics(self.port)
+    }
+
+    /// Stops the agent as a service manager does (SIGTERM): its last interval is written.
+    pub fn stop(mut self) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = crate::workload::wait_timeout(&mut self.child, Duration::from_secs(30));
+        assert!(status.success(), "the agent ended with {status:?}");
     }
 }
 

@@ -16,13 +16,24 @@ use crate::{build_addon, built, churn_bin, fixture};
 /// (written in `dir`) 300 times each, two libuv threadpool threads, two V8 platform threads.
 /// The workload, ready, and its Workers' tids as it printed them.
 pub fn roles_workload(dir: &Path) -> (Workload, Vec<u64>) {
+    roles_workload_sized(dir, 3, 300, 64 * 1024)
+}
+
+/// [`roles_workload`] with `workers` Workers reading a file of `size` bytes `iterations`
+/// times each.
+pub fn roles_workload_sized(
+    dir: &Path,
+    workers: u32,
+    iterations: u32,
+    size: usize,
+) -> (Workload, Vec<u64>) {
     let file = dir.join("data.bin");
-    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    std::fs::write(&file, vec![7u8; size]).unwrap();
     let mut cmd = Command::new("node");
     cmd.env("UV_THREADPOOL_SIZE", "2")
         .arg("--v8-pool-size=2")
         .arg(fixture("roles.js"))
-        .args(["3", "300"])
+        .args([workers.to_string(), iterations.to_string()])
         .arg(&file);
     let w = Workload::spawn(cmd);
     let workers = w.preamble_tids("workers");

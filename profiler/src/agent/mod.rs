@@ -178,8 +178,10 @@ impl Driver for Agent<'_> {
                 let (process, cgroup) = self.labels(*p, name, &attribution);
                 m.add_js_functions(&process, &cgroup, functions);
             }
+            // (A lock's owner may be in the window by its charged waits alone.)
+            let none = std::collections::BTreeMap::new();
             m.add(&window, &attribution, |p| {
-                let name = attribution.name(p, &window.processes[&p]);
+                let name = attribution.name(p, window.processes.get(&p).unwrap_or(&none));
                 self.labels(p, name, &attribution)
             });
             m.set_health(profile.lost_so_far(), profile.program_stats());
@@ -339,7 +341,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if !cfg.quiet {
         let tls = agent.web.read().is_ok_and(|w| w.tls.is_some());
         eprintln!(
-            "mmaplock-prof agent: attached in {attach_ms:.1} ms, {} processes selected, serving {}://{}/metrics",
+            "mmaplock-prof agent: attached in {attach_ms:.1} ms ({mode} mode), {} processes selected, serving {}://{}/metrics",
             agent.selection.len(),
             if tls { "https" } else { "http" },
             listening

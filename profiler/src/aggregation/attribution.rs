@@ -116,8 +116,24 @@ impl Attribution {
                 }
             }
         }
-        // Blockers and their waiters may have taken nothing else in the window.
+        // Blockers and their waiters may have taken nothing else in the window, nor their
+        // lock's owner (its waits read before the charges that came with them).
         for (&p, pairs) in window.blocked.iter().flat_map(|b| &b.owners) {
+            if !a.names.contains_key(&p) {
+                let name = match window.names.get(&p) {
+                    Some(n) => n.clone(),
+                    None => registry.names.get(p, None),
+                };
+                a.names.insert(p, name);
+                if let Some(c) = window
+                    .cgroups
+                    .get(&p)
+                    .map(String::as_str)
+                    .or(registry.cgroups.get(p))
+                {
+                    a.cgroups.insert(p, c.to_string());
+                }
+            }
             for pair in pairs.keys() {
                 for t in [pair.waiter, pair.holder] {
                     if !a.roles.contains_key(&(p, t))
@@ -181,5 +197,36 @@ mod tests {
         // The forgotten thread is `other` in the report.
         let agg = &w.processes[&p][&t];
         assert_eq!(a.role(p, t, agg), Role::Other);
+    }
+
+    /// A lock's owner with charged waits only in a window (contention mode reads its waits
+    /// and their charges apart): it is named, not left out (the agent labelled it by a
+    /// lookup that panicked).
+    #[test]
+    fn a_lock_owner_with_only_charged_waits_is_named() {
+        use crate::aggregation::blocked::{Blocked, Charged, Pair};
+        let mut r = Registry::default();
+        let p = ProcId::new(4242, 7);
+        let mut w = Window::default();
+        w.names.insert(p, "node".into());
+        let mut b = Blocked::default();
+        let [waiter, holder] = ThreadId::made_up([4243, 4244]);
+        b.add(
+            p,
+            Pair {
+                waiter,
+                waiter_op: profiler_common::WRITE as u32,
+                holder,
+                holder_pid: p.pid,
+                holder_kind: cause::MPROTECT,
+            },
+            Charged {
+                waits: 1,
+                wait_ns: 5000,
+            },
+        );
+        w.blocked = Some(b);
+        let a = Attribution::of(&mut r, &w);
+        assert_eq!(a.name(p, &Default::default()), "node");
     }
 }

@@ -89,7 +89,15 @@ pub fn one_line(e: &clap::Error) -> String {
     let first = lines.next().unwrap_or("bad usage");
     let first = first.strip_prefix("error: ").unwrap_or(first);
     if !first.ends_with(':') {
-        return first.to_string();
+        // An invalid value: the values there are, which clap lists on the next line.
+        return match msg
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("[possible values:"))
+        {
+            Some(values) => format!("{first} {values}"),
+            None => first.to_string(),
+        };
     }
     let listed: Vec<&str> = lines
         .take_while(|l| l.starts_with("  "))

@@ -1,0 +1,188 @@
+//! An independent count of contended waits on a process's own mmap_lock: a bpftrace script on
+//! `lock:contention_begin/end`, written here from the kernel's BTF (the offset of
+//! `mm_struct.mmap_lock` read with btf-rs, not with the profiler's code), run beside the
+//! profiler, its maps parsed when it is stopped. The ground truth of contention mode.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use crate::{installed_or_skip, skip_because};
+
+/// Waits counted, by (pid, tid, op): `op` 2 for a read, 4 for a write, as the tracepoint's
+/// flags say.
+pub type Counted = BTreeMap<(u32, u32, u32), Wait>;
+
+/// Contended waits of one thread and op: how many, and their wait in all (ns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wait {
+    pub count: u64,
+    pub wait_ns: u64,
+}
+
+/// The offset of `mmap_lock` in the running kernel's `struct mm_struct` (inside an anonymous
+/// struct there, whose fields the kernel may reorder).
+pub fn mm_lock_offset() -> u64 {
+    use btf_rs::{Btf, Type};
+    fn find(btf: &Btf, s: &btf_rs::Struct, want: &str) -> Option<u32> {
+        for m in &s.members {
+            let name = btf.resolve_name(m).unwrap_or_default();
+            if name == want {
+                return Some(m.bit_offset());
+            }
+            if name.is_empty()
+                && let Ok(Type::Struct(inner) | Type::Union(inner)) = btf.resolve_chained_type(m)
+                && let Some(off) = find(btf, &inner, want)
+            {
+                return Some(m.bit_offset() + off);
+            }
+        }
+        None
+    }
+    let btf = Btf::from_file("/sys/kernel/btf/vmlinux").expect("the kernel's BTF");
+    btf.resolve_types_by_name("mm_struct")
+        .expect("mm_struct")
+        .into_iter()
+        .find_map(|t| match t {
+            Type::Struct(s) => find(&btf, &s, "mmap_lock"),
+            _ => None,
+        })
+        .map(|bits| u64::from(bits / 8))
+        .expect("mm_struct.mmap_lock in the kernel's BTF")
+}
+
+/// Does the running kernel have the lock contention tracepoints (Linux 5.19+)? If not, the
+/// calling test is recorded as skipped (a failure under CI).
+pub fn require_contention_tracepoints() -> bool {
+    let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default();
+    let needle = b"btf_trace_contention_begin";
+    if btf.windows(needle.len()).any(|w| w == needle) {
+        return true;
+    }
+    skip_because("this kernel has no lock contention tracepoints (Linux 5.19+)");
+    false
+}
+
+fn bpftrace_bin() -> Option<PathBuf> {
+    ["/usr/bin/bpftrace", "/usr/local/bin/bpftrace"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// bpftrace counting the contended waits of the processes `filter` selects (a bpftrace
+/// predicate such as `pid == 123` or `comm == "cont-churn"`) on their own mmap_lock; killed
+/// on drop.
+pub struct ContentionCount {
+    child: Child,
+    out: mpsc::Receiver<String>,
+}
+
+impl ContentionCount {
+    /// Started and attached; None when bpftrace is missing (the test is then skipped).
+    pub fn start(filter: &str) -> Option<Self> {
+        let bin = installed_or_skip(bpftrace_bin(), "bpftrace")?;
+        if !std::path::Path::new("/sys/kernel/tracing/events/lock").exists() {
+            skip_because(
+                "tracefs is not mounted at /sys/kernel/tracing (cargo xtask test mounts it)",
+            );
+            return None;
+        }
+        // A wait is the thread's own lock's, from its begin to the end of the same lock: an
+        // rwsem's internal spinlock contends inside the wait, and ends first.
+        let script = format!(
+            r#"tracepoint:lock:contention_begin
+/ (args->flags == 2 || args->flags == 4) && ({filter}) && args->lock_addr == (uint64)curtask->mm + {off} /
+{{ @start[tid] = nsecs; @op[tid] = args->flags; @lock[tid] = args->lock_addr; }}
+tracepoint:lock:contention_end
+/ @start[tid] && args->lock_addr == @lock[tid] /
+{{
+  @n[pid, tid, @op[tid]] = count();
+  @w[pid, tid, @op[tid]] = sum(nsecs - @start[tid]);
+  delete(@start[tid]); delete(@op[tid]); delete(@lock[tid]);
+}}
+"#,
+            off = mm_lock_offset()
+        );
+        let mut child = Command::new(bin)
+            .args(["-e", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start bpftrace");
+        let (tx, out) = mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            if !s.trim().is_empty() {
+                eprintln!("bpftrace: {}", s.trim());
+            }
+        });
+        loop {
+            match out.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) if l.starts_with("Attaching") => break,
+                Ok(_) => {}
+                Err(_) => panic!("bpftrace did not attach: {:?}", child.try_wait()),
+            }
+        }
+        Some(ContentionCount { child, out })
+    }
+
+    /// Stops it (SIGINT: it prints its maps) and returns what it counted.
+    pub fn stop(mut self) -> Counted {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let mut counted = Counted::new();
+        for l in self.out.try_iter() {
+            if let Some((key, value, is_count)) = parse_entry(&l) {
+                let e = counted.entry(key).or_default();
+                if is_count {
+                    e.count = value;
+                } else {
+                    e.wait_ns = value;
+                }
+            }
+        }
+        counted
+    }
+}
+
+impl Drop for ContentionCount {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `@n[12, 13, 4]: 7` -> ((12, 13, 4), 7, true); `@w[...]` -> the wait sum.
+fn parse_entry(line: &str) -> Option<((u32, u32, u32), u64, bool)> {
+    let (map, rest) = line.split_once('[')?;
+    let is_count = match map {
+        "@n" => true,
+        "@w" => false,
+        _ => return None,
+    };
+    let (key, value) = rest.split_once("]:")?;
+    let k: Vec<u32> = key
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    let [pid, tid, op] = k[..] else { return None };
+    Some(((pid, tid, op), value.trim().parse().ok()?, is_count))
+}
