@@ -336,6 +336,8 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
             helper.to_str().unwrap(),
             "-i",
             "0.2",
+            "--mode",
+            "full",
         ],
     ));
     assert_runs_with_exactly_the_four(agent.pid());
@@ -377,6 +379,79 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     );
     assert!(writes(&text, "role=\"main\"") >= 1, "{text}");
     // SIGTERM ends it cleanly.
+    agent.signal(libc::SIGTERM);
+    agent.finish_ok(Duration::from_secs(30));
+}
+
+/// The agent as the systemd unit runs it: `nobody`, the four capabilities, its default mode.
+/// That is contention mode on this kernel, whose programs read the rwsem's owner and the
+/// holder's registers with nothing more: it counts root's helper's contended writes.
+#[test]
+fn the_agent_with_the_four_runs_its_default_contention_mode() {
+    let (t, n) = (4u64, 20_000u64);
+    let Some((unpriv, _private, helper, mut w)) = nobody_and_private_churn("agent-c", t, n) else {
+        return;
+    };
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let agent = Profiler::start_command(unpriv.command(
+        &CAPS,
+        &[
+            "agent",
+            "--listen",
+            &listen,
+            "--exe",
+            helper.to_str().unwrap(),
+            "-i",
+            "0.2",
+        ],
+    ));
+    assert_runs_with_exactly_the_four(agent.pid());
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let text = scrape(port);
+        match metric_gauge(&text, "mmaplock_tracked_processes") {
+            0 => Err(format!("the helper was not selected: {text}")),
+            _ => Ok(()),
+        }
+    });
+    w.go();
+    assert!(w.wait().success());
+    let text = wait_until(Duration::from_secs(15), Duration::from_millis(200), || {
+        let text = scrape(port);
+        let writes = metric_sum(
+            &text,
+            "mmaplock_acquisitions_total",
+            &[
+                "process=\"mmap-churn\"",
+                "op=\"write\"",
+                "mode=\"contention\"",
+            ],
+        );
+        if writes > 0 && metric_gauge(&text, "mmaplock_tracked_processes") == 0 {
+            Ok(text)
+        } else {
+            Err(format!("{writes} contended writes served:\n{text}"))
+        }
+    });
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("mmaplock_build_info{") && l.contains("mode=\"contention\"")),
+        "{text}"
+    );
+    // Who made whom wait, with no --blockers: the helper's writers behind one another.
+    assert!(
+        integration_tests::metric_f64(
+            &text,
+            "mmaplock_blocked_seconds_total",
+            &["holder_role=\"other\""]
+        ) > 0.0
+            || text.contains("holder_role=\"readers\""),
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(&text, "mmaplock_lost_total", &["reason=\"events\""]),
+        0
+    );
     agent.signal(libc::SIGTERM);
     agent.finish_ok(Duration::from_secs(30));
 }

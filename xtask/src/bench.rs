@@ -67,8 +67,8 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         bail!("--rounds must be at least 1");
     }
     build(linker_dir, true)?;
-    tracer::ensure_bpftrace()?;
-    tracer::ensure_tracefs()?;
+    crate::packages::ensure_bpftrace()?;
+    crate::packages::ensure_tracefs()?;
     let out_dir = workspace_root().join(&args.out);
     fs::create_dir_all(&out_dir)?;
     fs::write(out_dir.join("data.bin"), vec![0x5au8; 64 * 1024])?;

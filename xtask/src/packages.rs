@@ -10,6 +10,20 @@ pub fn ensure_prometheus() -> Result<()> {
     ensure("prometheus", &["/usr/bin/prometheus", "/usr/bin/promtool"])
 }
 
+/// bpftrace, the bench's reference tracer and the tests' independent count of contended
+/// waits, and the tracefs its tracepoint probes need.
+pub fn ensure_bpftrace() -> Result<()> {
+    ensure("bpftrace", &["/usr/bin/bpftrace"])
+}
+
+/// tracefs at /sys/kernel/tracing (bpftrace's tracepoint probes read their formats there).
+pub fn ensure_tracefs() -> Result<()> {
+    if Path::new("/sys/kernel/tracing/events").exists() || !crate::is_root() {
+        return Ok(());
+    }
+    crate::run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
+}
+
 /// Debian's `podman` and `runc` (crun, podman's default elsewhere, refuses this host kind's
 /// hybrid cgroup layout), for the container tests and `cargo xtask image`.
 pub fn ensure_podman() -> Result<()> {

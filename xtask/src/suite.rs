@@ -26,6 +26,8 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     // tests a real Prometheus.
     build(linker_dir, false)?;
     packages::ensure_prometheus()?;
+    packages::ensure_bpftrace()?;
+    packages::ensure_tracefs()?;
     packages::ensure_chromium()?;
     packages::ensure_jemalloc()?;
     packages::ensure_node18_builtins()?;

@@ -118,39 +118,6 @@ impl Mode {
     }
 }
 
-pub fn ensure_bpftrace() -> Result<()> {
-    if Command::new("bpftrace")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return Ok(());
-    }
-    eprintln!("xtask bench: installing bpftrace from the OS packages");
-    let apt = |args: &[&str]| {
-        let mut c = Command::new("apt-get");
-        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    };
-    // A fresh machine may have no package lists yet.
-    crate::run(&mut apt(&["update", "-qq"]))?;
-    crate::run(&mut apt(&["install", "-y", "-qq", "bpftrace"]))?;
-    let v = Command::new("bpftrace")
-        .arg("--version")
-        .output()
-        .context("bpftrace installed but cannot run")?;
-    eprintln!("xtask bench: {}", String::from_utf8_lossy(&v.stdout).trim());
-    Ok(())
-}
-
-/// bpftrace's tracepoint probes need tracefs.
-pub fn ensure_tracefs() -> Result<()> {
-    if Path::new("/sys/kernel/tracing/events/mmap_lock").exists() {
-        return Ok(());
-    }
-    crate::run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
-}
-
 /// A tracer that has attached.
 pub struct Running {
     guard: Guard,
