@@ -246,16 +246,35 @@ impl Drop for Prometheus {
 /// macros and template variables replaced as deploy/README.md says, and whether its panel
 /// may show no data.
 pub fn dashboard_queries() -> Vec<(String, bool)> {
+    dashboard_panels()
+        .into_iter()
+        .map(|q| (q.expr, q.optional))
+        .collect()
+}
+
+/// A query of the shipped dashboard, its variables substituted.
+pub struct PanelQuery {
+    pub expr: String,
+    /// Its panel "May show no data" (the kernel's BPF statistics off).
+    pub optional: bool,
+    /// Its panel is "Full mode only": contention mode measures no hold.
+    pub full_mode_only: bool,
+}
+
+pub fn dashboard_panels() -> Vec<PanelQuery> {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mmaplock-dashboard.json");
     let d: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let mut out = Vec::new();
-    fn walk(panels: &Value, out: &mut Vec<(String, bool)>) {
+    fn walk(panels: &Value, out: &mut Vec<PanelQuery>) {
         for p in panels.as_array().into_iter().flatten() {
             walk(&p["panels"], out);
-            let optional = p["description"]
-                .as_str()
-                .is_some_and(|d| d.starts_with("May show no data:"));
+            let says = |prefix: &str| {
+                p["description"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with(prefix))
+            };
+            let (optional, full_mode_only) = (says("May show no data:"), says("Full mode only:"));
             for t in p["targets"].as_array().into_iter().flatten() {
                 if let Some(e) = t["expr"].as_str() {
                     let e = e
@@ -266,7 +285,11 @@ pub fn dashboard_queries() -> Vec<(String, bool)> {
                         .replace("$process", ".*")
                         .replace("$cgroup", ".*");
                     assert!(!e.contains('$'), "unsubstituted: {e}");
-                    out.push((e, optional));
+                    out.push(PanelQuery {
+                        expr: e,
+                        optional,
+                        full_mode_only,
+                    });
                 }
             }
         }

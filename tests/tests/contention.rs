@@ -449,3 +449,87 @@ fn a_mode_that_does_not_exist_is_a_usage_error() {
         "{err}"
     );
 }
+
+/// The agent in contention mode, scraped by a real Prometheus with the shipped rules: every
+/// dashboard panel that contention mode can fill has data, the hold panels (marked "Full
+/// mode only") have none, every recording rule has data, and each series says its mode.
+#[test]
+fn every_dashboard_panel_and_rule_has_data_in_contention_mode() {
+    if !contention_ready() {
+        return;
+    }
+    let Some(prom_bin) = integration_tests::installed_or_skip(
+        integration_tests::scrape::prometheus_bin(),
+        "prometheus",
+    ) else {
+        return;
+    };
+    let mut w = Workload::churn(4, 40_000, None);
+    let pid = w.pid.to_string();
+    let agent = Agent::start(&[
+        "--mode",
+        "contention",
+        "--pid",
+        &pid,
+        "-i",
+        "0.5",
+        "--bpf-stats",
+    ]);
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/prometheus/mmaplock-rules.yml")
+        .canonicalize()
+        .unwrap();
+    let prom = integration_tests::scrape::Prometheus::start_scraping(
+        &prom_bin,
+        &format!(
+            "  - job_name: mmaplock\n    static_configs:\n      - targets: ['127.0.0.1:{}']\nrule_files:\n  - {}\n",
+            agent.port,
+            rules.display()
+        ),
+        &[],
+    );
+    w.go();
+    assert!(w.wait().success());
+    prom.wait_for(
+        "sum(mmaplock_acquisitions_total{op=\"write\",mode=\"contention\"})",
+        Duration::from_secs(30),
+        |v| v > 0.0,
+        "contended writes",
+    );
+    // Every rate() its two samples after the work, every rule a few evaluations.
+    std::thread::sleep(Duration::from_secs(4));
+    let panels = integration_tests::scrape::dashboard_panels();
+    assert!(
+        panels.iter().any(|q| q.full_mode_only),
+        "hold panels are marked"
+    );
+    for q in &panels {
+        let r = prom.query(&q.expr);
+        if q.full_mode_only {
+            assert!(r.is_empty(), "a full-mode-only panel has data: {}", q.expr);
+        } else if !q.optional {
+            assert!(!r.is_empty(), "no data in contention mode: {}", q.expr);
+        }
+    }
+    let text = std::fs::read_to_string(&rules).unwrap();
+    let recorded: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- record: "))
+        .collect();
+    assert!(recorded.len() >= 30, "{recorded:?}");
+    for r in recorded {
+        // The native-histogram forms are empty where Prometheus ingests classic buckets.
+        if r.ends_with(":mmaplock_write_wait_seconds:rate5m") {
+            continue;
+        }
+        let v = prom.query(r);
+        assert!(!v.is_empty(), "no data for {r}");
+        if r.starts_with("instance_cgroup_process") || r.starts_with("job:mmaplock_write") {
+            assert!(
+                v.iter().all(|s| s["metric"]["mode"] == "contention"),
+                "{r} keeps its mode: {v:?}"
+            );
+        }
+    }
+    drop(agent);
+}

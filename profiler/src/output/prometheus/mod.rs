@@ -237,7 +237,10 @@ impl Metrics {
             return;
         }
         self.wait.entry(key.clone()).or_default().merge(&s.wait);
-        self.hold.entry(key.clone()).or_default().merge(&s.hold);
+        // Contention mode measures no hold: no series says it did.
+        if self.mode == Mode::Full {
+            self.hold.entry(key.clone()).or_default().merge(&s.hold);
+        }
         *self.acquisitions.entry((key, cause)).or_default() += s.count;
     }
 
