@@ -9,6 +9,7 @@
 //! afterwards), read per program from the tracer's fdinfo, so all tracers are measured the
 //! same way. Nothing here asserts: the targets are printed with their verdict.
 
+mod agent;
 mod cost;
 mod json;
 mod load;
@@ -54,6 +55,13 @@ pub struct BenchArgs {
     /// Rounds of the many-threads case (0: skip it).
     #[arg(long, default_value_t = 3)]
     scale_rounds: usize,
+    /// Interleaved rounds of what the agent costs on Node hosts, in each mode, beside no
+    /// tracing and the floors (about 50 s each; 0: skip it).
+    #[arg(long, default_value_t = 9)]
+    agent_rounds: usize,
+    /// Only the agent's rounds (the per-program costs and the many-threads case skipped).
+    #[arg(long)]
+    agent_only: bool,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -63,7 +71,7 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     if !crate::is_root() {
         bail!("the benchmark loads eBPF programs: run `sudo -E cargo xtask bench`");
     }
-    if args.rounds == 0 {
+    if args.rounds == 0 && !args.agent_only {
         bail!("--rounds must be at least 1");
     }
     build(linker_dir, true)?;
@@ -73,6 +81,15 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     fs::create_dir_all(&out_dir)?;
     fs::write(out_dir.join("data.bin"), vec![0x5au8; 64 * 1024])?;
     let prof = pin_binaries(&out_dir)?;
+    if args.agent_only {
+        let runs = agent::run(args.agent_rounds.max(1), &prof, &out_dir)?;
+        let (json, md) = agent::summarize(&runs);
+        fs::write(out_dir.join("agent.json"), serde_json::to_string_pretty(&json)?)?;
+        fs::write(out_dir.join("agent.md"), &md)?;
+        println!("{md}");
+        eprintln!("written: {}/agent.{{json,md}}", out_dir.display());
+        return Ok(());
+    }
     let stats = procfs::BpfStats::enable()?;
 
     let load_at_start = fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -121,12 +138,20 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         );
         scale_rounds.push(r);
     }
-    let results = report::summarize(
+    // The agent as it runs on a host: without the kernel's BPF statistics too.
+    let agent_runs = agent::run(args.agent_rounds, &prof, &out_dir)?;
+    let mut results = report::summarize(
         &args,
         &samples,
         &scale_rounds,
         [load_at_start.trim(), load_after.trim()],
     );
+    if !agent_runs.is_empty() {
+        let (json, md) = agent::summarize(&agent_runs);
+        results.json["agent"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,
