@@ -84,7 +84,10 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     if args.agent_only {
         let runs = agent::run(args.agent_rounds.max(1), &prof, &out_dir)?;
         let (json, md) = agent::summarize(&runs);
-        fs::write(out_dir.join("agent.json"), serde_json::to_string_pretty(&json)?)?;
+        fs::write(
+            out_dir.join("agent.json"),
+            serde_json::to_string_pretty(&json)?,
+        )?;
         fs::write(out_dir.join("agent.md"), &md)?;
         println!("{md}");
         eprintln!("written: {}/agent.{{json,md}}", out_dir.display());

@@ -66,7 +66,9 @@ impl Tracer {
                 "serving",
             )),
             Tracer::Floor => Some((&["--floor", "-i", "0", "-f", "json"], "attached in")),
-            Tracer::FloorClock => Some((&["--floor-clock", "-i", "0", "-f", "json"], "attached in")),
+            Tracer::FloorClock => {
+                Some((&["--floor-clock", "-i", "0", "-f", "json"], "attached in"))
+            }
         }
     }
 }
@@ -244,7 +246,11 @@ fn run_load(load: Load, file: &Path) -> Result<(f64, f64, f64)> {
             .map(|_| node(file, workers, reads))
             .collect::<Result<_>>()?;
         for n in &mut batch {
-            n.child.stdin.as_mut().context("stdin")?.write_all(b"go\n")?;
+            n.child
+                .stdin
+                .as_mut()
+                .context("stdin")?
+                .write_all(b"go\n")?;
         }
         for mut n in batch {
             let mut l = String::new();
@@ -312,10 +318,7 @@ fn row(runs: &[Run], load: Load, t: Tracer) -> Row {
         .filter(|r| r.load == load && r.tracer == t)
         .collect();
     let ratio = |f: &dyn Fn(&Run) -> f64| {
-        Spread::of(
-            mine.iter()
-                .filter_map(|r| Some(f(r) / f(base(r.round)?))),
-        )
+        Spread::of(mine.iter().filter_map(|r| Some(f(r) / f(base(r.round)?))))
     };
     Row {
         cpu_ratio: ratio(&Run::cpu_per_op),
@@ -391,7 +394,10 @@ pub fn summarize(runs: &[Run]) -> (Value, String) {
     }
     md.push_str("\nTargets:\n\n");
     for (what, met) in &targets {
-        md.push_str(&format!("- {what}: {}\n", if *met { "met" } else { "NOT met" }));
+        md.push_str(&format!(
+            "- {what}: {}\n",
+            if *met { "met" } else { "NOT met" }
+        ));
     }
     let json = json!({
         "rounds": rounds,
