@@ -10,6 +10,7 @@
 //! same way. Nothing here asserts: the targets are printed with their verdict.
 
 mod agent;
+mod capture;
 mod cost;
 mod json;
 mod load;
@@ -59,9 +60,14 @@ pub struct BenchArgs {
     /// tracing and the floors (about 50 s each; 0: skip it).
     #[arg(long, default_value_t = 9)]
     agent_rounds: usize,
-    /// Only the agent's rounds (the per-program costs and the many-threads case skipped).
-    #[arg(long)]
-    agent_only: bool,
+    /// Rounds of what contention mode captures of the wait, both modes on the same runs
+    /// (about 40 s each; 0: skip it).
+    #[arg(long, default_value_t = 3)]
+    capture_rounds: usize,
+    /// Only these sections: `agent` (what the agent costs), `capture` (what contention mode
+    /// captures); repeatable. Default: everything.
+    #[arg(long, value_parser = ["agent", "capture"])]
+    only: Vec<String>,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -71,7 +77,7 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     if !crate::is_root() {
         bail!("the benchmark loads eBPF programs: run `sudo -E cargo xtask bench`");
     }
-    if args.rounds == 0 && !args.agent_only {
+    if args.rounds == 0 && args.only.is_empty() {
         bail!("--rounds must be at least 1");
     }
     build(linker_dir, true)?;
@@ -81,17 +87,8 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     fs::create_dir_all(&out_dir)?;
     fs::write(out_dir.join("data.bin"), vec![0x5au8; 64 * 1024])?;
     let prof = pin_binaries(&out_dir)?;
-    if args.agent_only {
-        let runs = agent::run(args.agent_rounds.max(1), &prof, &out_dir)?;
-        let (json, md) = agent::summarize(&runs);
-        fs::write(
-            out_dir.join("agent.json"),
-            serde_json::to_string_pretty(&json)?,
-        )?;
-        fs::write(out_dir.join("agent.md"), &md)?;
-        println!("{md}");
-        eprintln!("written: {}/agent.{{json,md}}", out_dir.display());
-        return Ok(());
+    if !args.only.is_empty() {
+        return sections_only(&args, &prof, &out_dir);
     }
     let stats = procfs::BpfStats::enable()?;
 
@@ -155,6 +152,13 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         results.markdown.push('\n');
         results.markdown.push_str(&md);
     }
+    let captures = capture::run(args.capture_rounds, &prof, &out_dir)?;
+    if !captures.is_empty() {
+        let (json, md) = capture::summarize(&captures);
+        results.json["capture"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,
@@ -165,13 +169,40 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--only`: the sections asked for, each written to `SECTION.{json,md}`.
+fn sections_only(
+    args: &BenchArgs,
+    prof: &std::path::Path,
+    out_dir: &std::path::Path,
+) -> Result<()> {
+    let write = |name: &str, (json, md): (serde_json::Value, String)| -> Result<()> {
+        fs::write(
+            out_dir.join(format!("{name}.json")),
+            serde_json::to_string_pretty(&json)?,
+        )?;
+        fs::write(out_dir.join(format!("{name}.md")), &md)?;
+        println!("{md}");
+        eprintln!("written: {}/{name}.{{json,md}}", out_dir.display());
+        Ok(())
+    };
+    if args.only.iter().any(|s| s == "agent") {
+        let runs = agent::run(args.agent_rounds.max(1), prof, out_dir)?;
+        write("agent", agent::summarize(&runs))?;
+    }
+    if args.only.iter().any(|s| s == "capture") {
+        let captures = capture::run(args.capture_rounds.max(1), prof, out_dir)?;
+        write("capture", capture::summarize(&captures))?;
+    }
+    Ok(())
+}
+
 /// Copies the binaries just built next to the results and returns the profiler's copy (the
 /// helper `mmap-churn` is beside it): the target directory is shared, and a build during the
 /// run must not change what is measured half-way.
 fn pin_binaries(out_dir: &std::path::Path) -> Result<PathBuf> {
     let bin = out_dir.join("bin");
     fs::create_dir_all(&bin)?;
-    for name in ["mmaplock-prof", "mmap-churn"] {
+    for name in ["mmaplock-prof", "mmap-churn", "long-holder"] {
         let to = bin.join(name);
         // Never write through a hard link into the target directory.
         let _ = fs::remove_file(&to);
