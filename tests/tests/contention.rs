@@ -533,3 +533,53 @@ fn every_dashboard_panel_and_rule_has_data_in_contention_mode() {
     }
     drop(agent);
 }
+
+/// The sampled stacks of contended writes, with their JavaScript names and no node flag:
+/// every contended write sampled (`--stack-sample 1`), the samples are the contended writes,
+/// one for one, and the Workers' own function is named, with its script.
+#[test]
+fn contended_writes_are_sampled_and_named_by_their_javascript_function() {
+    if !contention_ready() {
+        return;
+    }
+    let mut cmd = Command::new("node");
+    // A fixed mmap threshold: glibc's own rises past 1 MiB after the first free, and the
+    // Buffers would then come from the arenas, with few writes.
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(integration_tests::fixture("contended.js"))
+        .args(["4", "2000"]);
+    let mut w = Workload::spawn(cmd);
+    let out = profile_workload(
+        &mut w,
+        &["--mode", "contention", "-i", "0", "--stack-sample", "1"],
+    );
+    let s = out.summary();
+    assert_contention_summary(s);
+    assert_eq!(s["stack_sample"], 1, "{}", s["stack_sample"]);
+    let p = process(s, w.pid).expect("node in the summary");
+    let writes = p["write"]["count"].as_u64().unwrap();
+    assert!(
+        writes >= 10,
+        "{writes} contended writes: the Workers did not contend"
+    );
+    // One sample per contended write (the profiler's own are never its process's).
+    let sampled: u64 = p["dsos"]
+        .as_array()
+        .expect("dsos with stack sampling")
+        .iter()
+        .map(|d| d["write"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sampled, writes, "{}", p["dsos"]);
+    let js = p["js_functions"].as_array().expect("js_functions");
+    let f = js
+        .iter()
+        .find(|f| f["function"] == "allocateInWorker")
+        .unwrap_or_else(|| {
+            panic!(
+                "allocateInWorker not named: {js:?}; js_frames {}, stack_ends {}, stacks {}",
+                p["js_frames"], p["stack_ends"], p["stacks"]
+            )
+        });
+    assert!(f["file"].as_str().unwrap().contains("contended.js"), "{f}");
+    assert!(f["writes"].as_u64().unwrap() > 0, "{f}");
+}
