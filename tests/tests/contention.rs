@@ -583,3 +583,32 @@ fn contended_writes_are_sampled_and_named_by_their_javascript_function() {
     assert!(f["file"].as_str().unwrap().contains("contended.js"), "{f}");
     assert!(f["writes"].as_u64().unwrap() > 0, "{f}");
 }
+
+/// Full mode says, at attach, when the kernel formats the memory cgroup's path for every
+/// mmap_lock event (the tracepoints carry `memcg_path` before Linux 6.14), with contention
+/// mode as the cheap choice; never where it does not, nor in contention mode. The
+/// expectation comes from the tracepoint's own format file, not from the version.
+#[test]
+fn full_mode_says_when_the_kernel_formats_memcg_paths() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let format = std::fs::read_to_string(
+        "/sys/kernel/tracing/events/mmap_lock/mmap_lock_acquire_returned/format",
+    )
+    .expect("tracefs is mounted (cargo xtask test mounts it)");
+    let formats_paths = format.contains("memcg_path");
+    let said = |mode: &str| {
+        let mut w = Workload::churn(1, 10, None);
+        let out = profile_workload(&mut w, &["--mode", mode, "-i", "0"]);
+        out.stderr.contains("--mode contention is the cheap choice")
+    };
+    assert_eq!(
+        said("full"),
+        formats_paths,
+        "full mode, memcg_path: {formats_paths}"
+    );
+    if require_contention_tracepoints() {
+        assert!(!said("contention"));
+    }
+}
