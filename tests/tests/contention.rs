@@ -612,3 +612,54 @@ fn full_mode_says_when_the_kernel_formats_memcg_paths() {
         assert!(!said("contention"));
     }
 }
+
+/// Another process's waits on a profiled lock (a monitoring agent reading /proc/PID/maps
+/// while the process's writers hold it for milliseconds) are counted as the process's, with
+/// role `foreign` and the reader's pid: contention mode knows a profiled lock by its address
+/// when a task other than its own waits for it.
+#[test]
+fn a_foreign_reader_waiting_on_a_profiled_lock_is_counted() {
+    if !contention_ready() {
+        return;
+    }
+    let mut w = Workload::helper("long-holder", [40, 3]);
+    let pid = w.pid;
+    let prof = Profiler::start(&["-p", &pid.to_string(), "-i", "0", "--mode", "contention"]);
+    w.go();
+    // This test's own thread reads the helper's maps in a loop while it runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if std::fs::read(format!("/proc/{pid}/maps")).is_err() {
+                    break;
+                }
+                reads += 1;
+            }
+            reads
+        })
+    };
+    assert!(w.wait().success());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    let out = prof.finish_ok(Duration::from_secs(60));
+    let s = out.summary();
+    assert_contention_summary(s);
+    let p = process(s, pid).expect("the helper in the summary");
+    let ours = std::process::id() as u64;
+    let foreign: Vec<&Value> = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"] == "foreign")
+        .collect();
+    assert!(
+        foreign
+            .iter()
+            .any(|t| t["pid"] == ours && t["read"]["count"].as_u64().unwrap() > 0),
+        "{reads} reads of /proc/{pid}/maps by pid {ours}: {:?}",
+        p["threads"]
+    );
+}

@@ -286,6 +286,14 @@ impl Collector {
         epoch_map
             .set(0, 1, 0)
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
+        let mut activity: Array<MapData, u32> = take(&mut ebpf, "ACTIVITY")?;
+        if cfg.mode == Mode::Contention {
+            // The first reading runs contention mode's iterator, which notes the profiled
+            // processes' locks (for other tasks' waits on them) before any of theirs waited.
+            activity
+                .set(0, 1, 0)
+                .map_err(|e| CollectorError::Map("ACTIVITY", error_chain(&e)))?;
+        }
         Ok(Collector {
             dirty: take(&mut ebpf, "DIRTY")?,
             exited: take(&mut ebpf, "EXITED")?,
@@ -294,7 +302,7 @@ impl Collector {
             stats: take(&mut ebpf, "STATS")?,
             blocked: take(&mut ebpf, "BLOCKED")?,
             counters: take(&mut ebpf, "COUNTERS")?,
-            activity: take(&mut ebpf, "ACTIVITY")?,
+            activity,
             idle_polls: 0,
             ebpf,
             // Contention mode names the writer each wait waited behind, always.

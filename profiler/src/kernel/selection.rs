@@ -39,6 +39,12 @@ impl Collector {
                 .map_err(|e| CollectorError::Map("SELECTED", error_chain(&e)))?;
         }
         self.generation = self.generation.wrapping_add(1);
+        if !add.is_empty() && self.mode == crate::vocab::Mode::Contention {
+            // The next reading runs the iterator, which notes the new processes' locks.
+            self.activity
+                .set(0, 1, 0)
+                .map_err(|e| CollectorError::Map("ACTIVITY", error_chain(&e)))?;
+        }
         self.selection_gen
             .set(0, self.generation, 0)
             .map_err(|e| CollectorError::Map("SELECTION_GEN", error_chain(&e)))
