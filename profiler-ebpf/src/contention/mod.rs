@@ -20,7 +20,6 @@
 //! writer holding the lock when the wait begins (with its syscall, read from its saved user
 //! registers); with its reader bit set the lock is held by readers, whom it does not name.
 
-
 mod holder;
 mod threads;
 mod waiter;
@@ -95,8 +94,11 @@ pub fn contention_begin(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// A contended wait for rwsem `lock` begins (the thread is about to sleep or spin for it;
-/// no lock of its own is held here).
+/// A contended wait for rwsem `lock` begins: the thread is about to sleep for it. A reader
+/// holds nothing here; a writer holds the rwsem's internal wait_lock, with interrupts off,
+/// which whoever releases the lock takes to wake the waiters: what runs here delays them
+/// (a stack sample, one write in `--stack-sample`, most of all). Nothing runs here for an
+/// acquisition that did not wait.
 #[inline(always)]
 fn begin(lock: u64, write: bool) {
     let task = Task::current();
@@ -120,6 +122,9 @@ fn begin(lock: u64, write: bool) {
     let Some(w) = waiter(task, tid, &of) else {
         return;
     };
+    // The holder first: a writer clears the owner word as it releases, without the rwsem's
+    // wait_lock, and the stack copy below takes microseconds.
+    note_holder(w, lock, task);
     let kind = if !write {
         cause::READ
     } else if !own && task.u32_at(konst(&KERNEL.task_flags)) & PF_EXITING != 0 {
@@ -135,8 +140,8 @@ fn begin(lock: u64, write: bool) {
         owner_start,
         tid_start: w.tid_start,
     };
-    // Made now, before the lock is held: the end only adds to it (if the map is full, the
-    // end counts the wait as lost).
+    // Made now, not while the lock is held: the end only adds to it (if the map is full,
+    // the end counts the wait as lost).
     let _ = accum::stats_entry_of(&key, w.tgid, &w.comm, w.fsbase);
     let mut seq = 0;
     if write {
@@ -145,7 +150,6 @@ fn begin(lock: u64, write: bool) {
             seq = s;
         }
     }
-    note_holder(w, lock, task);
     if w.lock == 0
         && let Some(n) = waiting_slot(tid)
     {
