@@ -98,10 +98,11 @@ pub struct ReportArgs {
     /// The NDJSON of a run (`-f json -o RUN.json`), a demo's line, or a study's results.json.
     #[arg(value_name = "RUN.json", value_parser = parse_path)]
     pub input: PathBuf,
-    /// Where the page goes (without it, only the findings are printed).
+    /// Also write the run as a self-contained HTML page.
     #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
     pub html: Option<PathBuf>,
-    /// The findings printed: text (default on a terminal) or a JSON line.
+    /// What is printed: text (default on a terminal: the summary as the live run printed it,
+    /// findings, tables and histograms) or json (the findings, one line).
     #[arg(short, long, value_enum)]
     pub format: Option<Format>,
     /// A study of this host (`mmaplock-prof study`'s results.json): each finding quotes what
