@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use super::{TOP_THREADS, fmt_ns, fmt_share};
+use super::{TOP_THREADS, fmt_ns, fmt_per_cpu, fmt_share};
 use crate::output::report::ProcessReport;
 
 /// What the lock cost the process's threads: `worker threads spent 6.1% of their time
-/// waiting for mmap_lock (18.0% of their CPU time)`, per role, then for the process.
+/// waiting for mmap_lock (0.180 s of wait per CPU-second)`, per role, then for the process.
 pub fn time_share_text(p: &ProcessReport) -> String {
     let mut out = String::new();
     let Some(all) = &p.time_share else {
@@ -14,7 +14,7 @@ pub fn time_share_text(p: &ProcessReport) -> String {
     };
     let cpu = |s: &crate::output::report::TimeShare| {
         s.cpu.map_or(String::new(), |c| {
-            format!(" ({} of their CPU time)", fmt_share(c))
+            format!(" ({} of wait per CPU-second)", fmt_per_cpu(c))
         })
     };
     let _ = writeln!(
