@@ -161,20 +161,24 @@ impl Driver for Agent<'_> {
             self.selection.relabel(p);
         }
         let (window, attribution, meta) = profile.take_interval();
-        let js = profile
+        let owners = profile
             .stacks
             .as_mut()
-            .map(|s| s.take_js_functions())
+            .map(|s| s.take_owners())
             .unwrap_or_default();
         {
             let mut m = self.metrics.0.lock().expect("metrics lock");
-            for (p, functions) in &js {
+            for (p, o) in &owners {
+                let functions = o.js_function_counts();
+                if functions.is_empty() {
+                    continue;
+                }
                 let name = match window.processes.get(p) {
                     Some(threads) => attribution.name(*p, threads),
                     None => profile.registry.names.get(*p, None),
                 };
                 let (process, cgroup) = self.labels(*p, name, &attribution);
-                m.add_js_functions(&process, &cgroup, functions);
+                m.add_js_functions(&process, &cgroup, &functions);
             }
             m.add(&window, &attribution, |p| {
                 let name = attribution.name(p, &window.processes[&p]);

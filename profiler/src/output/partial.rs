@@ -197,6 +197,7 @@ impl Summed {
             uncounted: self.uncounted,
             overhead: None,
             stack_sample: None,
+            mode: None,
             stack_work: None,
             findings: None,
         }

@@ -186,6 +186,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         uncounted,
         overhead,
         stack_sample: None,
+        mode: None,
         stack_work: None,
         findings: None,
     }
@@ -196,6 +197,7 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
     r.stack_sample = Some(sample);
     for p in &mut r.processes {
         let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
+        let labelled = o.map(|o| o.stacks());
         let dsos = sorted_rows(
             o.map(|o| o.dsos.iter()),
             |(d, s)| DsoReport {
@@ -205,7 +207,7 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
             |a, b| (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum)),
         );
         let mut top = sorted_rows(
-            o.map(|o| o.stacks.iter()),
+            labelled.as_ref().map(|s| s.iter()),
             |(frames, agg)| StackReport {
                 frames: frames.clone(),
                 count: agg.count,
@@ -227,7 +229,7 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
             },
         );
         let mut flame = sorted_rows(
-            o.map(|o| o.stacks.iter()),
+            labelled.as_ref().map(|s| s.iter()),
             |(frames, agg)| FlameStack {
                 stack: frames
                     .iter()
@@ -241,6 +243,7 @@ pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         );
         flame.truncate(FLAME_STACKS);
         p.flame = Some(flame);
+        p.samples = Some(o.map_or_else(Default::default, |o| super::sampled_stacks(o, &p.threads)));
         p.dsos = Some(dsos);
         p.stacks = Some(top);
         p.js_functions = Some(js);

@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, de};
 mod build;
 mod costs;
 mod process;
+mod samples;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ pub use process::{
     CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
     ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
 };
+pub use samples::{FrameReport, SampleCut, SampleReport, SampledStacks, op_of, sampled_stacks};
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
 /// those they do not know, and take those they know but a file lacks as absent); a file of
@@ -77,6 +79,9 @@ pub struct Report {
     pub overhead: Option<Overhead>,
     /// With stack sampling: one in how many writes per thread had its stack taken.
     pub stack_sample: Option<u32>,
+    /// What the acquisitions are: absent for every acquisition (full), `contention` for
+    /// contended waits only (read here by what depends on it: `pprof::Mode::of`).
+    pub mode: Option<String>,
     /// Summary, with stack sampling: what the sampled stacks cost the profiler.
     pub stack_work: Option<StackWork>,
     /// Summary: the patterns recognised in it, what they cost and what to change
@@ -102,6 +107,7 @@ impl Report {
             uncounted: Uncounted::default(),
             overhead: None,
             stack_sample: None,
+            mode: None,
             stack_work: None,
             findings: None,
         }

@@ -11,6 +11,7 @@
 //! reused pid gets an unwinder of its own.
 
 mod deferred;
+mod frames;
 mod labels;
 mod symbolize;
 
@@ -27,16 +28,38 @@ use crate::{
 };
 
 use deferred::Deferred;
+pub use frames::{FrameTable, SampledFrame};
 pub use labels::charge;
 
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
 
-/// A distinct stack's totals.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A distinct stack's totals: sampled acquisitions, their wait and their hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackAgg {
     pub count: u64,
     pub wait_ns_sum: u64,
+    pub hold_ns_sum: u64,
+}
+
+impl StackAgg {
+    pub fn add(&mut self, o: &StackAgg) {
+        self.count += o.count;
+        self.wait_ns_sum += o.wait_ns_sum;
+        self.hold_ns_sum += o.hold_ns_sum;
+    }
+}
+
+/// One distinct sampled stack of a thread, for one cause: what a profile's sample is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleKey {
+    /// The thread that took the lock.
+    pub tid: u32,
+    /// What it took it for: a write cause, or `cause::READ` for a read (in the kernel's
+    /// record, `StackHeader::kind`).
+    pub cause: u32,
+    /// Frames innermost first, as indices into the owner's [`FrameTable`].
+    pub frames: Vec<u32>,
 }
 
 /// Sampled JavaScript frames by where their name came from (weighted by samples), to show
@@ -72,10 +95,60 @@ pub struct OwnerStacks {
     /// Sampled writes through JIT code that no perf map named (node runs without
     /// `--perf-basic-prof`): the report then says how to name them.
     pub unnamed_jit: u64,
-    /// Frames innermost first, symbolized (filled by [`StackAttribution::symbolize`]).
-    pub stacks: HashMap<Vec<String>, StackAgg>,
+    /// The frames of `samples`, named (filled by [`StackAttribution::symbolize`]).
+    pub frames: FrameTable,
+    /// Sampled acquisitions by thread, cause and stack, symbolized (filled by
+    /// [`StackAttribution::symbolize`]).
+    pub samples: HashMap<SampleKey, StackAgg>,
     /// Stacks as addresses in the process that took the lock, not yet symbolized.
-    raw: HashMap<(ProcId, Vec<RawFrame>), StackAgg>,
+    raw: HashMap<RawKey, StackAgg>,
+}
+
+impl OwnerStacks {
+    /// Sampled writes by JavaScript function (`name (definition)`), most first.
+    pub fn js_function_counts(&self) -> Vec<(String, u64)> {
+        let mut f: Vec<(String, u64)> = (self.js_functions.iter())
+            .map(|(js, agg)| {
+                let label = if js.location.is_empty() {
+                    js.name.clone()
+                } else {
+                    format!("{} ({})", js.name, js.location)
+                };
+                (label, agg.count)
+            })
+            .collect();
+        f.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        f
+    }
+
+    /// The distinct stacks as the report shows them (`function (file)`, innermost first),
+    /// whatever thread and cause sampled them.
+    pub fn stacks(&self) -> HashMap<Vec<String>, StackAgg> {
+        let mut labels: HashMap<u32, String> = HashMap::new();
+        let mut out: HashMap<Vec<String>, StackAgg> = HashMap::new();
+        for (k, agg) in &self.samples {
+            let frames = (k.frames.iter())
+                .map(|&i| {
+                    labels
+                        .entry(i)
+                        .or_insert_with(|| self.frames.get(i).label())
+                        .clone()
+                })
+                .collect();
+            out.entry(frames).or_default().add(agg);
+        }
+        out
+    }
+}
+
+/// A sampled stack before it is named: the process whose code it ran, the thread, the cause,
+/// the frames.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RawKey {
+    actor: ProcId,
+    tid: u32,
+    cause: u32,
+    frames: Vec<RawFrame>,
 }
 
 /// A frame as sampled: its address and, for a V8 frame, its function as resolved then.
@@ -99,6 +172,9 @@ struct Pending {
     owner: ProcId,
     /// The process of the thread that took the lock (see [`actor`]).
     actor: ProcId,
+    /// The thread, and what it took the lock for (`StackHeader::kind`).
+    tid: u32,
+    cause: u32,
     frames: Vec<RawFrame>,
     dso: String,
     end: StackEnd,
@@ -256,6 +332,7 @@ impl StackAttribution {
                         addr: f.addr,
                         symbol: None,
                         dso: u.mapping(f.addr).and_then(|m| m.path.clone()),
+                        build_id: None,
                         jit: None,
                         v8: None,
                     })
@@ -283,6 +360,8 @@ impl StackAttribution {
             Pending {
                 owner: owner(s),
                 actor,
+                tid: s.tid,
+                cause: s.kind,
                 frames,
                 dso,
                 end,
@@ -320,9 +399,17 @@ impl StackAttribution {
         s.hold.max = s.hold.max.max(d.hold_ns);
         s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
         *o.stack_ends.entry(p.end).or_default() += 1;
-        let st = o.raw.entry((p.actor, p.frames)).or_default();
-        st.count += 1;
-        st.wait_ns_sum += d.wait_ns;
+        let key = RawKey {
+            actor: p.actor,
+            tid: p.tid,
+            cause: p.cause,
+            frames: p.frames,
+        };
+        o.raw.entry(key).or_default().add(&StackAgg {
+            count: 1,
+            wait_ns_sum: d.wait_ns,
+            hold_ns_sum: d.hold_ns,
+        });
     }
 
     /// A process that exited: its stacks are symbolized now, then its unwinder (the memory
