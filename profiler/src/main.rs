@@ -148,6 +148,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 output: p.output.output,
                 stacks_file: p.stacks,
                 html: p.html,
+                pprof: p.pprof,
                 study: p.study,
                 verbose: p.output.verbose,
                 quiet: p.quiet,

@@ -10,6 +10,7 @@ use crate::{
         compare::{self, CompareText, Comparison, Runs},
         findings::{self, FindingsText, StudyEffects, StudyFileError},
         html::{RunLines, RunPage, compare::ComparePage},
+        pprof::{Pprof, Samples, Summaries},
         reading::{InputError, Keep},
     },
 };
@@ -22,6 +23,10 @@ pub enum OfflineError {
     Study(#[from] StudyFileError),
     #[error("cannot write {0}: {1}")]
     Write(String, #[source] std::io::Error),
+    #[error(
+        "{0} has no sampled stacks for a pprof profile (a summary's `samples`): profile with stack sampling on (the default; not --stack-sample 0), with a build that writes them"
+    )]
+    NoSamples(String),
 }
 
 impl OfflineError {
@@ -93,6 +98,22 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
             findings: &all,
         };
         write(path, &mut page, &run)?;
+    }
+    if let Some(path) = &args.pprof {
+        let shown = run.shown();
+        let summaries = Summaries(shown.iter().map(|s| s.as_ref()).collect());
+        // A run without stack sampling, or of a build that kept no `samples` of what it
+        // sampled: no profile rather than an empty one.
+        let processes = || summaries.0.iter().flat_map(|s| &s.processes);
+        let sampled: u64 = processes()
+            .flat_map(|p| p.dsos.iter().flatten())
+            .map(|d| d.write.count)
+            .sum();
+        let kept = processes().any(|p| p.samples.is_some());
+        if !summaries.0.iter().any(|s| s.stack_sample.is_some()) || (sampled > 0 && !kept) {
+            return Err(OfflineError::NoSamples(args.input.display().to_string()));
+        }
+        write(path, &mut Pprof, &summaries as &dyn Samples)?;
     }
     match Format::resolve(args.format, None) {
         Format::Json => print(

@@ -109,6 +109,10 @@ pub struct ReportArgs {
     /// its mitigation measured there.
     #[arg(long, value_name = "results.json", value_parser = parse_path)]
     pub study: Option<PathBuf>,
+    /// Also write a pprof profile of the run's sampled stacks (its summary's `samples`), the
+    /// same as the live run's --pprof.
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub pprof: Option<PathBuf>,
 }
 
 /// `mmaplock-prof compare BEFORE.json AFTER.json`.
