@@ -108,7 +108,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             bpf_stats: a.bpf_stats,
             blockers: a.blockers,
             js_functions: a.js_functions,
-            stack_sample: if a.js_functions > 0 {
+            pprof: a.pprof,
+            stack_sample: if a.js_functions > 0 || a.pprof {
                 a.stack_sample
             } else {
                 0

@@ -1,6 +1,7 @@
 //! The /metrics endpoint: OpenMetrics text by default, Prometheus's protobuf (native
-//! histograms) when the scraper's Accept header asks for it; TLS and basic auth when a web
-//! configuration file says so (`webconfig.rs`).
+//! histograms) when the scraper's Accept header asks for it; with `--pprof`, the pprof
+//! profile of the last intervals' sampled stacks at `/debug/pprof/mmaplock` (`?seconds=N`);
+//! TLS and basic auth, for both, when a web configuration file says so (`webconfig.rs`).
 //!
 //! Any local user can connect, so the server holds up against idle and slow clients:
 //! - a request's head must arrive within [`HEADER_TIMEOUT`], which also closes a kept-alive
@@ -43,9 +44,19 @@ use tokio::{
 };
 
 use crate::{
-    agent::webconfig::WebConfig,
-    output::prometheus::{Shared, encode_protobuf, encode_text},
+    agent::{
+        profiles::{MAX_SECONDS, SharedProfiles},
+        webconfig::WebConfig,
+    },
+    output::{
+        Output,
+        pprof::{Pprof, Samples},
+        prometheus::{Shared, encode_protobuf, encode_text},
+    },
 };
+
+/// The path of the pprof profile.
+pub const PPROF_PATH: &str = "/debug/pprof/mmaplock";
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROTOBUF: &str =
@@ -88,10 +99,76 @@ fn plain(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
     r
 }
 
-fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// What the server serves: the metrics, and with `--pprof` the profiles.
+#[derive(Clone)]
+pub struct Routes {
+    pub registry: Arc<Registry>,
+    pub profiles: Option<SharedProfiles>,
+}
+
+/// `?seconds=N`: None without it; a whole number of seconds from 1 to [`MAX_SECONDS`], else
+/// what is wrong, in one line.
+pub fn seconds(query: Option<&str>) -> Result<Option<u64>, String> {
+    let Some(v) = (query.unwrap_or("").split('&'))
+        .filter_map(|kv| kv.split_once('='))
+        .find_map(|(k, v)| (k == "seconds").then_some(v))
+    else {
+        return Ok(None);
+    };
+    match v.parse::<u64>() {
+        Ok(n) if (1..=MAX_SECONDS).contains(&n) => Ok(Some(n)),
+        _ => Err(format!(
+            "mmaplock-prof: seconds={v:?}: a whole number of seconds from 1 to {MAX_SECONDS} (the agent keeps the last {MAX_SECONDS} s of sampled stacks)\n"
+        )),
+    }
+}
+
+/// The pprof profile of the intervals that ended in the last `?seconds=N` (the last interval
+/// without it).
+fn pprof(profiles: Option<&SharedProfiles>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let Some(profiles) = profiles else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            b"mmaplock-prof: start the agent with --pprof to serve /debug/pprof/mmaplock\n",
+        );
+    };
+    let seconds = match seconds(req.uri().query()) {
+        Ok(s) => s,
+        Err(e) => {
+            let mut r = Response::new(Full::new(Bytes::from(e)));
+            *r.status_mut() = StatusCode::BAD_REQUEST;
+            return r;
+        }
+    };
+    let mut bytes = Vec::new();
+    let encoded = match profiles.lock() {
+        Ok(ring) => {
+            let w = ring.window(seconds, std::time::SystemTime::now());
+            Output::<dyn Samples>::emit(&mut Pprof, &w, &mut bytes)
+        }
+        Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, b"profiles unavailable\n"),
+    };
+    if encoded.is_err() {
+        return plain(StatusCode::INTERNAL_SERVER_ERROR, b"encoding failed\n");
+    }
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(
+            header::CONTENT_DISPOSITION,
+            "attachment; filename=\"mmaplock.pb.gz\"",
+        )
+        .body(Full::new(Bytes::from(bytes)))
+        .expect("valid headers")
+}
+
+fn respond(routes: &Routes, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == PPROF_PATH {
+        return pprof(routes.profiles.as_ref(), req);
+    }
     if req.uri().path() != "/metrics" {
         return plain(StatusCode::NOT_FOUND, b"mmaplock-prof: see /metrics\n");
     }
+    let registry = &routes.registry;
     let accept = req
         .headers()
         .get(header::ACCEPT)
@@ -221,7 +298,7 @@ async fn idle(last: Rc<Cell<Instant>>) {
 async fn connection(
     stream: tokio::net::TcpStream,
     last: Rc<Cell<Instant>>,
-    registry: Arc<Registry>,
+    routes: Routes,
     web: Web,
     metrics: Shared,
 ) {
@@ -236,7 +313,7 @@ async fn connection(
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-                    Ok(Ok(s)) => http(s, registry, config, metrics.clone()).await,
+                    Ok(Ok(s)) => http(s, routes, config, metrics.clone()).await,
                     Ok(Err(e)) => {
                         log::debug!("TLS handshake: {e}");
                         count(&metrics, Rejected::Tls);
@@ -244,7 +321,7 @@ async fn connection(
                     Err(_) => count(&metrics, Rejected::Timeout),
                 }
             }
-            None => http(io, registry, config, metrics.clone()).await,
+            None => http(io, routes, config, metrics.clone()).await,
         }
     };
     tokio::select! {
@@ -253,13 +330,13 @@ async fn connection(
     }
 }
 
-async fn http<S>(io: S, registry: Arc<Registry>, config: Arc<WebConfig>, metrics: Shared)
+async fn http<S>(io: S, routes: Routes, config: Arc<WebConfig>, metrics: Shared)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let counted = metrics.clone();
     let service = service_fn(move |req: Request<Incoming>| {
-        let (registry, config, metrics) = (registry.clone(), config.clone(), counted.clone());
+        let (routes, config, metrics) = (routes.clone(), config.clone(), counted.clone());
         async move {
             if let Some(users) = &config.users {
                 let auth = req
@@ -276,7 +353,7 @@ where
                     return Ok::<_, std::convert::Infallible>(r);
                 }
             }
-            Ok(respond(&registry, &req))
+            Ok(respond(&routes, &req))
         }
     });
     let served = http1::Builder::new()
@@ -294,7 +371,7 @@ where
 }
 
 /// Accepts and serves until the task is dropped.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, web: Web, metrics: Shared) {
+pub async fn serve(listener: TcpListener, routes: Routes, web: Web, metrics: Shared) {
     let cap = max_connections();
     let table = Rc::new(RefCell::new(Connections::default()));
     let mut told = false;
@@ -348,7 +425,7 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, web: Web, met
         let served = connection(
             stream,
             last.clone(),
-            registry.clone(),
+            routes.clone(),
             web.clone(),
             metrics.clone(),
         );
@@ -368,6 +445,25 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, web: Web, met
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_are_whole_and_bounded() {
+        assert_eq!(seconds(None), Ok(None));
+        assert_eq!(seconds(Some("debug=1")), Ok(None));
+        assert_eq!(seconds(Some("seconds=14")), Ok(Some(14)));
+        assert_eq!(seconds(Some("a=b&seconds=600")), Ok(Some(600)));
+        for bad in [
+            "seconds=0",
+            "seconds=601",
+            "seconds=1.5",
+            "seconds=-3",
+            "seconds=",
+        ] {
+            let e = seconds(Some(bad)).unwrap_err();
+            assert!(e.contains("from 1 to 600") && e.ends_with('\n'), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
 
     #[test]
     fn protobuf_only_when_asked() {

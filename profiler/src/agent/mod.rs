@@ -3,6 +3,7 @@
 //! interval into Prometheus metrics (and, optionally, NDJSON interval reports).
 
 mod http;
+mod profiles;
 pub mod selection;
 mod webconfig;
 
@@ -13,17 +14,28 @@ use std::{
     time::Duration,
 };
 
+use std::collections::BTreeMap;
+
 use crate::{
-    aggregation::Attribution,
+    aggregation::{Attribution, ThreadAgg},
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
+        pprof::Mode,
         prometheus::{self, Metrics, Shared},
-        report,
+        report::{self, ProcessReport, Report},
         rotate::Rotating,
     },
+    registry::{
+        roles::{Role, comm_str},
+        stacks::OwnerStacks,
+    },
     run::{Driver, LoopConfig, Profile, Session, SessionError, Sink},
-    vocab::{Format, ids::ProcId},
+    vocab::{
+        Format,
+        ids::{ProcId, ThreadId},
+    },
 };
+use profiles::{Profiles, SharedProfiles};
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +88,8 @@ pub struct AgentConfig {
     pub blockers: bool,
     /// Export up to this many JavaScript functions per process (0: none, no stacks sampled).
     pub js_functions: usize,
+    /// Serve `/debug/pprof/mmaplock`, pprof profiles of the last intervals' sampled stacks.
+    pub pprof: bool,
     /// One write's stack in this many per thread (0: none).
     pub stack_sample: u32,
     pub quiet: bool,
@@ -104,6 +118,8 @@ struct Agent<'a> {
     /// Whether the kernel matches every selector (else the scans run every interval).
     kernel_complete: bool,
     web: http::Web,
+    /// With --pprof: the last intervals' sampled stacks.
+    profiles: Option<SharedProfiles>,
 }
 
 /// Besides the first, a scan of /proc every this many readings: for what the kernel does
@@ -161,6 +177,7 @@ impl Driver for Agent<'_> {
             self.selection.relabel(p);
         }
         let (window, attribution, meta) = profile.take_interval();
+        let (start, end) = (meta.start, meta.end);
         let owners = profile
             .stacks
             .as_mut()
@@ -191,10 +208,39 @@ impl Driver for Agent<'_> {
             m.tracked_threads = threads as u64;
             m.map_entries = entries as u64;
         }
+        if let Some(ring) = &self.profiles {
+            let processes = (owners.iter())
+                .filter(|(_, o)| !o.samples.is_empty())
+                .map(|(&p, o)| {
+                    let threads = window.processes.get(&p);
+                    let name = match threads {
+                        Some(threads) => attribution.name(p, threads),
+                        None => profile.registry.names.get(p, None),
+                    };
+                    let (process, cgroup) = self.labels(p, name, &attribution);
+                    let mut labels = vec![("process", process), ("cgroup", cgroup)];
+                    if self.cfg.pid_label {
+                        labels.push(("pid", p.pid.to_string()));
+                    }
+                    let s = report::sampled_stacks_by(o, |tid| {
+                        thread_of(p, tid, threads, &attribution)
+                    });
+                    (labels, s)
+                })
+                .collect();
+            if let Ok(mut ring) = ring.lock() {
+                ring.push(start, end, processes);
+            }
+        }
         if let Some(out) = self.ndjson.as_mut() {
             // A full disk does not stop the agent: /metrics goes on, the next intervals are
             // tried again (an interval report's failure is never the run's).
-            out.write_report(report::build(&window, &attribution, meta))?;
+            let mut r = report::build(&window, &attribution, meta);
+            if profile.stacks.is_some() {
+                let names = &mut profile.registry.names;
+                add_sampled_writes(&mut r, &owners, |p| names.get(p, None));
+            }
+            out.write_report(r)?;
         }
         Ok(())
     }
@@ -220,6 +266,46 @@ impl Driver for Agent<'_> {
             Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current selection"),
         }
         Ok(false)
+    }
+}
+
+/// A sampled thread's role and name, as the window knows it (`other` when it does not).
+fn thread_of(
+    p: ProcId,
+    tid: u32,
+    threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
+    attribution: &Attribution,
+) -> (Role, String) {
+    let found = threads.and_then(|m| m.iter().rev().find(|(t, _)| t.tid == tid));
+    match found {
+        Some((&t, agg)) => (attribution.role(p, t, agg), comm_str(&agg.comm)),
+        None => (Role::Other, String::new()),
+    }
+}
+
+/// An interval line's sampled writes by code (`dsos`), so that what a scrape of
+/// `/debug/pprof/mmaplock` counts can be checked against the agent's NDJSON; a process whose
+/// samples came without any acquisition in the interval gets an entry of its own.
+fn add_sampled_writes(
+    r: &mut Report,
+    owners: &BTreeMap<ProcId, OwnerStacks>,
+    mut name: impl FnMut(ProcId) -> String,
+) {
+    for p in &mut r.processes {
+        let o = owners.get(&ProcId::new(p.pid, p.start_ticks));
+        p.dsos = Some(report::dso_reports(o));
+    }
+    for (&id, o) in owners {
+        let listed = (r.processes.iter()).any(|p| ProcId::new(p.pid, p.start_ticks) == id);
+        if !listed && !o.dsos.is_empty() {
+            r.processes.push(ProcessReport {
+                pid: id.pid,
+                start_ticks: id.start,
+                comm: name(id),
+                dsos: Some(report::dso_reports(Some(o))),
+                ..ProcessReport::default()
+            });
+        }
     }
 }
 
@@ -311,6 +397,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let mut session = Session::new(collector, true, &[])?;
     session.profile.forget_history();
     let registry = Arc::new(prometheus::registry(metrics.clone()));
+    let profiles: Option<SharedProfiles> = cfg.pprof.then(|| {
+        Arc::new(Mutex::new(Profiles::new(
+            cfg.stack_sample,
+            Mode::Full,
+            profiles::BUDGET_BYTES,
+        )))
+    });
     let mut agent = Agent {
         cfg: &cfg,
         selection: Selection::new(selectors),
@@ -319,6 +412,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         polls: 0,
         kernel_complete,
         web: web.clone(),
+        profiles: profiles.clone(),
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut session.profile)?;
@@ -339,7 +433,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .run_until(async {
             let server = tokio::task::spawn_local(http::serve(
                 listener,
-                registry,
+                http::Routes { registry, profiles },
                 web,
                 agent.metrics.clone(),
             ));

@@ -192,7 +192,13 @@ pub struct AgentArgs {
     /// Samples one write's stack in --stack-sample per thread; 0: off.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub js_functions: usize,
-    /// With --js-functions: take one write's stack in N per thread.
+    /// Serve /debug/pprof/mmaplock on the --listen address (same TLS and auth as /metrics):
+    /// a pprof profile of the sampled stacks of the last interval, or of the last N seconds
+    /// with ?seconds=N (at most 600), for Parca or Grafana Alloy's pyroscope.scrape. Samples
+    /// one write's stack in --stack-sample per thread.
+    #[arg(long)]
+    pub pprof: bool,
+    /// With --js-functions or --pprof: take one write's stack in N per thread.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_sample: u32,
     /// No status messages on standard error.

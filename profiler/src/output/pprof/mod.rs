@@ -145,6 +145,9 @@ impl Output for Pprof {
     }
 }
 
+/// A sample's identity: its locations and its labels (key, value) as string indices.
+type SampleId = (Vec<u64>, Vec<(i64, i64)>);
+
 /// Builds a profile: strings, mappings, functions and locations each kept once, samples of
 /// the same stack and labels merged.
 #[derive(Default)]
@@ -154,7 +157,7 @@ struct Builder {
     mappings: HashMap<(i64, i64), u64>,
     functions: HashMap<(i64, i64, i64), u64>,
     locations: HashMap<(u64, u64, i64, i64), u64>,
-    samples: HashMap<(Vec<u64>, Vec<(i64, i64)>), usize>,
+    samples: HashMap<SampleId, usize>,
 }
 
 impl Builder {

@@ -15,7 +15,7 @@ use crate::{
     output::blockers::{by_role, lock_blockers},
     output::share::{self, ShareSum},
     registry::roles::{Role, comm_str},
-    registry::stacks::StackAttribution,
+    registry::stacks::{OwnerStacks, StackAttribution},
     vocab::ids::ProcId,
 };
 
@@ -192,20 +192,25 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
     }
 }
 
+/// A process's sampled writes by the code that asked for memory, most first.
+pub fn dso_reports(o: Option<&OwnerStacks>) -> Vec<DsoReport> {
+    sorted_rows(
+        o.map(|o| o.dsos.iter()),
+        |(d, s)| DsoReport {
+            dso: d.clone(),
+            write: Stats::new(s),
+        },
+        |a, b| (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum)),
+    )
+}
+
 /// Adds the sampled stacks' attribution to a summary.
 pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
     r.stack_sample = Some(sample);
     for p in &mut r.processes {
         let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
         let labelled = o.map(|o| o.stacks());
-        let dsos = sorted_rows(
-            o.map(|o| o.dsos.iter()),
-            |(d, s)| DsoReport {
-                dso: d.clone(),
-                write: Stats::new(s),
-            },
-            |a, b| (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum)),
-        );
+        let dsos = dso_reports(o);
         let mut top = sorted_rows(
             labelled.as_ref().map(|s| s.iter()),
             |(frames, agg)| StackReport {

@@ -20,13 +20,15 @@ mod tests;
 pub use super::blockers::{BlockerReport, RoleBlock};
 pub use super::share::{RoleShare, TimeShare};
 pub use super::stats::{Dist, Stats};
-pub use build::{add_stacks, build};
+pub use build::{add_stacks, build, dso_reports};
 pub use costs::{Lost, Overhead, Uncounted};
 pub use process::{
     CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
     ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
 };
-pub use samples::{FrameReport, SampleCut, SampleReport, SampledStacks, op_of, sampled_stacks};
+pub use samples::{
+    FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
+};
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
 /// those they do not know, and take those they know but a file lacks as absent); a file of

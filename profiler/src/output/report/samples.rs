@@ -96,19 +96,8 @@ pub struct SampledStacks {
     pub cut: SampleCut,
 }
 
-impl SampledStacks {
-    /// Sampled acquisitions, their wait and hold, cut ones included.
-    pub fn totals(&self) -> (u64, u64, u64) {
-        let (mut n, mut w, mut h) = (self.cut.count, self.cut.wait_ns_sum, self.cut.hold_ns_sum);
-        for s in &self.stacks {
-            (n, w, h) = (n + s.count, w + s.wait_ns_sum, h + s.hold_ns_sum);
-        }
-        (n, w, h)
-    }
-}
-
 /// `read` or `write`, from a sample's cause.
-pub fn op_of(c: u32) -> &'static str {
+fn op_of(c: u32) -> &'static str {
     if c == cause::READ { "read" } else { "write" }
 }
 
@@ -117,14 +106,25 @@ pub fn op_of(c: u32) -> &'static str {
 /// the [`MAX_SAMPLED_STACKS`] that waited longest kept, the rest counted in `cut`.
 pub fn sampled_stacks(o: &OwnerStacks, threads: &[ThreadReport]) -> SampledStacks {
     let by_tid: HashMap<u32, &ThreadReport> = threads.iter().rev().map(|t| (t.tid, t)).collect();
+    sampled_stacks_by(o, |tid| {
+        by_tid
+            .get(&tid)
+            .map_or((Role::Other, String::new()), |t| (t.role, t.comm.clone()))
+    })
+}
+
+/// [`sampled_stacks`], each thread's role and name told by `thread` (by tid).
+pub fn sampled_stacks_by(o: &OwnerStacks, thread: impl Fn(u32) -> (Role, String)) -> SampledStacks {
+    let mut threads: HashMap<u32, (Role, String)> = HashMap::new();
+    for k in o.samples.keys() {
+        threads.entry(k.tid).or_insert_with(|| thread(k.tid));
+    }
     type Key<'a> = (&'a [u32], Role, &'a str, u32);
     let mut merged: HashMap<Key<'_>, StackAgg> = HashMap::new();
     for (k, agg) in &o.samples {
-        let (role, comm) = by_tid
-            .get(&k.tid)
-            .map_or((Role::Other, ""), |t| (t.role, t.comm.as_str()));
+        let (role, comm) = &threads[&k.tid];
         merged
-            .entry((&k.frames, role, comm, k.cause))
+            .entry((&k.frames, *role, comm.as_str(), k.cause))
             .or_default()
             .add(agg);
     }
