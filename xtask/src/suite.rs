@@ -27,6 +27,7 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     build(linker_dir, false)?;
     packages::ensure_prometheus()?;
     packages::ensure_chromium()?;
+    packages::ensure_go()?;
     packages::ensure_jemalloc()?;
     packages::ensure_node18_builtins()?;
     packages::ensure_podman()?;

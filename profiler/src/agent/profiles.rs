@@ -269,12 +269,15 @@ impl Samples for Window<'_> {
     }
     fn notes(&self) -> Vec<String> {
         let mut notes = match (self.intervals().next(), self.intervals().last()) {
-            (Some(a), Some(b)) => vec![format!(
-                "intervals from {} to {} ({} intervals of the agent)",
-                rfc3339(a.start),
-                rfc3339(b.end),
-                self.intervals().count()
-            )],
+            (Some(a), Some(b)) => {
+                let n = self.intervals().count();
+                vec![format!(
+                    "intervals from {} to {} ({n} interval{} of the agent)",
+                    rfc3339(a.start),
+                    rfc3339(b.end),
+                    if n == 1 { "" } else { "s" }
+                )]
+            }
             _ => vec!["no interval yet".to_string()],
         };
         if self.ring.dropped > 0 {

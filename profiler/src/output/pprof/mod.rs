@@ -346,5 +346,26 @@ fn profile(s: &dyn Samples) -> proto::Profile {
         ));
     }
     b.p.comment = comments.iter().map(|c| b.string(c)).collect();
+    executables_first(&mut b.p);
     b.p
+}
+
+/// pprof takes the first mapping for the program's binary: executables (node) go before
+/// shared libraries (`*.so*`, the C library first sampled), their ids renumbered.
+fn executables_first(p: &mut proto::Profile) {
+    let library = |m: &proto::Mapping| p.string_table[m.filename as usize].contains(".so");
+    let mut order: Vec<usize> = (0..p.mapping.len()).collect();
+    order.sort_by_key(|&i| library(&p.mapping[i]));
+    let mut new_id = vec![0u64; p.mapping.len() + 1];
+    for (n, &i) in order.iter().enumerate() {
+        new_id[p.mapping[i].id as usize] = n as u64 + 1;
+    }
+    let mut mappings: Vec<proto::Mapping> = order.iter().map(|&i| p.mapping[i].clone()).collect();
+    for m in &mut mappings {
+        m.id = new_id[m.id as usize];
+    }
+    p.mapping = mappings;
+    for l in &mut p.location {
+        l.mapping_id = new_id[l.mapping_id as usize];
+    }
 }

@@ -157,6 +157,9 @@ fn frames_are_functions_with_their_script_or_their_files_mapping() {
     );
     let libc = location(function("mprotect"));
     let m = &p.mapping[libc.mapping_id as usize - 1];
+    // The binary first (pprof's main binary), though libc's frame came first.
+    assert_eq!(string(&p, p.mapping[0].filename), "/usr/bin/node");
+    assert_eq!(location(function("uv_run")).mapping_id, 1);
     assert_eq!(m.id, libc.mapping_id);
     assert_eq!(
         (string(&p, m.filename), string(&p, m.build_id)),
