@@ -161,10 +161,7 @@ fn parse_raw(text: &str) -> RawProfile {
             }
             Section::Samples => {
                 if let Some((values, locations)) = line.split_once(':')
-                    && values
-                        .trim()
-                        .split_whitespace()
-                        .all(|v| v.parse::<i64>().is_ok())
+                    && values.split_whitespace().all(|v| v.parse::<i64>().is_ok())
                     && !values.trim().is_empty()
                 {
                     p.samples.push(RawSample {

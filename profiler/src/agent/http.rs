@@ -44,19 +44,9 @@ use tokio::{
 };
 
 use crate::{
-    agent::{
-        profiles::{MAX_SECONDS, SharedProfiles},
-        webconfig::WebConfig,
-    },
-    output::{
-        Output,
-        pprof::{Pprof, Samples},
-        prometheus::{Shared, encode_protobuf, encode_text},
-    },
+    agent::{endpoint::PPROF_PATH, profiles::SharedProfiles, webconfig::WebConfig},
+    output::prometheus::{Shared, encode_protobuf, encode_text},
 };
-
-/// The path of the pprof profile.
-pub const PPROF_PATH: &str = "/debug/pprof/mmaplock";
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROTOBUF: &str =
@@ -93,7 +83,7 @@ pub fn wants_protobuf(accept: &str) -> bool {
         && accept.contains("io.prometheus.client.MetricFamily")
 }
 
-fn plain(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
+pub(super) fn plain(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(body)));
     *r.status_mut() = status;
     r
@@ -106,64 +96,9 @@ pub struct Routes {
     pub profiles: Option<SharedProfiles>,
 }
 
-/// `?seconds=N`: None without it; a whole number of seconds from 1 to [`MAX_SECONDS`], else
-/// what is wrong, in one line.
-pub fn seconds(query: Option<&str>) -> Result<Option<u64>, String> {
-    let Some(v) = (query.unwrap_or("").split('&'))
-        .filter_map(|kv| kv.split_once('='))
-        .find_map(|(k, v)| (k == "seconds").then_some(v))
-    else {
-        return Ok(None);
-    };
-    match v.parse::<u64>() {
-        Ok(n) if (1..=MAX_SECONDS).contains(&n) => Ok(Some(n)),
-        _ => Err(format!(
-            "mmaplock-prof: seconds={v:?}: a whole number of seconds from 1 to {MAX_SECONDS} (the agent keeps the last {MAX_SECONDS} s of sampled stacks)\n"
-        )),
-    }
-}
-
-/// The pprof profile of the intervals that ended in the last `?seconds=N` (the last interval
-/// without it).
-fn pprof(profiles: Option<&SharedProfiles>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let Some(profiles) = profiles else {
-        return plain(
-            StatusCode::NOT_FOUND,
-            b"mmaplock-prof: start the agent with --pprof to serve /debug/pprof/mmaplock\n",
-        );
-    };
-    let seconds = match seconds(req.uri().query()) {
-        Ok(s) => s,
-        Err(e) => {
-            let mut r = Response::new(Full::new(Bytes::from(e)));
-            *r.status_mut() = StatusCode::BAD_REQUEST;
-            return r;
-        }
-    };
-    let mut bytes = Vec::new();
-    let encoded = match profiles.lock() {
-        Ok(ring) => {
-            let w = ring.window(seconds, std::time::SystemTime::now());
-            Output::<dyn Samples>::emit(&mut Pprof, &w, &mut bytes)
-        }
-        Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, b"profiles unavailable\n"),
-    };
-    if encoded.is_err() {
-        return plain(StatusCode::INTERNAL_SERVER_ERROR, b"encoding failed\n");
-    }
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .header(
-            header::CONTENT_DISPOSITION,
-            "attachment; filename=\"mmaplock.pb.gz\"",
-        )
-        .body(Full::new(Bytes::from(bytes)))
-        .expect("valid headers")
-}
-
 fn respond(routes: &Routes, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.uri().path() == PPROF_PATH {
-        return pprof(routes.profiles.as_ref(), req);
+        return super::endpoint::pprof(routes.profiles.as_ref(), req);
     }
     if req.uri().path() != "/metrics" {
         return plain(StatusCode::NOT_FOUND, b"mmaplock-prof: see /metrics\n");
@@ -445,25 +380,6 @@ pub async fn serve(listener: TcpListener, routes: Routes, web: Web, metrics: Sha
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn seconds_are_whole_and_bounded() {
-        assert_eq!(seconds(None), Ok(None));
-        assert_eq!(seconds(Some("debug=1")), Ok(None));
-        assert_eq!(seconds(Some("seconds=14")), Ok(Some(14)));
-        assert_eq!(seconds(Some("a=b&seconds=600")), Ok(Some(600)));
-        for bad in [
-            "seconds=0",
-            "seconds=601",
-            "seconds=1.5",
-            "seconds=-3",
-            "seconds=",
-        ] {
-            let e = seconds(Some(bad)).unwrap_err();
-            assert!(e.contains("from 1 to 600") && e.ends_with('\n'), "{e}");
-            assert_eq!(e.lines().count(), 1, "{e}");
-        }
-    }
 
     #[test]
     fn protobuf_only_when_asked() {

@@ -2,8 +2,10 @@
 //! aggregation) on the same run loop, selecting processes at run time and turning each
 //! interval into Prometheus metrics (and, optionally, NDJSON interval reports).
 
+mod endpoint;
 mod http;
 mod profiles;
+mod sampled;
 pub mod selection;
 mod webconfig;
 
@@ -14,26 +16,17 @@ use std::{
     time::Duration,
 };
 
-use std::collections::BTreeMap;
-
 use crate::{
-    aggregation::{Attribution, ThreadAgg},
+    aggregation::Attribution,
     kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
     output::{
         pprof::Mode,
         prometheus::{self, Metrics, Shared},
-        report::{self, ProcessReport, Report},
+        report,
         rotate::Rotating,
     },
-    registry::{
-        roles::{Role, comm_str},
-        stacks::OwnerStacks,
-    },
     run::{Driver, LoopConfig, Profile, Session, SessionError, Sink},
-    vocab::{
-        Format,
-        ids::{ProcId, ThreadId},
-    },
+    vocab::{Format, ids::ProcId},
 };
 use profiles::{Profiles, SharedProfiles};
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
@@ -209,25 +202,19 @@ impl Driver for Agent<'_> {
             m.map_entries = entries as u64;
         }
         if let Some(ring) = &self.profiles {
-            let processes = (owners.iter())
-                .filter(|(_, o)| !o.samples.is_empty())
-                .map(|(&p, o)| {
-                    let threads = window.processes.get(&p);
-                    let name = match threads {
-                        Some(threads) => attribution.name(p, threads),
-                        None => profile.registry.names.get(p, None),
-                    };
-                    let (process, cgroup) = self.labels(p, name, &attribution);
-                    let mut labels = vec![("process", process), ("cgroup", cgroup)];
-                    if self.cfg.pid_label {
-                        labels.push(("pid", p.pid.to_string()));
-                    }
-                    let s = report::sampled_stacks_by(o, |tid| {
-                        thread_of(p, tid, threads, &attribution)
-                    });
-                    (labels, s)
-                })
-                .collect();
+            let names = &mut profile.registry.names;
+            let processes = sampled::interval_samples(&owners, &window, &attribution, |p| {
+                let name = match window.processes.get(&p) {
+                    Some(threads) => attribution.name(p, threads),
+                    None => names.get(p, None),
+                };
+                let (process, cgroup) = self.labels(p, name, &attribution);
+                let mut labels = vec![("process", process), ("cgroup", cgroup)];
+                if self.cfg.pid_label {
+                    labels.push(("pid", p.pid.to_string()));
+                }
+                labels
+            });
             if let Ok(mut ring) = ring.lock() {
                 ring.push(start, end, processes);
             }
@@ -238,7 +225,7 @@ impl Driver for Agent<'_> {
             let mut r = report::build(&window, &attribution, meta);
             if profile.stacks.is_some() {
                 let names = &mut profile.registry.names;
-                add_sampled_writes(&mut r, &owners, |p| names.get(p, None));
+                sampled::add_sampled_writes(&mut r, &owners, |p| names.get(p, None));
             }
             out.write_report(r)?;
         }
@@ -266,46 +253,6 @@ impl Driver for Agent<'_> {
             Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current selection"),
         }
         Ok(false)
-    }
-}
-
-/// A sampled thread's role and name, as the window knows it (`other` when it does not).
-fn thread_of(
-    p: ProcId,
-    tid: u32,
-    threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
-    attribution: &Attribution,
-) -> (Role, String) {
-    let found = threads.and_then(|m| m.iter().rev().find(|(t, _)| t.tid == tid));
-    match found {
-        Some((&t, agg)) => (attribution.role(p, t, agg), comm_str(&agg.comm)),
-        None => (Role::Other, String::new()),
-    }
-}
-
-/// An interval line's sampled writes by code (`dsos`), so that what a scrape of
-/// `/debug/pprof/mmaplock` counts can be checked against the agent's NDJSON; a process whose
-/// samples came without any acquisition in the interval gets an entry of its own.
-fn add_sampled_writes(
-    r: &mut Report,
-    owners: &BTreeMap<ProcId, OwnerStacks>,
-    mut name: impl FnMut(ProcId) -> String,
-) {
-    for p in &mut r.processes {
-        let o = owners.get(&ProcId::new(p.pid, p.start_ticks));
-        p.dsos = Some(report::dso_reports(o));
-    }
-    for (&id, o) in owners {
-        let listed = (r.processes.iter()).any(|p| ProcId::new(p.pid, p.start_ticks) == id);
-        if !listed && !o.dsos.is_empty() {
-            r.processes.push(ProcessReport {
-                pid: id.pid,
-                start_ticks: id.start,
-                comm: name(id),
-                dsos: Some(report::dso_reports(Some(o))),
-                ..ProcessReport::default()
-            });
-        }
     }
 }
 
