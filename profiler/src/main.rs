@@ -109,7 +109,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             blockers: a.blockers,
             mode: a.mode,
             js_functions: a.js_functions,
-            stack_sample: if a.js_functions > 0 {
+            pprof: a.pprof,
+            stack_sample: if a.js_functions > 0 || a.pprof {
                 a.stack_sample
             } else {
                 0
@@ -150,6 +151,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 output: p.output.output,
                 stacks_file: p.stacks,
                 html: p.html,
+                pprof: p.pprof,
                 study: p.study,
                 verbose: p.output.verbose,
                 quiet: p.quiet,

@@ -1,15 +1,16 @@
 //! The commands that read files only (no kernel, no privilege): `report` renders a run as
-//! HTML, `compare` sets two runs side by side.
+//! text (what the live run printed) and HTML, `compare` sets two runs side by side.
 
 use std::{io::Write as _, path::Path};
 
 use crate::{
     cli::{CompareArgs, Format, ReportArgs},
     output::{
-        JsonLines, Output,
+        JsonLines, Output, Text,
         compare::{self, CompareText, Comparison, Runs},
-        findings::{FindingsText, StudyEffects, StudyFileError},
+        findings::{self, FindingsText, StudyEffects, StudyFileError},
         html::{RunLines, RunPage, compare::ComparePage},
+        pprof::{Pprof, Samples, Summaries},
         reading::{InputError, Keep},
     },
 };
@@ -24,6 +25,10 @@ pub enum OfflineError {
     Write(String, #[source] std::io::Error),
     #[error(transparent)]
     MixedModes(#[from] compare::MixedModes),
+    #[error(
+        "{0} has no sampled stacks for a pprof profile (a summary's `samples`): profile with stack sampling on (the default; not --stack-sample 0), with a build that writes them"
+    )]
+    NoSamples(String),
 }
 
 impl OfflineError {
@@ -59,8 +64,27 @@ fn print<R: ?Sized>(output: &mut dyn Output<R>, report: &R) {
     }
 }
 
-/// `report`: the findings of the run, recomputed (with the study's effects, if given), printed
-/// and put first on the page.
+/// The text of a run as the live run printed its summary (tables, histograms, findings): each
+/// summary shown (a demo's runs, else the last summary, else the interval lines summed), its
+/// findings recomputed with `study`; a file with none (a study's results) has its findings.
+fn run_text(run: &RunLines, study: Option<&StudyEffects>, all: &[findings::Finding]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let shown = run.shown();
+    if shown.is_empty() {
+        let _ = FindingsText.emit(all, &mut bytes);
+    }
+    for s in shown {
+        let mut s = s.into_owned();
+        if s.findings.is_none() {
+            findings::attach(&mut s, study);
+        }
+        let _ = Text.emit(&s, &mut bytes);
+    }
+    bytes
+}
+
+/// `report`: the run's text report as the live run printed it (or, `-f json`, its findings),
+/// the findings recomputed (with the study's effects, if given) and put first on the page.
 pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
     let study = study(args.study.as_deref())?;
     let run = RunLines::read_file(&args.input)?;
@@ -77,13 +101,33 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
         };
         write(path, &mut page, &run)?;
     }
+    if let Some(path) = &args.pprof {
+        let shown = run.shown();
+        let summaries = Summaries(shown.iter().map(|s| s.as_ref()).collect());
+        // A run without stack sampling, or of a build that kept no `samples` of what it
+        // sampled: no profile rather than an empty one.
+        let processes = || summaries.0.iter().flat_map(|s| &s.processes);
+        let sampled: u64 = processes()
+            .flat_map(|p| p.dsos.iter().flatten())
+            .map(|d| d.write.count)
+            .sum();
+        let kept = processes().any(|p| p.samples.is_some());
+        if !summaries.0.iter().any(|s| s.stack_sample.is_some()) || (sampled > 0 && !kept) {
+            return Err(OfflineError::NoSamples(args.input.display().to_string()));
+        }
+        write(path, &mut Pprof, &summaries as &dyn Samples)?;
+    }
     match Format::resolve(args.format, None) {
         Format::Json => print(
             &mut JsonLines,
             &serde_json::json!({"type": "findings", "schema_version": crate::output::report::SCHEMA_VERSION,
                 "file": args.input.display().to_string(), "findings": all}),
         ),
-        Format::Text => print(&mut FindingsText, all.as_slice()),
+        Format::Text => {
+            let _ = std::io::stdout()
+                .lock()
+                .write_all(&run_text(&run, study.as_ref(), &all));
+        }
     }
     Ok(())
 }
@@ -106,4 +150,33 @@ pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
     };
     print(&mut *output, &c);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{fixtures, reading::Keep, report::Report};
+
+    /// `report RUN.json` prints what the live run printed: the summary's text, findings,
+    /// tables and histograms included, not the findings alone.
+    #[test]
+    fn report_prints_the_text_of_the_live_run() {
+        let summary = fixtures::summary(vec![fixtures::process(1, "node", 5_000_000, true)]);
+        let mut live: Report = summary.clone();
+        findings::attach(&mut live, None);
+        let mut expected = Vec::new();
+        Text.emit(&live, &mut expected).unwrap();
+        let run = RunLines::parse("run.json", &fixtures::ndjson(&[&summary])).unwrap();
+        let all = run.findings(None);
+        let got = String::from_utf8(run_text(&run, None, &all)).unwrap();
+        assert_eq!(got, String::from_utf8(expected).unwrap());
+        for part in [
+            "lock        acquired",
+            "writes by cause:",
+            "top threads by write wait:",
+            "write wait (log2 buckets)",
+        ] {
+            assert!(got.contains(part), "{part:?} missing from:\n{got}");
+        }
+    }
 }

@@ -14,6 +14,7 @@ pub mod containers;
 mod ground_truth;
 mod lookup;
 pub mod nodes;
+pub mod pprof;
 mod profiler;
 pub mod scrape;
 mod skip;

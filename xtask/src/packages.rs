@@ -106,6 +106,17 @@ pub fn ensure_sharp() -> Result<()> {
     )
 }
 
+/// Go, whose own `go tool pprof` reads the profiles in the pprof tests: Debian's `golang-go`
+/// when no `go` is on PATH nor in Go's own install (/usr/local/go).
+pub fn ensure_go() -> Result<()> {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("go").is_file()));
+    if on_path || Path::new("/usr/local/go/bin/go").is_file() {
+        return Ok(());
+    }
+    ensure("golang-go", &["/usr/bin/go"])
+}
+
 /// Debian's `chromium`, for the tests that render the HTML reports in a real browser.
 pub fn ensure_chromium() -> Result<()> {
     ensure("chromium", &["/usr/bin/chromium"])

@@ -29,6 +29,7 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     packages::ensure_bpftrace()?;
     packages::ensure_tracefs()?;
     packages::ensure_chromium()?;
+    packages::ensure_go()?;
     packages::ensure_jemalloc()?;
     packages::ensure_node18_builtins()?;
     packages::ensure_podman()?;

@@ -1,6 +1,7 @@
 //! The /metrics endpoint: OpenMetrics text by default, Prometheus's protobuf (native
-//! histograms) when the scraper's Accept header asks for it; TLS and basic auth when a web
-//! configuration file says so (`webconfig.rs`).
+//! histograms) when the scraper's Accept header asks for it; with `--pprof`, the pprof
+//! profile of the last intervals' sampled stacks at `/debug/pprof/mmaplock` (`?seconds=N`);
+//! TLS and basic auth, for both, when a web configuration file says so (`webconfig.rs`).
 //!
 //! Any local user can connect, so the server holds up against idle and slow clients:
 //! - a request's head must arrive within [`HEADER_TIMEOUT`], which also closes a kept-alive
@@ -43,7 +44,7 @@ use tokio::{
 };
 
 use crate::{
-    agent::webconfig::WebConfig,
+    agent::{endpoint::PPROF_PATH, profiles::SharedProfiles, webconfig::WebConfig},
     output::prometheus::{Shared, encode_protobuf, encode_text},
 };
 
@@ -82,16 +83,27 @@ pub fn wants_protobuf(accept: &str) -> bool {
         && accept.contains("io.prometheus.client.MetricFamily")
 }
 
-fn plain(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
+pub(super) fn plain(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(body)));
     *r.status_mut() = status;
     r
 }
 
-fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// What the server serves: the metrics, and with `--pprof` the profiles.
+#[derive(Clone)]
+pub struct Routes {
+    pub registry: Arc<Registry>,
+    pub profiles: Option<SharedProfiles>,
+}
+
+fn respond(routes: &Routes, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == PPROF_PATH {
+        return super::endpoint::pprof(routes.profiles.as_ref(), req);
+    }
     if req.uri().path() != "/metrics" {
         return plain(StatusCode::NOT_FOUND, b"mmaplock-prof: see /metrics\n");
     }
+    let registry = &routes.registry;
     let accept = req
         .headers()
         .get(header::ACCEPT)
@@ -221,7 +233,7 @@ async fn idle(last: Rc<Cell<Instant>>) {
 async fn connection(
     stream: tokio::net::TcpStream,
     last: Rc<Cell<Instant>>,
-    registry: Arc<Registry>,
+    routes: Routes,
     web: Web,
     metrics: Shared,
 ) {
@@ -236,7 +248,7 @@ async fn connection(
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-                    Ok(Ok(s)) => http(s, registry, config, metrics.clone()).await,
+                    Ok(Ok(s)) => http(s, routes, config, metrics.clone()).await,
                     Ok(Err(e)) => {
                         log::debug!("TLS handshake: {e}");
                         count(&metrics, Rejected::Tls);
@@ -244,7 +256,7 @@ async fn connection(
                     Err(_) => count(&metrics, Rejected::Timeout),
                 }
             }
-            None => http(io, registry, config, metrics.clone()).await,
+            None => http(io, routes, config, metrics.clone()).await,
         }
     };
     tokio::select! {
@@ -253,13 +265,13 @@ async fn connection(
     }
 }
 
-async fn http<S>(io: S, registry: Arc<Registry>, config: Arc<WebConfig>, metrics: Shared)
+async fn http<S>(io: S, routes: Routes, config: Arc<WebConfig>, metrics: Shared)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let counted = metrics.clone();
     let service = service_fn(move |req: Request<Incoming>| {
-        let (registry, config, metrics) = (registry.clone(), config.clone(), counted.clone());
+        let (routes, config, metrics) = (routes.clone(), config.clone(), counted.clone());
         async move {
             if let Some(users) = &config.users {
                 let auth = req
@@ -276,7 +288,7 @@ where
                     return Ok::<_, std::convert::Infallible>(r);
                 }
             }
-            Ok(respond(&registry, &req))
+            Ok(respond(&routes, &req))
         }
     });
     let served = http1::Builder::new()
@@ -294,7 +306,7 @@ where
 }
 
 /// Accepts and serves until the task is dropped.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, web: Web, metrics: Shared) {
+pub async fn serve(listener: TcpListener, routes: Routes, web: Web, metrics: Shared) {
     let cap = max_connections();
     let table = Rc::new(RefCell::new(Connections::default()));
     let mut told = false;
@@ -348,7 +360,7 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, web: Web, met
         let served = connection(
             stream,
             last.clone(),
-            registry.clone(),
+            routes.clone(),
             web.clone(),
             metrics.clone(),
         );

@@ -2,7 +2,10 @@
 //! aggregation) on the same run loop, selecting processes at run time and turning each
 //! interval into Prometheus metrics (and, optionally, NDJSON interval reports).
 
+mod endpoint;
 mod http;
+mod profiles;
+mod sampled;
 pub mod selection;
 mod webconfig;
 
@@ -24,6 +27,7 @@ use crate::{
     run::{Driver, LoopConfig, Profile, Session, SessionError, Sink},
     vocab::{Format, Mode, ids::ProcId},
 };
+use profiles::{Profiles, SharedProfiles};
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +82,8 @@ pub struct AgentConfig {
     pub mode: Option<Mode>,
     /// Export up to this many JavaScript functions per process (0: none, no stacks sampled).
     pub js_functions: usize,
+    /// Serve `/debug/pprof/mmaplock`, pprof profiles of the last intervals' sampled stacks.
+    pub pprof: bool,
     /// One write's stack in this many per thread (0: none).
     pub stack_sample: u32,
     pub quiet: bool,
@@ -106,6 +112,8 @@ struct Agent<'a> {
     /// Whether the kernel matches every selector (else the scans run every interval).
     kernel_complete: bool,
     web: http::Web,
+    /// With --pprof: the last intervals' sampled stacks.
+    profiles: Option<SharedProfiles>,
 }
 
 /// Besides the first, a scan of /proc every this many readings: for what the kernel does
@@ -163,20 +171,25 @@ impl Driver for Agent<'_> {
             self.selection.relabel(p);
         }
         let (window, attribution, meta) = profile.take_interval();
-        let js = profile
+        let (start, end) = (meta.start, meta.end);
+        let owners = profile
             .stacks
             .as_mut()
-            .map(|s| s.take_js_functions())
+            .map(|s| s.take_owners())
             .unwrap_or_default();
         {
             let mut m = self.metrics.0.lock().expect("metrics lock");
-            for (p, functions) in &js {
+            for (p, o) in &owners {
+                let functions = o.js_function_counts();
+                if functions.is_empty() {
+                    continue;
+                }
                 let name = match window.processes.get(p) {
                     Some(threads) => attribution.name(*p, threads),
                     None => profile.registry.names.get(*p, None),
                 };
                 let (process, cgroup) = self.labels(*p, name, &attribution);
-                m.add_js_functions(&process, &cgroup, functions);
+                m.add_js_functions(&process, &cgroup, &functions);
             }
             // (A lock's owner may be in the window by its charged waits alone.)
             let none = std::collections::BTreeMap::new();
@@ -191,10 +204,33 @@ impl Driver for Agent<'_> {
             m.tracked_threads = threads as u64;
             m.map_entries = entries as u64;
         }
+        if let Some(ring) = &self.profiles {
+            let names = &mut profile.registry.names;
+            let processes = sampled::interval_samples(&owners, &window, &attribution, |p| {
+                let name = match window.processes.get(&p) {
+                    Some(threads) => attribution.name(p, threads),
+                    None => names.get(p, None),
+                };
+                let (process, cgroup) = self.labels(p, name, &attribution);
+                let mut labels = vec![("process", process), ("cgroup", cgroup)];
+                if self.cfg.pid_label {
+                    labels.push(("pid", p.pid.to_string()));
+                }
+                labels
+            });
+            if let Ok(mut ring) = ring.lock() {
+                ring.push(start, end, processes);
+            }
+        }
         if let Some(out) = self.ndjson.as_mut() {
             // A full disk does not stop the agent: /metrics goes on, the next intervals are
             // tried again (an interval report's failure is never the run's).
-            out.write_report(report::build(&window, &attribution, meta))?;
+            let mut r = report::build(&window, &attribution, meta);
+            if profile.stacks.is_some() {
+                let names = &mut profile.registry.names;
+                sampled::add_sampled_writes(&mut r, &owners, |p| names.get(p, None));
+            }
+            out.write_report(r)?;
         }
         Ok(())
     }
@@ -327,6 +363,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let mut session = Session::new(collector, true, &[])?;
     session.profile.forget_history();
     let registry = Arc::new(prometheus::registry(metrics.clone()));
+    let profiles: Option<SharedProfiles> = cfg.pprof.then(|| {
+        Arc::new(Mutex::new(Profiles::new(
+            cfg.stack_sample,
+            mode,
+            profiles::BUDGET_BYTES,
+        )))
+    });
     let mut agent = Agent {
         cfg: &cfg,
         selection: Selection::new(selectors),
@@ -335,6 +378,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         polls: 0,
         kernel_complete,
         web: web.clone(),
+        profiles: profiles.clone(),
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut session.profile)?;
@@ -355,7 +399,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .run_until(async {
             let server = tokio::task::spawn_local(http::serve(
                 listener,
-                registry,
+                http::Routes { registry, profiles },
                 web,
                 agent.metrics.clone(),
             ));

@@ -119,12 +119,11 @@ impl Attribution {
         // Blockers and their waiters may have taken nothing else in the window, nor their
         // lock's owner (its waits read before the charges that came with them).
         for (&p, pairs) in window.blocked.iter().flat_map(|b| &b.owners) {
-            if !a.names.contains_key(&p) {
-                let name = match window.names.get(&p) {
+            if let std::collections::btree_map::Entry::Vacant(e) = a.names.entry(p) {
+                e.insert(match window.names.get(&p) {
                     Some(n) => n.clone(),
                     None => registry.names.get(p, None),
-                };
-                a.names.insert(p, name);
+                });
                 if let Some(c) = window
                     .cgroups
                     .get(&p)

@@ -98,16 +98,21 @@ pub struct ReportArgs {
     /// The NDJSON of a run (`-f json -o RUN.json`), a demo's line, or a study's results.json.
     #[arg(value_name = "RUN.json", value_parser = parse_path)]
     pub input: PathBuf,
-    /// Where the page goes (without it, only the findings are printed).
+    /// Also write the run as a self-contained HTML page.
     #[arg(long, value_name = "OUT.html", value_parser = parse_path)]
     pub html: Option<PathBuf>,
-    /// The findings printed: text (default on a terminal) or a JSON line.
+    /// What is printed: text (default on a terminal: the summary as the live run printed it,
+    /// findings, tables and histograms) or json (the findings, one line).
     #[arg(short, long, value_enum)]
     pub format: Option<Format>,
     /// A study of this host (`mmaplock-prof study`'s results.json): each finding quotes what
     /// its mitigation measured there.
     #[arg(long, value_name = "results.json", value_parser = parse_path)]
     pub study: Option<PathBuf>,
+    /// Also write a pprof profile of the run's sampled stacks (its summary's `samples`), the
+    /// same as the live run's --pprof.
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub pprof: Option<PathBuf>,
 }
 
 /// `mmaplock-prof compare BEFORE.json AFTER.json`.
@@ -194,7 +199,13 @@ pub struct AgentArgs {
     /// Samples one write's stack in --stack-sample per thread; 0: off.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub js_functions: usize,
-    /// With --js-functions: take one write's stack in N per thread.
+    /// Serve /debug/pprof/mmaplock on the --listen address (same TLS and auth as /metrics):
+    /// a pprof profile of the sampled stacks of the last interval, or of the last N seconds
+    /// with ?seconds=N (at most 600), for Parca or Grafana Alloy's pyroscope.scrape. Samples
+    /// one write's stack in --stack-sample per thread.
+    #[arg(long)]
+    pub pprof: bool,
+    /// With --js-functions or --pprof: take one write's stack in N per thread.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_sample: u32,
     /// No status messages on standard error.

@@ -77,6 +77,12 @@ impl Cli {
                 "--stacks FILE writes sampled stacks, and --stack-sample 0 takes none: leave --stack-sample out (every write is sampled) or give it 1 or more",
             ));
         }
+        if self.command.is_none() && p.pprof.is_some() && p.stack_sample == Some(0) {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--pprof FILE is a profile of the sampled stacks, and --stack-sample 0 takes none: leave --stack-sample out (1 write in 64) or give it 1 or more",
+            ));
+        }
         Ok(self)
     }
 }
@@ -169,6 +175,11 @@ pub struct ProfileArgs {
     /// time, roles, causes, the flame graph of the sampled writes).
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub html: Option<PathBuf>,
+    /// Also write a pprof profile of the sampled stacks at the end (gzipped protobuf, as Go's
+    /// mutex profile: contentions and delay), for `go tool pprof`, speedscope, Pyroscope or
+    /// Parca; values are the sampled writes, unscaled.
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub pprof: Option<PathBuf>,
     /// A study of this host (`mmaplock-prof study`'s results.json): the summary's findings
     /// quote what each mitigation measured there.
     #[arg(long, value_name = "results.json", value_parser = parse_path)]

@@ -123,6 +123,14 @@ fn the_agent_and_the_profiler_refuse_the_same_values() {
             &["--stacks", "f", "--stack-sample", "0"],
             "--stack-sample 0 takes none",
         ),
+        (
+            &["--pprof", "f.pb.gz", "--stack-sample", "0"],
+            "--pprof FILE is a profile of the sampled stacks, and --stack-sample 0 takes none",
+        ),
+        (
+            &["agent", "--pprof", "--stack-sample", "0"],
+            "--stack-sample",
+        ),
         (&["compare", "a.json"], "were not provided: <AFTER.json>"),
         (&["--children"], "were not provided: --pid <PID>"),
     ] {

@@ -50,7 +50,7 @@ pub struct LockBlockers {
 
 /// Role of a thread of `owner`'s lock: from the window's thread entry (a retired thread
 /// carries its own), else the attribution, else `other`; a thread of another process is
-/// `foreign`.
+/// `foreign`, but for the profiler's own.
 fn role_of(
     owner: ProcId,
     t: ThreadId,
@@ -62,23 +62,39 @@ fn role_of(
     if t.tid == 0 && pid == 0 {
         return Role::Readers;
     }
+    let decided = match threads.and_then(|m| m.get(&t)) {
+        Some(agg) => Some(attribution.role(owner, t, agg)),
+        None => attribution.role_of(owner, t),
+    };
+    if decided == Some(Role::Profiler) {
+        return Role::Profiler;
+    }
     if pid != owner.pid {
         return Role::Foreign;
     }
-    if let Some(agg) = threads.and_then(|m| m.get(&t)) {
-        return attribution.role(owner, t, agg);
-    }
-    attribution
-        .role_of(owner, t)
-        .unwrap_or(if t.tid == owner.pid {
-            Role::Main
-        } else {
-            Role::Other
-        })
+    decided.unwrap_or(if t.tid == owner.pid {
+        Role::Main
+    } else {
+        Role::Other
+    })
 }
 
-/// Groups `owner`'s charged waits by holder (and its hold's cause): for the process, and for
-/// each waiter.
+/// Whether the waiter of a pair is one of the profiler's own threads: its waits are no part
+/// of the process's (`read` and `write` leave them out), so neither are their charges.
+fn profilers_wait(
+    owner: ProcId,
+    p: &Pair,
+    threads: Option<&BTreeMap<ThreadId, ThreadAgg>>,
+    attribution: &Attribution,
+) -> bool {
+    let pid = threads
+        .and_then(|m| m.get(&p.waiter))
+        .map_or(owner.pid, |a| a.tgid);
+    role_of(owner, p.waiter, pid, threads, attribution) == Role::Profiler
+}
+
+/// Groups `owner`'s charged waits by holder (and its hold's cause): for the process (the
+/// waits its `read` and `write` count: the profiler's own are left out), and for each waiter.
 pub fn lock_blockers(
     owner: ProcId,
     pairs: &BTreeMap<Pair, Charged>,
@@ -97,14 +113,16 @@ pub fn lock_blockers(
         } else {
             0
         };
-        for slot in [
-            by_holder.entry(h).or_default(),
-            by_waiter.entry(p.waiter).or_default().entry(h).or_default(),
-        ] {
+        let add = |slot: &mut (Charged, u64)| {
             slot.0.waits += c.waits;
             slot.0.wait_ns += c.wait_ns;
             slot.1 += w;
+        };
+        add(by_waiter.entry(p.waiter).or_default().entry(h).or_default());
+        if profilers_wait(owner, p, threads, attribution) {
+            continue;
         }
+        add(by_holder.entry(h).or_default());
         charged_ns += c.wait_ns;
     }
     let report = |m: BTreeMap<Holder, (Charged, u64)>, top: usize| {
@@ -153,7 +171,7 @@ pub struct RoleBlock {
 }
 
 /// A lock's charged waits by (waiter role, holder role, holder cause), largest write wait
-/// first.
+/// first (the profiler's own waits left out, as in [`lock_blockers`]).
 pub fn by_role(
     owner: ProcId,
     pairs: &BTreeMap<Pair, Charged>,
@@ -161,7 +179,10 @@ pub fn by_role(
     attribution: &Attribution,
 ) -> Vec<RoleBlock> {
     let mut m: BTreeMap<(Role, Role, &'static str), (u64, u64)> = BTreeMap::new();
-    for (p, c) in pairs {
+    for (p, c) in pairs
+        .iter()
+        .filter(|(p, _)| !profilers_wait(owner, p, threads, attribution))
+    {
         let waiter_pid = threads
             .and_then(|m| m.get(&p.waiter))
             .map_or(owner.pid, |a| a.tgid);
@@ -238,5 +259,48 @@ mod tests {
                 write_wait_ns: 17_000
             }
         );
+    }
+
+    /// The profiler's own waits behind a holder are its thread's, not the process's: charged
+    /// to no blocker of the process and in no sum of its, so what is charged never exceeds
+    /// what the process's threads waited.
+    #[test]
+    fn the_profilers_own_waits_are_not_the_processs() {
+        let owner = ProcId::new(100, 1);
+        let [holder, worker, ours] = ThreadId::made_up([101, 102, 7001]);
+        let pair = |waiter, op| Pair {
+            waiter,
+            waiter_op: op,
+            holder,
+            holder_pid: 100,
+            holder_kind: cause::MPROTECT,
+        };
+        let mut pairs = BTreeMap::new();
+        pairs.insert(
+            pair(worker, WRITE as u32),
+            Charged {
+                waits: 2,
+                wait_ns: 900,
+            },
+        );
+        pairs.insert(
+            pair(ours, READ as u32),
+            Charged {
+                waits: 5,
+                wait_ns: 4_000,
+            },
+        );
+        let attribution = Attribution::with(
+            &[],
+            &[(owner, holder, Role::Worker), (owner, ours, Role::Profiler)],
+        );
+        let lb = lock_blockers(owner, &pairs, None, &BTreeMap::new(), &attribution);
+        assert_eq!(lb.charged_ns, 900);
+        assert_eq!((lb.process[0].waits, lb.process[0].wait_ns), (2, 900));
+        // Its own thread still says what it waited behind.
+        assert_eq!(lb.threads[&ours][0].wait_ns, 4_000);
+        let roles = by_role(owner, &pairs, None, &attribution);
+        assert_eq!(roles.len(), 1);
+        assert_eq!(roles[0].wait_ns, 900);
     }
 }

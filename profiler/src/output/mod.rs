@@ -14,6 +14,7 @@ pub(crate) mod fixtures;
 pub mod html;
 pub mod lines;
 pub mod partial;
+pub mod pprof;
 pub mod prometheus;
 pub mod reading;
 pub mod report;

@@ -49,7 +49,7 @@ pub fn file_identity(path: &Path, policy: &untrusted::Policy) -> Option<LibcIden
 
 /// The GNU build id (`NT_GNU_BUILD_ID` note) of an ELF file, read through its program
 /// headers' notes (a few hundred bytes: the file is not read whole).
-fn elf_build_id(file: &std::fs::File) -> Option<Vec<u8>> {
+pub fn elf_build_id(file: &std::fs::File) -> Option<Vec<u8>> {
     use object::Object as _;
     let data = object::ReadCache::new(file);
     let elf = object::read::elf::ElfFile64::<object::Endianness, _>::parse(&data).ok()?;

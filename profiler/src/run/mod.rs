@@ -191,6 +191,8 @@ pub struct SessionConfig {
     pub stacks_file: Option<PathBuf>,
     /// The HTML report goes there at the end.
     pub html: Option<PathBuf>,
+    /// The pprof profile of the sampled stacks goes there at the end.
+    pub pprof: Option<PathBuf>,
     /// A study of this host, for the findings' measured effects.
     pub study: Option<PathBuf>,
     pub verbose: bool,
@@ -240,7 +242,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // before the programs are attached (output/lines.rs).
     let mut sink = Sink::open(cfg.output.as_ref(), cfg.format)?;
     let mut later = Vec::new();
-    for path in cfg.stacks_file.iter().chain(&cfg.html) {
+    for path in cfg.stacks_file.iter().chain(&cfg.html).chain(&cfg.pprof) {
         later.push(Pending::open(path).map_err(|e| SessionError::OpenOutput(path.clone(), e))?);
     }
     sink.html = cfg.html.clone().map(crate::output::html::HtmlRecorder::new);
@@ -393,6 +395,12 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             .collect(),
         None => Default::default(),
     };
+    let pprof = cfg.pprof.as_ref().map_or(Ok(()), |path| {
+        let mut bytes = Vec::new();
+        crate::output::Output::emit(&mut crate::output::pprof::Pprof, &summary, &mut bytes)
+            .and_then(|()| std::fs::write(path, bytes))
+            .map_err(|e| SessionError::OpenOutput(path.clone(), e))
+    });
     // Everything is attempted, whatever failed before; the first failure is the exit's.
     let summary = sink.write_report(summary);
     let html = sink.finish_html();
@@ -412,5 +420,5 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     if let Some(e) = failure {
         return Err(e);
     }
-    last.and(summary).and(html).and(stacks)
+    last.and(summary).and(html).and(stacks).and(pprof)
 }

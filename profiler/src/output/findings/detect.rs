@@ -13,7 +13,7 @@ use super::{
 use crate::{
     output::{
         report::{ProcessReport, Report},
-        text::fmt_ns,
+        text::{fmt_ns, fmt_per_cpu},
     },
     registry::roles::Role,
 };
@@ -29,7 +29,7 @@ pub(super) fn not_a_bottleneck(s: &Report, p: &ProcessReport) -> Option<Finding>
         return None;
     }
     let cpu = share.cpu.map_or(String::new(), |c| {
-        format!(" ({} of their CPU time)", pct(c))
+        format!(" ({} of wait per CPU-second)", fmt_per_cpu(c))
     });
     let mut f = Finding {
         severity: Severity::Info,

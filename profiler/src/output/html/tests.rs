@@ -343,3 +343,34 @@ fn the_findings_come_first_on_a_run_page_with_what_to_change() {
     let page = run_page("x", &RunLines::parse("x", &ndjson(&[&s])).unwrap());
     assert!(!page.contains("data-finding=\"long-holds\""), "{page}");
 }
+
+/// Wait over CPU time is a ratio, not a share: a mostly idle main thread that waited 17.62
+/// times what it ran reads "17.6 s" of wait per CPU-second, never "1762.0%" of anything.
+#[test]
+fn wait_over_cpu_time_is_a_ratio_per_cpu_second() {
+    use crate::output::fixtures::time_share as share;
+    use crate::{output::report::RoleShare, registry::roles::Role};
+    let mut p = process(7, "node", 1_762_000, false);
+    let mut main = share(1_762_000, 4_000_000_000, 1);
+    (main.cpu_ns, main.cpu) = (Some(100_000), Some(17.62));
+    p.time_share_by_role = Some(vec![RoleShare {
+        role: Role::Main,
+        share: main.clone(),
+    }]);
+    p.time_share = Some(main);
+    let page = run_page(
+        "x",
+        &RunLines::parse("x", &ndjson(&[&summary(vec![p.clone()])])).unwrap(),
+    );
+    let table = &page[page.find("data-table=\"time-share\"").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert!(table.contains(">wait per CPU-second</th>"), "{table}");
+    assert!(table.contains("<td>17.6 s</td>"), "{table}");
+    assert!(
+        !page.contains("1762.0%") && !page.contains("of CPU time"),
+        "{page}"
+    );
+    let text = crate::output::text::to_text(&summary(vec![p]));
+    assert!(text.contains("(17.6 s of wait per CPU-second)"), "{text}");
+    assert!(!text.contains("1762.0%"), "{text}");
+}

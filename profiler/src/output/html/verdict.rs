@@ -7,7 +7,7 @@ use super::svg::esc;
 use crate::output::{
     findings::{self, Finding},
     report::{ProcessReport, TimeShare},
-    text::{fmt_ns, fmt_share},
+    text::{fmt_ns, fmt_per_cpu, fmt_share},
 };
 
 fn list(out: &mut String, class: &str, items: &[String]) {
@@ -76,10 +76,10 @@ pub fn time_share_table(p: &ProcessReport) -> String {
         return String::new();
     };
     let mut out = String::from(
-        "<div class=\"panel\"><h3>Share of the threads' time waiting</h3><table data-table=\"time-share\"><tr><th>threads</th><th>count</th><th>wait</th><th>alive</th><th>share of time</th><th>of CPU time</th></tr>",
+        "<div class=\"panel\"><h3>Share of the threads' time waiting</h3><table data-table=\"time-share\"><tr><th>threads</th><th>count</th><th>wait</th><th>alive</th><th>share of time</th><th title=\"their wait over their CPU time: a ratio, above 1 s when they waited longer than they ran\">wait per CPU-second</th></tr>",
     );
     let row = |out: &mut String, label: &str, s: &TimeShare| {
-        let cpu = s.cpu.map_or("-".into(), fmt_share);
+        let cpu = s.cpu.map_or("-".into(), fmt_per_cpu);
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",

@@ -15,7 +15,7 @@ use crate::{
     output::blockers::{by_role, lock_blockers},
     output::share::{self, ShareSum},
     registry::roles::{Role, comm_str},
-    registry::stacks::StackAttribution,
+    registry::stacks::{OwnerStacks, StackAttribution},
     vocab::ids::ProcId,
 };
 
@@ -195,6 +195,18 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
     r
 }
 
+/// A process's sampled writes by the code that asked for memory, most first.
+pub fn dso_reports(o: Option<&OwnerStacks>) -> Vec<DsoReport> {
+    sorted_rows(
+        o.map(|o| o.dsos.iter()),
+        |(d, s)| DsoReport {
+            dso: d.clone(),
+            write: Stats::new(s),
+        },
+        |a, b| (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum)),
+    )
+}
+
 /// Adds the sampled stacks' attribution to a summary.
 pub fn add_stacks(r: &mut Report, stacks: &StackAttribution, sample: u32) {
     add_stacks_measured(r, stacks, sample);
@@ -205,16 +217,10 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
     r.stack_sample = Some(sample);
     for p in &mut r.processes {
         let o = stacks.owner(ProcId::new(p.pid, p.start_ticks));
-        let dsos = sorted_rows(
-            o.map(|o| o.dsos.iter()),
-            |(d, s)| DsoReport {
-                dso: d.clone(),
-                write: Stats::new(s),
-            },
-            |a, b| (b.write.count, b.write.wait_ns.sum).cmp(&(a.write.count, a.write.wait_ns.sum)),
-        );
+        let labelled = o.map(|o| o.stacks());
+        let dsos = dso_reports(o);
         let mut top = sorted_rows(
-            o.map(|o| o.stacks.iter()),
+            labelled.as_ref().map(|s| s.iter()),
             |(frames, agg)| StackReport {
                 frames: frames.clone(),
                 count: agg.count,
@@ -236,7 +242,7 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
             },
         );
         let mut flame = sorted_rows(
-            o.map(|o| o.stacks.iter()),
+            labelled.as_ref().map(|s| s.iter()),
             |(frames, agg)| FlameStack {
                 stack: frames
                     .iter()
@@ -250,6 +256,7 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         );
         flame.truncate(FLAME_STACKS);
         p.flame = Some(flame);
+        p.samples = Some(o.map_or_else(Default::default, |o| super::sampled_stacks(o, &p.threads)));
         p.dsos = Some(dsos);
         p.stacks = Some(top);
         p.js_functions = Some(js);

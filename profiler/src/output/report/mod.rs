@@ -15,17 +15,21 @@ use crate::vocab::Mode;
 mod build;
 mod costs;
 mod process;
+mod samples;
 #[cfg(test)]
 mod tests;
 
 pub use super::blockers::{BlockerReport, RoleBlock};
 pub use super::share::{RoleShare, TimeShare};
 pub use super::stats::{Dist, Stats};
-pub use build::{add_stacks, build};
+pub use build::{add_stacks, build, dso_reports};
 pub use costs::{Lost, Overhead, Uncounted};
 pub use process::{
     CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
     ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
+};
+pub use samples::{
+    FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
 };
 
 /// The report format's major version. Fields are only ever added within one (readers ignore

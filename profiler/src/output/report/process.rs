@@ -175,6 +175,9 @@ pub struct ProcessReport {
     /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
     /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
     pub flame: Option<Vec<FlameStack>>,
+    /// Every distinct sampled stack with its frames in parts and its labels, for pprof
+    /// (summary, with stack sampling; the 5,000 that waited longest, the rest counted).
+    pub samples: Option<super::SampledStacks>,
     /// With blockers: the threads whose holds made this process's threads wait, with the
     /// wait charged to them, largest first.
     pub blockers: Option<Vec<BlockerReport>>,

@@ -214,7 +214,7 @@ fn time_shares_per_thread_process_and_role_count_idle_threads_and_leave_foreign_
         text.contains("its threads spent 45.8% of their time"),
         "{text}"
     );
-    assert!(text.contains("other threads spent 48.9% of their time waiting for mmap_lock (150.0% of their CPU time)"), "{text}");
+    assert!(text.contains("other threads spent 48.9% of their time waiting for mmap_lock (1.50 s of wait per CPU-second)"), "{text}");
 }
 
 #[test]

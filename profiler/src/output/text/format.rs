@@ -109,6 +109,17 @@ pub fn fmt_share(x: f64) -> String {
     }
 }
 
+/// Wait over CPU time, a ratio (not a share: a thread that waits is off CPU, so it exceeds 1
+/// whenever the threads waited longer than they ran), as seconds of wait per CPU-second, to
+/// three significant digits: `0.180 s`, `17.6 s`.
+pub fn fmt_per_cpu(ratio: f64) -> String {
+    if ratio <= 0.0 || !ratio.is_finite() {
+        return "0 s".to_string();
+    }
+    let digits = (2 - ratio.log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{ratio:.digits$} s")
+}
+
 /// A file size given in KiB, in the unit a person would say it in: `128 B`, `64 KiB`, `1 MiB`.
 pub fn size_name(kib: f64) -> String {
     if kib < 1.0 {

@@ -19,7 +19,7 @@ mod waits;
 
 use format::{BAR_WIDTH, fmt_f};
 
-pub use format::{fit, fmt_ns, fmt_share, histogram_lines, side_by_side, size_name};
+pub use format::{fit, fmt_ns, fmt_per_cpu, fmt_share, histogram_lines, side_by_side, size_name};
 pub use waits::{blockers_text, time_share_text};
 
 /// A file's name alone when its path does not fit a table column.

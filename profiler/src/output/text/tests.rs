@@ -69,3 +69,51 @@ fn the_roles_name_the_library_behind_an_addon() {
     p.threads[1].role_library = None;
     assert!(!roles_text(&p).contains("started in"));
 }
+
+/// "Who made whom wait" says what its figures add up: the charged part of the process's
+/// threads' waits (never more than they waited), why overlapping read holds do not add up to
+/// more, and what the share column is a share of.
+#[test]
+fn the_blockers_header_names_what_it_adds_up_and_the_shares_base() {
+    use crate::output::report::{BlockerReport, RoleBlock};
+    let mut p = process(1, "node", 5_000_000, false);
+    // Of the process's 5.00ms of write wait and 10ns of read wait, 4.00ms charged.
+    p.blocked_wait_ns = Some(4_000_000);
+    p.blocked_by_role = Some(vec![RoleBlock {
+        waiter_role: Role::Worker,
+        holder_role: Role::Worker,
+        cause: "read".into(),
+        wait_ns: 4_000_000,
+        write_wait_ns: 2_499_999,
+    }]);
+    p.blockers = Some(vec![BlockerReport {
+        tid: 2,
+        pid: 1,
+        role: Role::Worker,
+        comm: "w".into(),
+        cause: "read".into(),
+        waits: 3,
+        wait_ns: 4_000_000,
+        write_wait_ns: 2_499_999,
+    }]);
+    let text = blockers_text(&p);
+    assert!(
+        text.contains("who made whom wait: 4.00ms of the 5.00ms its threads waited (write and read) is charged to the holds they waited behind"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "overlapping read holds in proportion, so no wait is charged more than it lasted"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("(share: of all the write wait of the waiter's role)"),
+        "{text}"
+    );
+    // The worker's write wait is the process's less its main thread's: half of it charged.
+    assert!(
+        text.contains("worker    worker    read            2.50ms      50%"),
+        "{text}"
+    );
+}

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use super::{TOP_THREADS, fmt_ns, fmt_share};
+use super::{TOP_THREADS, fmt_ns, fmt_per_cpu, fmt_share};
 use crate::output::report::ProcessReport;
 
 /// What the lock cost the process's threads: `worker threads spent 6.1% of their time
-/// waiting for mmap_lock (18.0% of their CPU time)`, per role, then for the process.
+/// waiting for mmap_lock (0.180 s of wait per CPU-second)`, per role, then for the process.
 pub fn time_share_text(p: &ProcessReport) -> String {
     let mut out = String::new();
     let Some(all) = &p.time_share else {
@@ -14,7 +14,7 @@ pub fn time_share_text(p: &ProcessReport) -> String {
     };
     let cpu = |s: &crate::output::report::TimeShare| {
         s.cpu.map_or(String::new(), |c| {
-            format!(" ({} of their CPU time)", fmt_share(c))
+            format!(" ({} of wait per CPU-second)", fmt_per_cpu(c))
         })
     };
     let _ = writeln!(
@@ -45,7 +45,8 @@ pub fn time_share_text(p: &ProcessReport) -> String {
 
 /// "Who made whom wait": write waits by waiter role, charged to holder role and cause, as a
 /// share of that role's write wait; then the threads that held the lock the longest while
-/// others waited.
+/// others waited. The header says what is added up (the process's threads' waits, write and
+/// read, the profiler's own left out as everywhere else) and why it never exceeds them.
 pub fn blockers_text(p: &ProcessReport) -> String {
     let mut out = String::new();
     let (Some(roles), Some(blockers)) = (&p.blocked_by_role, &p.blockers) else {
@@ -55,9 +56,12 @@ pub fn blockers_text(p: &ProcessReport) -> String {
     let charged = p.blocked_wait_ns.unwrap_or(0);
     let _ = writeln!(
         out,
-        "\n  who made whom wait ({} of {} wait charged to the holds it overlapped):",
+        "\n  who made whom wait: {} of the {} its threads waited (write and read) is charged to the holds they waited behind",
         fmt_ns(charged),
         fmt_ns(total_wait),
+    );
+    out.push_str(
+        "    (each wait is split among the holds it overlapped, overlapping read holds in proportion, so no wait is charged more than it lasted; the rest overlapped no hold seen)\n",
     );
     if roles.iter().all(|r| r.write_wait_ns == 0) {
         out.push_str("    no write waited behind another thread's hold\n");
@@ -92,6 +96,7 @@ pub fn blockers_text(p: &ProcessReport) -> String {
                 share
             );
         }
+        out.push_str("    (share: of all the write wait of the waiter's role)\n");
     }
     if !blockers.is_empty() {
         let _ = writeln!(

@@ -38,31 +38,10 @@ pub(super) fn js_of(f: &Frame) -> Option<&JsFunction> {
     }
 }
 
-/// How a frame is shown: `function (file)`; a JavaScript function as
-/// `name (script:line:column)` (from the heap or the perf map, which agree), other V8 code by
-/// V8's name, a V8 frame whose function could not be told `[js unknown]`, unnamed JIT code as
-/// `[jit]`.
+/// How a frame is shown (see [`SampledFrame::label`](super::SampledFrame::label)).
+#[cfg(test)]
 pub(super) fn frame_label(f: &Frame) -> String {
-    match (js_of(f), &f.jit) {
-        (Some(js), _) if js.location.is_empty() => return js.name.clone(),
-        (Some(js), _) => return format!("{} ({})", js.name, js.location),
-        (None, Some(JitName::Other(n))) => return n.clone(),
-        _ => {}
-    }
-    if f.v8 == Some(Resolved::Unknown) {
-        return "[js unknown]".to_string();
-    }
-    let file = f
-        .dso
-        .as_deref()
-        .and_then(|d| d.file_name())
-        .map(|n| n.to_string_lossy().into_owned());
-    match (&f.symbol, file) {
-        (Some(s), Some(file)) => format!("{s} ({file})"),
-        (Some(s), None) => s.clone(),
-        (None, Some(file)) => format!("{:#x} ({file})", f.addr),
-        (None, None) => "[jit]".to_string(),
-    }
+    super::SampledFrame::of(f).label()
 }
 
 /// The DSO a write is charged to (see the module doc).

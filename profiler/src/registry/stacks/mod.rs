@@ -11,7 +11,9 @@
 //! reused pid gets an unwinder of its own.
 
 mod deferred;
+mod frames;
 mod labels;
+mod owner;
 mod symbolize;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,61 +24,17 @@ use crate::{
     registry::perfmap::JsFunction,
     registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
     registry::v8,
-    vocab::hist::SideStats,
     vocab::ids::{self, ProcId},
 };
 
 use deferred::Deferred;
+pub use frames::{FrameTable, SampledFrame};
 pub use labels::charge;
+use owner::RawKey;
+pub use owner::{JsFrameCounts, OwnerStacks, SampleKey, StackAgg};
 
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
-
-/// A distinct stack's totals.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StackAgg {
-    pub count: u64,
-    pub wait_ns_sum: u64,
-}
-
-/// Sampled JavaScript frames by where their name came from (weighted by samples), to show
-/// that the heap and the perf map agree.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct JsFrameCounts {
-    /// Named from the heap only.
-    pub v8: u64,
-    /// Named from the perf map only.
-    pub perf_map: u64,
-    /// Named by both, alike.
-    pub agree: u64,
-    /// Named by both, differently (the heap's name is shown).
-    pub disagree: u64,
-    /// V8 frames whose function could not be told.
-    pub unknown: u64,
-}
-
-/// One process's sampled writes by code.
-#[derive(Clone, Debug, Default)]
-pub struct OwnerStacks {
-    /// Sampled stacks by why they end where they do.
-    pub stack_ends: BTreeMap<StackEnd, u64>,
-    pub js_frames: JsFrameCounts,
-    /// Whether anything could name JavaScript frames (a perf map, or V8's layout).
-    pub js_source: bool,
-    /// Why V8 frames could not be named from the heap (an unknown V8 layout).
-    pub v8_note: Option<String>,
-    pub dsos: BTreeMap<String, SideStats>,
-    /// Sampled writes by the innermost JavaScript function of the application on their stack
-    /// (needs V8's perf map); filled by [`StackAttribution::symbolize`].
-    pub js_functions: BTreeMap<JsFunction, StackAgg>,
-    /// Sampled writes through JIT code that no perf map named (node runs without
-    /// `--perf-basic-prof`): the report then says how to name them.
-    pub unnamed_jit: u64,
-    /// Frames innermost first, symbolized (filled by [`StackAttribution::symbolize`]).
-    pub stacks: HashMap<Vec<String>, StackAgg>,
-    /// Stacks as addresses in the process that took the lock, not yet symbolized.
-    raw: HashMap<(ProcId, Vec<RawFrame>), StackAgg>,
-}
 
 /// A frame as sampled: its address and, for a V8 frame, its function as resolved then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,6 +57,9 @@ struct Pending {
     owner: ProcId,
     /// The process of the thread that took the lock (see [`actor`]).
     actor: ProcId,
+    /// The thread, and what it took the lock for (`StackHeader::kind`).
+    tid: u32,
+    cause: u32,
     frames: Vec<RawFrame>,
     dso: String,
     end: StackEnd,
@@ -256,6 +217,7 @@ impl StackAttribution {
                         addr: f.addr,
                         symbol: None,
                         dso: u.mapping(f.addr).and_then(|m| m.path.clone()),
+                        build_id: None,
                         jit: None,
                         v8: None,
                     })
@@ -283,6 +245,8 @@ impl StackAttribution {
             Pending {
                 owner: owner(s),
                 actor,
+                tid: s.tid,
+                cause: s.kind,
                 frames,
                 dso,
                 end,
@@ -320,9 +284,17 @@ impl StackAttribution {
         s.hold.max = s.hold.max.max(d.hold_ns);
         s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
         *o.stack_ends.entry(p.end).or_default() += 1;
-        let st = o.raw.entry((p.actor, p.frames)).or_default();
-        st.count += 1;
-        st.wait_ns_sum += d.wait_ns;
+        let key = RawKey {
+            actor: p.actor,
+            tid: p.tid,
+            cause: p.cause,
+            frames: p.frames,
+        };
+        o.raw.entry(key).or_default().add(&StackAgg {
+            count: 1,
+            wait_ns_sum: d.wait_ns,
+            hold_ns_sum: d.hold_ns,
+        });
     }
 
     /// A process that exited: its stacks are symbolized now, then its unwinder (the memory

@@ -7,8 +7,8 @@ use crate::registry::{perfmap::JsFunction, unwind::Frame, v8::Resolved};
 use crate::vocab::ids::ProcId;
 
 use super::{
-    JsRef, OwnerStacks, StackAttribution,
-    labels::{count_js_frame, frame_label, js_of},
+    JsRef, OwnerStacks, SampleKey, SampledFrame, StackAttribution,
+    labels::{count_js_frame, js_of},
 };
 
 /// The innermost JavaScript function of the application among a stack's JavaScript frames
@@ -39,8 +39,9 @@ impl StackAttribution {
                     o.v8_note.clone_from(&u.v8_note);
                 }
             }
-            let raw: Vec<_> = o.raw.extract_if(|(actor, _), _| which(*actor)).collect();
-            for ((actor, raw_frames), agg) in raw {
+            let raw: Vec<_> = o.raw.extract_if(|k, _| which(k.actor)).collect();
+            for (key, agg) in raw {
+                let (actor, raw_frames) = (key.actor, key.frames);
                 let unwinder = self.unwinders.get_mut(&actor).and_then(Option::as_mut);
                 // Without an unwinder the ip alone is known, not whether it is JIT code.
                 let known = unwinder.is_some();
@@ -53,6 +54,7 @@ impl StackAttribution {
                             addr,
                             symbol: None,
                             dso: None,
+                            build_id: None,
                             jit: None,
                             v8: None,
                         })
@@ -69,51 +71,34 @@ impl StackAttribution {
                 let js_frames: Vec<&JsFunction> = frames.iter().filter_map(js_of).collect();
                 let js = innermost_application(&js_frames).cloned();
                 if let Some(js) = js {
-                    let j = o.js_functions.entry(js).or_default();
-                    j.count += agg.count;
-                    j.wait_ns_sum += agg.wait_ns_sum;
+                    o.js_functions.entry(js).or_default().add(&agg);
                 } else if known && frames.iter().any(|f| f.dso.is_none() && f.jit.is_none()) {
                     o.unnamed_jit += agg.count;
                 }
-                let labels: Vec<String> = frames.iter().map(frame_label).collect();
-                let st = o.stacks.entry(labels).or_default();
-                st.count += agg.count;
-                st.wait_ns_sum += agg.wait_ns_sum;
+                let frames = (frames.iter())
+                    .map(|f| o.frames.intern(SampledFrame::of(f)))
+                    .collect();
+                let sample = SampleKey {
+                    tid: key.tid,
+                    cause: key.cause,
+                    frames,
+                };
+                o.samples.entry(sample).or_default().add(&agg);
             }
         }
     }
 
-    /// For a long-running agent: names what was sampled since the last call and hands over
-    /// each process's sampled writes by JavaScript function (`name (definition)`, most first),
-    /// keeping nothing of it (memory stays bounded whatever the run's length).
-    pub fn take_js_functions(&mut self) -> Vec<(ProcId, Vec<(String, u64)>)> {
+    /// For a long-running agent: names what was sampled since the last call and hands it
+    /// over per process, keeping nothing of it (memory stays bounded whatever the run's
+    /// length).
+    pub fn take_owners(&mut self) -> std::collections::BTreeMap<ProcId, OwnerStacks> {
         self.symbolize();
         // Names interned so far: forgotten too, when no sample waiting refers to them.
         if self.pending.is_empty() && self.js_names.len() > 10_000 {
             self.js_names.clear();
             self.js_index.clear();
         }
-        let owners = std::mem::take(&mut self.owners);
-        owners
-            .into_iter()
-            .filter(|(_, o)| !o.js_functions.is_empty())
-            .map(|(p, o)| {
-                let mut f: Vec<(String, u64)> = o
-                    .js_functions
-                    .into_iter()
-                    .map(|(js, agg)| {
-                        let label = if js.location.is_empty() {
-                            js.name
-                        } else {
-                            format!("{} ({})", js.name, js.location)
-                        };
-                        (label, agg.count)
-                    })
-                    .collect();
-                f.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                (p, f)
-            })
-            .collect()
+        std::mem::take(&mut self.owners)
     }
 
     pub fn owner(&self, p: ProcId) -> Option<&OwnerStacks> {
@@ -125,7 +110,8 @@ impl StackAttribution {
     pub fn folded(&self, comm_of: impl Fn(ProcId) -> String) -> String {
         let mut out = String::new();
         for (&p, o) in &self.owners {
-            let mut stacks: Vec<_> = o.stacks.iter().collect();
+            let stacks = o.stacks();
+            let mut stacks: Vec<_> = stacks.iter().collect();
             stacks.sort_by(|a, b| a.0.cmp(b.0));
             for (frames, agg) in stacks {
                 let _ = write!(out, "{}-{}", comm_of(p), p.pid);

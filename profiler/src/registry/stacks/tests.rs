@@ -10,6 +10,7 @@ fn f(symbol: Option<&str>, dso: Option<&str>) -> Frame {
         addr: 0x1000,
         symbol: symbol.map(String::from),
         dso: dso.map(PathBuf::from),
+        build_id: None,
         jit: None,
         v8: None,
     }
@@ -77,6 +78,8 @@ fn pending(owner: ProcId, actor: ProcId, addr: u64) -> Pending {
     Pending {
         owner,
         actor,
+        tid: 7,
+        cause: profiler_common::cause::MMAP,
         frames: vec![RawFrame {
             addr,
             js: JsRef::None,
@@ -159,7 +162,7 @@ fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
     for owner in [p, q] {
         let o = a.owner(owner).unwrap();
         assert!(o.raw.is_empty());
-        assert_eq!(o.stacks[&vec!["[jit]".to_string()]].count, 1);
+        assert_eq!(o.stacks()[&vec!["[jit]".to_string()]].count, 1);
     }
     // q's thread 9 exits with its sample still waiting.
     a.forget_thread(9);
@@ -202,4 +205,41 @@ fn the_application_function_is_past_nodes_library_and_v8s_builtins() {
     );
     assert_eq!(innermost_application(&[&lib, &builtin]), Some(&lib));
     assert_eq!(innermost_application(&[]), None);
+}
+
+/// Each sampled acquisition keeps its thread, its cause, its wait and its hold: the samples of
+/// a profile; the report's stacks merge them.
+#[test]
+fn samples_keep_their_thread_cause_and_hold() {
+    use profiler_common::cause;
+    let mut a = StackAttribution::default();
+    let p = ProcId::new(5, 77);
+    a.unwinders.insert(p, None);
+    let sample = |tid, c| Pending {
+        tid,
+        cause: c,
+        ..pending(p, p, 0x1000)
+    };
+    a.pending.insert((7, 1), sample(7, cause::MMAP));
+    a.pending.insert((7, 2), sample(7, cause::MMAP));
+    a.pending.insert((8, 1), sample(8, cause::MPROTECT));
+    a.on_done(&done(7, 1, 10));
+    a.on_done(&done(7, 2, 20));
+    a.on_done(&done(8, 1, 5));
+    a.symbolize();
+    let o = a.owner(p).unwrap();
+    let key = |tid, c| SampleKey {
+        tid,
+        cause: c,
+        frames: vec![0],
+    };
+    let agg = |count, wait_ns_sum, hold_ns_sum| StackAgg {
+        count,
+        wait_ns_sum,
+        hold_ns_sum,
+    };
+    assert_eq!(o.samples[&key(7, cause::MMAP)], agg(2, 30, 200));
+    assert_eq!(o.samples[&key(8, cause::MPROTECT)], agg(1, 5, 100));
+    assert_eq!(o.frames.get(0).label(), "[jit]");
+    assert_eq!(o.stacks()[&vec!["[jit]".to_string()]], agg(3, 35, 300));
 }

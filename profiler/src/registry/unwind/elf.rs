@@ -34,6 +34,8 @@ pub(super) struct ElfUnwindInfo {
     /// Large stretches of executable code with no FDE (SVMAs): in node, V8's embedded
     /// builtins, whose frames are V8 frames (see `v8`).
     pub(super) gaps: Vec<Range<u64>>,
+    /// The file's GNU build id (profiles name the file's exact build by it).
+    pub(super) build_id: Option<Vec<u8>>,
 }
 
 impl ElfUnwindInfo {
@@ -44,6 +46,7 @@ impl ElfUnwindInfo {
             path: path.to_owned(),
             source,
         })?;
+        let build_id = crate::registry::threadstart::elf_build_id(&file);
         let data = object::ReadCache::new(file);
         let elf_err = |source| UnwindError::Elf {
             path: path.to_owned(),
@@ -101,6 +104,7 @@ impl ElfUnwindInfo {
             eh_frame_hdr,
             loads,
             gaps,
+            build_id,
         })
     }
 

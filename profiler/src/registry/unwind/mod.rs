@@ -51,6 +51,8 @@ pub struct Frame {
     pub symbol: Option<String>,
     /// File backing the mapping; `None` for anonymous (JIT) or unknown memory.
     pub dso: Option<PathBuf>,
+    /// That file's GNU build id, in hex (when it has one and its unwind tables were read).
+    pub build_id: Option<String>,
     /// For JIT code (no file), V8's name from the process's perf map, if it writes one.
     pub jit: Option<JitName>,
     /// For a V8 frame, its function as read from the process's heap (see `v8`).
@@ -403,5 +405,18 @@ impl ProcessUnwinder {
     /// The mapping that holds `addr`, as last read.
     pub fn mapping(&self, addr: u64) -> Option<&Mapping> {
         self.maps.find(addr)
+    }
+
+    /// The build id of the file of mapping `m`, in hex, if its unwind tables were read.
+    fn build_id(&self, m: &Mapping) -> Option<String> {
+        let (_, info) = self.modules.get(&ModuleKey::of(m))?.as_ref()?;
+        info.build_id.as_ref().map(|id| {
+            id.iter()
+                .fold(String::with_capacity(2 * id.len()), |mut s, b| {
+                    use std::fmt::Write as _;
+                    let _ = write!(s, "{b:02x}");
+                    s
+                })
+        })
     }
 }

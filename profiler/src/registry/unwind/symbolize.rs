@@ -38,10 +38,12 @@ impl ProcessUnwinder {
                     .or_default()
                     .push((i, m.file_offset(at)));
             }
+            let build_id = m.as_ref().and_then(|m| self.build_id(m));
             frames.push(Frame {
                 addr,
                 symbol: None,
                 dso,
+                build_id,
                 jit: None,
                 v8: None,
             });

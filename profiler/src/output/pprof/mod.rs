@@ -1,0 +1,355 @@
+//! pprof profiles of the sampled stacks, for the tools people already look at profiles in
+//! (`go tool pprof`, speedscope, Grafana Pyroscope, Parca): `--pprof FILE`, `report RUN.json
+//! --pprof FILE` and the agent's `/debug/pprof/mmaplock`.
+//!
+//! As Go's mutex profile: sample types `contentions/count` and `delay/nanoseconds` (in full
+//! mode also `writes/count` and `hold/nanoseconds`), period type `contentions/count`, period
+//! the sampling rate. Values are the sampled acquisitions, unscaled, so that a profile's
+//! totals are the report's sampled totals exactly; the comments say the rate. Each sample
+//! carries its process's labels (`process`, `pid` or `cgroup`) and its own (`role`, `comm`,
+//! `cause`, `op`); frames are functions with their script and line (JavaScript) or their
+//! file's mapping and build id (native code).
+
+mod proto;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+};
+
+use prost::Message as _;
+
+pub use crate::vocab::Mode;
+
+use crate::output::{
+    Output,
+    report::{FrameReport, Report, SampleCut, SampleReport},
+};
+
+/// Frames by index, as a process's samples refer to them.
+pub trait Frames {
+    fn frame(&self, i: u32) -> Option<&FrameReport>;
+}
+
+impl Frames for Vec<FrameReport> {
+    fn frame(&self, i: u32) -> Option<&FrameReport> {
+        self.get(i as usize)
+    }
+}
+
+/// One process's sampled stacks, with the labels every one of its samples carries.
+pub struct ProcessSamples<'a> {
+    pub labels: Vec<(&'static str, String)>,
+    pub frames: &'a dyn Frames,
+    pub stacks: &'a [SampleReport],
+    pub cut: SampleCut,
+}
+
+/// What a profile is made of: a summary's `samples`, or the agent's last intervals.
+pub trait Samples {
+    fn mode(&self) -> Mode;
+    /// One in how many acquisitions per thread had its stack taken.
+    fn rate(&self) -> Option<u32>;
+    /// When what it covers began, ns since the epoch, and how long it lasted, ns.
+    fn span_ns(&self) -> (i64, i64);
+    /// Comments beyond the rate (what the window is, what is left out).
+    fn notes(&self) -> Vec<String>;
+    fn processes(&self) -> Vec<ProcessSamples<'_>>;
+}
+
+/// ns since the epoch of an RFC 3339 time (0 if it is not one).
+pub fn epoch_ns(t: &str) -> i64 {
+    humantime::parse_rfc3339(t)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Summaries as one profile: a run's, or a demo's runs side by side (each process with its
+/// own labels).
+pub struct Summaries<'a>(pub Vec<&'a Report>);
+
+impl Samples for Summaries<'_> {
+    fn mode(&self) -> Mode {
+        self.0.first().map_or(Mode::Full, |r| r.mode)
+    }
+    fn rate(&self) -> Option<u32> {
+        self.0.iter().find_map(|r| r.stack_sample)
+    }
+    fn span_ns(&self) -> (i64, i64) {
+        let (Some(first), Some(last)) = (self.0.first(), self.0.last()) else {
+            return (0, 0);
+        };
+        let start = epoch_ns(&first.start);
+        let secs = last.duration_s.or(last.interval_s).unwrap_or(0.0);
+        let end = epoch_ns(&last.end).max(epoch_ns(&last.start) + (secs * 1e9).round() as i64);
+        (start, end.saturating_sub(start).max(0))
+    }
+    fn notes(&self) -> Vec<String> {
+        (self.0.iter())
+            .map(|r| format!("run from {} to {}", r.start, r.end))
+            .collect()
+    }
+    fn processes(&self) -> Vec<ProcessSamples<'_>> {
+        (self.0.iter().flat_map(|r| &r.processes))
+            .filter_map(|p| {
+                let s = p.samples.as_ref()?;
+                let mut labels = vec![("process", p.comm.clone()), ("pid", p.pid.to_string())];
+                if let Some(c) = &p.cgroup {
+                    labels.push(("cgroup", c.clone()));
+                }
+                Some(ProcessSamples {
+                    labels,
+                    frames: &s.frames,
+                    stacks: &s.stacks,
+                    cut: s.cut,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The gzipped pprof profile of any [`Samples`].
+pub struct Pprof;
+
+impl<'a> Output<dyn Samples + 'a> for Pprof {
+    fn emit(&mut self, samples: &(dyn Samples + 'a), out: &mut dyn Write) -> io::Result<()> {
+        let bytes = profile(samples).encode_to_vec();
+        let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+        gz.write_all(&bytes)?;
+        gz.finish().map(|_| ())
+    }
+}
+
+impl Output for Pprof {
+    fn emit(&mut self, report: &Report, out: &mut dyn Write) -> io::Result<()> {
+        Output::<dyn Samples>::emit(self, &Summaries(vec![report]), out)
+    }
+}
+
+/// A sample's identity: its locations and its labels (key, value) as string indices.
+type SampleId = (Vec<u64>, Vec<(i64, i64)>);
+
+/// Builds a profile: strings, mappings, functions and locations each kept once, samples of
+/// the same stack and labels merged.
+#[derive(Default)]
+struct Builder {
+    p: proto::Profile,
+    strings: HashMap<String, i64>,
+    mappings: HashMap<(i64, i64), u64>,
+    functions: HashMap<(i64, i64, i64), u64>,
+    locations: HashMap<(u64, u64, i64, i64), u64>,
+    samples: HashMap<SampleId, usize>,
+}
+
+impl Builder {
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.p.string_table.len() as i64;
+        self.p.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), i);
+        i
+    }
+
+    fn value_type(&mut self, t: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.string(t),
+            unit: self.string(unit),
+        }
+    }
+
+    fn mapping(&mut self, file: &str, build_id: Option<&str>) -> u64 {
+        let key = (self.string(file), self.string(build_id.unwrap_or("")));
+        let next = self.p.mapping.len() as u64 + 1;
+        let id = *self.mappings.entry(key).or_insert(next);
+        if id == next {
+            self.p.mapping.push(proto::Mapping {
+                id,
+                filename: key.0,
+                build_id: key.1,
+                has_functions: true,
+            });
+        }
+        id
+    }
+
+    fn location(&mut self, f: &FrameReport) -> u64 {
+        let mapping = match &f.dso {
+            Some(d) => self.mapping(d, f.build_id.as_deref()),
+            None => 0,
+        };
+        let name = self.string(&f.function);
+        let file = self.string(f.script.as_deref().unwrap_or(""));
+        let line = i64::from(f.line.unwrap_or(0));
+        let next = self.p.function.len() as u64 + 1;
+        let function = *self.functions.entry((name, file, line)).or_insert(next);
+        if function == next {
+            self.p.function.push(proto::Function {
+                id: function,
+                name,
+                system_name: name,
+                filename: file,
+                start_line: line,
+            });
+        }
+        let column = i64::from(f.column.unwrap_or(0));
+        let next = self.p.location.len() as u64 + 1;
+        let id = *(self.locations)
+            .entry((mapping, function, line, column))
+            .or_insert(next);
+        if id == next {
+            self.p.location.push(proto::Location {
+                id,
+                mapping_id: mapping,
+                line: vec![proto::Line {
+                    function_id: function,
+                    line,
+                    column,
+                }],
+            });
+        }
+        id
+    }
+
+    fn sample(&mut self, locations: Vec<u64>, labels: &[(&str, &str)], values: &[i64]) {
+        let labels: Vec<proto::Label> = (labels.iter())
+            .map(|(k, v)| proto::Label {
+                key: self.string(k),
+                str: self.string(v),
+            })
+            .collect();
+        let next = self.p.sample.len();
+        let key = labels.iter().map(|l| (l.key, l.str)).collect();
+        let at = *self.samples.entry((locations.clone(), key)).or_insert(next);
+        if at == next {
+            self.p.sample.push(proto::Sample {
+                location_id: locations,
+                value: values.to_vec(),
+                label: labels,
+            });
+        } else {
+            for (v, add) in self.p.sample[at].value.iter_mut().zip(values) {
+                *v += add;
+            }
+        }
+    }
+}
+
+/// A sample's values, in the order of the mode's sample types.
+fn values(mode: Mode, count: u64, wait: u64, writes: u64, hold: u64) -> Vec<i64> {
+    let v = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    match mode {
+        Mode::Full => vec![v(count), v(wait), v(writes), v(hold)],
+        Mode::Contention => vec![v(count), v(wait)],
+    }
+}
+
+/// The profile of `s` (not yet encoded).
+fn profile(s: &dyn Samples) -> proto::Profile {
+    let mode = s.mode();
+    let mut b = Builder::default();
+    b.string("");
+    let contentions = b.value_type("contentions", "count");
+    let delay = b.value_type("delay", "nanoseconds");
+    b.p.sample_type = vec![contentions, delay];
+    if mode == Mode::Full {
+        let writes = b.value_type("writes", "count");
+        let hold = b.value_type("hold", "nanoseconds");
+        b.p.sample_type.extend([writes, hold]);
+    }
+    b.p.period_type = Some(contentions);
+    b.p.period = i64::from(s.rate().unwrap_or(1));
+    b.p.default_sample_type = delay.r#type;
+    (b.p.time_nanos, b.p.duration_nanos) = s.span_ns();
+    let what = match mode {
+        Mode::Full => "write acquisitions",
+        Mode::Contention => "contended waits",
+    };
+    let mut comments = vec![format!(
+        "mmaplock-prof {}: waits for the kernel's mmap_lock by sampled stack",
+        env!("CARGO_PKG_VERSION")
+    )];
+    if let Some(n) = s.rate() {
+        comments.push(format!(
+            "sampled: 1 in {n} {what} per thread; values are the sampled ones, unscaled (multiply by {n} to estimate all)"
+        ));
+    }
+    if mode == Mode::Full {
+        comments.push(
+            "contentions counts every sampled acquisition, whether it waited or not; writes the write ones; hold their hold of the lock"
+                .to_string(),
+        );
+    }
+    comments.extend(s.notes());
+    let mut cut = SampleCut::default();
+    for p in s.processes() {
+        let mut labels: Vec<(&str, &str)> =
+            (p.labels.iter()).map(|(k, v)| (*k, v.as_str())).collect();
+        let base = labels.len();
+        for row in p.stacks {
+            let locations = (row.frames.iter())
+                .filter_map(|&i| p.frames.frame(i))
+                .map(|f| b.location(f))
+                .collect();
+            labels.truncate(base);
+            labels.extend([
+                ("role", row.role.as_str()),
+                ("comm", row.comm.as_str()),
+                ("cause", row.cause.as_ref()),
+                ("op", row.op.as_ref()),
+            ]);
+            let writes = if row.op == "write" { row.count } else { 0 };
+            let v = values(mode, row.count, row.wait_ns_sum, writes, row.hold_ns_sum);
+            b.sample(locations, &labels, &v);
+        }
+        if p.cut.count > 0 {
+            let frame = FrameReport {
+                function: format!("[{} sampled stacks cut]", p.cut.stacks),
+                ..FrameReport::default()
+            };
+            let at = vec![b.location(&frame)];
+            labels.truncate(base);
+            // Full mode samples writes only: there the cut ones are writes.
+            let c = p.cut;
+            b.sample(
+                at,
+                &labels,
+                &values(mode, c.count, c.wait_ns_sum, c.count, c.hold_ns_sum),
+            );
+            cut.stacks += c.stacks;
+        }
+    }
+    if cut.stacks > 0 {
+        comments.push(format!(
+            "{} distinct stacks past the report's limit are each process's `[... sampled stacks cut]` sample",
+            cut.stacks
+        ));
+    }
+    b.p.comment = comments.iter().map(|c| b.string(c)).collect();
+    executables_first(&mut b.p);
+    b.p
+}
+
+/// pprof takes the first mapping for the program's binary: executables (node) go before
+/// shared libraries (`*.so*`, the C library first sampled), their ids renumbered.
+fn executables_first(p: &mut proto::Profile) {
+    let library = |m: &proto::Mapping| p.string_table[m.filename as usize].contains(".so");
+    let mut order: Vec<usize> = (0..p.mapping.len()).collect();
+    order.sort_by_key(|&i| library(&p.mapping[i]));
+    let mut new_id = vec![0u64; p.mapping.len() + 1];
+    for (n, &i) in order.iter().enumerate() {
+        new_id[p.mapping[i].id as usize] = n as u64 + 1;
+    }
+    let mut mappings: Vec<proto::Mapping> = order.iter().map(|&i| p.mapping[i].clone()).collect();
+    for m in &mut mappings {
+        m.id = new_id[m.id as usize];
+    }
+    p.mapping = mappings;
+    for l in &mut p.location {
+        l.mapping_id = new_id[l.mapping_id as usize];
+    }
+}

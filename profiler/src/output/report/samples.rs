@@ -1,0 +1,161 @@
+//! A summary's `samples`: every distinct sampled stack of a process with its frames (named in
+//! parts: function, script and line, file and build id) and its labels (role, thread name,
+//! cause, read or write), what a pprof profile is made of (`report RUN.json --pprof`), so
+//! that a saved run gives the same profile as the live one. Bounded per process; what is cut
+//! is counted, so the totals stay those of the sampled acquisitions.
+
+use std::{borrow::Cow, collections::HashMap};
+
+use profiler_common::cause;
+use serde::{Deserialize, Serialize};
+
+use super::ThreadReport;
+use crate::registry::{
+    roles::Role,
+    stacks::{OwnerStacks, SampledFrame, StackAgg},
+};
+
+/// Most distinct stacks a process's `samples` keeps (those that waited longest).
+pub const MAX_SAMPLED_STACKS: usize = 5000;
+
+/// One frame, named in parts (the report's `frames` labels join them).
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FrameReport {
+    /// A native symbol, a JavaScript function, V8's name for other generated code,
+    /// `[js unknown]`, `[jit]`, or `0x…` (an address in a file with no symbol for it).
+    pub function: String,
+    /// A JavaScript function's script, where it is defined.
+    pub script: Option<String>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    /// The file mapped whose code it is (native frames), as the process mapped it.
+    pub dso: Option<String>,
+    /// Its GNU build id, in hex, when known.
+    pub build_id: Option<String>,
+}
+
+impl From<&SampledFrame> for FrameReport {
+    fn from(f: &SampledFrame) -> Self {
+        FrameReport {
+            function: f.function.clone(),
+            script: f.script.clone(),
+            line: f.line,
+            column: f.column,
+            dso: f.dso.clone(),
+            build_id: f.build_id.clone(),
+        }
+    }
+}
+
+/// Sampled acquisitions of one stack by threads of one role and name, for one cause.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleReport {
+    /// Indices into `frames`, innermost first.
+    pub frames: Vec<u32>,
+    pub role: Role,
+    /// The threads' name.
+    pub comm: String,
+    /// A write cause, or `read`.
+    pub cause: Cow<'static, str>,
+    /// `write` or `read`.
+    pub op: Cow<'static, str>,
+    pub count: u64,
+    pub wait_ns_sum: u64,
+    /// Absent where holds are not measured (contention mode).
+    #[serde(default)]
+    pub hold_ns_sum: u64,
+}
+
+/// What was left out past [`MAX_SAMPLED_STACKS`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleCut {
+    pub stacks: u64,
+    pub count: u64,
+    pub wait_ns_sum: u64,
+    pub hold_ns_sum: u64,
+}
+
+impl SampleCut {
+    pub fn add(&mut self, s: &SampleReport) {
+        self.stacks += 1;
+        self.count += s.count;
+        self.wait_ns_sum += s.wait_ns_sum;
+        self.hold_ns_sum += s.hold_ns_sum;
+    }
+}
+
+/// A process's distinct sampled stacks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledStacks {
+    /// The frames the stacks refer to, each once.
+    pub frames: Vec<FrameReport>,
+    /// Longest total wait first.
+    pub stacks: Vec<SampleReport>,
+    #[serde(default)]
+    pub cut: SampleCut,
+}
+
+/// `read` or `write`, from a sample's cause.
+fn op_of(c: u32) -> &'static str {
+    if c == cause::READ { "read" } else { "write" }
+}
+
+/// A process's sampled stacks for its report: per stack, thread role and name (from the
+/// report's threads; a thread not among them is `other`) and cause, the threads merged;
+/// the [`MAX_SAMPLED_STACKS`] that waited longest kept, the rest counted in `cut`.
+pub fn sampled_stacks(o: &OwnerStacks, threads: &[ThreadReport]) -> SampledStacks {
+    let by_tid: HashMap<u32, &ThreadReport> = threads.iter().rev().map(|t| (t.tid, t)).collect();
+    sampled_stacks_by(o, |tid| {
+        by_tid
+            .get(&tid)
+            .map_or((Role::Other, String::new()), |t| (t.role, t.comm.clone()))
+    })
+}
+
+/// [`sampled_stacks`], each thread's role and name told by `thread` (by tid).
+pub fn sampled_stacks_by(o: &OwnerStacks, thread: impl Fn(u32) -> (Role, String)) -> SampledStacks {
+    let mut threads: HashMap<u32, (Role, String)> = HashMap::new();
+    for k in o.samples.keys() {
+        threads.entry(k.tid).or_insert_with(|| thread(k.tid));
+    }
+    type Key<'a> = (&'a [u32], Role, &'a str, u32);
+    let mut merged: HashMap<Key<'_>, StackAgg> = HashMap::new();
+    for (k, agg) in &o.samples {
+        let (role, comm) = &threads[&k.tid];
+        merged
+            .entry((&k.frames, *role, comm.as_str(), k.cause))
+            .or_default()
+            .add(agg);
+    }
+    let mut rows: Vec<(Key<'_>, StackAgg)> = merged.into_iter().collect();
+    rows.sort_by(|(a, x), (b, y)| (y.wait_ns_sum, y.count, a).cmp(&(x.wait_ns_sum, x.count, b)));
+    let mut out = SampledStacks::default();
+    let mut index: HashMap<u32, u32> = HashMap::new();
+    for (n, ((frames, role, comm, c), agg)) in rows.into_iter().enumerate() {
+        let row = SampleReport {
+            frames: Vec::new(),
+            role,
+            comm: comm.to_string(),
+            cause: cause::name(c).into(),
+            op: op_of(c).into(),
+            count: agg.count,
+            wait_ns_sum: agg.wait_ns_sum,
+            hold_ns_sum: agg.hold_ns_sum,
+        };
+        if n >= MAX_SAMPLED_STACKS {
+            out.cut.add(&row);
+            continue;
+        }
+        let frames = (frames.iter())
+            .map(|&i| {
+                *index.entry(i).or_insert_with(|| {
+                    out.frames.push(FrameReport::from(o.frames.get(i)));
+                    out.frames.len() as u32 - 1
+                })
+            })
+            .collect();
+        out.stacks.push(SampleReport { frames, ..row });
+    }
+    out
+}
