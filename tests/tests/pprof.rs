@@ -311,3 +311,66 @@ fn three_scrapes_of_the_agents_profile_over_tls_with_basic_auth_match_its_interv
             .any(|c| c.contains("(1 interval of the agent)"))
     );
 }
+
+/// Contention mode's profile: the contended writes' stacks (every one sampled here), as a
+/// mutex profile and nothing more (no hold is measured), their totals the report's, and the
+/// Workers' own JavaScript function named with its script.
+#[test]
+fn a_contention_mode_profile_has_the_contended_waits_stacks() {
+    let Some(dir) = bpf_test() else { return };
+    if !integration_tests::bpftrace::require_contention_tracepoints() {
+        return;
+    }
+    let Some(go) = installed_or_skip(go_bin(), "go (Debian's golang-go)") else {
+        return;
+    };
+    let mut cmd = Command::new("node");
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(fixture("contended.js"))
+        .args(["4", "2000"]);
+    let mut w = Workload::spawn(cmd);
+    let file = dir.path().join("contention.pb.gz");
+    let out = integration_tests::profile_workload(
+        &mut w,
+        &[
+            "--mode",
+            "contention",
+            "-i",
+            "0",
+            "--stack-sample",
+            "1",
+            "--pprof",
+            file.to_str().unwrap(),
+        ],
+    );
+    let p = process(out.summary(), w.pid).expect("node in the summary");
+    let (writes, wait) = sampled(p);
+    assert!(writes >= 10, "{writes} contended writes sampled");
+    assert_eq!(writes as u64, p["write"]["count"].as_u64().unwrap());
+    let raw = raw_profile(&go, None, file.to_str().unwrap()).unwrap();
+    assert_eq!(
+        raw.sample_types,
+        ["contentions/count", "delay/nanoseconds"],
+        "{}",
+        raw.text
+    );
+    assert!(
+        (raw.comments.iter()).any(|c| c.starts_with("sampled: 1 in 1 contended writes")),
+        "{:?}",
+        raw.comments
+    );
+    assert_eq!(
+        (raw.total("contentions"), raw.total("delay")),
+        (writes, wait)
+    );
+    let at = raw.locations_of("allocateInWorker");
+    assert!(
+        !at.is_empty(),
+        "allocateInWorker is not named:\n{}",
+        raw.text
+    );
+    assert!(at.iter().all(|l| l.contains("/contended.js:")), "{at:?}");
+    for s in &raw.samples {
+        assert_eq!(s.labels["op"], "write", "{s:?}");
+    }
+}

@@ -267,7 +267,7 @@ fn profile(s: &dyn Samples) -> proto::Profile {
     (b.p.time_nanos, b.p.duration_nanos) = s.span_ns();
     let what = match mode {
         Mode::Full => "write acquisitions",
-        Mode::Contention => "contended waits",
+        Mode::Contention => "contended writes (waits that went to the lock's slow path)",
     };
     let mut comments = vec![format!(
         "mmaplock-prof {}: waits for the kernel's mmap_lock by sampled stack",

@@ -236,7 +236,7 @@ fn contention_mode_has_the_two_types_of_a_mutex_profile() {
     assert!(
         comments
             .iter()
-            .any(|c| c.contains("1 in 64 contended waits per thread")),
+            .any(|c| c.contains("1 in 64 contended writes")),
         "{comments:?}"
     );
 }
