@@ -20,7 +20,7 @@ use core::{
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use profiler_common::{
-    HIST_BUCKETS, LockStats, NewThread, SampleDone, StatsKey, ThreadStats, bucket_index, cause,
+    HIST_BUCKETS, LockStats, SampleDone, StatsKey, ThreadStats, bucket_index, cause,
     counter, stack_record,
 };
 
@@ -28,7 +28,7 @@ use crate::{
     blockers,
     kread::{self, Task},
     maps::{
-        DIRTY, EPOCH, KERNEL, NEW_THREADS, SCRATCH, SETTINGS, STACKS, STATS, blockers_on, bump,
+        DIRTY, EPOCH, KERNEL, SCRATCH, SETTINGS, STACKS, STATS, blockers_on, bump,
         bump_by, for_each, konst,
     },
     state::{ACCS, Done, RING, ThreadState, claim, unclaim},
@@ -102,48 +102,14 @@ pub fn announce_first(st: &mut ThreadState, task: Task, owner: u32, owner_start:
 #[inline(always)]
 fn announce(st: &mut ThreadState, owner: u32, owner_start: u64) {
     st.announced = 1;
-    let who = Identity {
+    let who = crate::announce::Identity {
         tid: st.tid,
         tgid: st.tgid,
         tid_start: st.tid_start,
         fsbase: st.fsbase,
         comm: st.comm,
     };
-    announce_thread(&who, owner, owner_start, st.start_routine);
-}
-
-/// Who a thread is, as its entries and announcements carry it.
-#[derive(Clone, Copy)]
-pub struct Identity {
-    pub tid: u32,
-    pub tgid: u32,
-    pub tid_start: u64,
-    pub fsbase: u64,
-    pub comm: kread::Comm,
-}
-
-/// Sends a thread's announcement on NEW_THREADS (lost quietly if the ring is full: the
-/// thread is then classified at the next reading, from its entries).
-#[inline(always)]
-pub fn announce_thread(who: &Identity, owner: u32, owner_start: u64, start_routine: u64) {
-    let Some(mut entry) = NEW_THREADS.reserve::<NewThread>(0) else {
-        return;
-    };
-    let n = entry.as_mut_ptr();
-    // SAFETY: a reserved record of NewThread's size, ours until submitted, written field by
-    // field.
-    unsafe {
-        (*n).owner = owner;
-        (*n).tid = who.tid;
-        (*n).tgid = who.tgid;
-        (*n)._pad = 0;
-        (*n).owner_start = owner_start;
-        (*n).tid_start = who.tid_start;
-        (*n).fsbase = who.fsbase;
-        (*n).start_routine = start_routine;
-        kread::set_comm(kread::as_comm_mut(&mut (*n).comm), &who.comm);
-    }
-    entry.submit(0);
+    crate::announce::announce_thread(&who, owner, owner_start, st.start_routine);
 }
 
 /// The accumulator for `kind`, taking a free one on first use; None when all are taken.

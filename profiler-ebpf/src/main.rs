@@ -38,8 +38,8 @@ macro_rules! bpf_modules {
 }
 
 bpf_modules!(
-    accum, blockers, contention, diag, floors, kread, lifecycle, maps, owner, sampling, selection,
-    state, timing,
+    accum, announce, blockers, contention, diag, floors, kread, lifecycle, maps, owner, sampling,
+    selection, state, timing,
 );
 
 #[cfg(not(target_arch = "bpf"))]

@@ -12,7 +12,9 @@ use std::{
     time::Duration,
 };
 
-use crate::{installed_or_skip, skip_because};
+use serde_json::Value;
+
+use crate::{check_lost, installed_or_skip, require_root_and_tracepoints, skip_because};
 
 /// Waits counted, by (pid, tid, op): `op` 2 for a read, 4 for a write, as the tracepoint's
 /// flags say.
@@ -185,4 +187,92 @@ fn parse_entry(line: &str) -> Option<((u32, u32, u32), u64, bool)> {
         .collect::<Option<_>>()?;
     let [pid, tid, op] = k[..] else { return None };
     Some(((pid, tid, op), value.trim().parse().ok()?, is_count))
+}
+
+// What a contention-mode report says against what bpftrace counted.
+
+/// Both counts' ops: the tracepoint's flags and the report's side.
+pub const OPS: [(u32, &str); 2] = [(2, "read"), (4, "write")];
+
+/// `a` is `b` within 1% (the same count, unless a wait began as the programs attached).
+pub fn within(a: u64, b: u64, pct: f64) -> bool {
+    (a as f64 - b as f64).abs() <= b as f64 * pct / 100.0
+}
+
+/// The process's own threads' contended waits in a contention-mode report (the profiler's
+/// reads and foreign takers apart, as bpftrace's count of its own threads has them), by
+/// (tid, op).
+pub fn reported_waits(p: &Value) -> BTreeMap<(u32, u32), Wait> {
+    let mut m = BTreeMap::new();
+    for t in p["threads"].as_array().unwrap() {
+        if t["role"] == "foreign" || t["role"] == "profiler" {
+            continue;
+        }
+        for (op, side) in OPS {
+            let count = t[side]["count"].as_u64().unwrap();
+            if count > 0 {
+                let w = Wait {
+                    count,
+                    wait_ns: t[side]["wait_ns"]["sum"].as_u64().unwrap(),
+                };
+                m.insert((t["tid"].as_u64().unwrap() as u32, op), w);
+            }
+        }
+    }
+    m
+}
+
+/// bpftrace's count of process `pid`, by (tid, op).
+pub fn counted_of(counted: &Counted, pid: u32) -> BTreeMap<(u32, u32), Wait> {
+    counted
+        .iter()
+        .filter(|((p, ..), _)| *p == pid)
+        .map(|(&(_, tid, op), &w)| ((tid, op), w))
+        .collect()
+}
+
+/// Every thread's contended waits, per op, as bpftrace counted them: the same count within
+/// 1%, and no thread in one count missing from the other; the process's wait in all within
+/// 2% and 50 us a wait (each times the same waits from its own program, and the other's may
+/// run between its two clock reads: a thread's first wait inserts its map entries). Returns
+/// the total count.
+pub fn assert_same_waits(
+    report: &BTreeMap<(u32, u32), Wait>,
+    bpf: &BTreeMap<(u32, u32), Wait>,
+) -> u64 {
+    let keys: std::collections::BTreeSet<_> = report.keys().chain(bpf.keys()).collect();
+    let (mut total, mut waited, mut timed) = (0, 0, 0);
+    for k in keys {
+        let (r, b) = (
+            report.get(k).copied().unwrap_or_default(),
+            bpf.get(k).copied().unwrap_or_default(),
+        );
+        assert!(
+            within(r.count, b.count, 1.0),
+            "thread {} op {}: {} contended waits reported, {} counted by bpftrace",
+            k.0,
+            k.1,
+            r.count,
+            b.count
+        );
+        total += b.count;
+        waited += b.wait_ns;
+        timed += r.wait_ns;
+    }
+    assert!(
+        timed.abs_diff(waited) as f64 <= waited as f64 * 0.02 + 50_000.0 * total as f64,
+        "{timed} ns of wait reported, {waited} ns timed by bpftrace, in {total} waits"
+    );
+    total
+}
+
+/// A contention-mode summary is said to be one, has no hold, and lost nothing.
+pub fn assert_contention_summary(s: &Value) {
+    assert_eq!(s["mode"], "contention", "{s}");
+    assert!(!s.to_string().contains("hold_ns"), "no hold is measured");
+    assert_eq!(check_lost(s), 0, "{}", s["lost"]);
+}
+
+pub fn contention_ready() -> bool {
+    require_root_and_tracepoints() && require_contention_tracepoints()
 }

@@ -38,7 +38,8 @@ use aya_ebpf::{
 use profiler_common::{BlockedKey, READ, SampleDone, StatsKey, WRITE, cause, stack_record};
 
 use crate::{
-    accum::{self, Identity},
+    accum,
+    announce::{self, Identity},
     blockers,
     kread::Task,
     maps::{KERNEL, STACKS, konst, note_activity},
@@ -281,7 +282,7 @@ fn charge(w: &Waiter, tid: u32, wait: u64) {
             fsbase: w.holder_fsbase,
             comm: w.holder_comm,
         };
-        accum::announce_thread(&who, w.owner, w.owner_start, 0);
+        announce::announce_thread(&who, w.owner, w.owner_start, 0);
     }
 }
 

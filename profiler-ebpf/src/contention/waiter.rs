@@ -9,7 +9,7 @@ use aya_ebpf::{
 use profiler_common::{HolderId, counter};
 
 use crate::{
-    accum::{self, Identity},
+    announce::{self, Identity},
     kread::{self, Comm, Task},
     maps::{KERNEL, MM_OWNER, MmOwner, SETTINGS, bump, konst},
     owner::{ctx_id, passes_filter, process_start},
@@ -188,7 +188,7 @@ fn new_waiter(task: Task, tid: u32, tid_start: u64, of: &LockOf) -> Option<&'sta
         fsbase: init.fsbase,
         comm,
     };
-    accum::announce_thread(&who, of.owner, of.owner_start, start_routine);
+    announce::announce_thread(&who, of.owner, of.owner_start, start_routine);
     // SAFETY: as in `waiter`.
     WAITERS.get_ptr_mut(tid).map(|p| unsafe { &mut *p })
 }

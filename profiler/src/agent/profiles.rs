@@ -326,7 +326,7 @@ mod tests {
                 op: "write".into(),
                 count: 1,
                 wait_ns_sum: 10,
-                hold_ns_sum: 1,
+                hold_ns_sum: Some(1),
             });
         }
         s

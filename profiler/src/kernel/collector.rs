@@ -320,7 +320,7 @@ impl Collector {
             changed: Vec::new(),
             floor: cfg.floor,
             mode: cfg.mode,
-            iterator: load::iterator(cfg),
+            iterator: super::programs::iterator(cfg),
             cpu_times: Vec::new(),
             iter_out: Vec::new(),
             generation: 0,

@@ -13,10 +13,12 @@ use profiler_common::{COMM_LEN, Filter, LOCK_SLOTS, MAX_FILTER_COMMS, MAX_FILTER
 
 use crate::vocab::Mode;
 
+use super::programs::{iterator, lifecycle_programs, lock_programs};
+
 pub use super::stopwatch::LoadReport;
 use super::{
     btf::{KernelError, KernelInfo},
-    collector::{CollectorConfig, CollectorError, Floor, error_chain, is_permission},
+    collector::{CollectorConfig, CollectorError, error_chain, is_permission},
     ebpf_log::{self, EbpfLog},
     stopwatch::{Stopwatch, ms},
 };
@@ -28,19 +30,6 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 /// uses (typically mmap, munmap, mprotect; a few more for some).
 pub const ENTRIES_PER_THREAD: u32 = 4;
 
-/// The mmap_lock tracepoints, full mode's (see [`lock_programs`]).
-pub const TRACEPOINTS: [&str; 3] = [
-    "mmap_lock_start_locking",
-    "mmap_lock_acquire_returned",
-    "mmap_lock_released",
-];
-
-/// Full mode's program handing every thread's accumulators over when its iterator is read.
-pub const FLUSH_ITER: &str = "flush_threads";
-
-/// Contention mode's iterator: notes the profiled processes' locks, reports CPU times.
-pub const CONTENTION_ITER: &str = "contention_threads";
-
 /// The eBPF object to load: the embedded one, or, for developing the eBPF side without
 /// rebuilding the profiler, the file named by `MMAPLOCK_PROF_BPF_OBJECT`.
 fn object() -> Result<std::borrow::Cow<'static, [u8]>, CollectorError> {
@@ -50,82 +39,6 @@ fn object() -> Result<std::borrow::Cow<'static, [u8]>, CollectorError> {
             CollectorError::Load(format!("MMAPLOCK_PROF_BPF_OBJECT {}: {e}", path.display()))
         }),
     }
-}
-
-/// The programs on the lock's tracepoints for this run, as (tracepoint, program), in the
-/// order they are attached: a release before the acquisitions it ends, an acquire before the
-/// waits it ends (an acquire seen before start_locking is attached counts as a trylock), and a
-/// contention's end before its begin, so that no wait is left without its end while the
-/// programs attach one by one. These are the programs whose cost the report gives.
-pub fn lock_programs(
-    kernel: &KernelInfo,
-    floor: Floor,
-    mode: Mode,
-) -> Vec<(&'static str, &'static str)> {
-    let full = match floor {
-        Floor::Empty => [
-            "floor_start_locking",
-            "floor_acquire_returned",
-            "floor_released",
-        ],
-        Floor::Clock => [
-            "clock_start_locking",
-            "clock_acquire_returned",
-            "clock_released",
-        ],
-        Floor::Storage => [
-            "storage_start_locking",
-            "storage_acquire_returned",
-            "storage_released",
-        ],
-        Floor::Off if mode == Mode::Contention => {
-            return vec![
-                ("contention_end", "contention_end"),
-                ("contention_begin", "contention_begin"),
-            ];
-        }
-        Floor::Off => [
-            kernel.tracepoints.start_program(),
-            kernel.tracepoints.acquire_program(),
-            "mmap_lock_released",
-        ],
-    };
-    TRACEPOINTS.into_iter().zip(full).rev().collect()
-}
-
-/// The task iterator run before each reading (none for the floors).
-pub fn iterator(cfg: &CollectorConfig) -> Option<&'static str> {
-    match (cfg.floor.is_on(), cfg.mode) {
-        (true, _) => None,
-        (false, Mode::Full) => Some(FLUSH_ITER),
-        (false, Mode::Contention) => Some(CONTENTION_ITER),
-    }
-}
-
-/// The programs following threads and processes, as (tracepoint, program): exits (announced
-/// so that userspace knows whom to wait for at the end), execs (a profiled process's new
-/// name and image; the agent's selection at exec), forks (to follow a target's descendants,
-/// `--children`, and the agent's selection), renames (selection by command name), and in
-/// contention mode the task's free (its state goes).
-fn lifecycle_programs(cfg: &CollectorConfig) -> Vec<(&'static str, &'static str)> {
-    if cfg.floor.is_on() {
-        return Vec::new();
-    }
-    let mut v = match cfg.mode {
-        Mode::Full => vec![("sched_process_exit", "sched_process_exit")],
-        Mode::Contention => vec![
-            ("sched_process_exit", "contention_exit"),
-            ("sched_process_free", "contention_free"),
-        ],
-    };
-    v.push(("sched_process_exec", "sched_process_exec"));
-    if cfg.children || cfg.selection {
-        v.push(("sched_process_fork", "sched_process_fork"));
-    }
-    if cfg.selection || !cfg.comms.is_empty() {
-        v.push(("task_rename", "task_rename"));
-    }
-    v
 }
 
 /// The `FILTER` global for a configuration.

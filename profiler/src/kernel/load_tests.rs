@@ -1,4 +1,8 @@
 use super::*;
+use crate::kernel::{
+    collector::Floor,
+    programs::{CONTENTION_ITER, FLUSH_ITER},
+};
 
 #[test]
 fn filter_packs_pids_and_comms() {

@@ -11,6 +11,7 @@ pub mod ebpf_log;
 pub mod fake;
 pub mod load;
 pub mod minkernel;
+pub mod programs;
 pub mod pthread;
 pub mod readings;
 mod selection;

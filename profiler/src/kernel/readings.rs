@@ -21,7 +21,8 @@ use super::{
         Collector, CollectorError, Counters, IDLE_POLLS, MAX_LOOKUPS, ProgramStats,
         bpf_stats_enabled, error_chain, read_record,
     },
-    load::{self, LoadReport},
+    load::LoadReport,
+    programs,
 };
 use crate::vocab::{
     Mode,
@@ -342,7 +343,7 @@ impl Collector {
 
     /// Run counts and run time per program, from the kernel's BPF statistics.
     fn run_stats(&self) -> Vec<ProgramStats> {
-        load::lock_programs(&self.kernel, self.floor, self.mode)
+        programs::lock_programs(&self.kernel, self.floor, self.mode)
             .into_iter()
             .rev()
             .filter_map(|(_, name)| {

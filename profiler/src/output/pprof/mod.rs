@@ -303,7 +303,13 @@ fn profile(s: &dyn Samples) -> proto::Profile {
                 ("op", row.op.as_ref()),
             ]);
             let writes = if row.op == "write" { row.count } else { 0 };
-            let v = values(mode, row.count, row.wait_ns_sum, writes, row.hold_ns_sum);
+            let v = values(
+                mode,
+                row.count,
+                row.wait_ns_sum,
+                writes,
+                row.hold_ns_sum.unwrap_or(0),
+            );
             b.sample(locations, &labels, &v);
         }
         if p.cut.count > 0 {
@@ -318,7 +324,13 @@ fn profile(s: &dyn Samples) -> proto::Profile {
             b.sample(
                 at,
                 &labels,
-                &values(mode, c.count, c.wait_ns_sum, c.count, c.hold_ns_sum),
+                &values(
+                    mode,
+                    c.count,
+                    c.wait_ns_sum,
+                    c.count,
+                    c.hold_ns_sum.unwrap_or(0),
+                ),
             );
             cut.stacks += c.stacks;
         }

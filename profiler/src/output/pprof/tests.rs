@@ -29,7 +29,7 @@ fn samples() -> SampledStacks {
         op: "write".into(),
         count,
         wait_ns_sum: wait,
-        hold_ns_sum: hold,
+        hold_ns_sum: Some(hold),
     };
     SampledStacks {
         frames: vec![
@@ -55,7 +55,7 @@ fn samples() -> SampledStacks {
             stacks: 2,
             count: 4,
             wait_ns_sum: 7,
-            hold_ns_sum: 8,
+            hold_ns_sum: Some(8),
         },
     }
 }

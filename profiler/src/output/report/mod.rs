@@ -139,6 +139,9 @@ impl Report {
                 o.read.hold_ns = None;
                 o.write.hold_ns = None;
             }
+            if let Some(s) = p.samples.as_mut() {
+                s.drop_holds();
+            }
         }
     }
 }

@@ -63,8 +63,8 @@ pub struct SampleReport {
     pub count: u64,
     pub wait_ns_sum: u64,
     /// Absent where holds are not measured (contention mode).
-    #[serde(default)]
-    pub hold_ns_sum: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ns_sum: Option<u64>,
 }
 
 /// What was left out past [`MAX_SAMPLED_STACKS`].
@@ -73,7 +73,9 @@ pub struct SampleCut {
     pub stacks: u64,
     pub count: u64,
     pub wait_ns_sum: u64,
-    pub hold_ns_sum: u64,
+    /// Absent where holds are not measured (contention mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ns_sum: Option<u64>,
 }
 
 impl SampleCut {
@@ -81,7 +83,19 @@ impl SampleCut {
         self.stacks += 1;
         self.count += s.count;
         self.wait_ns_sum += s.wait_ns_sum;
-        self.hold_ns_sum += s.hold_ns_sum;
+        if let Some(h) = s.hold_ns_sum {
+            *self.hold_ns_sum.get_or_insert(0) += h;
+        }
+    }
+}
+
+impl SampledStacks {
+    /// Holds not measured (contention mode): absent rather than zero.
+    pub fn drop_holds(&mut self) {
+        for s in &mut self.stacks {
+            s.hold_ns_sum = None;
+        }
+        self.cut.hold_ns_sum = None;
     }
 }
 
@@ -141,7 +155,7 @@ pub fn sampled_stacks_by(o: &OwnerStacks, thread: impl Fn(u32) -> (Role, String)
             op: op_of(c).into(),
             count: agg.count,
             wait_ns_sum: agg.wait_ns_sum,
-            hold_ns_sum: agg.hold_ns_sum,
+            hold_ns_sum: Some(agg.hold_ns_sum),
         };
         if n >= MAX_SAMPLED_STACKS {
             out.cut.add(&row);
