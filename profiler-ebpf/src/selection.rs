@@ -220,6 +220,8 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     }
     if profiled {
         lifecycle::notify_exec(task, tgid);
+        // Its new address space's lock, for other tasks' waits on it (contention mode).
+        crate::contention::note_own_lock(task, tgid);
     }
     0
 }

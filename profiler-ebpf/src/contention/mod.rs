@@ -24,6 +24,8 @@ mod holder;
 mod threads;
 mod waiter;
 
+pub use threads::note_own_lock;
+
 use core::{
     intrinsics::{AtomicOrdering, atomic_xadd},
     ptr,

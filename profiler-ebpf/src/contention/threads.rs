@@ -5,7 +5,8 @@ use core::{ffi::c_void, ptr};
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated::bpf_seq_write},
-    macros::raw_tracepoint,
+    macros::{map, raw_tracepoint},
+    maps::Array,
     programs::RawTracePointContext,
 };
 use profiler_common::{ThreadCpu, exit_record};
@@ -73,10 +74,26 @@ pub fn contention_free(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Run by userspace before each reading (see its `flush_pending`): notes every profiled
-/// process's lock for other tasks' waits on it (before any of its own threads waited, a
-/// /proc reader's wait would otherwise be missed), and reports the CPU time of the threads
-/// that waited.
+/// Set by userspace when the iterator is to note every profiled process's lock: at the start,
+/// when its selection adds processes, and every few readings (a pass over every process of
+/// the host is not for every reading).
+#[map]
+pub static NOTE_LOCKS: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Notes the lock of process `tgid`, whose leader is `task`, if it is profiled (for other
+/// tasks' waits on it): from the iterator, and at a profiled process's exec (its new mm).
+#[inline(always)]
+pub fn note_own_lock(task: Task, tgid: u32) {
+    let mm = kread::u64_at(task.addr() + konst(&KERNEL.task_mm) as u64);
+    if mm != 0 && passes_filter(tgid, task.addr()) {
+        note_lock(mm, tgid, process_start(task.addr()));
+    }
+}
+
+/// Run by userspace before a reading (see its `flush_pending`): reports the CPU time of the
+/// threads that waited and, when asked (`NOTE_LOCKS`), notes every profiled process's lock
+/// for other tasks' waits on it (before any of its own threads waited, a /proc reader's wait
+/// would otherwise be missed).
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
@@ -93,11 +110,9 @@ pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
     };
     let tid = task.u32_at(konst(&KERNEL.task_pid));
     let tgid = task.u32_at(konst(&KERNEL.task_tgid));
-    if tid == tgid {
-        let mm = kread::u64_at(task.addr() + konst(&KERNEL.task_mm) as u64);
-        if mm != 0 && passes_filter(tgid, task.addr()) {
-            note_lock(mm, tgid, process_start(task.addr()));
-        }
+    // (A load of an array element the verifier inlines: nothing when the flag is clear.)
+    if tid == tgid && NOTE_LOCKS.get(0).is_some_and(|&n| n != 0) {
+        note_own_lock(task, tgid);
     }
     let Some(p) = WAITERS.get_ptr_mut(tid) else {
         return 0;

@@ -178,6 +178,9 @@ pub struct Collector {
     pub(super) iter_out: Vec<u8>,
     /// Set by the kernel side when some thread has something for the iterator.
     pub(super) activity: Array<MapData, u32>,
+    /// Asks contention mode's iterator to note every profiled process's lock (a pass over
+    /// every process: at the start, when the selection adds processes, every few readings).
+    pub(super) note_locks: Array<MapData, u32>,
     /// Readings since the iterator last ran.
     pub(super) idle_polls: u32,
     /// The agent's selection (pid -> start in clock ticks) and its generation.
@@ -287,12 +290,14 @@ impl Collector {
             .set(0, 1, 0)
             .map_err(|e| CollectorError::Map("EPOCH", error_chain(&e)))?;
         let mut activity: Array<MapData, u32> = take(&mut ebpf, "ACTIVITY")?;
+        let mut note_locks: Array<MapData, u32> = take(&mut ebpf, "NOTE_LOCKS")?;
         if cfg.mode == Mode::Contention {
             // The first reading runs contention mode's iterator, which notes the profiled
             // processes' locks (for other tasks' waits on them) before any of theirs waited.
-            activity
-                .set(0, 1, 0)
-                .map_err(|e| CollectorError::Map("ACTIVITY", error_chain(&e)))?;
+            for (map, name) in [(&mut activity, "ACTIVITY"), (&mut note_locks, "NOTE_LOCKS")] {
+                map.set(0, 1, 0)
+                    .map_err(|e| CollectorError::Map(name, error_chain(&e)))?;
+            }
         }
         Ok(Collector {
             dirty: take(&mut ebpf, "DIRTY")?,
@@ -303,6 +308,7 @@ impl Collector {
             blocked: take(&mut ebpf, "BLOCKED")?,
             counters: take(&mut ebpf, "COUNTERS")?,
             activity,
+            note_locks,
             idle_polls: 0,
             ebpf,
             // Contention mode names the writer each wait waited behind, always.

@@ -178,7 +178,8 @@ impl Kernel for Collector {
         };
         let active = self.activity.get(&0, 0).unwrap_or(1) != 0;
         self.idle_polls += 1;
-        if !active && !always && self.idle_polls < IDLE_POLLS {
+        let periodic = self.idle_polls >= IDLE_POLLS;
+        if !active && !always && !periodic {
             return Ok(());
         }
         self.idle_polls = 0;
@@ -186,6 +187,13 @@ impl Kernel for Collector {
         self.activity
             .set(0, 0, 0)
             .map_err(|e| CollectorError::Map("ACTIVITY", error_chain(&e)))?;
+        // Contention mode: the pass notes every profiled process's lock at the start, when
+        // the selection added processes (both ask with a set flag) and every few readings.
+        let note = self.mode == Mode::Contention
+            && (periodic || always || self.note_locks.get(&0, 0).unwrap_or(0) != 0);
+        self.note_locks
+            .set(0, note as u32, 0)
+            .map_err(|e| CollectorError::Map("NOTE_LOCKS", error_chain(&e)))?;
         let iter: &mut Iter = self
             .ebpf
             .program_mut(iter_name)

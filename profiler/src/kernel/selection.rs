@@ -41,9 +41,13 @@ impl Collector {
         self.generation = self.generation.wrapping_add(1);
         if !add.is_empty() && self.mode == crate::vocab::Mode::Contention {
             // The next reading runs the iterator, which notes the new processes' locks.
-            self.activity
-                .set(0, 1, 0)
-                .map_err(|e| CollectorError::Map("ACTIVITY", error_chain(&e)))?;
+            for (map, name) in [
+                (&mut self.activity, "ACTIVITY"),
+                (&mut self.note_locks, "NOTE_LOCKS"),
+            ] {
+                map.set(0, 1, 0)
+                    .map_err(|e| CollectorError::Map(name, error_chain(&e)))?;
+            }
         }
         self.selection_gen
             .set(0, self.generation, 0)
