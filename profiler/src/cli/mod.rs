@@ -15,6 +15,8 @@ mod values;
 
 pub use crate::vocab::Format;
 pub use commands::{AgentArgs, CompareArgs, DemoArgs, ReportArgs, SCENARIOS, StudyArgs};
+#[cfg(test)]
+pub use values::a_kernel_thread;
 pub use values::{parse_cgroup, parse_comm, parse_glob, parse_pid};
 use values::{parse_interval, parse_max_threads, parse_path, parse_positive_secs};
 
