@@ -3,6 +3,7 @@
 //! interval into Prometheus metrics (and, optionally, NDJSON interval reports).
 
 mod http;
+mod runtime;
 pub mod selection;
 mod webconfig;
 
@@ -126,7 +127,7 @@ impl Agent<'_> {
             })
             .or_else(|| cgroup_of(p.pid))
             .unwrap_or_default();
-        (name, cgroup)
+        (runtime::process_label(&name).to_string(), cgroup)
     }
 }
 
@@ -328,7 +329,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         );
     }
     if !cfg.quiet {
-        crate::kernel::minkernel::warn_if_lacking_ptrace();
+        crate::kernel::privilege::warn_if_lacking_ptrace();
     }
     let local = tokio::task::LocalSet::new();
     let failure = local
