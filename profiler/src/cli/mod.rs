@@ -59,6 +59,10 @@ pub struct Cli {
     /// warnings, the programs' off; RUST_LOG (env_logger's syntax) is read first.
     #[arg(long, global = true, value_name = "LEVEL", value_parser = log_levels())]
     pub log_level: Option<log::LevelFilter>,
+    /// Print what this kernel offers the eBPF programs (each probed feature, then whether
+    /// every mode runs here) and exit: 0 if profiling can run, 1 if not.
+    #[arg(long)]
+    pub probe_kernel: bool,
 }
 
 /// `--log-level`'s values (listed in its help and errors).

@@ -172,7 +172,7 @@ fn bad(e: btf_rs::Error) -> KernelError {
     KernelError::BadBtf(e.to_string())
 }
 
-fn tracepoint_layout(btf: &Btf) -> Result<TracepointLayout, KernelError> {
+pub(super) fn tracepoint_layout(btf: &Btf) -> Result<TracepointLayout, KernelError> {
     // Every tracepoint has a `btf_trace_<name>` typedef: a pointer to its raw prototype.
     let types = btf
         .resolve_types_by_name("btf_trace_mmap_lock_acquire_returned")

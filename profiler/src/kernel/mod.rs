@@ -9,8 +9,9 @@ pub mod collector;
 pub mod ebpf_log;
 #[cfg(test)]
 pub mod fake;
+pub mod features;
 pub mod load;
-pub mod minkernel;
+pub mod privilege;
 pub mod pthread;
 pub mod readings;
 mod selection;

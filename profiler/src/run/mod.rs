@@ -295,7 +295,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         }
     }
     if !cfg.quiet {
-        crate::kernel::minkernel::warn_if_lacking_ptrace();
+        crate::kernel::privilege::warn_if_lacking_ptrace();
     }
     let mut session = Session::new(collector, cfg.interval.is_some(), &cfg.collector.pids)?;
     for p in cfg
