@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Backend, Btf, BtfType, Type};
+use btf_rs::{Btf, BtfType, Type};
 use profiler_common::KernelLayout;
 
 /// Where the running kernel describes its own types.
@@ -91,11 +91,8 @@ impl KernelInfo {
         if !path.exists() {
             return Err(KernelError::NoBtf);
         }
-        // Mmap: parse only the few types we look up (eager parsing of all ~150k types costs
-        // tens of milliseconds, most of our attach time).
-        let btf = Btf::from_file_with_backend(path, Backend::Mmap)
-            .or_else(|_| Btf::from_file(path))
-            .map_err(|e| KernelError::BadBtf(e.to_string()))?;
+        // Mapped: parse only the few types we look up (kernel/vmlinux.rs).
+        let btf = super::vmlinux::open().map_err(|e| KernelError::BadBtf(e.to_string()))?;
         Self::from_btf(&btf)
     }
 

@@ -16,7 +16,7 @@ use aya::{
     programs::ProgramType,
     sys::{BpfHelper, is_helper_supported, is_map_supported, is_program_supported},
 };
-use btf_rs::{Backend, Btf, Type};
+use btf_rs::Type;
 
 use super::btf::{KernelError, TracepointLayout, VMLINUX_BTF, tracepoint_layout};
 
@@ -194,10 +194,7 @@ impl Features {
     /// Asks the running kernel (a few milliseconds: a BTF lookup by name for each
     /// tracepoint, one tiny map or program per feature).
     fn probe() -> Features {
-        // Mapped where sysfs allows it (recent kernels), else read whole.
-        let btf = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap)
-            .or_else(|_| Btf::from_file(VMLINUX_BTF))
-            .ok();
+        let btf = super::vmlinux::open().ok();
         let has = |name: &str| {
             btf.as_ref()
                 .is_some_and(|b| b.resolve_ids_by_name(name).is_ok_and(|ids| !ids.is_empty()))

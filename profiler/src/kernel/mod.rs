@@ -17,5 +17,6 @@ pub mod readings;
 mod selection;
 pub mod selectors;
 mod stopwatch;
+pub mod vmlinux;
 
 pub use readings::Kernel;
