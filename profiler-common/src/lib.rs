@@ -117,7 +117,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
         assert_eq!(size_of::<StatsKey>(), 32);
-        assert_eq!(size_of::<ExitedThread>(), 48);
+        assert_eq!(size_of::<ExitedThread>(), 48 + COMM_LEN);
         assert_eq!(size_of::<ThreadCpu>(), 32);
         assert_eq!(
             size_of::<ThreadStats>(),

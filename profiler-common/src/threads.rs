@@ -62,6 +62,10 @@ pub struct ExitedThread {
     /// EXEC and FORK: the process's cgroup (v2 id), so that one gone before userspace could
     /// read its /proc entry is still labelled by its cgroup.
     pub cgroup_id: u64,
+    /// The thread's command name when the notice was sent: at EXEC, the new image's (a
+    /// process that exits before userspace reads its /proc entry is still named after what
+    /// it exec'd, not after runc's init that exec'd it).
+    pub comm: [u8; COMM_LEN],
 }
 
 /// A profiled thread's CPU time, written by the flush iterator into its output (read by

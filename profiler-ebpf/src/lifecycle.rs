@@ -37,32 +37,32 @@ pub fn boot_ns() -> u64 {
 /// (`FREED`: read them one last time).
 #[inline(always)]
 fn notify(st: &ThreadState, task: Task, tag: u32) {
-    send_exit(
+    send_exit(&ExitedThread {
         tag,
-        st.tid,
-        st.tgid,
-        st.tid_start,
-        task.u64_at(konst(&KERNEL.task_cpu_ns)),
-        boot_ns(),
-    );
+        tid: st.tid,
+        tgid: st.tgid,
+        _pad: 0,
+        tid_start: st.tid_start,
+        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        at_ns: boot_ns(),
+        cgroup_id: 0,
+        comm: comm_bytes(st.comm),
+    });
 }
 
-/// Sends an exit notice of thread `tid` (see `exit_record`).
+/// Sends an exit notice (see `exit_record`).
 #[inline(always)]
-pub fn send_exit(tag: u32, tid: u32, tgid: u32, tid_start: u64, cpu_ns: u64, at_ns: u64) {
-    let rec = ExitedThread {
-        tag,
-        tid,
-        tgid,
-        _pad: 0,
-        tid_start,
-        cpu_ns,
-        at_ns,
-        cgroup_id: 0,
-    };
-    if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
+pub fn send_exit(rec: &ExitedThread) {
+    if EXITED.output::<ExitedThread>(rec, 0).is_err() {
         bump(counter::EXITS_LOST);
     }
+}
+
+/// A comm as the bytes a record carries (the same 16 bytes: no copy loop, no memset).
+#[inline(always)]
+pub fn comm_bytes(c: kread::Comm) -> [u8; profiler_common::COMM_LEN] {
+    // SAFETY: two u64 and sixteen u8 are the same bytes; every pattern is valid for both.
+    unsafe { core::mem::transmute::<kread::Comm, [u8; profiler_common::COMM_LEN]>(c) }
 }
 
 /// The current task's cgroup (v2 id).
@@ -84,6 +84,8 @@ pub fn notify_exec(task: Task, tgid: u32) {
         cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
         at_ns: boot_ns(),
         cgroup_id: current_cgroup(),
+        // The new image's name: exec set it before this tracepoint.
+        comm: comm_bytes(kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64)),
     };
     if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
         bump(counter::EXITS_LOST);
@@ -168,6 +170,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
         at_ns: boot_ns(),
         // The parent's, which the child has until it moves.
         cgroup_id: current_cgroup(),
+        comm: comm_bytes(kread::comm_at(child + konst(&KERNEL.task_comm) as u64)),
     };
     if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
         bump(counter::EXITS_LOST);

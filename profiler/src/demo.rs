@@ -273,8 +273,8 @@ pub async fn run(cfg: DemoConfig) -> Result<(), DemoError> {
         env: vec![],
         // The demo's writes are few: take every one's stack.
         stack_sample: 1,
-        // Who made the Workers wait: the demo's point.
-        blockers: true,
+        // Who made the Workers wait: the demo's point, where the kernel has bpf_loop.
+        blockers: crate::kernel::features::Features::running().blockers(),
     };
     let workers = run_node(&spec("workers")).await?;
     let processes = run_node(&spec("processes")).await?;

@@ -35,7 +35,7 @@ enum Error {
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error(transparent)]
-    KernelTooOld(#[from] kernel::minkernel::TooOld),
+    Kernel(#[from] kernel::features::Unsupported),
     #[error(transparent)]
     Offline(offline::OfflineError),
     #[error(transparent)]
@@ -48,7 +48,7 @@ impl Error {
             Error::Session(e) => e.exit_code(),
             Error::Demo(e) => e.exit_code(),
             Error::Agent(e) => e.exit_code(),
-            Error::Runtime(_) | Error::KernelTooOld(_) => 1,
+            Error::Runtime(_) | Error::Kernel(_) => 1,
             Error::Offline(e) => e.exit_code(),
             Error::Study(e) => e.exit_code(),
         }
@@ -62,8 +62,25 @@ fn run(cli: Cli) -> Result<(), Error> {
         Some(Command::Compare(c)) => return offline::compare(c).map_err(Error::Offline),
         _ => {}
     }
-    // Before anything is loaded (profiling and the demo both load the programs).
-    kernel::minkernel::check_running()?;
+    // Before anything is loaded (every other command loads the programs): what this kernel
+    // lacks, probed, said in one line.
+    let (blockers, mode) = match &cli.command {
+        None => (cli.profile.blockers, Some(cli.profile.mode)),
+        Some(Command::Agent(a)) => (a.blockers, a.mode),
+        _ => (false, None),
+    };
+    kernel::features::decide(
+        kernel::features::Features::running(),
+        kernel::features::Needs {
+            // Contention mode names its holders without bpf_loop (the agent's default mode
+            // is decided with the kernel's features: full where contention cannot run).
+            blockers: blockers
+                && (mode == Some(cli::Mode::Full)
+                    || (mode.is_none()
+                        && !kernel::features::Features::running().contention_tracepoints)),
+            contention: mode == Some(cli::Mode::Contention),
+        },
+    )?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -218,6 +235,18 @@ fn main() -> ExitCode {
         }
     };
     logger(cli.log_level, std::env::var("RUST_LOG").ok().as_deref()).init();
+    if cli.probe_kernel {
+        // What the kernel matrix records (docs/kernels.md): the probes, and a verdict that is
+        // also the exit status.
+        let features = kernel::features::Features::running();
+        println!("{features}");
+        let usable = kernel::features::decide(features, kernel::features::Needs::default());
+        return if usable.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+    }
     // Only profiling and the agent end cleanly on a signal at any time; the other commands
     // keep the default dispositions.
     if matches!(cli.command, None | Some(Command::Agent(_))) {

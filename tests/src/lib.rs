@@ -12,6 +12,7 @@ mod browser;
 mod checks;
 pub mod containers;
 mod ground_truth;
+mod kernel;
 mod lookup;
 pub mod nodes;
 pub mod pprof;
@@ -35,6 +36,7 @@ pub use ground_truth::{
     RawThreads, exit_now, map_anon, map_anon_populated, map_touch_unmap, numeric_args,
     ready_then_wait_for_go,
 };
+pub use kernel::{KernelFeatures, in_matrix_guest, kernel_features};
 pub use lookup::{
     cause_counts, cause_stats, find, finding, helper_threads, process, read_lines, stats, strings,
     thread, thread_writes,

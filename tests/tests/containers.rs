@@ -199,6 +199,81 @@ fn assert_node_is_named_node(text: &str, cgroup: &str) {
     }
 }
 
+/// A container starting under the agent (`--cgroup` of podman's parent, `-q`) is a normal
+/// event: not one line on standard error (runc's init maps its binary from a detached mount,
+/// which /proc names `/`), and runc's stages (`runc`, `runc:[0:PARENT]`, `runc:[1:CHILD]`,
+/// `runc:[2:INIT]` before its exec) are one `runc` process beside the image's own.
+#[test]
+fn a_container_start_is_silent_and_runcs_stages_are_one_process() {
+    let Some(image) = image() else { return };
+    let port = integration_tests::scrape::free_port();
+    let agent = std::process::Command::new(integration_tests::profiler_bin())
+        .args([
+            "agent",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "-q",
+            "-i",
+            "0.2",
+        ])
+        .args(["--cgroup", &libpod_parent()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the agent");
+    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+            .call()
+            .map(|_| ())
+            .map_err(|e| format!("the agent does not serve: {e}"))
+    });
+    let (t, n) = (1, 500);
+    let mut cgroups = Vec::new();
+    for i in 0..3 {
+        let c = Container::new_name(&format!("quiet{i}"));
+        let helpers = format!("{}:/helpers:ro", integration_tests::target_dir().display());
+        let mut w = Workload::spawn(c.run_command(
+            &image,
+            &["-v", &helpers, "--entrypoint", "/helpers/mmap-churn"],
+            &[&t.to_string(), &n.to_string(), "65536"],
+        ));
+        cgroups.push(containers::cgroup_of(c.host_pid()).expect("its cgroup"));
+        w.go();
+        assert!(w.wait().success());
+    }
+    for cgroup in &cgroups {
+        let node = format!("cgroup=\"{cgroup}\"");
+        let text = wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
+            let text = integration_tests::scrape::metrics(port);
+            let churn = metric_sum(
+                &text,
+                "mmaplock_acquisitions_total",
+                &["process=\"mmap-churn\"", &node, "cause=\"mmap\""],
+            );
+            if churn >= t * n {
+                Ok(text)
+            } else {
+                Err(format!("{churn} mmaps of mmap-churn in {cgroup}:\n{text}"))
+            }
+        });
+        let names = processes_in(&text, cgroup);
+        assert!(
+            names.iter().all(|n| n == "mmap-churn" || n == "runc"),
+            "{cgroup}: {names:?}"
+        );
+    }
+    // SAFETY: kill has no preconditions; the agent is our child.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let out = agent.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "-q: nothing to say"
+    );
+}
+
 /// A plain `podman run` of a Node process with known thread roles (`roles.js`: 3 Workers, a
 /// threadpool of 2, 2 V8 platform threads), under the agent selecting by name from before the
 /// container exists (the kernel selects node as runc execs it), and the one-shot profiler on

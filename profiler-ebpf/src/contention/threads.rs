@@ -9,7 +9,7 @@ use aya_ebpf::{
     maps::Array,
     programs::RawTracePointContext,
 };
-use profiler_common::{ThreadCpu, exit_record};
+use profiler_common::{ExitedThread, ThreadCpu, exit_record};
 
 use super::{
     waiter::{WAITERS, Waiter, note_lock},
@@ -26,14 +26,17 @@ use crate::{
 /// wait is in `STATS` as it ends), to be read once /proc shows it gone.
 #[inline(always)]
 pub fn notify_freed(w: &Waiter, task: Task) {
-    lifecycle::send_exit(
-        exit_record::FREED,
-        w.tid,
-        w.tgid,
-        w.tid_start,
-        task.u64_at(konst(&KERNEL.task_cpu_ns)),
-        boot_ns(),
-    );
+    lifecycle::send_exit(&ExitedThread {
+        tag: exit_record::FREED,
+        tid: w.tid,
+        tgid: w.tgid,
+        _pad: 0,
+        tid_start: w.tid_start,
+        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        at_ns: boot_ns(),
+        cgroup_id: 0,
+        comm: lifecycle::comm_bytes(w.comm),
+    });
 }
 
 /// A thread is exiting: if it ever waited, userspace is told (it may still wait in exit_mm

@@ -5,6 +5,7 @@
 mod endpoint;
 mod http;
 mod profiles;
+mod runtime;
 mod sampled;
 pub mod selection;
 mod webconfig;
@@ -136,7 +137,7 @@ impl Agent<'_> {
             })
             .or_else(|| cgroup_of(p.pid))
             .unwrap_or_default();
-        (name, cgroup)
+        (runtime::process_label(&name).to_string(), cgroup)
     }
 }
 
@@ -315,14 +316,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Listen(cfg.listen, e))?;
     // The port the kernel gave, for `--listen ADDR:0`.
     let listening = listener.local_addr().unwrap_or(cfg.listen);
-    // The default: contention mode, where the kernel has its tracepoints (a kernel that
-    // cannot be read fails below with its own message).
+    // The default: contention mode, where the kernel has its tracepoints.
     let (mode, fallback) = match cfg.mode {
         Some(m) => (m, false),
-        None => match crate::kernel::btf::KernelInfo::detect() {
-            Ok(k) if !k.contention_tracepoints => (Mode::Full, true),
-            _ => (Mode::Contention, false),
-        },
+        None if crate::kernel::features::Features::running().contention_tracepoints => {
+            (Mode::Contention, false)
+        }
+        None => (Mode::Full, true),
     };
     if fallback && !cfg.quiet {
         eprintln!(
@@ -392,7 +392,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         );
     }
     if !cfg.quiet {
-        crate::kernel::minkernel::warn_if_lacking_ptrace();
+        crate::kernel::privilege::warn_if_lacking_ptrace();
     }
     let local = tokio::task::LocalSet::new();
     let failure = local

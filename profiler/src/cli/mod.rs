@@ -15,6 +15,8 @@ mod values;
 
 pub use crate::vocab::{Format, Mode};
 pub use commands::{AgentArgs, CompareArgs, DemoArgs, ReportArgs, SCENARIOS, StudyArgs};
+#[cfg(test)]
+pub use values::a_kernel_thread;
 pub use values::{parse_cgroup, parse_comm, parse_glob, parse_pid};
 use values::{parse_interval, parse_max_threads, parse_path, parse_positive_secs};
 
@@ -57,6 +59,10 @@ pub struct Cli {
     /// warnings, the programs' off; RUST_LOG (env_logger's syntax) is read first.
     #[arg(long, global = true, value_name = "LEVEL", value_parser = log_levels())]
     pub log_level: Option<log::LevelFilter>,
+    /// Print what this kernel offers the eBPF programs (each probed feature, then whether
+    /// every mode runs here) and exit: 0 if profiling can run, 1 if not.
+    #[arg(long)]
+    pub probe_kernel: bool,
 }
 
 /// `--log-level`'s values (listed in its help and errors).

@@ -99,6 +99,7 @@ fn empty_values_name_the_option() {
 
 #[test]
 fn the_agent_and_the_profiler_refuse_the_same_values() {
+    let kthread = values::a_kernel_thread().to_string();
     for (args, needle) in [
         (&["--max-threads", "0"][..], "'0' for '--max-threads <N>'"),
         (
@@ -117,8 +118,8 @@ fn the_agent_and_the_profiler_refuse_the_same_values() {
             &["agent", "--cgroup", "system.slice"],
             "a cgroup v2 path is absolute",
         ),
-        (&["--pid", "2"], "pid 2 is a kernel thread"),
-        (&["agent", "--pid", "2"], "kernel thread"),
+        (&["--pid", &kthread], "is a kernel thread"),
+        (&["agent", "--pid", &kthread], "kernel thread"),
         (
             &["--stacks", "f", "--stack-sample", "0"],
             "--stack-sample 0 takes none",

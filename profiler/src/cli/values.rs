@@ -20,11 +20,13 @@ pub fn parse_pid(s: &str) -> Result<u32, String> {
 
 /// Whether a live pid is a kernel thread (PF_KTHREAD in `/proc/PID/stat`'s flags).
 fn is_kernel_thread(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| stat_is_kernel_thread(&s))
+}
+
+/// Whether a `/proc/PID/stat` line has PF_KTHREAD in its flags (field 9, counted after the
+/// command name's last ')', which may itself hold spaces and parentheses).
+fn stat_is_kernel_thread(stat: &str) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // Field 9, counted after the command name's last ')': fields 3, 4, ... so the 7th.
     stat.rfind(')')
         .and_then(|i| {
             stat[i + 1..]
@@ -34,6 +36,17 @@ fn is_kernel_thread(pid: u32) -> bool {
                 .ok()
         })
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// A kernel thread of this host, found in /proc (which pids they have differs by host and
+/// boot: kthreadd is pid 2 only in the initial PID namespace).
+#[cfg(test)]
+pub fn a_kernel_thread() -> u32 {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| is_kernel_thread(pid))
+        .expect("a kernel thread in /proc (the tests run in the host's PID namespace)")
 }
 
 /// The most threads `--max-threads` may ask for (the map then takes a few hundred MiB).
@@ -124,4 +137,35 @@ pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
         return Err("a path cannot be empty".into());
     }
     Ok(PathBuf::from(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recorded lines (Linux 6.18): kthreadd, a user process, and a user process whose
+    /// name holds ") " and digits that would be taken for fields by a naive split.
+    #[test]
+    fn kernel_threads_are_told_by_their_stat_flags() {
+        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 25 0 0 \
+                        18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 0 1 0";
+        let cat = "22781 (cat) R 22778 22778 13644 0 -1 4194304 102 0 0 0 0 0 0 0 20 0 1 0 \
+                   52493 3133440 394 18446744073709551615 94818228088832";
+        let tricky = "4242 (a) S 1 2 3 4 -1 2129984 (x) S 1 1 1 0 -1 4194560 1 0 0 0";
+        assert!(stat_is_kernel_thread(kthreadd));
+        assert!(!stat_is_kernel_thread(cat));
+        assert!(!stat_is_kernel_thread(tricky));
+        for junk in ["", "7 (x)", "7 (x) S 1 1 1 0 -1 notanumber"] {
+            assert!(!stat_is_kernel_thread(junk), "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn a_live_kernel_thread_is_refused_and_this_process_accepted() {
+        let k = a_kernel_thread();
+        let e = parse_pid(&k.to_string()).unwrap_err();
+        assert!(e.contains(&format!("pid {k} is a kernel thread")), "{e}");
+        let me = std::process::id();
+        assert_eq!(parse_pid(&me.to_string()), Ok(me));
+    }
 }

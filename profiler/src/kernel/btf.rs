@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Backend, Btf, BtfType, Type};
+use btf_rs::{Btf, BtfType, Type};
 use profiler_common::KernelLayout;
 
 /// Where the running kernel describes its own types.
@@ -98,11 +98,8 @@ impl KernelInfo {
         if !path.exists() {
             return Err(KernelError::NoBtf);
         }
-        // Mmap: parse only the few types we look up (eager parsing of all ~150k types costs
-        // tens of milliseconds, most of our attach time).
-        let btf = Btf::from_file_with_backend(path, Backend::Mmap)
-            .or_else(|_| Btf::from_file(path))
-            .map_err(|e| KernelError::BadBtf(e.to_string()))?;
+        // Mapped: parse only the few types we look up (kernel/vmlinux.rs).
+        let btf = super::vmlinux::open().map_err(|e| KernelError::BadBtf(e.to_string()))?;
         Self::from_btf(&btf)
     }
 
@@ -192,7 +189,7 @@ fn bad(e: btf_rs::Error) -> KernelError {
     KernelError::BadBtf(e.to_string())
 }
 
-fn tracepoint_layout(btf: &Btf) -> Result<TracepointLayout, KernelError> {
+pub(super) fn tracepoint_layout(btf: &Btf) -> Result<TracepointLayout, KernelError> {
     // Every tracepoint has a `btf_trace_<name>` typedef: a pointer to its raw prototype.
     let types = btf
         .resolve_types_by_name("btf_trace_mmap_lock_acquire_returned")

@@ -48,12 +48,6 @@ pub enum CollectorError {
     Attach(&'static str, String),
     #[error("cannot read eBPF map {0}: {1}")]
     Map(&'static str, String),
-    #[error(
-        "--blockers needs Linux {major}.{minor} or newer (bpf_loop); this kernel is {0}: leave --blockers out",
-        major = super::minkernel::MIN_KERNEL_BLOCKERS.0,
-        minor = super::minkernel::MIN_KERNEL_BLOCKERS.1
-    )]
-    BlockersKernel(String),
 }
 
 /// What to load.
@@ -262,13 +256,6 @@ impl Collector {
         cfg: &CollectorConfig,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Self, CollectorError> {
-        if cfg.blockers
-            && cfg.mode == Mode::Full
-            && let Some(release) = super::minkernel::running_release()
-            && !super::minkernel::has_bpf_loop(&release)
-        {
-            return Err(CollectorError::BlockersKernel(release));
-        }
         let stats_fd = if cfg.bpf_stats {
             Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {

@@ -189,7 +189,15 @@ impl FakeKernel {
             cpu_ns: 0,
             at_ns,
             cgroup_id: 0,
+            comm: [0; COMM_LEN],
         });
+    }
+
+    /// `t`'s process execs an image named `comm` (its EXEC notice, with the new name).
+    pub fn notice_exec(&mut self, t: &Task, comm: &str) {
+        self.notice(t, exit_record::EXEC);
+        let n = self.notices.last_mut().expect("just pushed");
+        n.comm[..comm.len()].copy_from_slice(comm.as_bytes());
     }
 
     /// `t` exits as most threads do: freed (its notice sent once its last acquisitions are in

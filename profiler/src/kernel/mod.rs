@@ -9,13 +9,15 @@ pub mod collector;
 pub mod ebpf_log;
 #[cfg(test)]
 pub mod fake;
+pub mod features;
 pub mod load;
-pub mod minkernel;
+pub mod privilege;
 pub mod programs;
 pub mod pthread;
 pub mod readings;
 mod selection;
 pub mod selectors;
 mod stopwatch;
+pub mod vmlinux;
 
 pub use readings::Kernel;

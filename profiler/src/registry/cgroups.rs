@@ -1,7 +1,9 @@
 //! Which cgroup (v2) each process is in, by path (`/system.slice/api.service`, a container's
 //! scope): read from /proc while the process lives, or, for one gone before that, from the
 //! cgroup id the kernel side reported when it exec'd or forked (the id is the inode number
-//! of the cgroup's directory; the hierarchy is walked to find it, at most once a second).
+//! of the cgroup's directory; the hierarchy is walked to find it: at once for an id not
+//! searched for yet, since a short container's cgroup is removed soon after its process
+//! exits, and again for the same id at most once a second).
 
 use std::{
     collections::HashMap,
@@ -12,8 +14,12 @@ use std::{
 
 use crate::{kernel::selectors::cgroup2_mount, vocab::ids::ProcId};
 
-/// The hierarchy is walked again for an unknown id at most this often.
+/// The hierarchy is walked again for the same unknown id at most this often.
 const WALK_EVERY: Duration = Duration::from_secs(1);
+/// And for any id, at most this often (a burst of new cgroups is one walk).
+const WALK_FLOOR: Duration = Duration::from_millis(50);
+/// Unknown ids remembered as searched for, at most (then forgotten together).
+const MAX_SEARCHED: usize = 4096;
 /// Directories visited by one walk, at most (a host has hundreds of cgroups).
 const WALK_MAX: usize = 100_000;
 
@@ -22,6 +28,8 @@ pub struct CgroupNames {
     by_proc: HashMap<ProcId, String>,
     by_id: HashMap<u64, String>,
     walked: Option<Instant>,
+    /// Ids the last walks did not find, and when they were searched for.
+    searched: HashMap<u64, Instant>,
 }
 
 impl CgroupNames {
@@ -43,7 +51,7 @@ impl CgroupNames {
             return;
         }
         if !self.by_id.contains_key(&id) {
-            self.walk();
+            self.walk_for(id);
         }
         if let Some(path) = self.by_id.get(&id) {
             self.by_proc.insert(p, path.clone());
@@ -66,11 +74,20 @@ impl CgroupNames {
         self.by_proc.insert(p, path.to_string());
     }
 
-    /// Learns the id of every cgroup in the hierarchy (rate-limited).
-    fn walk(&mut self) {
-        if self.walked.is_some_and(|t| t.elapsed() < WALK_EVERY) {
+    /// Learns the id of every cgroup in the hierarchy, looking for `id`: at once if it was
+    /// not searched for yet, else at most once a second.
+    fn walk_for(&mut self, id: u64) {
+        let again = self
+            .searched
+            .get(&id)
+            .is_some_and(|t| t.elapsed() < WALK_EVERY);
+        if again || self.walked.is_some_and(|t| t.elapsed() < WALK_FLOOR) {
             return;
         }
+        if self.searched.len() >= MAX_SEARCHED {
+            self.searched.clear();
+        }
+        self.searched.insert(id, Instant::now());
         self.walked = Some(Instant::now());
         let Some(mount) = cgroup2_mount() else {
             return;

@@ -48,8 +48,9 @@ impl ProcessNames {
         self.names.len()
     }
 
-    /// Learns a name as if read from /proc (tests of processes made up).
-    #[cfg(test)]
+    /// Learns a name as if read from /proc: the one a process exec'd under, as the kernel
+    /// reported it (the process may be gone before /proc could be read), or a made-up
+    /// process's in tests.
     pub fn learn(&mut self, p: ProcId, name: &str) {
         self.names.insert(p, name.to_string());
     }

@@ -131,17 +131,8 @@ pub fn open_mapped(pid: u32, m: &Mapping) -> Option<File> {
 /// Opens the file of mapping `m` (at `path` in process `pid`) as `readable_path` explains:
 /// through /proc/PID/root, then map_files, then the path itself, checked by identity.
 fn open_unheld(pid: u32, m: &Mapping, path: &Path) -> Option<untrusted::Opened> {
-    let mut candidates = Vec::with_capacity(3);
-    if let Ok(rel) = path.strip_prefix("/") {
-        candidates.push(Path::new(&format!("/proc/{pid}/root")).join(rel));
-    }
-    candidates.push(PathBuf::from(format!(
-        "/proc/{pid}/map_files/{:x}-{:x}",
-        m.start, m.end
-    )));
-    candidates.push(path.to_path_buf());
     let policy = untrusted::Policy::mapped(m.inode);
-    for c in candidates {
+    for c in candidates(pid, m, path) {
         match untrusted::open(&c, &policy) {
             Ok(o) => return Some(o),
             Err(e) if e.is_suspicious() => {
@@ -152,6 +143,23 @@ fn open_unheld(pid: u32, m: &Mapping, path: &Path) -> Option<untrusted::Opened> 
         }
     }
     None
+}
+
+/// Where the file of mapping `m` (named `path` in process `pid`'s maps) is looked for, in
+/// order. A mapping named `/` is a file that is the root of a mount attached nowhere: runc
+/// maps its own binary so in every container it starts (a read-only copy, bind-mounted, then
+/// detached), and only map_files reaches it; a path would name a directory.
+fn candidates(pid: u32, m: &Mapping, path: &Path) -> Vec<PathBuf> {
+    let map_file = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+    match path.strip_prefix("/") {
+        Ok(rel) if rel.as_os_str().is_empty() => vec![map_file],
+        Ok(rel) => vec![
+            Path::new(&format!("/proc/{pid}/root")).join(rel),
+            map_file,
+            path.to_path_buf(),
+        ],
+        Err(_) => vec![map_file, path.to_path_buf()],
+    }
 }
 
 /// The file of mapping `m` if it is among those kept open: same device and inode (an inode
@@ -234,6 +242,33 @@ impl Maps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// runc's init maps its binary from a detached mount, which /proc/PID/maps names `/`: the
+    /// file is still found (through map_files), not refused as a path leaving the root.
+    #[test]
+    fn a_file_mapped_from_a_detached_mount_is_read_through_map_files() {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::process::id();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = Maps::read(me).unwrap();
+        // The last of our executable's mappings (another test looks at the first).
+        let mut m = maps
+            .iter()
+            .filter(|m| m.path.as_deref() == Some(exe.as_path()))
+            .last()
+            .expect("our executable is mapped")
+            .clone();
+        m.path = Some("/".into());
+        assert_eq!(
+            candidates(me, &m, Path::new("/")),
+            [PathBuf::from(format!(
+                "/proc/{me}/map_files/{:x}-{:x}",
+                m.start, m.end
+            ))]
+        );
+        let p = readable_path(me, &m).expect("found through map_files");
+        assert_eq!(std::fs::metadata(&p).unwrap().ino(), m.inode);
+    }
 
     #[test]
     fn mapped_files_are_found_by_identity_and_named_by_our_own_descriptor() {

@@ -308,7 +308,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         }
     }
     if !cfg.quiet {
-        crate::kernel::minkernel::warn_if_lacking_ptrace();
+        crate::kernel::privilege::warn_if_lacking_ptrace();
         if let Some(w) = memcg_path_cost(&collector) {
             eprintln!("mmaplock-prof: {w}");
         }

@@ -370,7 +370,7 @@ async fn machine(node: &Path) -> serde_json::Value {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     serde_json::json!({
-        "kernel": crate::kernel::minkernel::running_release().unwrap_or_default(),
+        "kernel": crate::kernel::features::running_release().unwrap_or_default(),
         "node": node_version,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     })

@@ -36,23 +36,28 @@ fn selectors_by_name_exe_cgroup_and_pid() {
 
 #[test]
 fn config_files_name_the_bad_line() {
+    // This very process: a pid that exists and is no kernel thread on any host.
+    let me = std::process::id();
     let mut s = Selectors::default();
-    s.add_text("# node services\ncomm node\nexe */bin/node  # any\n\ncgroup /a/b/\npid 12\n")
-        .unwrap();
+    s.add_text(&format!(
+        "# node services\ncomm node\nexe */bin/node  # any\n\ncgroup /a/b/\npid {me}\n"
+    ))
+    .unwrap();
     assert_eq!(s.comms, vec!["node"]);
     assert_eq!(s.exes, vec!["*/bin/node"]);
     assert_eq!(s.cgroups, vec!["/a/b"]);
-    assert_eq!(s.pids, vec![12]);
+    assert_eq!(s.pids, vec![me]);
     assert_eq!(s.add_text("comm x\nbogus 1\n").unwrap_err().0, 2);
     assert_eq!(s.add_text("pid x\n").unwrap_err().0, 1);
     // Each value as the command line checks it, with the same words.
+    let kthread = format!("pid {}", crate::cli::a_kernel_thread());
     for (line, needle) in [
         ("cgroup relative/path", "a cgroup v2 path is absolute"),
         (
             "comm sixteen-bytes-xx",
             "longer than the 15 the kernel keeps",
         ),
-        ("pid 2", "kernel thread"),
+        (kthread.as_str(), "kernel thread"),
         ("pid 0", "not a process id"),
         ("exe [", "not a glob"),
         ("bogus 1", "unknown selector \"bogus\""),

@@ -16,13 +16,13 @@
 
 use std::collections::BTreeSet;
 
-use profiler_common::exit_record;
+use profiler_common::{COMM_LEN, exit_record};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::Profile;
 use crate::{
     kernel::Kernel,
-    registry::roles::SeenThread,
+    registry::roles::{SeenThread, comm_str},
     run::SessionError,
     vocab::ids::{self, Presence, ProcId, ThreadId},
 };
@@ -107,7 +107,7 @@ impl<K: Kernel> Profile<K> {
                 exit_record::EXEC => {
                     let p = ProcId::new(e.tgid, t.start);
                     self.registry.cgroups.note_id(p, e.cgroup_id);
-                    execs.push((p, e.at_ns));
+                    execs.push((p, e.at_ns, e.comm));
                 }
                 exit_record::FORK => {
                     let p = ProcId::new(e.tgid, t.start);
@@ -117,8 +117,8 @@ impl<K: Kernel> Profile<K> {
                 _ => {}
             }
         }
-        for (p, at_ns) in execs {
-            self.process_exec(p, at_ns);
+        for (p, at_ns, comm) in execs {
+            self.process_exec(p, at_ns, &comm);
         }
     }
 
@@ -151,14 +151,18 @@ impl<K: Kernel> Profile<K> {
         std::mem::take(&mut self.exits.execs)
     }
 
-    /// A profiled process has exec'd: same pid and start time, a new image. Its name is read
-    /// again (a container's process is named `node`, not `runc:[2:INIT]`, once runc has
-    /// exec'd it), and what was learnt from its old image is dropped: thread roles, maps,
-    /// unwinders, perf map.
-    fn process_exec(&mut self, p: ProcId, at_ns: u64) {
+    /// A profiled process has exec'd: same pid and start time, a new image. Its name is the
+    /// new image's (a container's process is named `node`, not `runc:[2:INIT]`, once runc has
+    /// exec'd it): read again, or, for a process gone since (a short container's), the name
+    /// the kernel gave it at exec. What was learnt from its old image is dropped: thread
+    /// roles, maps, unwinders, perf map.
+    fn process_exec(&mut self, p: ProcId, at_ns: u64, comm: &[u8; COMM_LEN]) {
         self.exits.execs.push(p);
         self.registry.names.forget(p);
         self.registry.names.prime(p);
+        if self.registry.names.cached(p).is_none() && comm[0] != 0 {
+            self.registry.names.learn(p, &comm_str(comm));
+        }
         let kernel = &self.collector;
         self.registry
             .roles

@@ -1,0 +1,106 @@
+//! ROOT-ONLY: what the kernel offers, probed (`mmaplock-prof --probe-kernel`), decides what
+//! every mode does. Where a feature every mode needs is missing (Linux 5.10 in the kernel
+//! matrix), each mode exits at once with status 1 and one line naming what is missing, the
+//! probes' own verdict; elsewhere a profile starts and ends normally, and `--blockers` runs
+//! exactly where `bpf_loop` is there.
+
+use std::{
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{kernel_features, profiler_bin};
+
+/// Runs the profiler with `args`, killed after `limit`; its output and how long it took.
+fn run(args: &[&str], limit: Duration) -> (Output, Duration) {
+    let t0 = Instant::now();
+    let mut child = Command::new(profiler_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mmaplock-prof");
+    while child.try_wait().expect("try_wait").is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("mmaplock-prof {args:?} still runs after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().unwrap(), t0.elapsed())
+}
+
+#[test]
+fn the_probes_decide_every_mode() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test loads eBPF programs: run as root"
+    );
+    let f = kernel_features();
+    let verdict = f.verdict();
+    for line in f.text.lines() {
+        assert!(
+            line.contains(": "),
+            "a probe line is `name: value`: {line:?}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let study_out = dir.path().join("study");
+    let modes: [&[&str]; 4] = [
+        &["-d", "1", "-i", "0"],
+        &["agent", "--listen", "127.0.0.1:0", "--comm", "mlp-none"],
+        &["demo", "-n", "10"],
+        &["study", "--quick", "--out", study_out.to_str().unwrap()],
+    ];
+    if let Some(refusal) = verdict.strip_prefix("this kernel") {
+        // Refused: the probes' exit status says so, and every mode says the same one line.
+        assert_eq!(f.status, 1, "{}", f.text);
+        let line = format!("mmaplock-prof: this kernel{refusal}");
+        for args in modes {
+            let (out, took) = run(args, Duration::from_secs(60));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert_eq!(
+                err.trim_end(),
+                line,
+                "{args:?}: one line naming what is missing"
+            );
+            assert!(out.stdout.is_empty(), "{args:?}");
+            // At once: refused before anything is loaded (generous for an emulated guest).
+            assert!(took < Duration::from_secs(15), "{args:?} took {took:?}");
+        }
+        return;
+    }
+    assert_eq!(f.status, 0, "{}", f.text);
+    assert!(verdict.starts_with("every mode runs"), "{verdict}");
+    assert!(
+        f.value("mmap_lock tracepoints").unwrap().starts_with("yes"),
+        "{}",
+        f.text
+    );
+    // A profile starts, and ends with its summary.
+    let (out, _) = run(modes[0], Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"type\":\"summary\""));
+    // --blockers where the kernel has bpf_loop; else its own one line, exit 1.
+    let (out, _) = run(
+        &["--blockers", "-d", "1", "-i", "0"],
+        Duration::from_secs(120),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    if f.bpf_loop() {
+        assert!(out.status.success(), "{err}");
+        assert!(verdict == "every mode runs", "{verdict}");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("--blockers needs bpf_loop"), "{err}");
+    }
+}
