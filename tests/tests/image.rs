@@ -82,6 +82,10 @@ fn the_image_profiles_a_node_container_for_prometheus_under_either_ingestion() {
             .args(["-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"])
             .arg(&image)
             .args(["agent", "--listen", &format!("127.0.0.1:{port}")])
+            // Full mode: the exact counts below are every acquisition's. (Contention mode,
+            // the default, is tested on the dashboard and the rules in contention_views.rs,
+            // and with exactly these capabilities in privileges.rs.)
+            .args(["--mode", "full"])
             .args(["--cgroup", parent, "-i", "0.5", "--blockers"]),
     )
     .expect("podman run the image");
