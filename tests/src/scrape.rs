@@ -37,6 +37,34 @@ pub fn metrics(port: u16) -> String {
     text
 }
 
+/// A child process killed on drop (a test that fails half-way leaves nothing running),
+/// unless taken back.
+pub struct ChildGuard(Option<Child>);
+
+impl ChildGuard {
+    pub fn new(c: Child) -> Self {
+        ChildGuard(Some(c))
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// The child, no longer killed on drop.
+    pub fn take(mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// The agent, killed on drop.
 pub struct Agent {
     pub child: Child,

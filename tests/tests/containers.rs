@@ -207,21 +207,27 @@ fn assert_node_is_named_node(text: &str, cgroup: &str) {
 fn a_container_start_is_silent_and_runcs_stages_are_one_process() {
     let Some(image) = image() else { return };
     let port = integration_tests::scrape::free_port();
-    let agent = std::process::Command::new(integration_tests::profiler_bin())
-        .args([
-            "agent",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "-q",
-            "-i",
-            "0.2",
-        ])
-        .args(["--cgroup", &libpod_parent()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the agent");
+    // (Full mode: the helpers' mmaps are counted exactly; killed on drop, even should the
+    // test fail half-way.)
+    let agent = integration_tests::scrape::ChildGuard::new(
+        std::process::Command::new(integration_tests::profiler_bin())
+            .args([
+                "agent",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "-q",
+                "-i",
+                "0.2",
+                "--mode",
+                "full",
+            ])
+            .args(["--cgroup", &libpod_parent()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the agent"),
+    );
     wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
         ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
             .call()
@@ -265,7 +271,7 @@ fn a_container_start_is_silent_and_runcs_stages_are_one_process() {
     }
     // SAFETY: kill has no preconditions; the agent is our child.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
-    let out = agent.wait_with_output().unwrap();
+    let out = agent.take().wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),

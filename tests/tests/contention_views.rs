@@ -123,10 +123,6 @@ fn the_writer_a_wait_began_behind_is_its_blocker() {
         .sum();
     let charged = p["blocked_wait_ns"].as_u64().unwrap();
     assert!(charged <= waited, "{charged} > {waited}");
-    assert!(
-        top["wait_ns"].as_u64().unwrap() * 2 > charged,
-        "{top}: of {charged}"
-    );
     let long = finding(s, "long-holds", w.pid);
     assert_eq!(long["evidence"]["threads"][0]["tid"], holder, "{long}");
     assert_eq!(

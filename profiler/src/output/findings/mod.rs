@@ -274,8 +274,12 @@ pub fn to_text(findings: &[Finding]) -> String {
             f.title
         );
         let _ = writeln!(out, "      cost: {}", share_text(f));
-        // A pattern that costs next to nothing: its title and cost say enough.
+        // A pattern that costs next to nothing: its title and cost say enough, and what a
+        // study asked for (`--study`) measured of its advice.
         if f.severity == Severity::Info && f.id != patterns::NOT_A_BOTTLENECK {
+            for e in &f.measured {
+                let _ = writeln!(out, "      measured here: {}", effect_text(e));
+            }
             continue;
         }
         for fact in &f.evidence.facts {

@@ -470,6 +470,17 @@ fn a_study_adds_the_measured_effect_of_the_advice() {
     let text = to_text(&f);
     assert!(text.contains("measured here: jemalloc at 64 KiB: 1.30x throughput (1.20-1.40, 3 runs, changed), 0.30x writes"), "{text}");
     assert!(text.contains("measured here: arena-1 at 64 KiB: 1.24x throughput, 0.46x writes"));
+    // A finding that costs next to nothing keeps to its title and cost, and what the study
+    // the user gave measured of its advice (it was hidden: a quick run's finding is often
+    // `info`).
+    let mut info = f.clone();
+    info[0].severity = Severity::Info;
+    let text = to_text(&info);
+    assert!(!text.contains("change: "), "{text}");
+    assert!(
+        text.contains("measured here: arena-1 at 64 KiB: 1.24x throughput"),
+        "{text}"
+    );
 }
 
 /// Contention mode: the holder of the long writes may never have waited itself (it is only

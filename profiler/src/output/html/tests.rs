@@ -374,3 +374,23 @@ fn wait_over_cpu_time_is_a_ratio_per_cpu_second() {
     assert!(text.contains("(17.6 s of wait per CPU-second)"), "{text}");
     assert!(!text.contains("1762.0%"), "{text}");
 }
+
+/// A contention-mode run's page says what its numbers are before any of them, and draws no
+/// hold (none was measured); a full-mode run's page says nothing of the kind.
+#[test]
+fn a_contention_run_page_says_its_mode_and_draws_no_hold() {
+    let full = summary(vec![process(1, "node", 5000, false)]);
+    let mut cont = full.clone();
+    cont.mode = crate::vocab::Mode::Contention;
+    cont.drop_unmeasured();
+    let page = |r: &Report| {
+        let run = RunLines::parse("run.json", &ndjson(&[r])).unwrap();
+        run_page("run.json", &run)
+    };
+    let (f, c) = (page(&full), page(&cont));
+    assert!(c.contains("contention mode: counts and waits are the contended waits only"));
+    assert_eq!(charts(&c, "hold-histogram"), 0);
+    assert!(charts(&c, "wait-histogram") > 0);
+    assert!(!f.contains("contention mode"));
+    assert!(charts(&f, "hold-histogram") > 0);
+}
