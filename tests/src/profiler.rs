@@ -105,7 +105,7 @@ impl Profiler {
             stderr: Vec::new(),
             stdout_thread: Some(stdout_thread),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + attach_limit();
         loop {
             match p
                 .stderr_rx
@@ -258,4 +258,10 @@ pub fn stop_when_done(w: &mut Workload, prof: Profiler) -> Finished {
     w.send("exit");
     assert!(w.wait().success());
     out
+}
+
+/// How long attaching may take: seconds here, but the verifier and the BTF reads are
+/// emulated in the kernel matrix's guests (15 s for --blockers under TCG).
+pub fn attach_limit() -> Duration {
+    Duration::from_secs(if crate::in_matrix_guest() { 180 } else { 30 })
 }

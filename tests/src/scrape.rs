@@ -128,7 +128,7 @@ impl Agent {
             }
         });
         loop {
-            match rx.recv_timeout(Duration::from_secs(30)) {
+            match rx.recv_timeout(crate::attach_limit()) {
                 Ok(l) if l.contains("serving") => break,
                 Ok(_) => {}
                 Err(_) => panic!("the agent did not start"),

@@ -7,6 +7,7 @@ mod dist;
 mod image;
 mod layers;
 mod ldd;
+mod matrix;
 mod packages;
 mod soak;
 mod suite;
@@ -46,6 +47,12 @@ enum Cmd {
         /// Extra arguments for the test binaries, e.g. a test name filter.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Run the kernel matrix alone (root): the integration tests' subset inside each named
+    /// kernel (6.1, 6.12, newest, 5.10; all when none is named), booted with virtme-ng.
+    Matrix {
+        /// The kernels, by their names in the matrix.
+        kernels: Vec<String>,
     },
     /// Build in release mode and run `mmaplock-prof demo` (as root, through sudo if needed).
     Demo {
@@ -153,6 +160,7 @@ fn main() -> Result<()> {
         }
         Cmd::Build { release } => build(&linker_dir, release),
         Cmd::Test { args } => suite::run_suite(&linker_dir, &args),
+        Cmd::Matrix { kernels } => suite::run_matrix_alone(&linker_dir, &kernels),
         Cmd::Demo { args } => demo(&linker_dir, &args),
         Cmd::Bench(args) => bench::run(&linker_dir, args),
         Cmd::Soak(args) => soak::run(&linker_dir, args),

@@ -36,8 +36,9 @@ pub fn k8s_validator_dir() -> std::path::PathBuf {
     cache_dir("k8s-validator")
 }
 
-/// `~/.cache/mmaplock-prof/NAME`, where the tests' npm packages are installed.
-fn cache_dir(name: &str) -> std::path::PathBuf {
+/// `~/.cache/mmaplock-prof/NAME`, where the tests' npm packages (and the kernel matrix's
+/// kernels and virtme-ng) are installed.
+pub fn cache_dir(name: &str) -> std::path::PathBuf {
     let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
     home.join(".cache/mmaplock-prof").join(name)
 }
@@ -150,7 +151,7 @@ pub fn ensure_node18_builtins() -> Result<()> {
     Ok(())
 }
 
-fn ensure(package: &str, files: &[&str]) -> Result<()> {
+pub fn ensure(package: &str, files: &[&str]) -> Result<()> {
     if files.iter().all(|f| Path::new(f).exists()) || !crate::is_root() {
         return Ok(());
     }

@@ -6,7 +6,9 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{build, cargo, dist, image, is_root, layers, packages, path_with, run, workspace_root};
+use crate::{
+    build, cargo, dist, image, is_root, layers, matrix, packages, path_with, run, workspace_root,
+};
 
 /// Runs the suite in its order (cheapest check first), then prints its closing line.
 pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
@@ -64,9 +66,27 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
         cmd.env(TEST_IMAGE_ENV, tag);
     }
     let (mut tally, status) = run_counting_tests(&mut cmd)?;
-    let skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
+    let mut skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
     let _ = std::fs::remove_file(&skip_file);
     tally.apply_skips(&skips);
+    // The kernel matrix, after the host's tests (its guests run the binaries they built);
+    // not when the run was narrowed to some tests.
+    if args.is_empty() {
+        let started = std::time::Instant::now();
+        let runs = kernel_matrix(linker_dir, &[])?;
+        tally.add_matrix(&runs, &mut skips);
+        let each: Vec<String> = runs
+            .iter()
+            .map(|r| format!("{} {:.0} s", r.kernel.name, r.wall.as_secs_f64()))
+            .collect();
+        println!(
+            "kernel matrix: {:.0} s ({})",
+            started.elapsed().as_secs_f64(),
+            each.join(", ")
+        );
+    } else {
+        println!("kernel matrix: not run (the run was narrowed to {args:?})");
+    }
     for s in &skips {
         println!("skipped: {} ({})", s.test, s.reason);
     }
@@ -75,7 +95,43 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
+    if tally.failed > 0 {
+        bail!("{} kernel matrix test(s) failed", tally.failed);
+    }
     ci_verdict(under_ci(), &skips)
+}
+
+/// `cargo xtask matrix [KERNEL...]`: the kernel matrix alone, on this build's test binaries,
+/// with a closing line of its own.
+pub fn run_matrix_alone(linker_dir: &Path, kernels: &[String]) -> Result<()> {
+    build(linker_dir, false)?;
+    let mut tally = Tally::default();
+    let mut skips = Vec::new();
+    let runs = kernel_matrix(linker_dir, kernels)?;
+    tally.add_matrix(&runs, &mut skips);
+    println!("{}", tally.closing_line());
+    if tally.failed > 0 {
+        bail!("{} kernel matrix test(s) failed", tally.failed);
+    }
+    ci_verdict(under_ci(), &skips)
+}
+
+/// Runs the kernel matrix (root only: its guests load BPF) and prints each kernel's block.
+fn kernel_matrix(linker_dir: &Path, names: &[String]) -> Result<Vec<matrix::KernelRun>> {
+    let kernels = matrix::select(names)?;
+    if !is_root() {
+        let why = "not root (its guests load eBPF programs)".to_string();
+        return Ok(kernels
+            .iter()
+            .map(|k| matrix::KernelRun::skipped(k, matrix::tests_of(k), why.clone()))
+            .collect());
+    }
+    let binaries = matrix::test_binaries(linker_dir)?;
+    let runs = matrix::run(&kernels, &binaries)?;
+    for r in &runs {
+        print!("{}", r.render());
+    }
+    Ok(runs)
 }
 
 /// The variable naming the project's image for the tests (built from the debug binary).
@@ -131,7 +187,7 @@ fn ebpf_clippy(linker_dir: &Path) -> Result<()> {
 const SKIP_FILE_ENV: &str = "MMAPLOCK_PROF_TEST_SKIP_FILE";
 
 /// `CI` set (CI services set `CI=true`), as the integration tests decide it too.
-fn under_ci() -> bool {
+pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
@@ -181,6 +237,25 @@ impl Tally {
         let moved = n.min(self.passed);
         self.passed -= moved;
         self.skipped += moved;
+    }
+
+    /// The kernel matrix's tests, each kernel's apart (`matrix[6.1]::file::test`); its skips
+    /// join the suite's (under CI, a failure).
+    fn add_matrix(&mut self, runs: &[matrix::KernelRun], skips: &mut Vec<Skip>) {
+        for r in runs {
+            let (p, f, s) = r.counts();
+            self.passed += p;
+            self.failed += f;
+            self.skipped += s;
+            for t in &r.tests {
+                if let matrix::Outcome::Skipped(why) = &t.outcome {
+                    skips.push(Skip {
+                        test: format!("matrix[{}]::{}", r.kernel.name, t.name),
+                        reason: why.clone(),
+                    });
+                }
+            }
+        }
     }
 
     fn closing_line(&self) -> String {

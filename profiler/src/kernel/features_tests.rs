@@ -34,13 +34,43 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): no
 verdict: every mode runs";
 
+/// Debian 13's Linux 6.12: per-VMA locks, still the old prototype.
+const LINUX_6_12: &str = "kernel: Linux 6.12.117+deb13-amd64
+btf: yes
+mmap_lock tracepoints: yes (mm, memcg_path, write, success) [Linux 5.8-6.13]
+raw tracepoint programs: yes
+ring buffer: yes
+task storage: yes
+bpf_get_current_task_btf: yes
+bpf_task_pt_regs: yes
+task iterator: yes
+bpf_loop (--blockers): yes
+contention tracepoints: yes
+per-VMA locks (few page faults take mmap_lock): yes
+verdict: every mode runs";
+
+/// Debian 11's Linux 5.10: refused.
+const LINUX_5_10: &str = "kernel: Linux 5.10.0-32-amd64
+btf: yes
+mmap_lock tracepoints: no
+raw tracepoint programs: yes
+ring buffer: yes
+task storage: no
+bpf_get_current_task_btf: no
+bpf_task_pt_regs: no
+task iterator: yes
+bpf_loop (--blockers): no
+contention tracepoints: no
+per-VMA locks (few page faults take mmap_lock): no
+verdict: this kernel (Linux 5.10.0-32-amd64) lacks what mmaplock-prof needs: the mmap_lock tracepoints (Linux 5.11+), task local storage from tracepoint programs (Linux 5.13+), bpf_get_current_task_btf (Linux 5.11+), bpf_task_pt_regs (Linux 5.15+)";
+
 fn parsed(text: &str) -> Features {
     Features::parse(text).unwrap_or_else(|| panic!("unreadable probes:\n{text}"))
 }
 
 #[test]
 fn the_printed_probes_read_back_the_same() {
-    for text in [LINUX_6_18, LINUX_6_1] {
+    for text in [LINUX_6_18, LINUX_6_12, LINUX_6_1, LINUX_5_10] {
         let f = parsed(text);
         assert_eq!(f.to_string(), text);
         assert_eq!(parsed(&f.to_string()), f);
@@ -58,7 +88,7 @@ fn the_printed_probes_read_back_the_same() {
 
 #[test]
 fn kernels_with_every_feature_run_every_mode() {
-    for text in [LINUX_6_18, LINUX_6_1] {
+    for text in [LINUX_6_18, LINUX_6_12, LINUX_6_1] {
         let f = parsed(text);
         assert_eq!(
             decide(
@@ -77,6 +107,28 @@ fn kernels_with_every_feature_run_every_mode() {
         Tracepoints::Layout(TracepointLayout::WithMemcgPath)
     );
     assert!(!parsed(LINUX_6_1).per_vma_locks && parsed(LINUX_6_18).per_vma_locks);
+}
+
+/// Debian 11's 5.10 is refused by every mode, naming each missing feature in one line.
+#[test]
+fn linux_5_10_is_refused_naming_what_it_lacks() {
+    let f = parsed(LINUX_5_10);
+    assert_eq!(
+        f.missing(),
+        [
+            Feature::MmapLockTracepoints,
+            Feature::TaskStorage,
+            Feature::CurrentTaskBtf,
+            Feature::TaskPtRegs
+        ]
+    );
+    for blockers in [false, true] {
+        let e = decide(&f, Needs { blockers }).unwrap_err().to_string();
+        assert!(
+            e.starts_with("this kernel (Linux 5.10.0-32-amd64) lacks"),
+            "{e}"
+        );
+    }
 }
 
 /// RHEL 9 calls itself 5.14 and has the BPF of 6.12: its probes decide, not its number.

@@ -1,0 +1,297 @@
+//! The kernel matrix: a subset of the integration tests, chosen to touch every kernel
+//! interface the profiler reads, run inside the kernels production Node hosts run (Debian's
+//! packages, booted with virtme-ng), with the test binaries already built on the host (no
+//! cargo in the guest). Each kernel's probes (`mmaplock-prof --probe-kernel`) are recorded
+//! beside its results. docs/kernels.md says how to add a kernel or a test, and how to run
+//! one kernel alone (`cargo xtask matrix 6.1`).
+
+mod fetch;
+mod guest;
+mod report;
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+pub use report::{KernelRun, Outcome};
+
+/// A kernel of the matrix.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    /// What `cargo xtask matrix NAME` and the results call it.
+    pub name: &'static str,
+    /// The Debian suite whose `linux-image-amd64` it is.
+    pub suite: &'static str,
+    /// Whether the profiler runs there, or must refuse in one line.
+    pub profiles: bool,
+}
+
+/// The kernels, in the order they run: Debian 12's, Debian 13's, the newest Debian ships
+/// (trixie-backports), and one the profiler must refuse.
+pub const KERNELS: [Kernel; 4] = [
+    Kernel {
+        name: "6.1",
+        suite: "bookworm",
+        profiles: true,
+    },
+    Kernel {
+        name: "6.12",
+        suite: "trixie",
+        profiles: true,
+    },
+    Kernel {
+        name: "newest",
+        suite: "trixie-backports",
+        profiles: true,
+    },
+    Kernel {
+        name: "5.10",
+        suite: "bullseye",
+        profiles: false,
+    },
+];
+
+/// The tests run in each kernel that profiles, as (test file, test name): one line adds a
+/// test to every kernel. Together they read every kernel interface the profiler uses, each
+/// test starting the profiler once or twice (an attach takes 10-15 s under TCG: the subset is
+/// what fits the suite's budget): the probes and the refusal; exact counts against the
+/// ground-truth helper (the tracepoints' layout, task storage, the task iterator, exits, the
+/// syscall causes from `bpf_task_pt_regs`); a page fault's write (`orig_ax` -1); munmap's
+/// downgrade; fork; thread churn; Node 20's JS names with no flags (user stacks and memory,
+/// the thread roles' fs base); the agent's selection at exec (comm matching, exec and exit
+/// notices); and `--blockers` (`bpf_loop`).
+pub const SUBSET: &[(&str, &str)] = &[
+    ("kernel", "the_probes_decide_every_mode"),
+    (
+        "profiler",
+        "write_count_matches_ground_truth_exactly_up_to_exit",
+    ),
+    ("fidelity", "stack_growth_is_a_page_fault_write"),
+    ("fidelity", "munmap_downgrades_are_not_reads"),
+    ("fidelity", "fork_is_charged_to_the_parents_own_lock"),
+    ("fidelity", "thread_churn_polled_every_100ms_loses_no_write"),
+    ("jsnames", "node20_names_with_no_flags"),
+    (
+        "agent",
+        "short_processes_are_counted_from_their_first_instruction",
+    ),
+    (
+        "blockers",
+        "a_long_holder_is_charged_the_bulk_of_the_waits_behind_it",
+    ),
+];
+
+/// In a kernel the profiler must refuse: the probes, and every mode's one-line refusal.
+pub const REFUSAL: &[(&str, &str)] = &[("kernel", "the_probes_decide_every_mode")];
+
+/// The tests a kernel runs.
+pub fn tests_of(k: &Kernel) -> &'static [(&'static str, &'static str)] {
+    if k.profiles { SUBSET } else { REFUSAL }
+}
+
+/// The longest a guest may take (boot, every test, power-off) before it is killed.
+const GUEST_LIMIT: Duration = Duration::from_secs(20 * 60);
+/// The longest one test may take inside a guest.
+const TEST_LIMIT_S: u32 = 300;
+
+/// The kernels named (all when none is), or an error naming the unknown one.
+pub fn select(names: &[String]) -> Result<Vec<Kernel>> {
+    if names.is_empty() {
+        return Ok(KERNELS.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            KERNELS
+                .iter()
+                .find(|k| k.name == n)
+                .copied()
+                .with_context(|| {
+                    let known: Vec<&str> = KERNELS.iter().map(|k| k.name).collect();
+                    format!(
+                        "no kernel {n:?} in the matrix (known: {})",
+                        known.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Runs the matrix on `kernels`; the test binaries are those of the last `cargo test` build
+/// (`binaries`: test file -> executable). A kernel that cannot be fetched or booted has its
+/// tests skipped, with the reason.
+pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<KernelRun>> {
+    let venv_bin = guest::ensure_virtme_ng()?;
+    let work = crate::workspace_root().join("target/matrix");
+    let mut accel = None;
+    let mut runs = Vec::new();
+    for k in kernels {
+        let tests = tests_of(k);
+        let started = Instant::now();
+        let fetched = match fetch::fetch(k) {
+            Ok(f) => f,
+            Err(e) => {
+                runs.push(KernelRun::skipped(
+                    k,
+                    tests,
+                    format!("cannot fetch it: {e:#}"),
+                ));
+                continue;
+            }
+        };
+        let accel = match accel {
+            Some(a) => a,
+            None => {
+                let a = guest::choose_accel(&venv_bin, &fetched, &work.join("kvm-probe"))?;
+                eprintln!("xtask: kernel matrix guests run under {a}");
+                *accel.insert(a)
+            }
+        };
+        let rwdir = work.join(k.name);
+        let _ = std::fs::remove_dir_all(&rwdir);
+        std::fs::create_dir_all(rwdir.join("logs"))?;
+        let script = rwdir.join("run.sh");
+        std::fs::write(&script, guest_script(&rwdir, tests, binaries)?)?;
+        eprintln!(
+            "xtask: kernel matrix: Linux {} ({}), {} test(s)",
+            fetched.release,
+            k.suite,
+            tests.len()
+        );
+        let came_back = guest::run(
+            &venv_bin,
+            &fetched,
+            accel,
+            &rwdir,
+            &format!("sh {}", script.display()),
+            GUEST_LIMIT,
+        )?;
+        let mut run = KernelRun::read(k, tests, &fetched.release, accel, &rwdir);
+        run.wall = started.elapsed();
+        if !came_back && run.tests.iter().all(|t| t.outcome == Outcome::NotRun) {
+            run = KernelRun::skipped(
+                k,
+                tests,
+                format!("the guest did not come back within {GUEST_LIMIT:?}"),
+            );
+        }
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// The script the guest runs: the probes, then each test alone, its output and status into
+/// the shared directory.
+fn guest_script(
+    rwdir: &Path,
+    tests: &[(&str, &str)],
+    binaries: &[(String, PathBuf)],
+) -> Result<String> {
+    let root = crate::workspace_root();
+    let rw = rwdir.display();
+    let mut s = format!(
+        "#!/bin/sh\n# Written by cargo xtask's kernel matrix; run inside the guest.\n\
+         cd {tests_dir} || exit 1\n\
+         export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin RUST_BACKTRACE=0\n\
+         export MMAPLOCK_PROF_TEST_SKIP_FILE={rw}/skips.txt MMAPLOCK_PROF_TEST_GUEST=1\n",
+        tests_dir = root.join("tests").display(),
+    );
+    if crate::suite::under_ci() {
+        s.push_str("export CI=true\n");
+    }
+    s.push_str(&format!(
+        "uname -r > {rw}/release.txt\n\
+         {profiler} --probe-kernel > {rw}/probe.txt 2>&1\n\
+         t() {{ s=$(date +%s); timeout {TEST_LIMIT_S} \"$2\" --exact \"$3\" --test-threads=1 > {rw}/logs/$1.log 2>&1; \
+         printf '%s\\t%s\\t%s\\n' \"$1\" $? $(( $(date +%s) - s )) >> {rw}/results.tsv; }}\n",
+        profiler = root.join("target/debug/mmaplock-prof").display(),
+    ));
+    for (file, test) in tests {
+        let bin = binaries
+            .iter()
+            .find(|(f, _)| f == file)
+            .map(|(_, b)| b)
+            .with_context(|| format!("no test binary {file} (tests/tests/{file}.rs)"))?;
+        s.push_str(&format!("t {file}::{test} {} {test}\n", bin.display()));
+    }
+    s.push_str(&format!("echo done > {rw}/done\n"));
+    Ok(s)
+}
+
+/// The integration tests' executables, as cargo built them: (test file, path).
+pub fn test_binaries(linker_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let out = crate::cargo(linker_dir)?
+        .args([
+            "test",
+            "-p",
+            "integration-tests",
+            "--tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        bail!("cargo test --no-run failed: {}", out.status);
+    }
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] == "compiler-artifact"
+            && v["target"]["kind"][0] == "test"
+            && let (Some(name), Some(exe)) =
+                (v["target"]["name"].as_str(), v["executable"].as_str())
+        {
+            bins.push((name.to_string(), PathBuf::from(exe)));
+        }
+    }
+    Ok(bins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_are_selected_by_name() {
+        assert_eq!(select(&[]).unwrap().len(), KERNELS.len());
+        let one = select(&["6.12".to_string()]).unwrap();
+        assert_eq!(one[0].suite, "trixie");
+        let e = select(&["4.19".to_string()]).unwrap_err().to_string();
+        assert!(
+            e.contains("no kernel \"4.19\"") && e.contains("6.1, 6.12, newest, 5.10"),
+            "{e}"
+        );
+    }
+
+    /// Every test of the subset exists in its file: a renamed test would otherwise be
+    /// "filtered out" in every guest.
+    #[test]
+    fn every_subset_test_is_a_test() {
+        let root = crate::workspace_root();
+        for (file, test) in SUBSET.iter().chain(REFUSAL) {
+            let src = std::fs::read_to_string(root.join(format!("tests/tests/{file}.rs")))
+                .unwrap_or_else(|e| panic!("tests/tests/{file}.rs: {e}"));
+            assert!(src.contains(&format!("fn {test}()")), "{file}::{test}");
+        }
+    }
+
+    #[test]
+    fn the_script_runs_each_test_alone_with_its_binary() {
+        let bins = vec![
+            ("kernel".to_string(), PathBuf::from("/t/kernel-1")),
+            ("profiler".to_string(), PathBuf::from("/t/profiler-2")),
+        ];
+        let tests = [("kernel", "a"), ("profiler", "b")];
+        let s = guest_script(Path::new("/rw"), &tests, &bins).unwrap();
+        assert!(s.contains("t kernel::a /t/kernel-1 a\n"), "{s}");
+        assert!(s.contains("t profiler::b /t/profiler-2 b\n"), "{s}");
+        assert!(s.contains("--probe-kernel > /rw/probe.txt"), "{s}");
+        assert!(guest_script(Path::new("/rw"), &[("jsnames", "x")], &bins).is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! A guest's results, read back from its shared directory, and how the suite shows them: one
+//! block per kernel (its probes, each test, its wall time) and counts for the closing line.
+
+use std::{fmt::Write as _, path::Path, time::Duration};
+
+use super::{Kernel, guest::Accel};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    Failed(String),
+    /// The test recorded why it could not run (tests/src/skip.rs), or its kernel could not
+    /// be had.
+    Skipped(String),
+    /// The guest ended (or was killed) before it.
+    NotRun,
+}
+
+#[derive(Clone, Debug)]
+pub struct TestRun {
+    /// `file::test`.
+    pub name: String,
+    pub outcome: Outcome,
+    pub secs: u64,
+}
+
+/// One kernel's run.
+#[derive(Clone, Debug)]
+pub struct KernelRun {
+    pub kernel: Kernel,
+    pub release: String,
+    pub accel: Option<Accel>,
+    /// What `mmaplock-prof --probe-kernel` printed there.
+    pub probe: String,
+    pub tests: Vec<TestRun>,
+    /// Fetching (when not cached), booting and testing.
+    pub wall: Duration,
+    /// Why the kernel could not be tested at all.
+    pub skipped: Option<String>,
+}
+
+impl KernelRun {
+    /// Every test of the kernel skipped, for `why`.
+    pub fn skipped(k: &Kernel, tests: &[(&str, &str)], why: String) -> Self {
+        KernelRun {
+            kernel: *k,
+            release: String::new(),
+            accel: None,
+            probe: String::new(),
+            tests: tests
+                .iter()
+                .map(|(f, t)| TestRun {
+                    name: format!("{f}::{t}"),
+                    outcome: Outcome::Skipped(why.clone()),
+                    secs: 0,
+                })
+                .collect(),
+            wall: Duration::ZERO,
+            skipped: Some(why),
+        }
+    }
+
+    /// What the guest wrote in `rwdir`: `results.tsv` (name, exit status, seconds), each
+    /// test's log, the skips and the probes.
+    pub fn read(
+        k: &Kernel,
+        tests: &[(&str, &str)],
+        release: &str,
+        accel: Accel,
+        rwdir: &Path,
+    ) -> Self {
+        let results = std::fs::read_to_string(rwdir.join("results.tsv")).unwrap_or_default();
+        let skips = std::fs::read_to_string(rwdir.join("skips.txt")).unwrap_or_default();
+        let tests = tests
+            .iter()
+            .map(|(f, t)| {
+                let name = format!("{f}::{t}");
+                let line = results
+                    .lines()
+                    .find(|l| l.split('\t').next() == Some(name.as_str()));
+                let Some(line) = line else {
+                    return TestRun {
+                        name,
+                        outcome: Outcome::NotRun,
+                        secs: 0,
+                    };
+                };
+                let mut cols = line.split('\t').skip(1);
+                let status: i32 = cols.next().and_then(|s| s.parse().ok()).unwrap_or(-1);
+                let secs = cols.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let log = std::fs::read_to_string(rwdir.join("logs").join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let outcome = outcome(status, &log, skip_reason(&skips, t));
+                TestRun {
+                    name,
+                    outcome,
+                    secs,
+                }
+            })
+            .collect();
+        KernelRun {
+            kernel: *k,
+            release: release.to_string(),
+            accel: Some(accel),
+            probe: std::fs::read_to_string(rwdir.join("probe.txt")).unwrap_or_default(),
+            tests,
+            wall: Duration::ZERO,
+            skipped: None,
+        }
+    }
+
+    /// (passed, failed, skipped); a test the guest never reached is a failure.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let mut c = (0, 0, 0);
+        for t in &self.tests {
+            match t.outcome {
+                Outcome::Passed => c.0 += 1,
+                Outcome::Failed(_) | Outcome::NotRun => c.1 += 1,
+                Outcome::Skipped(_) => c.2 += 1,
+            }
+        }
+        c
+    }
+
+    /// The block the suite prints for this kernel.
+    pub fn render(&self) -> String {
+        let k = &self.kernel;
+        let (p, f, s) = self.counts();
+        let mut out = String::new();
+        if let Some(why) = &self.skipped {
+            let _ = writeln!(out, "kernel {} ({}): skipped: {why}", k.name, k.suite);
+            return out;
+        }
+        let accel = self.accel.map(|a| a.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "kernel {} (Linux {}, Debian {}, {accel}): {p} passed, {f} failed, {s} skipped in {:.0} s",
+            k.name,
+            self.release.trim(),
+            k.suite,
+            self.wall.as_secs_f64()
+        );
+        for line in self.probe.lines().filter(|l| !l.starts_with("kernel:")) {
+            let _ = writeln!(out, "    probe  {line}");
+        }
+        for t in &self.tests {
+            let (word, detail) = match &t.outcome {
+                Outcome::Passed => ("ok", String::new()),
+                Outcome::Failed(why) => ("FAILED", format!("\n{why}")),
+                Outcome::Skipped(why) => ("skipped", format!(" ({why})")),
+                Outcome::NotRun => ("NOT RUN", " (the guest ended before it)".into()),
+            };
+            let _ = writeln!(out, "    {word:7} {} ({} s){detail}", t.name, t.secs);
+        }
+        out
+    }
+}
+
+/// The reason the skip file gives for `test`, if it recorded one.
+fn skip_reason(skips: &str, test: &str) -> Option<String> {
+    skips.lines().find_map(|l| {
+        let (name, why) = l.split_once('\t')?;
+        (name.rsplit("::").next() == Some(test)).then(|| why.to_string())
+    })
+}
+
+/// A test's outcome from its exit status and output (libtest's own words).
+fn outcome(status: i32, log: &str, skipped: Option<String>) -> Outcome {
+    let ran_one = log.contains("test result: ok. 1 passed");
+    match (status, skipped) {
+        (0, Some(why)) if ran_one => Outcome::Skipped(why),
+        (0, None) if ran_one => Outcome::Passed,
+        (0, _) => Outcome::Failed("no such test in its binary (0 run)".into()),
+        (124, _) => Outcome::Failed(format!("timed out; its output ended:\n{}", tail(log, 15))),
+        (_, _) => Outcome::Failed(tail(log, 40)),
+    }
+}
+
+/// The last `n` lines of a log, indented.
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("        | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_come_from_status_output_and_skips() {
+        let ok = "running 1 test\ntest x ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored";
+        assert_eq!(outcome(0, ok, None), Outcome::Passed);
+        assert_eq!(
+            outcome(0, ok, Some("no node".into())),
+            Outcome::Skipped("no node".into())
+        );
+        let none = "running 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 12 filtered out";
+        assert!(matches!(outcome(0, none, None), Outcome::Failed(w) if w.contains("no such test")));
+        assert!(
+            matches!(outcome(124, "a\nb", None), Outcome::Failed(w) if w.contains("timed out"))
+        );
+        assert!(
+            matches!(outcome(101, "panicked at x", None), Outcome::Failed(w) if w.contains("panicked at x"))
+        );
+    }
+
+    #[test]
+    fn skips_are_found_by_test_name() {
+        let skips = "profiler::duration_ends_the_run\tno tracepoints\n";
+        assert_eq!(
+            skip_reason(skips, "duration_ends_the_run").as_deref(),
+            Some("no tracepoints")
+        );
+        assert_eq!(skip_reason(skips, "other"), None);
+    }
+
+    #[test]
+    fn a_kernel_not_had_skips_each_of_its_tests() {
+        let k = super::super::KERNELS[0];
+        let r = KernelRun::skipped(&k, &[("a", "b"), ("c", "d")], "no network".into());
+        assert_eq!(r.counts(), (0, 0, 2));
+        assert!(
+            r.render()
+                .contains("kernel 6.1 (bookworm): skipped: no network")
+        );
+    }
+}
