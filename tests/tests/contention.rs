@@ -24,7 +24,13 @@ fn contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper() {
     if !contention_ready() {
         return;
     }
-    let mut w = Workload::churn(4, 40_000, None);
+    // (Emulated, in the kernel matrix's guests: a tenth of the work, the same assertions.)
+    let n = if integration_tests::in_matrix_guest() {
+        4_000
+    } else {
+        40_000
+    };
+    let mut w = Workload::churn(4, n, None);
     let Some(count) = ContentionCount::start(&format!("pid == {}", w.pid)) else {
         return;
     };
@@ -35,8 +41,13 @@ fn contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper() {
     let p = process(s, w.pid).expect("the helper in the summary");
     let total = assert_same_waits(&reported_waits(p), &counted_of(&counted, w.pid));
     // Four threads churning on two cores contend: thousands of times, not a handful.
+    let least = if integration_tests::in_matrix_guest() {
+        5
+    } else {
+        50
+    };
     assert!(
-        total >= 50,
+        total >= least,
         "{total} contended waits: the helper did not contend"
     );
     // The process's figures are its threads'.

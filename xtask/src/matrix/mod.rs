@@ -82,6 +82,16 @@ pub const SUBSET: &[(&str, &str)] = &[
         "blockers",
         "a_long_holder_is_charged_the_bulk_of_the_waits_behind_it",
     ),
+    // Contention mode: its programs on lock:contention_begin/end, against bpftrace's count
+    // of the same events; and full mode's word on kernels that format memcg paths.
+    (
+        "contention",
+        "contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper",
+    ),
+    (
+        "contention_views",
+        "full_mode_says_when_the_kernel_formats_memcg_paths",
+    ),
 ];
 
 /// In a kernel the profiler must refuse: the probes, and every mode's one-line refusal.
@@ -202,6 +212,8 @@ fn guest_script(
     if crate::suite::under_ci() {
         s.push_str("export CI=true\n");
     }
+    // bpftrace's tracepoint probes (the contention tests' independent count) need tracefs.
+    s.push_str("mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null\n");
     s.push_str(&format!(
         "uname -r > {rw}/release.txt\n\
          {profiler} --probe-kernel > {rw}/probe.txt 2>&1\n\
