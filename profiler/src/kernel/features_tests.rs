@@ -123,7 +123,15 @@ fn linux_5_10_is_refused_naming_what_it_lacks() {
         ]
     );
     for blockers in [false, true] {
-        let e = decide(&f, Needs { blockers }).unwrap_err().to_string();
+        let e = decide(
+            &f,
+            Needs {
+                blockers,
+                ..Needs::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.starts_with("this kernel (Linux 5.10.0-32-amd64) lacks"),
             "{e}"
