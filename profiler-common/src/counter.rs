@@ -41,5 +41,8 @@ pub const BLOCKERS_OVERRUN: u32 = 11;
 pub const BLOCKERS_BUSY: u32 = 12;
 /// Blockers: a (waiter, holder) entry could not be created because `BLOCKED` was full.
 pub const BLOCKERS_MAP_FULL: u32 = 13;
+/// Not lost: lock events whose first program the kernel skipped (another thread was inside
+/// it on that CPU, where tracepoint programs can be preempted) and the second copy handled.
+pub const RESCUED: u32 = 14;
 /// Number of counters.
-pub const COUNT: u32 = 14;
+pub const COUNT: u32 = 15;

@@ -111,14 +111,34 @@ pub fn final_flush(st: &mut ThreadState, task: Task, with_charge: bool) {
 /// and announce it again.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    exit::<false>()
+}
+
+/// The second copy, where the kernel may skip the first (see `timing`'s doc): a thread whose
+/// exit the first did not see would lose what it accumulated since its last copy.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit_second(_ctx: RawTracePointContext) -> i32 {
+    exit::<true>()
+}
+
+#[inline(always)]
+fn exit<const SECOND: bool>() -> i32 {
     let task = Task::current();
     let Some(st) = THREAD_STATE.get(task, false) else {
         return 0;
     };
+    // SAFETY: a volatile read of a field the iterator reads too.
+    if SECOND && unsafe { ptr::read_volatile(&st.exiting) } != 0 {
+        // The first copy ran.
+        return 0;
+    }
     // SAFETY: `head` is only written by this thread, `tail` by the claim's holder.
     let pending = st.head != unsafe { ptr::read_volatile(&st.tail) };
     if st.profiled == 0 && !pending {
         return 0;
+    }
+    if SECOND {
+        bump(counter::RESCUED);
     }
     // SAFETY: a volatile store, ordered before the claim's compare-and-swap below.
     unsafe { ptr::write_volatile(&mut st.exiting, 1) };

@@ -2,7 +2,10 @@
 //! frozen read-only map, which the verifier knows, so branches on them cost nothing and dead
 //! ones are removed) and the maps it reads.
 
-use core::ptr;
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr,
+};
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
@@ -207,13 +210,14 @@ pub static BLOCKED: HashMap<BlockedKey, BlockedVal> =
 #[map]
 pub static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
 
-/// Adds `n` to health counter `idx` (per CPU: no atomics, no sharing).
+/// Adds `n` to health counter `idx`: per CPU, no sharing between CPUs, but atomic, since
+/// where tracepoint programs can be preempted (Linux 7.x) another program may bump it on
+/// this CPU in between a load and a store.
 #[inline(always)]
 pub fn bump_by(idx: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(idx) {
-        // SAFETY: a per-CPU array element: only this CPU writes it, and BPF programs do not
-        // migrate while they run.
-        unsafe { *c += n };
+        // SAFETY: a per-CPU array element, valid for the map's life; BPF_ATOMIC.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(c, n) };
     }
     crate::diag::counted(idx, n);
 }

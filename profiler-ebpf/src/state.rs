@@ -143,7 +143,10 @@ pub struct ThreadState {
     /// are its last, and flush at once.
     pub exiting: u32,
     /// 1: a contended wait waits in `BLOCK_STATE` to be charged (`--blockers`).
-    pub charge_pending: u16,
+    pub charge_pending: u8,
+    /// 1: the first copy of the lock programs ran for this thread's latest event (see
+    /// `timing::this_copy_runs`).
+    pub first_ran: u8,
     /// 1: the thread was announced on NEW_THREADS. It is announced at its first
     /// `start_locking` holding no lock, with the start routine it reads there itself, so that
     /// userspace learns its role while it runs, even in a process that lives a tenth of a

@@ -7,6 +7,15 @@
 //! The verifier needs constant context offsets, and rejects reads past a tracepoint's last
 //! argument at attach time, so each tracepoint prototype gets its own programs and userspace
 //! loads the ones the kernel's BTF describes.
+//!
+//! Each program also has a second copy. Where tracepoint callbacks can be preempted (Linux
+//! 7.x calls them under SRCU, not with preemption off), the kernel skips a program's run on a
+//! CPU where another thread is inside the same program, and the event is gone: a wait never
+//! ended, a hold never released (it counts the run in the program's `recursion_misses`).
+//! There userspace attaches the second copy after the first; it does the work only when the
+//! first did not run for this event ([`this_copy_runs`]), and both are skipped only when two
+//! threads are inside them on the same CPU at once. What is still skipped userspace counts
+//! in `lost.skipped`.
 
 use core::ptr;
 
@@ -87,18 +96,29 @@ pub fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// A lock tracepoint's two prototypes, one program each: Linux 6.14+ passes `(mm, write, ..)`,
-/// 5.8 to 6.13 `(mm, memcg_path, write, ..)`; `$body` takes the index of `write`.
+/// A lock tracepoint's two prototypes, one program each and a second copy of each: Linux
+/// 6.14+ passes `(mm, write, ..)`, 5.8 to 6.13 `(mm, memcg_path, write, ..)`; `$body` takes
+/// the index of `write` and whether it is the second copy.
 macro_rules! prototypes {
-    ($tp:tt, $name:ident, $memcg:ident, $body:ident) => {
+    ($tp:tt, $name:ident, $memcg:ident, $second:ident, $memcg_second:ident, $body:ident) => {
         #[raw_tracepoint(tracepoint = $tp)]
         pub fn $name(ctx: RawTracePointContext) -> i32 {
-            $body::<1>(&ctx)
+            $body::<1, false>(&ctx)
         }
 
         #[raw_tracepoint(tracepoint = $tp)]
         pub fn $memcg(ctx: RawTracePointContext) -> i32 {
-            $body::<2>(&ctx)
+            $body::<2, false>(&ctx)
+        }
+
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $second(ctx: RawTracePointContext) -> i32 {
+            $body::<1, true>(&ctx)
+        }
+
+        #[raw_tracepoint(tracepoint = $tp)]
+        pub fn $memcg_second(ctx: RawTracePointContext) -> i32 {
+            $body::<2, true>(&ctx)
         }
     };
 }
@@ -107,19 +127,42 @@ prototypes!(
     "mmap_lock_start_locking",
     mmap_lock_start_locking,
     mmap_lock_start_locking_memcg,
+    mmap_lock_start_locking_second,
+    mmap_lock_start_locking_memcg_second,
     start_locking
 );
 prototypes!(
     "mmap_lock_acquire_returned",
     mmap_lock_acquire_returned,
     mmap_lock_acquire_returned_memcg,
+    mmap_lock_acquire_returned_second,
+    mmap_lock_acquire_returned_memcg_second,
     acquire_returned
 );
+
+/// Whether this run of a lock program does the work. The first copy always does, and notes
+/// that it ran; the second copy (attached only where programs can be preempted, see the
+/// module's doc) only when the first did not run for this event, which it counts. (A second
+/// copy skipped after a first that ran leaves the note set: if the first is then skipped at
+/// the thread's next event, that event is lost, and counted as skipped.)
+#[inline(always)]
+fn this_copy_runs<const SECOND: bool>(st: &mut ThreadState) -> bool {
+    if !SECOND {
+        st.first_ran = 1;
+        return true;
+    }
+    if st.first_ran != 0 {
+        st.first_ran = 0;
+        return false;
+    }
+    bump(counter::RESCUED);
+    true
+}
 
 /// A lock tracepoint's start: its `mm`, whether it is a write, and the thread's state; None
 /// when there is nothing to do (a read under `--writes-only`, a lock not profiled).
 #[inline(always)]
-fn enter<const WRITE_ARG: usize>(
+fn enter<const WRITE_ARG: usize, const SECOND: bool>(
     ctx: &RawTracePointContext,
 ) -> Option<(u64, bool, Task, &'static mut ThreadState)> {
     let mm: u64 = ctx.arg(0);
@@ -132,6 +175,9 @@ fn enter<const WRITE_ARG: usize>(
     let task = Task::current();
     // A trylock has no start_locking before it, so the state may not exist yet.
     let st = state_of(task, mm)?;
+    if !this_copy_runs::<SECOND>(st) {
+        return None;
+    }
     Some((mm, write, task, st))
 }
 
@@ -169,8 +215,10 @@ fn kind_of(task: Task, write: bool, teardown: bool) -> u32 {
 /// Before a blocking acquire, with no lock of this one held: the place to accumulate what is
 /// pending, find a write's cause and sample its stack, none of which then adds to a hold.
 #[inline(always)]
-fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
-    let Some((mm, write, task, st)) = enter::<WRITE_ARG>(ctx) else {
+fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
+    ctx: &RawTracePointContext,
+) -> i32 {
+    let Some((mm, write, task, st)) = enter::<WRITE_ARG, SECOND>(ctx) else {
         return 0;
     };
     // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
@@ -212,7 +260,9 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
     let mut sample_seq = 0;
     let kind = if write {
         let c = kind_of(task, true, teardown);
-        let seq = sampling::pick(st);
+        // The second copy samples no stack: the sample is assembled in a per-CPU buffer
+        // that a first copy preempted on this CPU may be filling.
+        let seq = if SECOND { 0 } else { sampling::pick(st) };
         if seq != 0 {
             let pid_tgid = bpf_get_current_pid_tgid();
             if sampling::sample(
@@ -256,8 +306,10 @@ fn start_locking<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
 
 /// After any acquire, with the lock held when it succeeded: timestamps and flags only.
 #[inline(always)]
-fn acquire_returned<const WRITE_ARG: usize>(ctx: &RawTracePointContext) -> i32 {
-    let Some((mm, write, task, st)) = enter::<WRITE_ARG>(ctx) else {
+fn acquire_returned<const WRITE_ARG: usize, const SECOND: bool>(
+    ctx: &RawTracePointContext,
+) -> i32 {
+    let Some((mm, write, task, st)) = enter::<WRITE_ARG, SECOND>(ctx) else {
         return 0;
     };
     let success = (ctx.arg::<u64>(WRITE_ARG + 1) & 0xff) != 0;
@@ -442,14 +494,27 @@ fn complete(st: &mut ThreadState, task: Task, d: Done) {
     unsafe { ptr::write_volatile(&mut st.head, head.wrapping_add(1)) };
 }
 
-/// Before the lock is let go: a timestamp, and the completed acquisition into the ring.
 #[raw_tracepoint(tracepoint = "mmap_lock_released")]
 pub fn mmap_lock_released(ctx: RawTracePointContext) -> i32 {
+    released::<false>(&ctx)
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn mmap_lock_released_second(ctx: RawTracePointContext) -> i32 {
+    released::<true>(&ctx)
+}
+
+/// Before the lock is let go: a timestamp, and the completed acquisition into the ring.
+#[inline(always)]
+fn released<const SECOND: bool>(ctx: &RawTracePointContext) -> i32 {
     let mm: u64 = ctx.arg(0);
     let task = Task::current();
     let Some(st) = THREAD_STATE.get(task, false) else {
         return 0;
     };
+    if !this_copy_runs::<SECOND>(st) {
+        return 0;
+    }
     // The innermost lock first; nothing held: acquired before we attached, or not profiled.
     let idx = if st.slots[1].state == SlotState::Held && st.slots[1].mm == mm {
         1

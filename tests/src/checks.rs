@@ -101,7 +101,8 @@ pub fn check_stats(s: &Value, what: &str) {
 }
 
 /// The reasons an acquisition can be lost, each counted in `lost` (docs/report-format.md);
-/// `lost.events` is their sum. `map_full` and `stacks` are counted apart.
+/// `lost.events` is their sum. `map_full`, `stacks` and `skipped` (program runs the kernel
+/// skipped, where tracepoint programs can be preempted) are counted apart.
 pub const LOST_EVENT_REASONS: [&str; 5] = [
     "nested",
     "no_state",
@@ -115,7 +116,7 @@ pub const LOST_EVENT_REASONS: [&str; 5] = [
 pub fn check_lost(report: &Value) -> u64 {
     let lost = &report["lost"];
     let summary = report["type"] == "summary";
-    for k in ["events", "map_full", "stacks"]
+    for k in ["events", "map_full", "stacks", "skipped"]
         .iter()
         .chain(LOST_EVENT_REASONS.iter())
     {
@@ -160,4 +161,21 @@ pub fn mmap_samples(folded: &str, needle: &str) -> (u64, u64) {
         }
     }
     all
+}
+
+/// How far `got` falls short of `expected`, key by key, if it nowhere exceeds it: None when
+/// it counts more of something, or something `expected` lacks. A profile may fall short of
+/// the ground truth only by lock events the kernel skipped (`lost.skipped`, on kernels that
+/// run tracepoint programs preemptible), never count more.
+pub fn shortfall<K: Ord>(
+    expected: &std::collections::BTreeMap<K, u64>,
+    got: &std::collections::BTreeMap<K, u64>,
+) -> Option<u64> {
+    if got.keys().any(|k| !expected.contains_key(k)) {
+        return None;
+    }
+    expected.iter().try_fold(0, |short, (k, &e)| {
+        let g = got.get(k).copied().unwrap_or(0);
+        (g <= e).then_some(short + (e - g))
+    })
 }

@@ -484,7 +484,14 @@ fn short_processes_are_counted_from_their_first_instruction() {
             .filter(|p| got.get(*p) != Some(&per_process))
             .collect();
         let tracked = metric_gauge(&text, "mmaplock_tracked_processes");
-        if wrong.is_empty() && got.len() == total && tracked == 0 {
+        // Where the kernel skipped programs (Linux 7.x), short by no more than it skipped.
+        let skipped = metric_sum(&text, "mmaplock_lost_total", &["reason=\"skipped\""]);
+        let short: Option<u64> = wrong
+            .iter()
+            .map(|p| integration_tests::shortfall(&per_process, got.get(*p)?))
+            .sum();
+        let within = wrong.is_empty() || short.is_some_and(|s| s <= skipped);
+        if within && got.len() == total && tracked == 0 {
             return Ok(text);
         }
         Err(format!(
@@ -503,8 +510,13 @@ fn short_processes_are_counted_from_their_first_instruction() {
                 .join("\n")
         ))
     });
-    assert_eq!(metric_sum(&text, "mmaplock_lost_total", &[]), 0, "{text}");
-    eprintln!("300 short processes, each {per_process:?}");
+    let skipped = metric_sum(&text, "mmaplock_lost_total", &["reason=\"skipped\""]);
+    assert_eq!(
+        metric_sum(&text, "mmaplock_lost_total", &[]),
+        skipped,
+        "{text}"
+    );
+    eprintln!("{total} short processes, each {per_process:?}; {skipped} program runs skipped");
 }
 
 /// Issue 17: a node process started after the agent has its start-up writes: its main

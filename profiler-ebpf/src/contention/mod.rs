@@ -37,14 +37,16 @@ use aya_ebpf::{
     maps::Array,
     programs::RawTracePointContext,
 };
-use profiler_common::{BlockedKey, READ, SampleDone, StatsKey, WRITE, cause, stack_record};
+use profiler_common::{
+    BlockedKey, READ, SampleDone, StatsKey, WRITE, cause, counter, stack_record,
+};
 
 use crate::{
     accum,
     announce::{self, Identity},
     blockers,
     kread::Task,
-    maps::{KERNEL, STACKS, konst, note_activity},
+    maps::{KERNEL, STACKS, bump, konst, note_activity},
     sampling,
     timing::{self, PF_EXITING, now},
 };
@@ -168,6 +170,19 @@ fn begin(lock: u64, write: bool) {
 
 #[raw_tracepoint(tracepoint = "contention_end")]
 pub fn contention_end(ctx: RawTracePointContext) -> i32 {
+    end_of::<false>(&ctx)
+}
+
+/// The second copy, where the kernel may skip the first (see `timing`'s doc): the end runs
+/// preemptible, after the wait, and a wait whose end is skipped is lost. When the first ran,
+/// the second finds the wait over (`end` is idempotent).
+#[raw_tracepoint(tracepoint = "contention_end")]
+pub fn contention_end_second(ctx: RawTracePointContext) -> i32 {
+    end_of::<true>(&ctx)
+}
+
+#[inline(always)]
+fn end_of<const SECOND: bool>(ctx: &RawTracePointContext) -> i32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(n) = waiting_slot(tid) else {
         return 0;
@@ -178,13 +193,13 @@ pub fn contention_end(ctx: RawTracePointContext) -> i32 {
     }
     // `int ret`: 0, or -EINTR for a killed waiter, which did not get the lock.
     let failed = ctx.arg::<u64>(1) as u32 != 0;
-    end(ctx.arg(0), tid, failed);
+    end::<SECOND>(ctx.arg(0), tid, failed);
     0
 }
 
 /// A contended wait ends: with the lock held unless it failed. A few lookups and stores.
 #[inline(always)]
-fn end(lock: u64, tid: u32, failed: bool) {
+fn end<const SECOND: bool>(lock: u64, tid: u32, failed: bool) {
     let now = now();
     let Some(p) = WAITERS.get_ptr_mut(tid) else {
         return;
@@ -195,6 +210,9 @@ fn end(lock: u64, tid: u32, failed: bool) {
     // another thread's slot.
     if w.lock != lock || lock == 0 {
         return;
+    }
+    if SECOND {
+        bump(counter::RESCUED);
     }
     w.lock = 0;
     waiting_done(tid);

@@ -9,7 +9,7 @@ use aya_ebpf::{
     maps::Array,
     programs::RawTracePointContext,
 };
-use profiler_common::{ExitedThread, ThreadCpu, exit_record};
+use profiler_common::{ExitedThread, ThreadCpu, counter, exit_record};
 
 use super::{
     waiter::{WAITERS, Waiter, note_lock},
@@ -18,7 +18,7 @@ use super::{
 use crate::{
     kread::{self, Task},
     lifecycle::{self, boot_ns},
-    maps::{KERNEL, konst},
+    maps::{KERNEL, bump, konst},
     owner::{passes_filter, process_start},
 };
 
@@ -43,6 +43,24 @@ pub fn notify_freed(w: &Waiter, task: Task) {
 /// or, the last thread, exit_mmap: those waits say it again).
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn contention_exit(_ctx: RawTracePointContext) -> i32 {
+    exit::<false>()
+}
+
+/// The second copies of the exit and the free, where the kernel may skip the first (see
+/// `timing`'s doc): an exit not told keeps the thread's entries until userspace finds it
+/// gone; a free not seen keeps its `WAITERS` entry for good.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn contention_exit_second(_ctx: RawTracePointContext) -> i32 {
+    exit::<true>()
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn contention_free_second(ctx: RawTracePointContext) -> i32 {
+    free::<true>(&ctx)
+}
+
+#[inline(always)]
+fn exit<const SECOND: bool>() -> i32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(p) = WAITERS.get_ptr_mut(tid) else {
         return 0;
@@ -53,6 +71,13 @@ pub fn contention_exit(_ctx: RawTracePointContext) -> i32 {
     if w.tid_start != task.u64_at(konst(&KERNEL.task_start_boottime)) {
         return 0;
     }
+    if SECOND {
+        if w.exiting != 0 {
+            // The first copy ran.
+            return 0;
+        }
+        bump(counter::RESCUED);
+    }
     w.exiting = 1;
     notify_freed(w, task);
     0
@@ -61,6 +86,11 @@ pub fn contention_exit(_ctx: RawTracePointContext) -> i32 {
 /// A task is freed: its entry goes (it can wait no more).
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn contention_free(ctx: RawTracePointContext) -> i32 {
+    free::<false>(&ctx)
+}
+
+#[inline(always)]
+fn free<const SECOND: bool>(ctx: &RawTracePointContext) -> i32 {
     let task: u64 = ctx.arg(0);
     let tid = kread::u32_at(task + konst(&KERNEL.task_pid) as u64);
     // SAFETY: a map lookup, the values copied out at once.
@@ -72,6 +102,10 @@ pub fn contention_free(ctx: RawTracePointContext) -> i32 {
     }
     if lock != 0 {
         waiting_done(tid);
+    }
+    // (Found by the second copy: the first did not run.)
+    if SECOND {
+        bump(counter::RESCUED);
     }
     let _ = WAITERS.remove(tid);
     0

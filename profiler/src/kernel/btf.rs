@@ -89,6 +89,9 @@ pub struct KernelInfo {
     /// The lock contention tracepoints (`lock:contention_begin/end`, Linux 5.19+), which
     /// contention mode attaches to.
     pub contention_tracepoints: bool,
+    /// Tracepoint programs can be preempted (see [`preemptible_tracepoints`]): the lock
+    /// programs' second copies are attached.
+    pub preemptible_tracepoints: bool,
 }
 
 impl KernelInfo {
@@ -168,8 +171,17 @@ impl KernelInfo {
             iter_task_btf_id: func_id(btf, "bpf_iter_task").unwrap_or(0),
             contention_tracepoints: has_tracepoint(btf, "contention_begin")
                 && has_tracepoint(btf, "contention_end"),
+            preemptible_tracepoints: preemptible_tracepoints(btf),
         })
     }
+}
+
+/// Does the kernel call tracepoint callbacks, and so our programs, with preemption on?
+/// Linux 7.x protects them with SRCU (`tracepoint_srcu`) instead of disabling preemption;
+/// the kernel's BTF then has that SRCU domain's per-CPU data, a variable.
+pub fn preemptible_tracepoints(btf: &Btf) -> bool {
+    btf.resolve_types_by_name("tracepoint_srcu_srcu_data")
+        .is_ok_and(|t| t.iter().any(|t| matches!(t, Type::Var(_))))
 }
 
 /// The BTF id of the kernel function `name`, if it has one.

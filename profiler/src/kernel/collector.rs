@@ -116,6 +116,10 @@ pub struct Counters {
     pub blockers_overrun: u64,
     pub blockers_busy: u64,
     pub blockers_map_full: u64,
+    /// Lock events whose first program the kernel skipped and the second copy handled.
+    pub rescued: u64,
+    /// Runs of the programs the kernel skipped, not made up for (see `skipped`).
+    pub skipped: u64,
 }
 
 /// Per-program cost from the kernel's BPF statistics (zero unless they are enabled).

@@ -79,6 +79,9 @@ pub struct Features {
     pub contention_tracepoints: bool,
     /// Per-VMA locks: most user page faults no longer take mmap_lock (so far fewer reads).
     pub per_vma_locks: bool,
+    /// Tracepoint programs run with preemption on (Linux 7.x): the kernel may skip one, and
+    /// full mode attaches second copies of its lock programs (`kernel::skipped`).
+    pub preemptible_tracepoints: bool,
 }
 
 /// A feature the programs need, named as a user can look it up.
@@ -248,6 +251,9 @@ impl Features {
                 && has("btf_trace_contention_end"),
             // Only a kernel built with CONFIG_PER_VMA_LOCK (6.4+) has this function.
             per_vma_locks: is_func("lock_vma_under_rcu"),
+            preemptible_tracepoints: btf
+                .as_ref()
+                .is_some_and(super::btf::preemptible_tracepoints),
         }
     }
 
@@ -300,6 +306,8 @@ impl Features {
             bpf_loop: probe(BPF_LOOP)?,
             contention_tracepoints: flag(CONTENTION)?,
             per_vma_locks: flag(PER_VMA)?,
+            // Recorded before this probe existed: the kernels that lack it (before 7.x).
+            preemptible_tracepoints: flag(PREEMPTIBLE).unwrap_or(false),
         })
     }
 }
@@ -316,6 +324,7 @@ const TASK_ITER: &str = "task iterator";
 const BPF_LOOP: &str = "bpf_loop (--blockers)";
 const CONTENTION: &str = "contention tracepoints";
 const PER_VMA: &str = "per-VMA locks (few page faults take mmap_lock)";
+const PREEMPTIBLE: &str = "preemptible tracepoint programs (second copies)";
 
 impl fmt::Display for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -348,6 +357,7 @@ impl fmt::Display for Features {
         writeln!(f, "{BPF_LOOP}: {}", self.bpf_loop)?;
         writeln!(f, "{CONTENTION}: {}", yn(self.contention_tracepoints))?;
         writeln!(f, "{PER_VMA}: {}", yn(self.per_vma_locks))?;
+        writeln!(f, "{PREEMPTIBLE}: {}", yn(self.preemptible_tracepoints))?;
         match decide(
             self,
             Needs {

@@ -17,6 +17,23 @@ task iterator: yes
 bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
+preemptible tracepoint programs (second copies): no
+verdict: every mode runs";
+
+/// Debian's newest (trixie-backports): tracepoint programs run preemptible.
+const LINUX_7_3: &str = "kernel: Linux 7.3.4+deb13-amd64
+btf: yes
+mmap_lock tracepoints: yes (mm, write, success) [Linux 6.14+]
+raw tracepoint programs: yes
+ring buffer: yes
+task storage: yes
+bpf_get_current_task_btf: yes
+bpf_task_pt_regs: yes
+task iterator: yes
+bpf_loop (--blockers): yes
+contention tracepoints: yes
+per-VMA locks (few page faults take mmap_lock): yes
+preemptible tracepoint programs (second copies): yes
 verdict: every mode runs";
 
 /// Debian 12's Linux 6.1: the old prototype, no per-VMA locks.
@@ -32,6 +49,7 @@ task iterator: yes
 bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): no
+preemptible tracepoint programs (second copies): no
 verdict: every mode runs";
 
 /// Debian 13's Linux 6.12: per-VMA locks, still the old prototype.
@@ -47,6 +65,7 @@ task iterator: yes
 bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
+preemptible tracepoint programs (second copies): no
 verdict: every mode runs";
 
 /// Debian 11's Linux 5.10: refused.
@@ -62,6 +81,7 @@ task iterator: yes
 bpf_loop (--blockers): no
 contention tracepoints: no
 per-VMA locks (few page faults take mmap_lock): no
+preemptible tracepoint programs (second copies): no
 verdict: this kernel (Linux 5.10.0-32-amd64) lacks what mmaplock-prof needs: the mmap_lock tracepoints (Linux 5.11+), task local storage from tracepoint programs (Linux 5.13+), bpf_get_current_task_btf (Linux 5.11+), bpf_task_pt_regs (Linux 5.15+)";
 
 fn parsed(text: &str) -> Features {
@@ -70,7 +90,7 @@ fn parsed(text: &str) -> Features {
 
 #[test]
 fn the_printed_probes_read_back_the_same() {
-    for text in [LINUX_6_18, LINUX_6_12, LINUX_6_1, LINUX_5_10] {
+    for text in [LINUX_7_3, LINUX_6_18, LINUX_6_12, LINUX_6_1, LINUX_5_10] {
         let f = parsed(text);
         assert_eq!(f.to_string(), text);
         assert_eq!(parsed(&f.to_string()), f);
@@ -84,6 +104,19 @@ fn the_printed_probes_read_back_the_same() {
         Probe::Unknown("bpf_prog_load failed: Operation not permitted".into())
     );
     assert!(Features::parse("kernel: Linux 6.1\nbtf: yes\n").is_none());
+}
+
+/// Only 7.x's tracepoints run our programs preemptible; a recording from before the probe
+/// existed reads as not preemptible (those kernels are not).
+#[test]
+fn only_newer_kernels_run_tracepoint_programs_preemptible() {
+    assert!(parsed(LINUX_7_3).preemptible_tracepoints);
+    for text in [LINUX_6_18, LINUX_6_12, LINUX_6_1] {
+        assert!(!parsed(text).preemptible_tracepoints);
+        let old = text.replace("preemptible tracepoint programs (second copies): no\n", "");
+        assert!(!parsed(&old).preemptible_tracepoints);
+    }
+    assert!(decide(&parsed(LINUX_7_3), Needs::default()).is_ok());
 }
 
 #[test]

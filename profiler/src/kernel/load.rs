@@ -190,7 +190,7 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
             "bpf_iter_task (the task iterator, Linux 5.8+)".into(),
         )));
     }
-    let attach: Vec<(&str, &str)> = lifecycle_programs(cfg)
+    let attach: Vec<(&str, &str)> = lifecycle_programs(cfg, kernel.preemptible_tracepoints)
         .into_iter()
         .chain(lock_programs(&kernel, cfg.floor, cfg.mode))
         .collect();

@@ -64,6 +64,7 @@ fn each_mode_attaches_its_own_programs() {
         layout: Default::default(),
         iter_task_btf_id: 1,
         contention_tracepoints: true,
+        preemptible_tracepoints: false,
     };
     let cont = CollectorConfig {
         mode: Mode::Contention,
@@ -77,7 +78,7 @@ fn each_mode_attaches_its_own_programs() {
             ("contention_begin", "contention_begin")
         ]
     );
-    let life = lifecycle_programs(&cont);
+    let life = lifecycle_programs(&cont, false);
     assert!(life.contains(&("sched_process_exit", "contention_exit")));
     assert!(life.contains(&("sched_process_free", "contention_free")));
     assert!(life.contains(&("sched_process_fork", "sched_process_fork")));
@@ -96,7 +97,7 @@ fn each_mode_attaches_its_own_programs() {
         ]
     );
     assert_eq!(
-        lifecycle_programs(&full),
+        lifecycle_programs(&full, false),
         [
             ("sched_process_exit", "sched_process_exit"),
             ("sched_process_exec", "sched_process_exec")
@@ -109,7 +110,7 @@ fn each_mode_attaches_its_own_programs() {
         mode: Mode::Contention,
         ..Default::default()
     };
-    assert!(lifecycle_programs(&floor).is_empty());
+    assert!(lifecycle_programs(&floor, true).is_empty());
     assert_eq!(iterator(&floor), None);
     assert_eq!(
         lock_programs(&kernel, Floor::Clock, Mode::Contention)[0],
@@ -124,4 +125,75 @@ fn each_mode_attaches_its_own_programs() {
         assert_eq!(waiters_capacity(&c), room);
     }
     assert_eq!(waiters_capacity(&full), 1);
+}
+
+/// Where tracepoint programs can be preempted, each program that may be skipped is followed
+/// by its second copy (which must come after it); never for a floor.
+#[test]
+fn second_copies_follow_their_programs_where_programs_can_be_preempted() {
+    let kernel = crate::kernel::btf::KernelInfo {
+        tracepoints: crate::kernel::btf::TracepointLayout::Current,
+        layout: Default::default(),
+        iter_task_btf_id: 1,
+        contention_tracepoints: true,
+        preemptible_tracepoints: true,
+    };
+    assert_eq!(
+        lock_programs(&kernel, Floor::Off, Mode::Full),
+        [
+            ("mmap_lock_released", "mmap_lock_released"),
+            ("mmap_lock_released", "mmap_lock_released_second"),
+            ("mmap_lock_acquire_returned", "mmap_lock_acquire_returned"),
+            (
+                "mmap_lock_acquire_returned",
+                "mmap_lock_acquire_returned_second"
+            ),
+            ("mmap_lock_start_locking", "mmap_lock_start_locking"),
+            ("mmap_lock_start_locking", "mmap_lock_start_locking_second"),
+        ]
+    );
+    let memcg = crate::kernel::btf::KernelInfo {
+        tracepoints: crate::kernel::btf::TracepointLayout::WithMemcgPath,
+        ..kernel
+    };
+    assert!(lock_programs(&memcg, Floor::Off, Mode::Full).contains(&(
+        "mmap_lock_start_locking",
+        "mmap_lock_start_locking_memcg_second"
+    )));
+    assert_eq!(lock_programs(&kernel, Floor::Clock, Mode::Full).len(), 3);
+    let full = CollectorConfig::default();
+    assert_eq!(
+        &lifecycle_programs(&full, true)[..2],
+        [
+            ("sched_process_exit", "sched_process_exit"),
+            ("sched_process_exit", "sched_process_exit_second")
+        ]
+    );
+    let cont = CollectorConfig {
+        mode: Mode::Contention,
+        ..Default::default()
+    };
+    assert_eq!(
+        lifecycle_programs(&cont, true)[..4],
+        [
+            ("sched_process_exit", "contention_exit"),
+            ("sched_process_exit", "contention_exit_second"),
+            ("sched_process_free", "contention_free"),
+            ("sched_process_free", "contention_free_second"),
+        ]
+    );
+    assert_eq!(
+        lock_programs(&kernel, Floor::Off, Mode::Contention),
+        [
+            ("contention_end", "contention_end"),
+            ("contention_end", "contention_end_second"),
+            ("contention_begin", "contention_begin"),
+        ]
+    );
+    for (_, p) in lock_programs(&kernel, Floor::Off, Mode::Full) {
+        assert_eq!(
+            p.ends_with(crate::kernel::skipped::SECOND),
+            p.contains("second")
+        );
+    }
 }

@@ -17,6 +17,7 @@ pub mod pthread;
 pub mod readings;
 mod selection;
 pub mod selectors;
+pub mod skipped;
 mod stopwatch;
 pub mod vmlinux;
 

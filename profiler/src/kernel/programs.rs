@@ -48,10 +48,13 @@ pub fn lock_programs(
             "storage_released",
         ],
         Floor::Off if mode == Mode::Contention => {
-            return vec![
-                ("contention_end", "contention_end"),
-                ("contention_begin", "contention_begin"),
-            ];
+            // The begin runs with the rwsem's wait_lock held, interrupts off: never skipped.
+            let mut v = vec![("contention_end", "contention_end")];
+            if kernel.preemptible_tracepoints {
+                v.push(("contention_end", "contention_end_second"));
+            }
+            v.push(("contention_begin", "contention_begin"));
+            return v;
         }
         Floor::Off => [
             kernel.tracepoints.start_program(),
@@ -59,7 +62,28 @@ pub fn lock_programs(
             "mmap_lock_released",
         ],
     };
-    TRACEPOINTS.into_iter().zip(full).rev().collect()
+    let mut v: Vec<_> = TRACEPOINTS.into_iter().zip(full).rev().collect();
+    if floor == Floor::Off && kernel.preemptible_tracepoints {
+        // Each program's second copy right after it: a tracepoint calls its programs in the
+        // order they were attached, and the second looks at what the first did.
+        v = v
+            .into_iter()
+            .flat_map(|(tp, p)| [(tp, p), (tp, second_copy(p))])
+            .collect();
+    }
+    v
+}
+
+/// The second copy of a full mode lock program (`profiler-ebpf/src/timing.rs`), run where
+/// the kernel may skip the first (`kernel::skipped`).
+fn second_copy(program: &'static str) -> &'static str {
+    match program {
+        "mmap_lock_start_locking" => "mmap_lock_start_locking_second",
+        "mmap_lock_start_locking_memcg" => "mmap_lock_start_locking_memcg_second",
+        "mmap_lock_acquire_returned" => "mmap_lock_acquire_returned_second",
+        "mmap_lock_acquire_returned_memcg" => "mmap_lock_acquire_returned_memcg_second",
+        _ => "mmap_lock_released_second",
+    }
 }
 
 /// The task iterator run before each reading (none for the floors).
@@ -75,13 +99,28 @@ pub fn iterator(cfg: &CollectorConfig) -> Option<&'static str> {
 /// so that userspace knows whom to wait for at the end), execs (a profiled process's new
 /// name and image; the agent's selection at exec), forks (to follow a target's descendants,
 /// `--children`, and the agent's selection), renames (selection by command name), and in
-/// contention mode the task's free (its state goes).
-pub fn lifecycle_programs(cfg: &CollectorConfig) -> Vec<(&'static str, &'static str)> {
+/// contention mode the task's free (its state goes). Where tracepoint programs can be
+/// preempted (`preemptible`), the exits (and contention mode's frees) have second copies: a
+/// thread whose exit was skipped would lose what it accumulated since its last copy.
+pub fn lifecycle_programs(
+    cfg: &CollectorConfig,
+    preemptible: bool,
+) -> Vec<(&'static str, &'static str)> {
     if cfg.floor.is_on() {
         return Vec::new();
     }
     let mut v = match cfg.mode {
+        Mode::Full if preemptible => vec![
+            ("sched_process_exit", "sched_process_exit"),
+            ("sched_process_exit", "sched_process_exit_second"),
+        ],
         Mode::Full => vec![("sched_process_exit", "sched_process_exit")],
+        Mode::Contention if preemptible => vec![
+            ("sched_process_exit", "contention_exit"),
+            ("sched_process_exit", "contention_exit_second"),
+            ("sched_process_free", "contention_free"),
+            ("sched_process_free", "contention_free_second"),
+        ],
         Mode::Contention => vec![
             ("sched_process_exit", "contention_exit"),
             ("sched_process_free", "contention_free"),

@@ -271,6 +271,7 @@ impl Kernel for Collector {
 
     fn counters(&self) -> Result<Counters, CollectorError> {
         let read = |idx: u32| self.read_counter(idx);
+        let rescued = read(counter::RESCUED)?;
         Ok(Counters {
             map_full: read(counter::MAP_FULL)?,
             nested: read(counter::NESTED)?,
@@ -286,6 +287,8 @@ impl Kernel for Collector {
             blockers_overrun: read(counter::BLOCKERS_OVERRUN)?,
             blockers_busy: read(counter::BLOCKERS_BUSY)?,
             blockers_map_full: read(counter::BLOCKERS_MAP_FULL)?,
+            rescued,
+            skipped: super::skipped::skipped(&self.ebpf, rescued),
         })
     }
 

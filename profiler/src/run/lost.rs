@@ -22,6 +22,9 @@ fn advice(reason: &str) -> &'static str {
         "no_state" => "the kernel could not allocate a thread's state (memory)",
         "nested" => "a thread took a third mm lock at once",
         "exit_flush" => "a freed thread's last acquisitions could not be reached",
+        "skipped" => {
+            "the kernel skipped the profiler's programs (preempted inside them on the same CPU): counts may fall short by as many"
+        }
         _ => "see docs/report-format.md, `lost`",
     }
 }
@@ -32,10 +35,10 @@ pub fn check(lost: &Lost) {
     let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
     for (reason, n) in lost_reasons(lost) {
         if n > 0 && said.insert(reason.clone()) {
-            let what = if reason == "stacks" {
-                "sampled stacks"
-            } else {
-                "acquisitions"
+            let what = match reason.as_str() {
+                "stacks" => "sampled stacks",
+                "skipped" => "events",
+                _ => "acquisitions",
             };
             eprintln!(
                 "mmaplock-prof: {n} {what} not counted so far (lost.{reason}): {}",
@@ -67,6 +70,7 @@ mod tests {
             "ring_full",
             "exit_flush",
             "exit_pending",
+            "skipped",
         ] {
             assert!(reasons.iter().any(|x| x == r), "{r} in {reasons:?}");
         }

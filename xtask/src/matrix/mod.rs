@@ -80,10 +80,6 @@ pub const SUBSET: &[(&str, &str)] = &[
         "agent",
         "short_processes_are_counted_from_their_first_instruction",
     ),
-    (
-        "blockers",
-        "a_long_holder_is_charged_the_bulk_of_the_waits_behind_it",
-    ),
     // Contention mode: its programs on lock:contention_begin/end, against bpftrace's count
     // of the same events; and full mode's word on kernels that format memcg paths.
     (

@@ -155,7 +155,8 @@ impl Collector for Shared {
         counters(
             &mut encoder,
             "mmaplock_lost",
-            "Acquisitions (or, for stacks, samples) the profile does not contain, by reason.",
+            "Acquisitions (or, for stacks, samples; for skipped, program runs the kernel skipped) \
+             the profile does not contain, by reason.",
             std::iter::once(("events".to_string(), m.lost.events))
                 .chain(crate::output::lost_reasons(&m.lost))
                 .map(|(reason, n)| ([("reason", reason)], n)),

@@ -35,6 +35,12 @@ pub struct Lost {
     /// last pending acquisitions (at most 32 each) could not be flushed.
     #[serde(default)]
     pub exit_pending: u64,
+    /// Runs of the profiler's programs that the kernel skipped (another thread was inside
+    /// the same program on that CPU, where tracepoint programs can be preempted, Linux 7.x)
+    /// and that no second copy made up for: lock events, or threads' exit and exec notices.
+    /// Not in `events`: they may be other processes' (the kernel does not say whose).
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 /// `add`, for structs of counters: field by field, saturating (they may come from files).
@@ -60,6 +66,7 @@ add_counters!(Lost {
     ring_full,
     exit_flush,
     exit_pending,
+    skipped,
 });
 
 impl Lost {

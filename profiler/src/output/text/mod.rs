@@ -199,6 +199,7 @@ fn lost_text(l: &Lost) -> String {
         (l.ring_full, "pending ring full"),
         (l.exit_flush, "exited thread unreachable"),
         (l.exit_pending, "threads still exiting at the end"),
+        (l.skipped, "program runs the kernel skipped"),
         (l.stacks, "stacks dropped: raise --stack-sample"),
     ];
     let parts: Vec<String> = reasons

@@ -23,6 +23,7 @@ fn lost(c: Counters, base: Counters, exit_pending: u64) -> Lost {
         ring_full: c.ring_full.saturating_sub(base.ring_full),
         exit_flush: c.exit_flush.saturating_sub(base.exit_flush),
         exit_pending,
+        skipped: c.skipped.saturating_sub(base.skipped),
     }
     .with_total()
 }
