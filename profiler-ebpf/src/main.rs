@@ -39,7 +39,7 @@ macro_rules! bpf_modules {
 
 bpf_modules!(
     accum, announce, blockers, contention, diag, floors, kread, lifecycle, maps, owner, sampling,
-    selection, state, timing,
+    selection, slots, state, timing,
 );
 
 #[cfg(not(target_arch = "bpf"))]
