@@ -90,12 +90,25 @@ pub fn waiting_done(tid: u32) {
 
 #[raw_tracepoint(tracepoint = "contention_begin")]
 pub fn contention_begin(ctx: RawTracePointContext) -> i32 {
+    begin_of::<false>(&ctx)
+}
+
+/// The second copy, where the kernel may skip the first (see `timing`'s doc): a reader's
+/// begin runs preemptible (a writer's, with interrupts off, is never skipped). When the first
+/// ran, the second finds the wait begun.
+#[raw_tracepoint(tracepoint = "contention_begin")]
+pub fn contention_begin_second(ctx: RawTracePointContext) -> i32 {
+    begin_of::<true>(&ctx)
+}
+
+#[inline(always)]
+fn begin_of<const SECOND: bool>(ctx: &RawTracePointContext) -> i32 {
     // `unsigned int flags`, widened to the argument's 64 bits.
     let flags = ctx.arg::<u64>(1) & 0xffff_ffff;
     if flags != LCB_F_READ && flags != LCB_F_WRITE {
         return 0;
     }
-    begin(ctx.arg(0), flags == LCB_F_WRITE);
+    begin::<SECOND>(ctx.arg(0), flags == LCB_F_WRITE);
     0
 }
 
@@ -105,7 +118,7 @@ pub fn contention_begin(ctx: RawTracePointContext) -> i32 {
 /// (a stack sample, one write in `--stack-sample`, most of all). Nothing runs here for an
 /// acquisition that did not wait.
 #[inline(always)]
-fn begin(lock: u64, write: bool) {
+fn begin<const SECOND: bool>(lock: u64, write: bool) {
     let task = Task::current();
     let Some((owner, owner_start, own)) = owner_of(lock, task) else {
         return;
@@ -127,6 +140,13 @@ fn begin(lock: u64, write: bool) {
     let Some(w) = waiter(task, tid, &of) else {
         return;
     };
+    if SECOND {
+        if w.lock == lock {
+            // The first copy ran.
+            return;
+        }
+        bump(counter::RESCUED);
+    }
     // The holder first: a writer clears the owner word as it releases, without the rwsem's
     // wait_lock, and the stack copy below takes microseconds.
     note_holder(w, lock, task);
@@ -149,7 +169,8 @@ fn begin(lock: u64, write: bool) {
     // the end counts the wait as lost).
     let _ = accum::stats_entry_of(&key, w.tgid, &w.comm, w.fsbase);
     let mut seq = 0;
-    if write {
+    // (The second copy samples no stack: the per-CPU sample buffer may be the first's.)
+    if write && !SECOND {
         let s = sampling::pick_in(&mut w.writes, &mut w.sample_left);
         if s != 0 && sampling::sample(task, tid, w.tgid, owner, owner_start, kind, s) {
             seq = s;

@@ -188,6 +188,7 @@ fn second_copies_follow_their_programs_where_programs_can_be_preempted() {
             ("contention_end", "contention_end"),
             ("contention_end", "contention_end_second"),
             ("contention_begin", "contention_begin"),
+            ("contention_begin", "contention_begin_second"),
         ]
     );
     for (_, p) in lock_programs(&kernel, Floor::Off, Mode::Full) {

@@ -11,6 +11,7 @@ pub mod ebpf_log;
 pub mod fake;
 pub mod features;
 pub mod load;
+pub mod priority;
 pub mod privilege;
 pub mod programs;
 pub mod pthread;

@@ -48,12 +48,16 @@ pub fn lock_programs(
             "storage_released",
         ],
         Floor::Off if mode == Mode::Contention => {
-            // The begin runs with the rwsem's wait_lock held, interrupts off: never skipped.
-            let mut v = vec![("contention_end", "contention_end")];
+            let mut v = vec![
+                ("contention_end", "contention_end"),
+                ("contention_begin", "contention_begin"),
+            ];
             if kernel.preemptible_tracepoints {
-                v.push(("contention_end", "contention_end_second"));
+                v = v
+                    .into_iter()
+                    .flat_map(|(tp, p)| [(tp, p), (tp, second_copy(p))])
+                    .collect();
             }
-            v.push(("contention_begin", "contention_begin"));
             return v;
         }
         Floor::Off => [
@@ -74,14 +78,16 @@ pub fn lock_programs(
     v
 }
 
-/// The second copy of a full mode lock program (`profiler-ebpf/src/timing.rs`), run where
-/// the kernel may skip the first (`kernel::skipped`).
+/// The second copy of a lock program (`profiler-ebpf/src/timing.rs`, `contention`), run
+/// where the kernel may skip the first (`kernel::skipped`).
 fn second_copy(program: &'static str) -> &'static str {
     match program {
         "mmap_lock_start_locking" => "mmap_lock_start_locking_second",
         "mmap_lock_start_locking_memcg" => "mmap_lock_start_locking_memcg_second",
         "mmap_lock_acquire_returned" => "mmap_lock_acquire_returned_second",
         "mmap_lock_acquire_returned_memcg" => "mmap_lock_acquire_returned_memcg_second",
+        "contention_end" => "contention_end_second",
+        "contention_begin" => "contention_begin_second",
         _ => "mmap_lock_released_second",
     }
 }

@@ -210,9 +210,12 @@ impl Kernel for Collector {
             .into_file()
             .map_err(|e| CollectorError::Map("flush iterator", error_chain(&e)))?;
         // Reading to the end runs the program over every task; it writes CPU time records.
+        // Full mode's pass holds threads' claims: not to be preempted holding one.
+        let _unpreempted = (self.mode == Mode::Full).then(super::priority::Unpreempted::new);
         self.iter_out.clear();
         io::Read::read_to_end(&mut file, &mut self.iter_out)
             .map_err(|e| CollectorError::Map("flush iterator", e.to_string()))?;
+        drop(_unpreempted);
         let records = self.iter_out.chunks_exact(size_of::<ThreadCpu>());
         self.cpu_times
             .extend(records.map(bytemuck::pod_read_unaligned::<ThreadCpu>));
