@@ -50,6 +50,9 @@ pub fn read_record<T: Pod>(bytes: &[u8]) -> Option<T> {
 }
 
 #[cfg(feature = "user")]
+pub mod skip;
+
+#[cfg(feature = "user")]
 mod user {
     use super::*;
 

@@ -178,7 +178,7 @@ pub fn note_activity() {
 #[map]
 pub static DIRTY: RingBuf = RingBuf::with_byte_size(512 * 1024, 0);
 
-/// Threads with profiler state that are exiting or freed (`ExitedThread`; 2,700 between two
+/// Threads with profiler state that are exiting or freed (`ExitedThread`; 1,800 between two
 /// readings; more, and userspace looks for exited processes itself).
 #[map]
 pub static EXITED: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);

@@ -301,7 +301,7 @@ mod tests {
     #[test]
     fn running_kernel_offsets_are_plausible() {
         if !Path::new(VMLINUX_BTF).exists() {
-            eprintln!("skipped: no {VMLINUX_BTF} on this kernel");
+            profiler_common::skip::skip_because(&format!("no {VMLINUX_BTF} on this kernel"));
             return;
         }
         let info = KernelInfo::detect().expect("detect");

@@ -291,7 +291,11 @@ impl Kernel for Collector {
             blockers_busy: read(counter::BLOCKERS_BUSY)?,
             blockers_map_full: read(counter::BLOCKERS_MAP_FULL)?,
             rescued,
-            skipped: super::skipped::skipped(&self.ebpf, rescued),
+            skipped: super::skipped::skipped(
+                &self.ebpf,
+                self.kernel.preemptible_tracepoints,
+                rescued,
+            ),
         })
     }
 

@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn a_cgroup_path_resolves_to_its_directory_inode_and_depth() {
         let Some(mount) = cgroup2_mount() else {
-            eprintln!("skipped: no cgroup v2 hierarchy");
+            profiler_common::skip::skip_because("no cgroup v2 hierarchy");
             return;
         };
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();

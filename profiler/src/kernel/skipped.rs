@@ -30,13 +30,22 @@ fn misses(prog: &Program) -> Option<u64> {
     parse_misses(&std::fs::read_to_string(path).ok()?)
 }
 
-/// Skipped runs of every loaded program but the second copies, since the start: lock events
-/// (or a thread's exit, exec, fork or rename notice) that no program saw, unless a second
-/// copy made up for them (`rescued`). An upper bound for the profiled processes: the
-/// kernel does not say whose event a skipped run was.
-pub fn skipped(ebpf: &Ebpf, rescued: u64) -> u64 {
+/// Whether a program's skipped runs may have lost something of ours: not a second copy's
+/// (see [`SECOND`]), and not, where programs run with preemption off, a lock contention
+/// program's: those fire for every lock of the kernel, and one skipped there ran inside
+/// an interrupt that came while the program ran, for a spinlock, never for an mmap_lock.
+pub fn counts(name: &str, preemptible: bool) -> bool {
+    !name.ends_with(SECOND) && (preemptible || !name.starts_with("contention_"))
+}
+
+/// Skipped runs of the programs that [`counts`], since the start: lock events (or a thread's
+/// exit, exec, fork or rename notice) that no program saw, unless a second copy made up for
+/// them (`rescued`). An upper bound for the profiled processes: the kernel does not say
+/// whose event a skipped run was (in contention mode, where programs can be preempted, it
+/// may even be another lock's).
+pub fn skipped(ebpf: &Ebpf, preemptible: bool, rescued: u64) -> u64 {
     ebpf.programs()
-        .filter(|(name, _)| !name.ends_with(SECOND))
+        .filter(|(name, _)| counts(name, preemptible))
         .filter_map(|(_, p)| misses(p))
         .sum::<u64>()
         .saturating_sub(rescued)
@@ -55,5 +64,22 @@ mod tests {
                     verified_insns:\t2891\n";
         assert_eq!(parse_misses(text), Some(1141));
         assert_eq!(parse_misses("prog_type:\t17\nprog_id:\t8\n"), None);
+    }
+
+    #[test]
+    fn second_copies_never_count_and_contention_programs_only_where_preemptible() {
+        for p in [
+            "mmap_lock_released",
+            "sched_process_exit",
+            "sched_process_exec",
+        ] {
+            assert!(counts(p, false) && counts(p, true));
+        }
+        for p in ["mmap_lock_released_second", "contention_end_second"] {
+            assert!(!counts(p, false) && !counts(p, true));
+        }
+        for p in ["contention_begin", "contention_end", "contention_exit"] {
+            assert!(!counts(p, false) && counts(p, true));
+        }
     }
 }

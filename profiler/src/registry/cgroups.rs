@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn a_cgroup_id_is_named_by_its_path() {
         let Some(mount) = cgroup2_mount() else {
-            eprintln!("skipped: no cgroup v2 hierarchy");
+            profiler_common::skip::skip_because("no cgroup v2 hierarchy");
             return;
         };
         let me = ProcId::new(std::process::id(), 1);
