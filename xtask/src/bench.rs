@@ -57,7 +57,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     scale_rounds: usize,
     /// Interleaved rounds of what the agent costs on Node hosts, in each mode, beside no
-    /// tracing and the floors (about 50 s each; 0: skip it).
+    /// tracing and the floors (about 35 s each; 0: skip it).
     #[arg(long, default_value_t = 9)]
     agent_rounds: usize,
     /// Rounds of what contention mode captures of the wait, both modes on the same runs
