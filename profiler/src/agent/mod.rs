@@ -251,7 +251,9 @@ impl Driver for Agent<'_> {
                 self.selection.reload(s);
                 // The next reading scans /proc with the new selectors.
                 self.polls = 0;
-                self.reload_web();
+                if let Some(path) = &self.cfg.web_config {
+                    webconfig::reload(path, &self.web);
+                }
             }
             // A bad file on reload keeps the running selection.
             Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current selection"),
@@ -260,45 +262,10 @@ impl Driver for Agent<'_> {
     }
 }
 
-/// The web configuration (`--web.config.file`), or plain HTTP.
-fn load_web(cfg: &AgentConfig) -> Result<http::Web, AgentError> {
-    let w = match &cfg.web_config {
-        Some(p) => webconfig::WebConfig::load(p)?,
-        None => webconfig::WebConfig {
-            tls: None,
-            users: None,
-        },
-    };
-    if w.users.is_some() && w.tls.is_none() && !cfg.quiet {
-        eprintln!(
-            "mmaplock-prof agent: basic auth without TLS: passwords cross the network in clear (add tls_server_config)"
-        );
-    }
-    Ok(Arc::new(std::sync::RwLock::new(Arc::new(w))))
-}
-
-impl Agent<'_> {
-    /// SIGHUP: the web configuration too (renewed certificates, changed users); a bad file
-    /// keeps the one in force.
-    fn reload_web(&mut self) {
-        let Some(path) = &self.cfg.web_config else {
-            return;
-        };
-        match webconfig::WebConfig::load(path) {
-            Ok(w) => {
-                if let Ok(mut current) = self.web.write() {
-                    *current = Arc::new(w);
-                }
-            }
-            Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current web configuration"),
-        }
-    }
-}
-
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Everything the user gave is checked before the kernel is touched.
     let selectors = cfg.selectors()?;
-    let web = load_web(&cfg)?;
+    let web = webconfig::shared(cfg.web_config.as_deref(), cfg.quiet)?;
     for w in selectors.warnings() {
         eprintln!("mmaplock-prof agent: {w}");
     }

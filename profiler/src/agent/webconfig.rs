@@ -69,6 +69,36 @@ pub struct WebConfig {
 /// The largest web configuration file read (an operator's file of a few lines).
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
+/// The web configuration (`--web.config.file`), or plain HTTP, as the server shares it.
+pub fn shared(path: Option<&Path>, quiet: bool) -> Result<super::http::Web, WebConfigError> {
+    let w = match path {
+        Some(p) => WebConfig::load(p)?,
+        None => WebConfig {
+            tls: None,
+            users: None,
+        },
+    };
+    if w.users.is_some() && w.tls.is_none() && !quiet {
+        eprintln!(
+            "mmaplock-prof agent: basic auth without TLS: passwords cross the network in clear (add tls_server_config)"
+        );
+    }
+    Ok(Arc::new(std::sync::RwLock::new(Arc::new(w))))
+}
+
+/// SIGHUP: the web configuration too (renewed certificates, changed users); a bad file
+/// keeps the one in force.
+pub fn reload(path: &Path, web: &super::http::Web) {
+    match WebConfig::load(path) {
+        Ok(w) => {
+            if let Ok(mut current) = web.write() {
+                *current = Arc::new(w);
+            }
+        }
+        Err(e) => eprintln!("mmaplock-prof agent: {e}; keeping the current web configuration"),
+    }
+}
+
 impl WebConfig {
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
         let read = || -> std::io::Result<String> {
