@@ -20,15 +20,15 @@ use core::{
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use profiler_common::{
-    HIST_BUCKETS, LockStats, SampleDone, StatsKey, ThreadStats, bucket_index, cause,
-    counter, stack_record,
+    HIST_BUCKETS, LockStats, StatsKey, ThreadStats, bucket_index, cause,
+    counter,
 };
 
 use crate::{
     blockers,
     kread::{self, Task},
     maps::{
-        DIRTY, EPOCH, KERNEL, SCRATCH, SETTINGS, STACKS, STATS, blockers_on, bump,
+        DIRTY, EPOCH, KERNEL, SCRATCH, SETTINGS, STATS, blockers_on, bump,
         bump_by, for_each, konst,
     },
     state::{ACCS, Done, RING, ThreadState, claim, unclaim},
@@ -241,17 +241,7 @@ fn record(st: &mut ThreadState, d: &Done) {
         None => record_direct(st, d),
     }
     if d.sample_seq != 0 {
-        let _ = STACKS.output::<SampleDone>(
-            &SampleDone {
-                tag: stack_record::DONE,
-                tid: st.tid,
-                seq: d.sample_seq as u32,
-                _pad: 0,
-                wait_ns: d.wait,
-                hold_ns: d.hold,
-            },
-            crate::sampling::wakeup_before(size_of::<SampleDone>() as u64),
-        );
+        crate::sampling::done(st.tid, d.sample_seq as u32, d.wait, d.hold);
     }
 }
 

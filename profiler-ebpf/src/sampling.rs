@@ -5,7 +5,9 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::{bpf_get_prandom_u32, bpf_probe_read_user_buf},
 };
-use profiler_common::{STACK_BYTES, STACK_CHUNK, StackHeader, counter, stack_record};
+use profiler_common::{
+    SampleDone, STACK_BYTES, STACK_CHUNK, StackHeader, counter, stack_record,
+};
 
 use crate::{
     kread::Task,
@@ -128,6 +130,27 @@ pub fn sample(
         return false;
     }
     true
+}
+
+/// A sampled acquisition's outcome (its wait and hold), joined by userspace to the sample
+/// sent at its start. One the ring refuses is counted as a lost stack, as a refused sample
+/// is: the sample alone can never be folded in.
+#[inline(always)]
+pub fn done(tid: u32, seq: u32, wait_ns: u64, hold_ns: u64) {
+    let d = SampleDone {
+        tag: stack_record::DONE,
+        tid,
+        seq,
+        _pad: 0,
+        wait_ns,
+        hold_ns,
+    };
+    if STACKS
+        .output::<SampleDone>(&d, wakeup_before(size_of::<SampleDone>() as u64))
+        .is_err()
+    {
+        bump(counter::STACKS_LOST);
+    }
 }
 
 /// Ring buffer flags for a STACKS record of `len` bytes about to be written with `output`: a

@@ -231,7 +231,8 @@ fn every_dashboard_panel_and_rule_has_data_in_contention_mode() {
 
 /// The sampled stacks of contended writes, with their JavaScript names and no node flag:
 /// every contended write sampled (`--stack-sample 1`), the samples are the contended writes,
-/// one for one, and the Workers' own function is named, with its script.
+/// one for one (a stack the profiler could not keep is counted in `lost.stacks`), and the
+/// Workers' own function is named, with its script.
 #[test]
 fn contended_writes_are_sampled_and_named_by_their_javascript_function() {
     if !contention_ready() {
@@ -257,14 +258,23 @@ fn contended_writes_are_sampled_and_named_by_their_javascript_function() {
         writes >= 10,
         "{writes} contended writes: the Workers did not contend"
     );
-    // One sample per contended write (the profiler's own are never its process's).
+    // One sample per contended write (the profiler's own are never its process's), or a
+    // stack counted as lost (only node is profiled, so every lost stack is its own): a
+    // burst of contended writes, every one sampled, can fill the ring faster than a debug
+    // build unwinds (some 600 stacks of 16 KiB fit; up to half were lost in 1 run in 3).
     let sampled: u64 = p["dsos"]
         .as_array()
         .expect("dsos with stack sampling")
         .iter()
         .map(|d| d["write"]["count"].as_u64().unwrap())
         .sum();
-    assert_eq!(sampled, writes, "{}", p["dsos"]);
+    let lost = s["lost"]["stacks"].as_u64().unwrap();
+    assert_eq!(sampled + lost, writes, "lost {}: {}", s["lost"], p["dsos"]);
+    assert!(
+        sampled >= writes.min(100),
+        "{sampled} sampled: {}",
+        s["lost"]
+    );
     let js = p["js_functions"].as_array().expect("js_functions");
     let f = js
         .iter()

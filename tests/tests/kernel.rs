@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{kernel_features, profiler_bin};
+use integration_tests::{KernelFeatures, kernel_features, profiler_bin};
 
 /// Runs the profiler with `args`, killed after `limit`; its output and how long it took.
 fn run(args: &[&str], limit: Duration) -> (Output, Duration) {
@@ -81,6 +81,7 @@ fn the_probes_decide_every_mode() {
         "{}",
         f.text
     );
+    assert_preemptible_probe_as_the_sources_say(f);
     // A profile starts and ends with its summary; with --blockers where the kernel has
     // bpf_loop, else --blockers alone is refused in its own line, exit 1 (one attach each
     // way: an attach takes 15 s in the kernel matrix's emulated guests).
@@ -112,5 +113,33 @@ fn the_probes_decide_every_mode() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(String::from_utf8_lossy(&out.stdout).contains("\"type\":\"summary\""));
+    }
+}
+
+/// The preemptible-tracepoints probe against the kernels' sources: up to 6.18 every
+/// tracepoint callback runs with preemption off (6.1 and 6.12 have a `tracepoint_srcu`, for
+/// their rcuidle tracepoints only, which a probe could mistake for it); 7.3 calls them under
+/// SRCU-fast, preemptible. Releases between are not checked, nor realtime kernels.
+fn assert_preemptible_probe_as_the_sources_say(f: &KernelFeatures) {
+    let said = f
+        .value("preemptible tracepoint programs (second copies)")
+        .unwrap_or_else(|| panic!("no preemptible probe:\n{}", f.text));
+    let realtime = std::fs::read_to_string("/sys/kernel/realtime").is_ok_and(|s| s.trim() == "1");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release.trim().split(['.', '-', '+']);
+    let mut next = || {
+        parts
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let version = (next(), next());
+    if realtime {
+        return;
+    }
+    if version <= (6, 18) {
+        assert_eq!(said, "no", "Linux {release}: {}", f.text);
+    } else if version >= (7, 3) {
+        assert_eq!(said, "yes", "Linux {release}: {}", f.text);
     }
 }

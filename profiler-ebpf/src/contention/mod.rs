@@ -38,7 +38,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use profiler_common::{
-    BlockedKey, READ, SampleDone, StatsKey, WRITE, cause, counter, stack_record,
+    BlockedKey, READ, StatsKey, WRITE, cause, counter,
 };
 
 use crate::{
@@ -46,7 +46,7 @@ use crate::{
     announce::{self, Identity},
     blockers,
     kread::Task,
-    maps::{KERNEL, STACKS, bump, konst, note_activity},
+    maps::{KERNEL, bump, konst, note_activity},
     sampling,
     timing::{self, PF_EXITING, now},
 };
@@ -265,17 +265,7 @@ fn end<const SECOND: bool>(lock: u64, tid: u32, failed: bool) {
     }
     charge(w, tid, wait);
     if w.sample_seq != 0 {
-        let _ = STACKS.output::<SampleDone>(
-            &SampleDone {
-                tag: stack_record::DONE,
-                tid,
-                seq: w.sample_seq,
-                _pad: 0,
-                wait_ns: wait,
-                hold_ns: 0,
-            },
-            sampling::wakeup_before(size_of::<SampleDone>() as u64),
-        );
+        sampling::done(tid, w.sample_seq, wait, 0);
     }
     if w.exiting != 0 {
         threads::notify_freed(w, Task::current());

@@ -177,11 +177,21 @@ impl KernelInfo {
 }
 
 /// Does the kernel call tracepoint callbacks, and so our programs, with preemption on?
-/// Linux 7.x protects them with SRCU (`tracepoint_srcu`) instead of disabling preemption;
-/// the kernel's BTF then has that SRCU domain's per-CPU data, a variable.
+/// Linux 7.x protects them with SRCU-fast (`tracepoint_srcu`) instead of disabling
+/// preemption, and waits for that domain's grace period when callbacks change: its BTF has
+/// the domain's per-CPU data (a variable) and `tp_transition_snapshot.srcu_gp`. The
+/// variable alone is not enough: kernels up to 6.12 have a `tracepoint_srcu` for their
+/// rcuidle tracepoints only (the snapshot's member is then `srcu`), and run every callback
+/// with preemption off.
 pub fn preemptible_tracepoints(btf: &Btf) -> bool {
-    btf.resolve_types_by_name("tracepoint_srcu_srcu_data")
-        .is_ok_and(|t| t.iter().any(|t| matches!(t, Type::Var(_))))
+    let domain = btf
+        .resolve_types_by_name("tracepoint_srcu_srcu_data")
+        .is_ok_and(|t| t.iter().any(|t| matches!(t, Type::Var(_))));
+    domain
+        && matches!(
+            member_offset(btf, "tp_transition_snapshot", "srcu_gp"),
+            Ok(Some(_))
+        )
 }
 
 /// The BTF id of the kernel function `name`, if it has one.

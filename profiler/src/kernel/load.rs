@@ -316,7 +316,7 @@ fn waiters_capacity(cfg: &CollectorConfig) -> u32 {
 }
 
 /// Bytes of the STACKS ring buffer for a sampling rate (a power of two, at least a page).
-fn stacks_ring_bytes(stack_sample: u32) -> u32 {
+pub fn stacks_ring_bytes(stack_sample: u32) -> u32 {
     match stack_sample {
         0 => 4096,
         1..=8 => 8 << 20,

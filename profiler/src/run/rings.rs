@@ -97,6 +97,30 @@ impl Rings {
     }
 }
 
+/// Longest the end of a run unwinds the sampled stacks still in their ring: past it, the
+/// rest is read without unwinding and counted as lost (`lost.stacks`).
+const END_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Rings {
+    /// The end of a run: every record still in the rings, not only what a
+    /// [`drain`](Self::drain)'s budget allows (a profiler that fell behind a burst of samples
+    /// has a backlog that is part of the run), for at most [`END_BUDGET`].
+    pub fn drain_all(&mut self, profile: &mut Profile) {
+        let t0 = std::time::Instant::now();
+        classify_new_threads(self.new_threads.get_mut(), profile);
+        let Some(s) = self.stacks.as_mut() else {
+            return;
+        };
+        while profile.take_stacks(s.get_mut(), STACK_BATCH) == STACK_BATCH {
+            if t0.elapsed() >= END_BUDGET {
+                profile.discard_stacks(s.get_mut());
+                break;
+            }
+        }
+        classify_new_threads(self.new_threads.get_mut(), profile);
+    }
+}
+
 /// Hands the threads announced on the ring buffer to `profile`, to be classified while they
 /// run.
 fn classify_new_threads(ring: &mut RingBuf<MapData>, profile: &mut Profile) {

@@ -46,9 +46,16 @@ impl Session {
     /// last sampled stacks), and a last word on anything lost. Everything gathered stays in
     /// [`profile`](Self::profile), even when the last reading fails.
     pub async fn finish(&mut self) -> Result<(), SessionError> {
-        self.rings.drain(&mut self.profile);
+        self.rings.drain_all(&mut self.profile);
         let last = self.profile.finish().await;
-        self.rings.drain(&mut self.profile);
+        self.rings.drain_all(&mut self.profile);
+        if let Some(s) = &self.profile.stacks {
+            log::debug!(
+                "sampled stacks: {} lost in userspace, {} without an outcome at the end",
+                s.dropped,
+                s.unmatched + s.pending_samples() as u64
+            );
+        }
         lost::check(&self.profile.lost_so_far());
         last
     }

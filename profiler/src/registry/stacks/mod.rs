@@ -16,7 +16,7 @@ mod labels;
 mod owner;
 mod symbolize;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{SampleDone, StackHeader, read_record, stack_record};
 
@@ -104,8 +104,15 @@ pub struct StackAttribution {
     deferred_since: Option<std::time::Instant>,
     /// Outcomes that came in the current batch, joined to their samples once these are named.
     outcomes: Vec<SampleDone>,
-    /// Samples whose outcome never came (the profiler stopped first, or a record was lost).
+    /// Samples dropped before their outcome came (their thread or process forgotten first,
+    /// or the run over): the wait may still be going on, or its outcome may come later.
     pub unmatched: u64,
+    /// Outcomes of counted acquisitions whose sample was dropped first (their process
+    /// forgotten while its records were still in the ring), and samples left in the ring at
+    /// the end: stacks lost by userspace, counted in `lost.stacks` with the kernel's.
+    pub dropped: u64,
+    /// Samples [`discard`](Self::discard)ed, until their outcome is.
+    discarded: HashSet<(u32, u32)>,
     /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
@@ -139,6 +146,29 @@ impl StackAttribution {
             stack_record::DONE => {
                 if let Some(d) = read_record::<SampleDone>(bytes) {
                     self.outcomes.push(d);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A record read at the end of a run without being unwound (no time was left): a sample
+    /// is a lost stack, and so is an outcome whose sample was waiting for it (an outcome of a
+    /// sample discarded here too was counted with it).
+    pub fn discard(&mut self, bytes: &[u8]) {
+        match read_record::<u32>(bytes) {
+            Some(stack_record::SAMPLE) => {
+                if let Some(h) = read_record::<StackHeader>(bytes) {
+                    self.discarded.insert((h.tid, h.seq));
+                    self.dropped += 1;
+                }
+            }
+            Some(stack_record::DONE) => {
+                if let Some(d) = read_record::<SampleDone>(bytes)
+                    && !self.discarded.remove(&(d.tid, d.seq))
+                {
+                    self.pending.remove(&(d.tid, d.seq));
+                    self.dropped += 1;
                 }
             }
             _ => {}
@@ -271,7 +301,7 @@ impl StackAttribution {
 
     fn on_done(&mut self, d: &SampleDone) {
         let Some(p) = self.pending.remove(&(d.tid, d.seq)) else {
-            self.unmatched += 1;
+            self.dropped += 1;
             return;
         };
         let o = self.owners.entry(p.owner).or_default();
@@ -327,7 +357,6 @@ impl StackAttribution {
     }
 
     /// Samples waiting for their outcome.
-    #[cfg(test)]
     pub fn pending_samples(&self) -> usize {
         self.pending.len()
     }

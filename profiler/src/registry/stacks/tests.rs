@@ -97,8 +97,9 @@ fn outcomes_join_their_stacks_and_fold() {
     a.pending.insert((7, 1), pending(p, p, 0x1234));
     a.unwinders.insert(p, None);
     a.on_done(&done(7, 1, 900));
+    // An outcome whose sample is not there: a stack lost, not a sample waiting.
     a.on_done(&done(7, 2, 1));
-    assert_eq!(a.unmatched, 1);
+    assert_eq!((a.unmatched, a.dropped), (0, 1));
     let o = a.owner(p).unwrap();
     assert_eq!(o.dsos["[jit]"].count, 1);
     assert_eq!(o.dsos["[jit]"].wait.sum, 900);
@@ -108,6 +109,28 @@ fn outcomes_join_their_stacks_and_fold() {
     // The ip alone, with no process to read: not known to be JIT code, so no hint to start
     // node with a perf map.
     assert_eq!(a.owner(p).unwrap().unnamed_jit, 0);
+}
+
+/// The end of a run out of time: records read without being unwound are lost stacks, each
+/// counted once (a discarded sample and its discarded outcome are one stack).
+#[test]
+fn discarded_records_are_lost_stacks_counted_once() {
+    let mut a = StackAttribution::default();
+    let p = ProcId::new(5, 77);
+    // Unwound, waiting for its outcome, which is then discarded: one lost.
+    a.pending.insert((7, 1), pending(p, p, 0x1000));
+    a.discard(bytemuck::bytes_of(&done(7, 1, 10)));
+    assert_eq!((a.dropped, a.pending_samples()), (1, 0));
+    // A discarded sample, then its discarded outcome: one lost.
+    let mut h = StackHeader::zeroed();
+    (h.tag, h.tid, h.seq, h.owner, h.tgid) = (stack_record::SAMPLE, 7, 2, 5, 5);
+    a.discard(bytemuck::bytes_of(&h));
+    a.discard(bytemuck::bytes_of(&done(7, 2, 10)));
+    assert_eq!(a.dropped, 2);
+    // An outcome read normally whose sample went with its process: one lost.
+    a.on_done(&done(7, 3, 10));
+    assert_eq!(a.dropped, 3);
+    assert!(a.owner(p).is_none());
 }
 
 #[test]
@@ -167,6 +190,9 @@ fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
     // q's thread 9 exits with its sample still waiting.
     a.forget_thread(9);
     assert_eq!((a.pending_samples(), a.unmatched), (0, 2));
+    // Its outcome, read after: that stack is lost.
+    a.on_done(&done(9, 1, 10));
+    assert_eq!(a.dropped, 1);
     a.forget_process(q);
     assert_eq!(a.cached_processes(), 0);
 }

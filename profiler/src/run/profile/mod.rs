@@ -256,6 +256,21 @@ impl<K: Kernel> Profile<K> {
         n
     }
 
+    /// Reads what is left of the sampled stacks' ring without unwinding it (the end of a
+    /// run, out of time): counted as lost stacks. At most one ring's worth of records.
+    pub fn discard_stacks(&mut self, ring: &mut RingBuf<MapData>) {
+        let Some(stacks) = self.stacks.as_mut() else {
+            return;
+        };
+        // The smallest record is an outcome; records keep coming while programs run.
+        let ring_bytes = crate::kernel::load::stacks_ring_bytes(self.collector.stack_sample());
+        let most = ring_bytes as usize / size_of::<profiler_common::SampleDone>();
+        for _ in 0..most {
+            let Some(item) = ring.next() else { break };
+            stacks.discard(&item);
+        }
+    }
+
     /// Threads with live entries in the kernel's map, and those entries.
     pub fn live(&self) -> (usize, usize) {
         (

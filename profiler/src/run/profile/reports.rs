@@ -42,6 +42,16 @@ fn uncounted(c: Counters, base: Counters) -> Uncounted {
 }
 
 impl<K: Kernel> Profile<K> {
+    /// The kernel side's counters as last read, with the sampled stacks userspace had to
+    /// drop counted among the lost ones (see [`StackAttribution::dropped`]).
+    ///
+    /// [`StackAttribution::dropped`]: crate::registry::stacks::StackAttribution::dropped
+    fn counters_now(&self) -> Counters {
+        let mut c = self.counters;
+        c.stacks_lost += self.stacks.as_ref().map_or(0, |s| s.dropped);
+        c
+    }
+
     /// Our cost since the reading `since` (None: since our programs were loaded, when their
     /// statistics started from zero); None when the kernel does not collect statistics.
     fn overhead(
@@ -90,12 +100,12 @@ impl<K: Kernel> Profile<K> {
             mode: self.collector.mode(),
             start: self.interval_start,
             end: now,
-            lost: lost(self.counters, self.counters_at_interval, 0),
+            lost: lost(self.counters_now(), self.counters_at_interval, 0),
             uncounted: uncounted(self.counters, self.counters_at_interval),
             overhead,
         };
         self.interval_start = now;
-        self.counters_at_interval = self.counters;
+        self.counters_at_interval = self.counters_now();
         self.programs_at_interval = self.programs.clone();
         (window, meta)
     }
@@ -113,7 +123,11 @@ impl<K: Kernel> Profile<K> {
 
     /// Everything lost since the start (cumulative).
     pub fn lost_so_far(&self) -> Lost {
-        lost(self.counters, Counters::default(), self.exits.pending())
+        lost(
+            self.counters_now(),
+            Counters::default(),
+            self.exits.pending(),
+        )
     }
 
     /// The programs' cumulative statistics (empty unless the kernel collects them).
