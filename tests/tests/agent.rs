@@ -484,7 +484,8 @@ fn short_processes_are_counted_from_their_first_instruction() {
             .filter(|p| got.get(*p) != Some(&per_process))
             .collect();
         let tracked = metric_gauge(&text, "mmaplock_tracked_processes");
-        // Where the kernel skipped programs (Linux 7.x), short by no more than it skipped.
+        // Where the kernel skipped programs (Linux 7.x), short by no more than it skipped
+        // (see `shortfall`: a write under another role is short under its own).
         let skipped = metric_sum(&text, "mmaplock_lost_total", &["reason=\"skipped\""]);
         let short: Option<u64> = wrong
             .iter()
