@@ -343,10 +343,16 @@ fn a_contention_mode_profile_has_the_contended_waits_stacks() {
             file.to_str().unwrap(),
         ],
     );
-    let p = process(out.summary(), w.pid).expect("node in the summary");
+    let s = out.summary();
+    let p = process(s, w.pid).expect("node in the summary");
     let (writes, wait) = sampled(p);
     assert!(writes >= 10, "{writes} contended writes sampled");
-    assert_eq!(writes as u64, p["write"]["count"].as_u64().unwrap());
+    // Every contended write sampled, or its stack counted as lost (a burst can fill the
+    // ring faster than a debug build unwinds; only node is profiled).
+    let contended = p["write"]["count"].as_u64().unwrap();
+    let lost = s["lost"]["stacks"].as_u64().unwrap();
+    assert_eq!(writes as u64 + lost, contended, "{}", s["lost"]);
+    assert!(writes as u64 >= contended.min(100), "{}", s["lost"]);
     let raw = raw_profile(&go, None, file.to_str().unwrap()).unwrap();
     assert_eq!(
         raw.sample_types,
