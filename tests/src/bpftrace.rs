@@ -149,7 +149,9 @@ tracepoint:lock:contention_end
     pub fn stop(mut self) -> Counted {
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let _ = self.child.wait();
+        // Bounded: a bpftrace that does not end (once, under emulation) fails the test with
+        // its name, not the whole matrix guest's time.
+        crate::workload::wait_timeout(&mut self.child, Duration::from_secs(120));
         let mut counted = Counted::new();
         for l in self.out.try_iter() {
             if let Some((key, value, is_count)) = parse_entry(&l) {
