@@ -48,17 +48,13 @@ pub fn lock_programs(
             "storage_released",
         ],
         Floor::Off if mode == Mode::Contention => {
-            let mut v = vec![
-                ("contention_end", "contention_end"),
-                ("contention_begin", "contention_begin"),
-            ];
-            if kernel.preemptible_tracepoints {
-                v = v
-                    .into_iter()
-                    .flat_map(|(tp, p)| [(tp, p), (tp, second_copy(p))])
-                    .collect();
-            }
-            return v;
+            return with_second_copies(
+                kernel,
+                vec![
+                    ("contention_end", "contention_end"),
+                    ("contention_begin", "contention_begin"),
+                ],
+            );
         }
         Floor::Off => [
             kernel.tracepoints.start_program(),
@@ -66,30 +62,38 @@ pub fn lock_programs(
             "mmap_lock_released",
         ],
     };
-    let mut v: Vec<_> = TRACEPOINTS.into_iter().zip(full).rev().collect();
-    if floor == Floor::Off && kernel.preemptible_tracepoints {
-        // Each program's second copy right after it: a tracepoint calls its programs in the
-        // order they were attached, and the second looks at what the first did.
-        v = v
-            .into_iter()
-            .flat_map(|(tp, p)| [(tp, p), (tp, second_copy(p))])
-            .collect();
+    let firsts = TRACEPOINTS.into_iter().zip(full).rev().collect();
+    if floor.is_on() {
+        firsts
+    } else {
+        with_second_copies(kernel, firsts)
     }
-    v
 }
 
-/// The second copy of a lock program (`profiler-ebpf/src/timing.rs`, `contention`), run
-/// where the kernel may skip the first (`kernel::skipped`).
-fn second_copy(program: &'static str) -> &'static str {
-    match program {
+/// Where the kernel may skip a program (`kernel::skipped`), each lock program's second copy
+/// (`profiler-ebpf/src/timing.rs`, `contention`) right after it: a tracepoint calls its
+/// programs in the order they were attached, and the second looks at what the first did.
+fn with_second_copies(
+    kernel: &KernelInfo,
+    firsts: Vec<(&'static str, &'static str)>,
+) -> Vec<(&'static str, &'static str)> {
+    if !kernel.preemptible_tracepoints {
+        return firsts;
+    }
+    let second = |program: &str| match program {
         "mmap_lock_start_locking" => "mmap_lock_start_locking_second",
         "mmap_lock_start_locking_memcg" => "mmap_lock_start_locking_memcg_second",
         "mmap_lock_acquire_returned" => "mmap_lock_acquire_returned_second",
         "mmap_lock_acquire_returned_memcg" => "mmap_lock_acquire_returned_memcg_second",
+        "mmap_lock_released" => "mmap_lock_released_second",
         "contention_end" => "contention_end_second",
         "contention_begin" => "contention_begin_second",
-        _ => "mmap_lock_released_second",
-    }
+        other => unreachable!("{other} has no second copy"),
+    };
+    firsts
+        .into_iter()
+        .flat_map(|(tp, p)| [(tp, p), (tp, second(p))])
+        .collect()
 }
 
 /// The task iterator run before each reading (none for the floors).
