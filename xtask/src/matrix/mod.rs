@@ -102,6 +102,8 @@ pub fn tests_of(k: &Kernel) -> &'static [(&'static str, &'static str)] {
 
 /// The longest a guest may take (boot, every test, power-off) before it is killed.
 const GUEST_LIMIT: Duration = Duration::from_secs(20 * 60);
+/// How many times a kernel whose guest crashed (`guest::crash_line`) is booted again.
+const CRASH_REBOOTS: usize = 1;
 /// The longest one test may take inside a guest.
 const TEST_LIMIT_S: u32 = 300;
 
@@ -169,23 +171,57 @@ pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<Ker
             k.suite,
             tests.len()
         );
-        let came_back = guest::run(
-            &venv_bin,
-            &fetched,
-            accel,
-            &rwdir,
-            &format!("sh {}", script.display()),
-            GUEST_LIMIT,
-        )?;
-        let mut run = KernelRun::read(k, tests, &fetched.release, accel, &rwdir);
-        run.wall = started.elapsed();
-        if !came_back && run.tests.iter().all(|t| t.outcome == Outcome::NotRun) {
-            run = KernelRun::skipped(
-                k,
-                tests,
-                format!("the guest did not come back within {GUEST_LIMIT:?}"),
+        let mut notes = Vec::new();
+        let mut run = loop {
+            for stale in [
+                "results.tsv",
+                "skips.txt",
+                "probe.txt",
+                "release.txt",
+                "done",
+            ] {
+                let _ = std::fs::remove_file(rwdir.join(stale));
+            }
+            let came_back = guest::run(
+                &venv_bin,
+                &fetched,
+                accel,
+                &rwdir,
+                &format!("sh {}", script.display()),
+                GUEST_LIMIT,
+            )?;
+            let mut run = KernelRun::read(k, tests, &fetched.release, accel, &rwdir);
+            if !came_back && run.tests.iter().all(|t| t.outcome == Outcome::NotRun) {
+                run = KernelRun::skipped(
+                    k,
+                    tests,
+                    format!("the guest did not come back within {GUEST_LIMIT:?}"),
+                );
+            }
+            let console = std::fs::read_to_string(rwdir.join("console.log")).unwrap_or_default();
+            let Some(crash) = guest::crash_line(&console) else {
+                break run;
+            };
+            // A guest kernel that crashed under emulation is booted once more, and says so:
+            // a test's own failure on a kernel that did not crash is never retried.
+            let (p, f, _) = run.counts();
+            notes.push(format!(
+                "boot {}: the guest kernel crashed after {p} passed and {f} failed or not run: {crash}",
+                notes.len() + 1
+            ));
+            let kept = rwdir.join(format!("console-{}.log", notes.len()));
+            let _ = std::fs::rename(rwdir.join("console.log"), &kept);
+            if notes.len() > CRASH_REBOOTS || f == 0 {
+                break run;
+            }
+            eprintln!(
+                "xtask: kernel matrix: Linux {} crashed under emulation ({}), booting it again",
+                fetched.release,
+                kept.display()
             );
-        }
+        };
+        run.wall = started.elapsed();
+        run.notes = notes;
         runs.push(run);
     }
     Ok(runs)

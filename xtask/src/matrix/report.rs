@@ -37,6 +37,9 @@ pub struct KernelRun {
     pub wall: Duration,
     /// Why the kernel could not be tested at all.
     pub skipped: Option<String>,
+    /// What the suite should know about how its results were had (a guest kernel that
+    /// crashed under emulation and was booted again).
+    pub notes: Vec<String>,
 }
 
 impl KernelRun {
@@ -57,6 +60,7 @@ impl KernelRun {
                 .collect(),
             wall: Duration::ZERO,
             skipped: Some(why),
+            notes: Vec::new(),
         }
     }
 
@@ -106,6 +110,7 @@ impl KernelRun {
             tests,
             wall: Duration::ZERO,
             skipped: None,
+            notes: Vec::new(),
         }
     }
 
@@ -129,6 +134,9 @@ impl KernelRun {
         let mut out = String::new();
         if let Some(why) = &self.skipped {
             let _ = writeln!(out, "kernel {} ({}): skipped: {why}", k.name, k.suite);
+            for n in &self.notes {
+                let _ = writeln!(out, "    note   {n}");
+            }
             return out;
         }
         let accel = self.accel.map(|a| a.to_string()).unwrap_or_default();
@@ -140,6 +148,9 @@ impl KernelRun {
             k.suite,
             self.wall.as_secs_f64()
         );
+        for n in &self.notes {
+            let _ = writeln!(out, "    note   {n}");
+        }
         for line in self.probe.lines().filter(|l| !l.starts_with("kernel:")) {
             let _ = writeln!(out, "    probe  {line}");
         }
@@ -226,6 +237,24 @@ mod tests {
         assert!(
             r.render()
                 .contains("kernel 6.1 (bookworm): skipped: no network")
+        );
+    }
+
+    #[test]
+    fn a_reboot_after_a_crash_is_said_under_the_kernel() {
+        let k = super::super::KERNELS[2];
+        let mut r = KernelRun::skipped(&k, &[("a", "b")], "no network".into());
+        r.skipped = None;
+        r.tests[0].outcome = Outcome::Passed;
+        r.notes = vec![
+            "boot 1: the guest kernel crashed after 0 passed and 1 failed or not run: Oops: int3"
+                .into(),
+        ];
+        let text = r.render();
+        assert!(text.contains("1 passed, 0 failed"), "{text}");
+        assert!(
+            text.contains("    note   boot 1: the guest kernel crashed"),
+            "{text}"
         );
     }
 }
