@@ -34,6 +34,12 @@ impl KernelFeatures {
         self.yes("per-VMA locks (few page faults take mmap_lock)")
     }
 
+    /// Tracepoint programs run preemptible (Linux 7.x): the kernel may skip one, and what
+    /// the second copies do not rescue is counted in `lost.skipped`.
+    pub fn programs_may_be_skipped(&self) -> bool {
+        self.yes("preemptible tracepoint programs (second copies)")
+    }
+
     /// `bpf_loop`, which `--blockers` needs.
     pub fn bpf_loop(&self) -> bool {
         self.yes("bpf_loop (--blockers)")

@@ -7,8 +7,8 @@
 //! fields it already had: the numbers in the comments are those measurements.
 
 use integration_tests::{
-    Workload, cause_counts, cause_stats, check_lost, helper_threads, process, profile_workload,
-    require_root_and_tracepoints, stats,
+    Workload, cause_counts, cause_stats, check_lost, helper_threads, kernel_features, process,
+    profile_workload, require_root_and_tracepoints, stats,
 };
 use serde_json::Value;
 
@@ -45,10 +45,24 @@ fn thread_churn_polled_every_100ms_loses_no_write() {
         assert_eq!(did["mmap"].as_u64().unwrap() * 2, expected, "{did}");
         let s = out.summary();
         let shape = format!("{waves} waves x {threads} threads x {n}");
-        assert_eq!(check_lost(s), 0, "{shape}: {}", s["lost"]);
+        let lost = check_lost(s);
         let p = process(s, w.pid).expect("the target is in the summary");
         let causes = cause_counts(p);
         eprintln!("{shape}: {causes:?}, {} intervals", out.intervals().len());
+        // Where the kernel skipped programs (Linux 7.x, `lost.skipped`), a skipped release
+        // may be the one that would have announced an exiting thread freed (`exit_pending`)
+        // or flushed its last writes: the counts may then fall short, never exceed, and the
+        // run says so in `lost`. Seen once on 7.3.4 under TCG in 9 runs (skipped 2,
+        // exit_pending 1); everywhere else, and on 7.x when nothing was skipped, exact.
+        if kernel_features().programs_may_be_skipped() && s["lost"]["skipped"].as_u64() > Some(0) {
+            eprintln!("{shape}: the kernel skipped programs: {}", s["lost"]);
+            assert!(
+                causes["mmap"] <= waves * threads * n && causes["munmap"] <= waves * threads * n,
+                "{shape}: more than was done: {causes:?}"
+            );
+            continue;
+        }
+        assert_eq!(lost, 0, "{shape}: {}", s["lost"]);
         // Exactly: the helper's threads write nothing else (plain pthreads on cached stacks).
         assert_eq!(causes["mmap"], waves * threads * n, "{shape}: {causes:?}");
         assert_eq!(causes["munmap"], waves * threads * n, "{shape}: {causes:?}");
