@@ -108,8 +108,9 @@ pub fn run(
 /// The first line of a guest kernel's crash in its console, if it crashed. Under TCG (QEMU
 /// 7.2's multi-threaded emulation) Linux 7.3 now and then dies at an `int3` of its own
 /// live code patching (a static key flipped while the other vCPU runs that code), at boot
-/// or when a tracepoint is enabled: the emulator's fault, not the profiler's, which the
-/// matrix tells apart from a test's failure by this line.
+/// or when a tracepoint is enabled: the emulator's fault, not the profiler's. This line tells
+/// a crashed kernel from a failed test, not whose fault the crash was: a crash the profiler
+/// caused would crash the second boot too, and both boots' lines would be in the report.
 pub fn crash_line(console: &str) -> Option<String> {
     const SIGNS: [&str; 5] = [
         "Oops:",
