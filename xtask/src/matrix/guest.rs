@@ -112,17 +112,18 @@ pub fn run(
 /// a crashed kernel from a failed test, not whose fault the crash was: a crash the profiler
 /// caused would crash the second boot too, and both boots' lines would be in the report.
 pub fn crash_line(console: &str) -> Option<String> {
-    const SIGNS: [&str; 5] = [
-        "Oops:",
-        "Kernel panic",
-        "BUG: ",
-        "kernel BUG at",
-        "general protection fault",
-    ];
-    console
+    // With `oops=panic` every crash ends in a panic; a warning the guest survives (a soft
+    // lockup under slow emulation, `BUG: soft lockup`) is not one. The crash's first line
+    // says more than the panic's.
+    const FIRST: [&str; 3] = ["Oops:", "kernel BUG at", "general protection fault"];
+    let panic = console
         .lines()
-        .find(|l| SIGNS.iter().any(|s| l.contains(s)))
-        .map(|l| l.trim().to_string())
+        .find(|l| l.contains("Kernel panic - not syncing"))?;
+    let first = console
+        .lines()
+        .find(|l| FIRST.iter().any(|s| l.contains(s)))
+        .unwrap_or(panic);
+    Some(first.trim().to_string())
 }
 
 /// KVM if a guest comes up under it within a short time, else TCG. Tried once per run, with
@@ -168,5 +169,13 @@ mod tests {
             [    6.304595] virtme-ng-init: script exited with code 0\n\
             [    6.311590] reboot: Power down\n";
         assert_eq!(crash_line(clean), None);
+        let survived = "[   40.1] watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [node:812]\n\
+            [   61.2] virtme-ng-init: script exited with code 0\n";
+        assert_eq!(crash_line(survived), None);
+        let sysrq = "[    8.517120] Kernel panic - not syncing: sysrq triggered crash\n";
+        assert_eq!(
+            crash_line(sysrq).as_deref(),
+            Some("[    8.517120] Kernel panic - not syncing: sysrq triggered crash")
+        );
     }
 }
