@@ -86,7 +86,11 @@ fn wait_over_2us(d: &Value) -> u64 {
 
 /// Who made whom wait, with no `--blockers` and no hold timed: the rwsem's owner names the
 /// writer each wait began behind. On the blockers' ground truth, one thread's long mprotects
-/// are charged the most, with their cause, and the finding names that thread.
+/// are charged the most of any thread, with their cause, and the finding names that thread.
+/// A wait that began behind a reader-owned lock (the churners' first touches fault under it)
+/// is charged to "readers", not a thread, even if most of it was then spent behind the
+/// holder queued ahead: in one clean-clone run that row came first (784 ms against the
+/// holder's 690 ms), so the holder is looked for among threads.
 #[test]
 fn the_writer_a_wait_began_behind_is_its_blocker() {
     if !contention_ready() {
@@ -102,7 +106,10 @@ fn the_writer_a_wait_began_behind_is_its_blocker() {
     let blockers = p["blockers"]
         .as_array()
         .expect("blockers, always in contention mode");
-    let top = &blockers[0];
+    let top = blockers
+        .iter()
+        .find(|b| b["role"] != "readers")
+        .expect("a thread among the blockers");
     eprintln!(
         "blockers: {}",
         serde_json::to_string_pretty(&blockers[..3.min(blockers.len())]).unwrap()
