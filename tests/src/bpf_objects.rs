@@ -87,9 +87,9 @@ pub fn names_held_by(pid: u32) -> BTreeSet<String> {
 }
 
 /// Programs named in `names` that no live process holds, after giving the kernel up to
-/// `grace` to free what was just released.
+/// `grace` on the reference machine ([`crate::scaled`]) to free what was just released.
 pub fn orphans(names: &BTreeSet<String>, grace: std::time::Duration) -> Vec<(u32, String)> {
-    let deadline = std::time::Instant::now() + grace;
+    let deadline = std::time::Instant::now() + crate::scaled(grace);
     loop {
         let holders: BTreeSet<u32> = held().into_values().flatten().collect();
         let left: Vec<(u32, String)> = programs()

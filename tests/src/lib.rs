@@ -19,6 +19,7 @@ pub mod pprof;
 mod profiler;
 pub mod scrape;
 mod skip;
+pub mod speed;
 mod workload;
 
 pub(crate) use binaries::built;
@@ -42,7 +43,7 @@ pub use lookup::{
     thread, thread_writes,
 };
 pub use profiler::{
-    Finished, Profiler, attach_limit, profile_until_done, profile_workload, report_html, run_json,
+    Finished, Profiler, profile_until_done, profile_workload, report_html, run_json,
     run_ok, run_profiler, stop_when_done,
 };
 pub use scrape::{metric_f64, metric_gauge, metric_sum, mmap_writes};
@@ -50,4 +51,5 @@ pub use skip::{
     SKIP_FILE_ENV, bpf_test, installed_or_skip, require_root_and_tracepoints, skip_because,
     under_ci,
 };
+pub use speed::scaled;
 pub use workload::{Workload, roles_workload, roles_workload_sized, wait_until};

@@ -7,14 +7,13 @@ use std::{
     path::Path,
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
-    time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
 use crate::{
     Workload, profiler_bin,
-    workload::{start, wait_timeout},
+    workload::{start, wait_child},
 };
 
 /// What a finished profiler run produced.
@@ -105,12 +104,9 @@ impl Profiler {
             stderr: Vec::new(),
             stdout_thread: Some(stdout_thread),
         };
-        let deadline = Instant::now() + attach_limit();
+        // It attaches or ends (stderr then closes): no bound on how long attaching takes.
         loop {
-            match p
-                .stderr_rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
+            match p.stderr_rx.recv() {
                 Ok(l) => {
                     let attached = l.contains("attached in");
                     p.stderr.push(l);
@@ -120,7 +116,7 @@ impl Profiler {
                 }
                 Err(_) => panic!(
                     "mmaplock-prof did not attach; exit {:?}, stderr: {:?}",
-                    p.child.try_wait(),
+                    p.child.wait(),
                     p.stderr
                 ),
             }
@@ -137,8 +133,8 @@ impl Profiler {
     }
 
     /// [`finish`](Self::finish), and the run must have succeeded.
-    pub fn finish_ok(self, timeout: Duration) -> Finished {
-        let out = self.finish(timeout);
+    pub fn finish_ok(self) -> Finished {
+        let out = self.finish();
         assert!(
             out.status.success(),
             "exit status {:?}: {}",
@@ -148,9 +144,9 @@ impl Profiler {
         out
     }
 
-    /// Waits for the profiler to end by itself (duration, targets' exit, signal).
-    pub fn finish(mut self, timeout: Duration) -> Finished {
-        let status = wait_timeout(&mut self.child, timeout);
+    /// Waits for the profiler to end by itself (duration, targets' exit, signal): no bound.
+    pub fn finish(mut self) -> Finished {
+        let status = wait_child(&mut self.child);
         let raw_stdout = self
             .stdout_thread
             .take()
@@ -240,7 +236,7 @@ pub fn profile_workload(w: &mut Workload, args: &[&str]) -> Finished {
     let status = w.wait();
     assert!(status.success(), "workload {}: {status:?}", w.pid);
     // The target exited: the profiler ends by itself.
-    prof.finish_ok(Duration::from_secs(60))
+    prof.finish_ok()
 }
 
 /// For a workload that takes commands (a Node fixture): `go`, then, once it says `done`, the
@@ -254,14 +250,9 @@ pub fn profile_until_done(w: &mut Workload, prof: Profiler) -> Finished {
 pub fn stop_when_done(w: &mut Workload, prof: Profiler) -> Finished {
     assert_eq!(w.read_line(), "done");
     prof.signal(libc::SIGINT);
-    let out = prof.finish(Duration::from_secs(60));
+    let out = prof.finish();
     w.send("exit");
     assert!(w.wait().success());
     out
 }
 
-/// How long attaching may take: seconds here, but the verifier and the BTF reads are
-/// emulated in the kernel matrix's guests (15 s for --blockers under TCG).
-pub fn attach_limit() -> Duration {
-    Duration::from_secs(if crate::in_matrix_guest() { 180 } else { 30 })
-}

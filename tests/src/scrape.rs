@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
@@ -28,7 +28,7 @@ pub fn free_port() -> u16 {
 pub fn metrics(port: u16) -> String {
     // A bound, not a measure: a page that never comes fails the test instead of hanging it.
     let r = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
-        .timeout(Duration::from_secs(60))
+        .timeout(crate::scaled(Duration::from_secs(60)))
         .call()
         .expect("GET /metrics");
     // (Not `into_string`: with a series per pid the page passes its 10 MB cap.)
@@ -127,11 +127,12 @@ impl Agent {
                 let _ = tx.send(l);
             }
         });
+        // It serves or ends (stderr then closes): no bound on how long attaching takes.
         loop {
-            match rx.recv_timeout(crate::attach_limit()) {
+            match rx.recv() {
                 Ok(l) if l.contains("serving") => break,
                 Ok(_) => {}
-                Err(_) => panic!("the agent did not start"),
+                Err(_) => panic!("the agent did not start: {:?}", child.wait()),
             }
         }
         Agent { child, port }
@@ -145,7 +146,7 @@ impl Agent {
     pub fn stop(mut self) {
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = crate::workload::wait_timeout(&mut self.child, Duration::from_secs(30));
+        let status = crate::workload::wait_child(&mut self.child);
         assert!(status.success(), "the agent ended with {status:?}");
     }
 }
@@ -220,12 +221,15 @@ impl Prometheus {
             port,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Ready or ended: no bound (a Prometheus that cannot start exits).
+        let mut p = p;
         while ureq::get(&format!("http://127.0.0.1:{port}/-/ready"))
             .call()
             .is_err()
         {
-            assert!(Instant::now() < deadline, "prometheus did not get ready");
+            if let Ok(Some(s)) = p.child.try_wait() {
+                panic!("prometheus ended before it was ready: {s}");
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
         p
@@ -252,7 +256,7 @@ impl Prometheus {
         r.first()?["value"][1].as_str()?.parse().ok()
     }
 
-    /// Waits (`within` at most) until `q` has a value that `ok` accepts, and returns it;
+    /// Waits (`within` at most on the reference machine, [`wait_until`]) until `q` has a value that `ok` accepts, and returns it;
     /// `what` says what was awaited.
     pub fn wait_for(&self, q: &str, within: Duration, ok: impl Fn(f64) -> bool, what: &str) -> f64 {
         wait_until(within, Duration::from_millis(500), || match self.value(q) {

@@ -2,7 +2,7 @@
 //! sharp's `.node`) is the addon's: role `addon`, with the library and the addon named, and
 //! exactly its own writes; node's own threads keep their roles.
 
-use std::{process::Command, time::Duration};
+use std::process::Command;
 
 use integration_tests::{
     Profiler, Workload, bpf_test, build_spawner_addon, cause_counts, fixture, process,
@@ -89,7 +89,7 @@ fn profile(w: &mut Workload) -> (String, Value) {
     let done = w.read_line();
     w.send("exit");
     assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = prof.finish();
     assert!(out.status.success(), "{}", out.stderr);
     let p = process(out.summary(), w.pid).expect("node in the summary");
     (done, p.clone())

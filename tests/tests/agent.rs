@@ -631,7 +631,7 @@ fn a_node_that_retitles_itself_is_profiled_from_its_rename() {
 /// Ends a one-shot profiler run (SIGINT) and returns what it reported.
 fn stop(p: integration_tests::Profiler) -> integration_tests::Finished {
     p.signal(libc::SIGINT);
-    let out = p.finish(Duration::from_secs(60));
+    let out = p.finish();
     assert!(out.status.success(), "{}", out.stderr);
     out
 }

@@ -318,7 +318,7 @@ fn a_podman_run_has_the_roles_and_labels_it_has_on_the_host() {
     let prof = Profiler::start(&["-p", &pid_s, "-i", "0"]);
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = prof.finish();
     let p = process(out.summary(), pid).expect("node is in the summary");
     assert_eq!(p["comm"], "node");
     let threads = p["threads"].as_array().unwrap();
@@ -399,7 +399,7 @@ fn profile_jsframes(image: &str, node_flags: &[&str], sample: u32, rounds: u32) 
     w.go();
     assert!(w.wait().success());
     // The profiler ends when node has exited: everything below is symbolized after the exit.
-    let out = prof.finish(Duration::from_secs(60));
+    let out = prof.finish();
     let p = process(out.summary(), pid)
         .expect("node is in the summary")
         .clone();

@@ -276,7 +276,7 @@ fn a_foreign_reader_waiting_on_a_profiled_lock_is_counted() {
     assert!(w.wait().success());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let reads = reader.join().unwrap();
-    let out = prof.finish_ok(Duration::from_secs(60));
+    let out = prof.finish_ok();
     let s = out.summary();
     assert_contention_summary(s);
     let p = process(s, pid).expect("the helper in the summary");

@@ -36,8 +36,8 @@ fn contention_mode_captures_the_wait_that_matters_side_by_side_with_full_mode() 
         let cont = Profiler::start(&["-p", &pid, "-i", "0", "--mode", "contention"]);
         w.go();
         assert!(w.wait().success());
-        let full = full.finish_ok(Duration::from_secs(60));
-        let cont = cont.finish_ok(Duration::from_secs(60));
+        let full = full.finish_ok();
+        let cont = cont.finish_ok();
         let (pf, pc) = (
             process(full.summary(), w.pid).unwrap(),
             process(cont.summary(), w.pid).unwrap(),

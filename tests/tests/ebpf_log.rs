@@ -6,10 +6,7 @@
 //! map, a loss (`lost.map_full`). Each diagnostic is said once, and only when asked for;
 //! otherwise the verifier removes the log calls.
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use integration_tests::{Finished, Profiler, Workload, profiler_bin, require_root_and_tracepoints};
 
@@ -39,7 +36,7 @@ fn profile_exec(args: &[&str]) -> (u32, Finished) {
     let prof = Profiler::start_command(cmd);
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = prof.finish();
     assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
     let lost = out.summary()["lost"]["map_full"].as_u64().unwrap();
     assert!(

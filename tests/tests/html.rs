@@ -192,7 +192,7 @@ fn the_html_page_is_written_after_sigint() {
     w.go();
     std::thread::sleep(std::time::Duration::from_millis(800));
     prof.signal(libc::SIGINT);
-    let out = prof.finish(std::time::Duration::from_secs(30));
+    let out = prof.finish();
     assert!(out.status.success(), "{}", out.stderr);
     let summary = out.lines.last().unwrap();
     assert_eq!(summary["type"], "summary");

@@ -31,7 +31,7 @@ fn profile(node_flags: &[&str], sample: u32, rounds: u32) -> (Value, u64, String
     let prof = Profiler::start_with_stacks(w.pid, sample, &folded);
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish(std::time::Duration::from_secs(60));
+    let out = prof.finish();
     let p = process(out.summary(), w.pid)
         .expect("node is in the summary")
         .clone();

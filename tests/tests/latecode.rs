@@ -51,7 +51,7 @@ fn symbols_survive_the_process_exit() {
     std::fs::remove_file(&copy).unwrap();
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish(Duration::from_secs(60));
+    let out = prof.finish();
     assert!(out.status.success(), "{}", out.stderr);
     let p = process(out.summary(), w.pid).expect("in the summary");
     let frames: Vec<&str> = p["stacks"]

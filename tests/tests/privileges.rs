@@ -189,7 +189,7 @@ fn four_capabilities_profile_another_users_process_exactly() {
     assert!(status_field(w.pid, "Uid").starts_with("0\t"));
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish_ok(Duration::from_secs(60));
+    let out = prof.finish_ok();
     let p = process(out.summary(), w.pid).expect("the target is in the summary");
     check_churn_writes(p, w.pid, t, n, "as nobody");
     // Code attribution needs the target's maps and binary.
@@ -231,7 +231,7 @@ fn four_capabilities_read_another_users_node_thread_roles() {
     assert_runs_with_exactly_the_four(prof.pid());
     w.go();
     assert!(w.wait().success());
-    let out = prof.finish_ok(Duration::from_secs(60));
+    let out = prof.finish_ok();
     let p = process(out.summary(), w.pid).expect("node is in the summary");
     assert_main_and_workers(p, w.pid, &workers);
     let threads = p["threads"].as_array().unwrap();
@@ -380,7 +380,7 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
     assert!(writes(&text, "role=\"main\"") >= 1, "{text}");
     // SIGTERM ends it cleanly.
     agent.signal(libc::SIGTERM);
-    agent.finish_ok(Duration::from_secs(30));
+    agent.finish_ok();
 }
 
 /// The agent as the systemd unit runs it: `nobody`, the four capabilities, its default mode.
@@ -453,5 +453,5 @@ fn the_agent_with_the_four_runs_its_default_contention_mode() {
         0
     );
     agent.signal(libc::SIGTERM);
-    agent.finish_ok(Duration::from_secs(30));
+    agent.finish_ok();
 }

@@ -69,7 +69,7 @@ fn pid_filter_excludes_a_concurrent_process() {
     a.go();
     b.go();
     assert!(a.wait().success() && b.wait().success());
-    let out = prof.finish(Duration::from_secs(30));
+    let out = prof.finish();
     let s = out.summary();
     let pids: Vec<u64> = s["processes"]
         .as_array()
@@ -98,7 +98,7 @@ fn comm_filter_selects_processes_by_name() {
     b.go();
     assert!(a.wait().success() && b.wait().success());
     prof.signal(libc::SIGINT);
-    let out = prof.finish(Duration::from_secs(30));
+    let out = prof.finish();
     assert!(out.status.success());
     let s = out.summary();
     let p = process(s, a.pid).expect("the named process is profiled");
@@ -268,7 +268,7 @@ fn sigterm_and_sigint_end_with_a_complete_summary() {
         assert!(w.wait().success());
         std::thread::sleep(Duration::from_millis(300));
         prof.signal(sig);
-        let out = prof.finish(Duration::from_secs(30));
+        let out = prof.finish();
         assert!(out.status.success(), "signal {sig}: {:?}", out.status);
         for l in &out.lines {
             check_report(l);
@@ -285,7 +285,7 @@ fn duration_ends_the_run() {
         return;
     }
     let prof = Profiler::start(&["-d", "0.5", "-i", "0"]);
-    let out = prof.finish(Duration::from_secs(30));
+    let out = prof.finish();
     assert!(out.status.success());
     assert_eq!(out.lines.len(), 1);
     let d = out.summary()["duration_s"].as_f64().unwrap();
