@@ -1,7 +1,7 @@
 //! ROOT-ONLY: code that appears after the profiler attached (an addon `require`d later), a
 //! program whose file is gone by the time its stacks are named, and where sampled stacks end.
 
-use std::{process::Command, time::Duration};
+use std::process::Command;
 
 use integration_tests::{
     Profiler, Workload, bpf_test, churn_bin, process, profile_until_done, profile_workload,
