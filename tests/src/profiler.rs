@@ -255,4 +255,3 @@ pub fn stop_when_done(w: &mut Workload, prof: Profiler) -> Finished {
     assert!(w.wait().success());
     out
 }
-

@@ -107,4 +107,3 @@ fn churn_once() -> u64 {
         v
     }
 }
-

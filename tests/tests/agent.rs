@@ -88,8 +88,16 @@ fn prometheus_scrapes_the_exact_write_count_and_every_dashboard_query_has_data()
         .value("sum(mmaplock_wait_seconds_bucket{op=\"write\",le=\"+Inf\"})")
         .unwrap();
     assert_eq!(count, inf);
-    // Let a few more scrapes land, so that every rate() has two samples after the work.
-    std::thread::sleep(Duration::from_secs(3));
+    // Let a few more scrapes land, so that every rate() has two samples after the work:
+    // counted by Prometheus's own `up` series, not by the clock.
+    let scrapes = "sum(count_over_time(up[1h]))";
+    let seen = prom.value(scrapes).unwrap_or(0.0);
+    prom.wait_for(
+        scrapes,
+        Duration::from_secs(10),
+        |v| v >= seen + 3.0,
+        "3 more scrapes",
+    );
     let queries = dashboard_queries();
     assert!(queries.len() >= 20, "{} dashboard queries", queries.len());
     for (q, optional) in &queries {
@@ -202,8 +210,16 @@ fn hundreds_of_short_processes_are_all_counted_and_leave_nothing_behind() {
     let (batches, per_batch, n) = (4, 50, 25u64);
     let each = one_shot_mmaps(n, "churnling");
     let agent = Agent::start(&["--comm", "churnling", "-i", "0.2"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let before = agent.metrics();
+    // Its baseline once it has published an interval of its own (the gauges are there).
+    let before = wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+        let text = agent.metrics();
+        if text.contains("\nmmaplock_tracked_threads ") && text.contains("\nmmaplock_map_entries ")
+        {
+            Ok(text)
+        } else {
+            Err(format!("no interval published yet:\n{text}"))
+        }
+    });
     let base_threads = metric_gauge(&before, "mmaplock_tracked_threads");
     let base_entries = metric_gauge(&before, "mmaplock_map_entries");
     for _ in 0..batches {
@@ -286,7 +302,18 @@ fn a_recycled_pid_is_a_new_process_with_its_own_name() {
     let spawn = |name: &str| Workload::spawn(renamed_churn(100, name));
     let mut a = spawn("reuse-alpha");
     let pid = a.pid;
-    std::thread::sleep(Duration::from_millis(600));
+    // Adopted by the agent (selected as it renamed itself) before it does its work.
+    let adopted = || {
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || match metric_gauge(&agent.metrics(), "mmaplock_tracked_processes") {
+                0 => Err("not adopted yet".to_string()),
+                _ => Ok(()),
+            },
+        )
+    };
+    adopted();
     a.go();
     assert!(a.wait().success());
     drop(a);
@@ -305,7 +332,9 @@ fn a_recycled_pid_is_a_new_process_with_its_own_name() {
     let Some(mut b) = b else {
         panic!("could not recycle pid {pid} through /proc/sys/kernel/ns_last_pid");
     };
-    std::thread::sleep(Duration::from_millis(600));
+    // Adopted within an interval of the agent's (0.2 s): no series tells it before beta
+    // writes, and other processes named reuse-beta may still be tracked, so a time, scaled.
+    std::thread::sleep(integration_tests::scaled(Duration::from_millis(600)));
     b.go();
     assert!(b.wait().success());
     let pid_l = format!("pid=\"{pid}\"");
@@ -736,7 +765,8 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_a_wrong_password_is_refused()
     // Plain HTTP gets no metrics from a TLS port.
     assert!(
         ureq::get(&format!("http://127.0.0.1:{}/metrics", agent.port))
-            .timeout(Duration::from_secs(5))
+            // A bound on a refusal that comes at once: scaled, a hang guard.
+            .timeout(integration_tests::scaled(Duration::from_secs(5)))
             .call()
             .is_err()
     );

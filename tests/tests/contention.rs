@@ -211,7 +211,6 @@ fn the_agent_counts_every_short_process_contended_waits() {
             n => Err(format!("{n} processes still tracked")),
         }
     });
-    std::thread::sleep(Duration::from_millis(500));
     agent.stop();
     let counted = count.stop();
     let mut by_pid: BTreeMap<u32, BTreeMap<(u32, u32), Wait>> = BTreeMap::new();

@@ -198,8 +198,16 @@ fn every_dashboard_panel_and_rule_has_data_in_contention_mode() {
         |v| v > 0.0,
         "contended writes",
     );
-    // Every rate() its two samples after the work, every rule a few evaluations.
-    std::thread::sleep(Duration::from_secs(4));
+    // Every rate() its two samples after the work, every rule a few evaluations (both every
+    // second of Prometheus's clock): counted by its own `up` series, not by ours.
+    let scrapes = "sum(count_over_time(up[1h]))";
+    let seen = prom.value(scrapes).unwrap_or(0.0);
+    prom.wait_for(
+        scrapes,
+        Duration::from_secs(10),
+        |v| v >= seen + 4.0,
+        "4 more scrapes",
+    );
     let panels = integration_tests::scrape::dashboard_panels();
     assert!(
         panels.iter().any(|q| q.full_mode_only),

@@ -190,7 +190,10 @@ fn the_html_page_is_written_after_sigint() {
     let pid = w.pid.to_string();
     let prof = Profiler::start(&["--pid", &pid, "-i", "0.2", "--html", page.to_str().unwrap()]);
     w.go();
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // Some of the work done (scaled: a slow host does less in the same time).
+    std::thread::sleep(integration_tests::scaled(std::time::Duration::from_millis(
+        800,
+    )));
     prof.signal(libc::SIGINT);
     let out = prof.finish();
     assert!(out.status.success(), "{}", out.stderr);

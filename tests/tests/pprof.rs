@@ -195,6 +195,27 @@ fn certificate(dir: &Path) -> std::path::PathBuf {
     cert
 }
 
+/// Waits until the agent has written `n` more lines to `ndjson` than it has now.
+fn intervals_after(ndjson: &Path, n: usize) {
+    let count = || {
+        std::fs::read_to_string(ndjson)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let want = count() + n;
+    integration_tests::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+        let got = count();
+        if got >= want {
+            Ok(())
+        } else {
+            Err(format!(
+                "{got} lines in {}, waiting for {want}",
+                ndjson.display()
+            ))
+        }
+    });
+}
+
 /// The agent's interval lines that a profile covers (its comment `intervals from A to B (N
 /// intervals of the agent)`), their sampled writes and wait summed.
 fn covered(raw: &RawProfile, lines: &[Value]) -> (usize, i64, i64) {
@@ -259,13 +280,16 @@ fn three_scrapes_of_the_agents_profile_over_tls_with_basic_auth_match_its_interv
     };
     let ca = Some(cert.as_path());
     w.send("go");
-    std::thread::sleep(Duration::from_secs(2));
+    // Paced by the agent's own intervals (0.5 s), not by the clock: a slow host writes them
+    // later, and the scrapes still fall where they should among them.
+    intervals_after(&ndjson, 4);
     let mut scrapes = vec![raw_profile(&go, ca, &url("s3cret", "?seconds=2")).unwrap()];
-    std::thread::sleep(Duration::from_millis(1500));
+    intervals_after(&ndjson, 3);
     scrapes.push(raw_profile(&go, ca, &url("s3cret", "")).unwrap());
     assert_eq!(w.read_line(), "done");
-    // The workload's last writes are in an interval that has ended.
-    std::thread::sleep(Duration::from_millis(1200));
+    // The workload's last writes are in an interval that has ended: the one under way when
+    // it said done may have been read before them, the next one was not.
+    intervals_after(&ndjson, 2);
     scrapes.push(raw_profile(&go, ca, &url("s3cret", "?seconds=600")).unwrap());
     // A wrong password, a window too long: refused (the message is agent/http.rs's tests').
     let e = raw_profile(&go, ca, &url("wrong", "")).unwrap_err();
