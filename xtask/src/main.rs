@@ -8,6 +8,7 @@ mod image;
 mod layers;
 mod ldd;
 mod matrix;
+mod pace;
 mod packages;
 mod soak;
 mod suite;
@@ -44,6 +45,10 @@ enum Cmd {
     /// Lint (rustfmt, clippy -D warnings) and run every test, the root-only integration tests
     /// that load the real eBPF programs included.
     Test {
+        /// Take one core with a busy loop for the whole run: the suite then gets half of
+        /// this machine, as on a slower one (what it must pass on too).
+        #[arg(long)]
+        slow_host: bool,
         /// Extra arguments for the test binaries, e.g. a test name filter.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -159,7 +164,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Build { release } => build(&linker_dir, release),
-        Cmd::Test { args } => suite::run_suite(&linker_dir, &args),
+        Cmd::Test { slow_host, args } => suite::run_suite(&linker_dir, &args, slow_host),
         Cmd::Matrix { kernels } => suite::run_matrix_alone(&linker_dir, &kernels),
         Cmd::Demo { args } => demo(&linker_dir, &args),
         Cmd::Bench(args) => bench::run(&linker_dir, args),

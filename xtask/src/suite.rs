@@ -4,14 +4,18 @@
 
 use std::{path::Path, process::Command};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::{
-    build, cargo, dist, image, is_root, layers, matrix, packages, path_with, run, workspace_root,
+    build, cargo, dist, image, is_root, layers, matrix, pace, packages, path_with, run,
+    workspace_root,
 };
 
 /// Runs the suite in its order (cheapest check first), then prints its closing line.
-pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
+pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    // Taken first: the whole run, the speed factor's measure included, gets half the machine.
+    let _hog = slow_host.then(pace::CoreHog::start);
     // Imports against the layers of docs/architecture.md: no build needed, so first.
     layers::check(&workspace_root().join("profiler/src"))?;
     run(cargo(linker_dir)?.args(["fmt", "--all", "--check"]))?;
@@ -27,6 +31,11 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     // The integration tests run the built binaries (profiler and helpers), and the agent's
     // tests a real Prometheus.
     build(linker_dir, false)?;
+    // Measured once, printed, and handed to every test (and to the matrix's guests' limits).
+    let factor = pace::measure(&workspace_root().join("target"))?;
+    println!("speed factor: {factor:.2} (this host; 1 is the reference machine)");
+    // SAFETY: set before any thread of ours reads the environment (the hog reads none).
+    unsafe { std::env::set_var(pace::SPEED_ENV, format!("{factor:.2}")) };
     packages::ensure_prometheus()?;
     packages::ensure_bpftrace()?;
     packages::ensure_tracefs()?;
@@ -65,7 +74,7 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     if let Some(tag) = &test_image {
         cmd.env(TEST_IMAGE_ENV, tag);
     }
-    let (mut tally, status) = run_counting_tests(&mut cmd)?;
+    let (mut tally, status) = run_counting_tests(&mut cmd, pace::hang_limit(factor))?;
     let mut skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
     let _ = std::fs::remove_file(&skip_file);
     tally.apply_skips(&skips);
@@ -90,6 +99,11 @@ pub fn run_suite(linker_dir: &Path, args: &[String]) -> Result<()> {
     for s in &skips {
         println!("skipped: {} ({})", s.test, s.reason);
     }
+    println!(
+        "suite: {:.0} s{}",
+        started.elapsed().as_secs_f64(),
+        if slow_host { " (--slow-host)" } else { "" }
+    );
     // One closing line for the whole suite (cargo prints one per test binary).
     println!("{}", tally.closing_line());
     if !status.success() {
@@ -295,20 +309,18 @@ fn parse_test_result(line: &str) -> Option<(u64, u64, u64)> {
     Some((count(" passed"), count(" failed"), count(" ignored")))
 }
 
-/// Runs `cargo test`, echoing its output, and adds up its `test result:` lines.
-fn run_counting_tests(cmd: &mut Command) -> Result<(Tally, std::process::ExitStatus)> {
-    use std::io::{BufRead, BufReader};
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
+/// Runs `cargo test`, echoing its output, and adds up its `test result:` lines; a test that
+/// runs past `limit` is taken for hung and named ([`pace::run_watched`]).
+fn run_counting_tests(
+    cmd: &mut Command,
+    limit: std::time::Duration,
+) -> Result<(Tally, std::process::ExitStatus)> {
     let mut tally = Tally::default();
-    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
-        let line = line?;
+    let status = pace::run_watched(cmd, limit, |line| {
         println!("{line}");
-        tally.add_result_line(&line);
-    }
-    Ok((tally, child.wait()?))
+        tally.add_result_line(line);
+    })?;
+    Ok((tally, status))
 }
 
 #[cfg(test)]
