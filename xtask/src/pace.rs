@@ -115,6 +115,8 @@ pub fn run_watched(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let running = partial.lock().expect("not poisoned").trim().to_string();
+                eprintln!("xtask: hung: {running:?}; what its processes are doing:");
+                eprint!("{}", where_they_wait(child.id()));
                 // SAFETY: kill has no preconditions; the group is the test run's alone.
                 unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
                 let _ = child.wait();
@@ -126,6 +128,64 @@ pub fn run_watched(
         }
     }
     Ok(child.wait()?)
+}
+
+/// Every descendant of `root`, each thread's state, the kernel function it sleeps in and
+/// its kernel stack (root reads them): what a hang was waiting for.
+fn where_they_wait(root: u32) -> String {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`: the comm may hold spaces and parentheses.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let descends = |mut p: u32| {
+        for _ in 0..64 {
+            if p == root {
+                return true;
+            }
+            match parent_of(p) {
+                Some(pp) if pp > 1 => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut out = String::new();
+    for pid in pids.into_iter().filter(|&p| descends(p)) {
+        let read = |f: String| std::fs::read_to_string(f).unwrap_or_default();
+        let cmd = read(format!("/proc/{pid}/cmdline")).replace('\0', " ");
+        out.push_str(&format!("  {pid} {}\n", cmd.trim()));
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for t in tasks {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            let dir = format!("/proc/{pid}/task/{tid}");
+            let comm = read(format!("{dir}/comm"));
+            let state = read(format!("{dir}/stat"))
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next().map(str::to_string))
+                .unwrap_or_default();
+            let wchan = read(format!("{dir}/wchan"));
+            out.push_str(&format!("    {tid} {} {state} {wchan}\n", comm.trim()));
+            for frame in read(format!("{dir}/stack")).lines().take(12) {
+                out.push_str(&format!("      {frame}\n"));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
