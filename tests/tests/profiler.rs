@@ -6,8 +6,8 @@ use std::{process::Command, time::Duration};
 use integration_tests::{
     Finished, Profiler, Workload, assert_churn_total, assert_main_and_workers, bpf_test,
     cause_counts, check_churn_writes, check_lost, check_stats, churn_slack, finding,
-    helper_threads, process, profile_workload, require_root_and_tracepoints, roles_workload,
-    run_profiler, stats, strings, thread, thread_writes,
+    helper_threads, nodes, process, profile_workload, require_root_and_tracepoints, run_profiler,
+    stats, strings, thread, thread_writes,
 };
 use serde_json::Value;
 
@@ -118,10 +118,15 @@ fn task_ids(pid: u32) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn node_thread_roles_are_recognised_on_a_running_process() {
+/// Every thread of `roles.js` on Node `major` gets its role, from its name (Node 24 and later
+/// name their threads) or its start routine, read from a process that was running before the
+/// attach.
+fn node_thread_roles_are_recognised_on_a_running_process(major: u32) {
     let Some(dir) = bpf_test() else { return };
-    let (mut w, workers) = roles_workload(dir.path());
+    let Some(node) = nodes::node_or_skip(major) else {
+        return;
+    };
+    let (mut w, workers) = node.roles_workload(dir.path());
     assert_eq!(workers.len(), 3);
     // Threads that exist before the work starts: main, V8's platform threads, the Workers.
     // libuv starts its threadpool lazily, on the first deflate: every thread that appears
@@ -136,6 +141,11 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
         assert!(thread_writes(p, *tid) > 0, "{}", thread(p, *tid));
     }
     let threads = p["threads"].as_array().unwrap();
+    let roles: Vec<String> = threads
+        .iter()
+        .map(|t| format!("{} {} {}", t["tid"], t["comm"], t["role"]))
+        .collect();
+    eprintln!("node {major}: {}", roles.join(", "));
     let libuv: Vec<u64> = threads
         .iter()
         .filter(|t| t["role"] == "libuv")
@@ -171,6 +181,21 @@ fn node_thread_roles_are_recognised_on_a_running_process() {
     }
     let v8 = threads.iter().filter(|t| t["role"] == "v8").count();
     assert!((1..=3).contains(&v8), "{threads:?}");
+}
+
+#[test]
+fn node22_thread_roles_are_recognised_on_a_running_process() {
+    node_thread_roles_are_recognised_on_a_running_process(22);
+}
+
+#[test]
+fn node24_thread_roles_are_recognised_on_a_running_process() {
+    node_thread_roles_are_recognised_on_a_running_process(24);
+}
+
+#[test]
+fn node26_thread_roles_are_recognised_on_a_running_process() {
+    node_thread_roles_are_recognised_on_a_running_process(26);
 }
 
 fn check_report(r: &Value) {

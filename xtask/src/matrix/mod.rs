@@ -75,7 +75,7 @@ pub const SUBSET: &[(&str, &str)] = &[
     ("fidelity", "munmap_downgrades_are_not_reads"),
     ("fidelity", "fork_is_charged_to_the_parents_own_lock"),
     ("fidelity", "thread_churn_polled_every_100ms_loses_no_write"),
-    ("jsnames", "node20_names_with_no_flags"),
+    ("jsnames", "node26_names_with_no_flags"),
     (
         "agent",
         "short_processes_are_counted_from_their_first_instruction",

@@ -13,7 +13,9 @@ pub struct JsFunction {
 /// What a perf map says about an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JitName {
-    /// JavaScript code (any tier: interpreted `~`, Sparkplug `^`, Maglev `+`, TurboFan `*`).
+    /// JavaScript code (any tier: interpreted `~`, Sparkplug `^`, Maglev `+`, TurboFan `*`;
+    /// Node 24 and later mark context-specialized code with `'` after the tier, Node 26
+    /// on-stack replacement code with `o` before it, e.g. `JS:o*'loop`).
     Js(JsFunction),
     /// Other generated code: a builtin, a bytecode handler, a regular expression, a stub.
     Other(String),
@@ -28,8 +30,16 @@ impl JitName {
         let Some(rest) = tags.iter().find_map(|t| raw.strip_prefix(t)) else {
             return JitName::Other(raw.to_string());
         };
-        // The tier marker, if any.
-        let rest = rest.trim_start_matches(['~', '^', '*', '+']);
+        // The tier marker, if any (`o` only before one: it may begin a name).
+        let tiers = ['~', '^', '*', '+'];
+        let rest = rest
+            .strip_prefix('o')
+            .filter(|r| r.starts_with(tiers))
+            .unwrap_or(rest);
+        let rest = match rest.strip_prefix(tiers) {
+            Some(r) => r.strip_prefix('\'').unwrap_or(r),
+            None => rest,
+        };
         let (name, location) = match rest.rsplit_once(' ') {
             Some((n, l)) => (n.trim(), l.trim()),
             None => (rest.trim(), ""),

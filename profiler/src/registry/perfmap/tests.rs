@@ -48,6 +48,30 @@ fn v8_names_become_functions_and_files() {
     assert_eq!(m.lookup(0x1000), None);
 }
 
+/// Node 24 and 26 mark context-specialized code (`'`) and on-stack replacement code (`o`):
+/// the marks are not part of the name, and a name may begin with `o`.
+#[test]
+fn newer_tier_marks_are_not_names() {
+    for (raw, name) in [
+        (
+            "JS:+'isPosixPathSeparator node:path:69:30",
+            "isPosixPathSeparator",
+        ),
+        ("JS:*'g /x.js:2:11", "g"),
+        ("JS:o+viaClosures /x.js:84:21", "viaClosures"),
+        ("JS:o*viaClosures /x.js:84:21", "viaClosures"),
+        ("JS:o*'f /x.js:1:1", "f"),
+        ("JS:onData /x.js:3:1", "onData"),
+        ("JS:~onData /x.js:3:1", "onData"),
+        ("JS:^o /x.js:3:1", "o"),
+    ] {
+        match JitName::parse(raw) {
+            JitName::Js(js) => assert_eq!(js.name, name, "{raw}"),
+            other => panic!("{raw}: {other:?}"),
+        }
+    }
+}
+
 /// A map of `path` as `PerfMap::open` makes it, for a file of ours.
 fn map_of(path: &Path) -> PerfMap {
     PerfMap {
