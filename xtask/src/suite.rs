@@ -119,6 +119,9 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
 /// with a closing line of its own.
 pub fn run_matrix_alone(linker_dir: &Path, kernels: &[String]) -> Result<()> {
     build(linker_dir, false)?;
+    // The guests have no network: what their tests run comes from the host's caches.
+    packages::ensure_nodes()?;
+    packages::ensure_bpftrace()?;
     let mut tally = Tally::default();
     let mut skips = Vec::new();
     let runs = kernel_matrix(linker_dir, kernels)?;
