@@ -24,7 +24,7 @@ pub enum OfflineError {
     #[error("cannot write {0}: {1}")]
     Write(String, #[source] std::io::Error),
     #[error(transparent)]
-    MixedModes(#[from] compare::MixedModes),
+    Compare(#[from] compare::CompareError),
     #[error(
         "{0} has no sampled stacks for a pprof profile (a summary's `samples`): profile with stack sampling on (the default; not --stack-sample 0), with a build that writes them"
     )]
@@ -33,7 +33,8 @@ pub enum OfflineError {
 
 impl OfflineError {
     /// A file that cannot be read or is not a report is bad usage (2); a page that cannot be
-    /// written too (the path given is wrong).
+    /// written too (the path given is wrong), and files `compare` cannot set side by side
+    /// (modes, a grouping they do not record).
     pub fn exit_code(&self) -> u8 {
         2
     }
@@ -134,8 +135,8 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
 
 pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
     let study = study(args.study.as_deref())?;
-    let before = Runs::read_file(&args.before)?;
-    let after = Runs::read_file(&args.after)?;
+    let before = Runs::read(&args.before, args.by)?;
+    let after = Runs::read(&args.after, args.by)?;
     let c = compare::compare(
         (&args.before.display().to_string(), &before),
         (&args.after.display().to_string(), &after),
@@ -154,8 +155,35 @@ pub fn compare(args: &CompareArgs) -> Result<(), OfflineError> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser as _;
+
     use super::*;
-    use crate::output::{fixtures, reading::Keep, report::Report};
+    use crate::{
+        cli::{Cli, Command, one_line},
+        output::{compare::By, fixtures, reading::Keep, report::Report},
+    };
+
+    /// `compare`'s `--by`: `run` unless given, and a value it does not take is bad usage, in
+    /// one line that lists the ones it takes.
+    #[test]
+    fn compare_groups_by_run_unless_told() {
+        let by = |extra: &[&str]| -> Result<By, clap::Error> {
+            let args = ["mmaplock-prof", "compare", "a.json", "b.json"];
+            match Cli::try_parse_from(args.iter().chain(extra))?.command {
+                Some(Command::Compare(c)) => Ok(c.by),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(by(&[]).unwrap(), By::Run);
+        assert_eq!(by(&["--by", "comm"]).unwrap(), By::Comm);
+        assert_eq!(by(&["--by", "cgroup"]).unwrap(), By::Cgroup);
+        let e = by(&["--by", "name"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(
+            one_line(&e),
+            "invalid value 'name' for '--by <BY>' [possible values: exe, comm, cgroup, run]"
+        );
+    }
 
     /// `report RUN.json` prints what the live run printed: the summary's text, findings,
     /// tables and histograms included, not the findings alone.

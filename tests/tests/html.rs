@@ -19,9 +19,16 @@ fn run_helper(threads: u32, n: u32, extra: &[&str], out: &Path) -> (u32, Vec<Val
     (w.pid, read_lines(out))
 }
 
-/// `compare BEFORE AFTER [ARGS] -f json`, which must succeed.
+/// `compare BEFORE AFTER --by comm [ARGS] -f json` (rows per process name), which must
+/// succeed.
 fn compare(before: &Path, after: &Path, args: &[&str]) -> Value {
-    let mut all = vec!["compare", before.to_str().unwrap(), after.to_str().unwrap()];
+    let mut all = vec![
+        "compare",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--by",
+        "comm",
+    ];
     all.extend_from_slice(args);
     run_json(all)
 }

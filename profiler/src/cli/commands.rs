@@ -10,7 +10,10 @@ use super::values::{
     parse_positive_secs,
 };
 use super::{Config, OutputArgs};
-use crate::vocab::{Format, Mode};
+use crate::{
+    output::compare::By,
+    vocab::{Format, Mode},
+};
 
 /// `mmaplock-prof study`.
 #[derive(Debug, Args)]
@@ -133,6 +136,18 @@ pub struct CompareArgs {
     /// A study of this host (results.json): the findings quote its measured effects.
     #[arg(long, value_name = "results.json", value_parser = parse_path)]
     pub study: Option<PathBuf>,
+    /// Group processes before comparing: run (all of a run's processes summed, so that a run
+    /// of Worker threads lines up with one of child processes), comm (command name), cgroup,
+    /// or exe (executable; refused: reports do not record it).
+    #[arg(long, value_name = "BY", default_value = "run", value_parser = by_parser())]
+    pub by: By,
+}
+
+/// `--by`'s values, each error listing them.
+fn by_parser() -> impl clap::builder::TypedValueParser<Value = By> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(By::NAMES)
+        .map(|s| By::parse(&s).expect("one of the possible values"))
 }
 
 /// `mmaplock-prof agent`: the contract is shared/design/agent-and-metrics.md.

@@ -127,7 +127,7 @@ pub enum Command {
     Agent(AgentArgs),
     /// Render a run's NDJSON (or a study's results.json) as a self-contained HTML page.
     Report(ReportArgs),
-    /// Compare two runs (before and after a fix): writes and write wait per process name,
+    /// Compare two runs (before and after a fix): writes and write wait per group of processes,
     /// thread role and cause, with ratios; several runs per file are judged for noise.
     Compare(CompareArgs),
     /// The investigation's mitigation study on this machine: every scenario as Worker

@@ -1,6 +1,7 @@
 //! `compare`, per finding: did the after-run remove it? Each run's findings are recomputed
-//! from its summary; a finding is followed by process name and pattern, its share of the
-//! threads' time compared over the runs of each side as `compare` compares any figure.
+//! from its summary; a finding is followed by its process's group (`--by`) and pattern, its
+//! share of the threads' time compared over the runs of each side as `compare` compares any
+//! figure.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,7 @@ impl Presence {
 /// A finding before and after.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FindingChange {
+    /// The group of the processes it was found in (`--by`).
     pub process: String,
     pub id: String,
     /// The finding's title, from the last run that had it (before, else after).
@@ -61,15 +63,15 @@ fn share(f: &Finding) -> f64 {
 
 type Key = (String, String);
 
-/// A run's findings per (process name, pattern): of the processes of one name, the one whose
-/// share is largest. Kept per run by `compare` as it reads (not the summaries).
+/// A run's findings per (group, pattern): of the processes of one group, the one whose share
+/// is largest. Kept per run by `compare` as it reads (not the summaries).
 pub type RunFindings = BTreeMap<Key, Finding>;
 
-/// The findings of one run's summary.
-pub fn per_run(summary: &Report) -> RunFindings {
+/// The findings of one run's summary, each in the group `group` gives its process.
+pub fn per_run(summary: &Report, group: &dyn Fn(&Finding) -> String) -> RunFindings {
     let mut m = RunFindings::new();
     for f in findings::find(summary, None) {
-        let k = (f.comm.clone(), f.id.clone());
+        let k = (group(&f), f.id.clone());
         if m.get(&k).is_none_or(|g| share(g) < share(&f)) {
             m.insert(k, f);
         }
@@ -203,7 +205,7 @@ mod tests {
             share: share.clone(),
         }]);
         p.time_share = Some(share);
-        per_run(&fixtures::summary(vec![p]))
+        per_run(&fixtures::summary(vec![p]), &|f| f.comm.clone())
     }
 
     fn verdict(before: &[(u64, u64)], after: &[(u64, u64)]) -> FindingChange {

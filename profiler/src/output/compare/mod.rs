@@ -1,23 +1,28 @@
-//! `mmaplock-prof compare BEFORE AFTER`: did a fix remove the contention? Per process name,
-//! and within it per thread role and per write cause: writes, total, mean and p99 write wait
-//! before and after, with the ratio. A file may hold several runs (each ending with its
-//! summary line): then each figure is the mean over the runs with its range, and a difference
-//! whose ranges overlap is called within run-to-run noise rather than claimed.
+//! `mmaplock-prof compare BEFORE AFTER`: did a fix remove the contention, and which of two
+//! ways of running a tool waits less? Per group of processes (`--by`, group.rs: the whole run
+//! unless asked otherwise), and within it per thread role and per write cause: writes, total,
+//! mean and p99 write wait before and after, with the ratio. A file may hold several runs
+//! (each ending with its summary line): then each figure is the mean over the runs with its
+//! range, and a difference whose ranges overlap is called within run-to-run noise rather than
+//! claimed.
 
-use std::collections::BTreeMap;
+mod group;
+pub mod text;
 
+use std::{collections::BTreeMap, path::Path};
+
+pub use group::By;
+use group::{Fig, Grouped, Key};
 use serde::{Deserialize, Serialize};
+pub use text::{CompareText, runs_label, value};
 
 use crate::{
-    aggregation::SideStats,
     output::{
-        Output,
         compare_findings::{self, RunFindings},
         findings::StudyEffects,
         partial::Summed,
-        reading::{Keep, Line},
-        report::{Report, SCHEMA_VERSION, Stats},
-        text::{fit, fmt_ns},
+        reading::{self, InputError, Keep, Line},
+        report::{Report, SCHEMA_VERSION},
     },
     vocab::Mode,
 };
@@ -82,9 +87,10 @@ impl Change {
     }
 }
 
-/// One row: a process name, and within it everything, a role or a cause.
+/// One row: a group of processes, and within it everything, a role or a cause.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
+    /// The group's name: a command name, a cgroup, an executable, or `run` (`--by`).
     pub process: String,
     /// `all`, `role` or `cause`.
     pub group: &'static str,
@@ -115,12 +121,33 @@ pub struct Comparison {
     pub schema_version: u32,
     /// Both sides' mode (never mixed): in contention mode, `writes` are contended writes.
     pub mode: Mode,
+    /// What the processes were grouped by: rows' and findings' `process` is a group's name.
+    pub by: By,
     pub before: Side,
     pub after: Side,
+    /// Each group's processes on each side, by name.
+    pub groups: Vec<Group>,
     pub rows: Vec<Row>,
-    /// Per finding (process name and pattern): found before, after, and whether the
-    /// after-runs removed it.
+    /// Per finding (group and pattern): found before, after, and whether the after-runs
+    /// removed it.
     pub findings: Vec<compare_findings::FindingChange>,
+}
+
+/// A group and its processes on each side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Group {
+    pub name: String,
+    pub before: Members,
+    pub after: Members,
+}
+
+/// A group's processes on one side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Members {
+    /// How many, over the side's runs (0 in a run without the group).
+    pub processes: Spread,
+    /// Their command names, in any run.
+    pub comms: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -128,11 +155,6 @@ pub struct Side {
     pub file: String,
     pub runs: usize,
 }
-
-/// Write acquisitions of one group in one run: the figures are its count, its total and
-/// mean wait, and its p99 ([`DurationHist::quantiles`](crate::aggregation::DurationHist),
-/// as everywhere else).
-type Fig = SideStats;
 
 fn mean(f: &Fig) -> f64 {
     if f.count == 0 {
@@ -146,40 +168,17 @@ fn p99(f: &Fig) -> f64 {
     f.wait.quantiles([0.99])[0] as f64
 }
 
-type Key = (String, &'static str, String);
-
-/// A run's figures per (process name, group, key): processes with one name are pooled.
-fn figures(summary: &Report) -> BTreeMap<Key, Fig> {
-    let mut m: BTreeMap<Key, Fig> = BTreeMap::new();
-    let mut add = |key: Key, s: &Stats| m.entry(key).or_default().merge(&s.side());
-    for p in &summary.processes {
-        add((p.comm.clone(), "all", "all".into()), &p.lock.write);
-        for t in &p.threads {
-            add(
-                (p.comm.clone(), "role", t.role.as_str().into()),
-                &t.lock.write,
-            );
-        }
-        for c in &p.lock.causes {
-            add((p.comm.clone(), "cause", c.cause.to_string()), &c.write);
-        }
-    }
-    m
-}
-
-/// One run as `compare` keeps it: its figures, its findings and its mode.
+/// One run as `compare` keeps it: its processes grouped (figures, findings) and its mode.
 #[derive(Clone)]
 struct Run {
-    figures: BTreeMap<Key, Fig>,
-    findings: RunFindings,
+    grouped: Grouped,
     mode: Mode,
 }
 
 impl Run {
-    fn of(summary: &Report) -> Run {
+    fn of(summary: &Report, by: By) -> Run {
         Run {
-            figures: figures(summary),
-            findings: compare_findings::per_run(summary),
+            grouped: Grouped::of(summary, by),
             mode: summary.mode,
         }
     }
@@ -194,6 +193,28 @@ impl Run {
 pub struct MixedModes {
     pub full: String,
     pub contention: String,
+}
+
+/// Two files that cannot be compared as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error(transparent)]
+    MixedModes(#[from] MixedModes),
+    /// `--by` a key that no process of a file has: one group of unknowns would pass for a
+    /// grouping.
+    #[error("--by {}: {file} records no process's {} ({}); group by comm or run", by.name(), by.what(), why(*by))]
+    Ungroupable { by: By, file: String },
+}
+
+/// Why a file would record no process's key.
+fn why(by: By) -> &'static str {
+    match by {
+        By::Exe => "reports do not carry executables",
+        By::Cgroup => {
+            "a host without cgroup v2, a build before cgroups were reported, or a run summed from its interval lines"
+        }
+        By::Comm | By::Run => "every process has them",
+    }
 }
 
 /// The one mode of the runs of both files.
@@ -211,11 +232,25 @@ fn one_mode(before: (&str, &[Run]), after: (&str, &[Run])) -> Result<Mode, Mixed
     }
 }
 
-/// What `compare` keeps of a file, read one line at a time: the figures and findings of each
-/// run (a summary line, or each run of a demo line), and while there is none, the interval
+/// A side whose processes all lack the key they are grouped by is refused.
+fn groupable(by: By, (file, runs): (&str, &[Run])) -> Result<(), CompareError> {
+    let total: u64 = runs.iter().map(|r| r.grouped.processes()).sum();
+    let unknown: u64 = runs.iter().map(|r| r.grouped.unknown).sum();
+    if total > 0 && unknown == total {
+        return Err(CompareError::Ungroupable {
+            by,
+            file: file.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// What `compare` keeps of a file, read one line at a time: each run's processes grouped
+/// `by` (a summary line, or each run of a demo line), and while there is none, the interval
 /// lines summed (a file without any summary is one run, its interval lines summed).
 #[derive(Default)]
 pub struct Runs {
+    by: By,
     runs: Vec<Run>,
     summed: Summed,
 }
@@ -224,37 +259,102 @@ impl Keep for Runs {
     fn add(&mut self, line: Line) {
         match line {
             Line::Interval(r) if self.runs.is_empty() => self.summed.add(&r),
-            Line::Summary(r) => self.runs.push(Run::of(&r)),
-            Line::Demo(d) => self.runs.extend(d.runs.iter().map(|r| Run::of(&r.report))),
+            Line::Summary(r) => self.runs.push(Run::of(&r, self.by)),
+            Line::Demo(d) => {
+                let by = self.by;
+                self.runs
+                    .extend(d.runs.iter().map(|r| Run::of(&r.report, by)))
+            }
             Line::Interval(_) | Line::Study(_) => {}
         }
     }
 }
 
 impl Runs {
+    /// Nothing read yet; its processes to be grouped `by`.
+    pub fn new(by: By) -> Runs {
+        Runs {
+            by,
+            ..Runs::default()
+        }
+    }
+
+    /// What it keeps of a file, its processes grouped `by`.
+    pub fn read(path: &Path, by: By) -> Result<Runs, InputError> {
+        let mut k = Runs::new(by);
+        reading::read_file(path, |l| k.add(l))?;
+        Ok(k)
+    }
+
     /// Each run.
     fn runs(&self) -> Vec<Run> {
         if self.runs.is_empty() && self.summed.lines() > 0 {
-            vec![Run::of(&self.summed.report())]
+            vec![Run::of(&self.summed.report(), self.by)]
         } else {
             self.runs.clone()
         }
     }
 }
 
-/// Compares the runs of two files (with a study of the host, the findings quote its
-/// measured effects).
+/// Each group's processes on each side.
+fn groups(b: &[Run], a: &[Run]) -> Vec<Group> {
+    let mut names: Vec<&String> = b
+        .iter()
+        .chain(a)
+        .flat_map(|r| r.grouped.members.keys())
+        .collect();
+    names.sort();
+    names.dedup();
+    let members = |runs: &[Run], name: &String| {
+        let counts: Vec<f64> = runs
+            .iter()
+            .map(|r| {
+                r.grouped
+                    .members
+                    .get(name)
+                    .map_or(0.0, |m| m.processes as f64)
+            })
+            .collect();
+        let mut comms: Vec<String> = runs
+            .iter()
+            .filter_map(|r| r.grouped.members.get(name))
+            .flat_map(|m| m.comms.iter().cloned())
+            .collect();
+        comms.sort();
+        comms.dedup();
+        Members {
+            processes: Spread::of(&counts),
+            comms,
+        }
+    };
+    names
+        .into_iter()
+        .map(|n| Group {
+            name: n.clone(),
+            before: members(b, n),
+            after: members(a, n),
+        })
+        .collect()
+}
+
+/// Compares the runs of two files, grouped as they were read (both sides alike; with a study
+/// of the host, the findings quote its measured effects).
 pub fn compare(
     before: (&str, &Runs),
     after: (&str, &Runs),
     study: Option<&StudyEffects>,
-) -> Result<Comparison, MixedModes> {
+) -> Result<Comparison, CompareError> {
+    let by = before.1.by;
+    debug_assert_eq!(by, after.1.by, "both sides grouped alike");
     let (b, a) = (before.1.runs(), after.1.runs());
     let mode = one_mode((before.0, &b), (after.0, &a))?;
-    let runs_b: Vec<BTreeMap<Key, Fig>> = b.iter().map(|r| r.figures.clone()).collect();
-    let runs_a: Vec<BTreeMap<Key, Fig>> = a.iter().map(|r| r.figures.clone()).collect();
-    let findings_b: Vec<RunFindings> = b.into_iter().map(|r| r.findings).collect();
-    let findings_a: Vec<RunFindings> = a.into_iter().map(|r| r.findings).collect();
+    groupable(by, (before.0, &b))?;
+    groupable(by, (after.0, &a))?;
+    let groups = groups(&b, &a);
+    let runs_b: Vec<BTreeMap<Key, Fig>> = b.iter().map(|r| r.grouped.figures.clone()).collect();
+    let runs_a: Vec<BTreeMap<Key, Fig>> = a.iter().map(|r| r.grouped.figures.clone()).collect();
+    let findings_b: Vec<RunFindings> = b.into_iter().map(|r| r.grouped.findings).collect();
+    let findings_a: Vec<RunFindings> = a.into_iter().map(|r| r.grouped.findings).collect();
     let mut keys: Vec<Key> = runs_b
         .iter()
         .chain(&runs_a)
@@ -286,6 +386,7 @@ pub fn compare(
         kind: "compare",
         schema_version: SCHEMA_VERSION,
         mode,
+        by,
         before: Side {
             file: before.0.to_string(),
             runs: runs_b.len(),
@@ -294,85 +395,10 @@ pub fn compare(
             file: after.0.to_string(),
             runs: runs_a.len(),
         },
+        groups,
         rows,
         findings: compare_findings::changes(&findings_b, &findings_a, study),
     })
-}
-
-/// `1 run`, `2 runs`.
-pub fn runs_label(n: usize) -> String {
-    format!("{n} run{}", if n == 1 { "" } else { "s" })
-}
-
-/// A figure as the table shows it: a duration, or a count.
-pub fn value(x: f64, ns: bool) -> String {
-    if ns {
-        fmt_ns(x.round() as u64)
-    } else {
-        format!("{}", x.round() as u64)
-    }
-}
-
-fn show(c: &Change, ns: bool) -> String {
-    let v = |x: f64| value(x, ns);
-    let ratio = c.ratio.map_or("-".into(), |r| format!("{r:.2}x"));
-    format!(
-        "{:>9} {:>9} {:>7}",
-        v(c.before.mean),
-        v(c.after.mean),
-        ratio
-    )
-}
-
-/// `compare`'s view for people.
-pub struct CompareText;
-
-impl Output<Comparison> for CompareText {
-    fn emit(&mut self, c: &Comparison, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        out.write_all(to_text(c).as_bytes())
-    }
-}
-
-/// The comparison as a table for people.
-pub fn to_text(c: &Comparison) -> String {
-    let mut out = format!(
-        "mmaplock-prof compare: {} ({}) -> {} ({})\n",
-        c.before.file,
-        runs_label(c.before.runs),
-        c.after.file,
-        runs_label(c.after.runs),
-    );
-    if let Some(note) = crate::output::text::mode_note(c.mode) {
-        out.push_str(&format!("  ({note})\n"));
-    }
-    out.push_str(&format!(
-        "\n  {:<28} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n",
-        "process / role / cause",
-        "writes", "after", "ratio",
-        "wait", "after", "ratio",
-        "mean", "after", "ratio",
-        "p99", "after", "ratio",
-        "verdict: writes / wait"
-    ));
-    for r in &c.rows {
-        let label = match r.group {
-            "all" => r.process.clone(),
-            g => format!("  {g} {}", r.key),
-        };
-        let label = fit(&label, 28);
-        let figures = r.figures().map(|(c, ns)| show(c, ns)).join("  ");
-        out.push_str(&format!(
-            "  {label:<28} {figures}  {} / {}\n",
-            r.writes.verdict, r.wait_ns.verdict
-        ));
-    }
-    out.push_str(&compare_findings::to_text(&c.findings));
-    if c.before.runs < 2 || c.after.runs < 2 {
-        out.push_str(
-            "\n  One run per side: run-to-run noise cannot be judged. Concatenate the NDJSON of\n  several runs per side (each ends with its summary) to have it judged.\n",
-        );
-    }
-    out
 }
 
 #[cfg(test)]

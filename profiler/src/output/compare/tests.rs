@@ -1,4 +1,4 @@
-use super::*;
+use super::{text::to_text, *};
 use crate::output::{
     fixtures::{self, stats},
     report::{CauseReport, Kind},
@@ -21,7 +21,11 @@ fn summary(comm: &str, writes: u64, wait: u64) -> Report {
 }
 
 fn runs(lines: impl IntoIterator<Item = Line>) -> Runs {
-    let mut r = Runs::default();
+    runs_by(By::default(), lines)
+}
+
+pub(super) fn runs_by(by: By, lines: impl IntoIterator<Item = Line>) -> Runs {
+    let mut r = Runs::new(by);
     lines.into_iter().for_each(|l| r.add(l));
     r
 }
@@ -82,15 +86,21 @@ fn processes_of_one_name_are_pooled_and_a_missing_one_counts_zero() {
         p.threads[1].lock.write = stats(writes, 0, 0, &[(1, writes)]);
         p
     };
-    let before = runs([Line::Summary(fixtures::summary(vec![
-        proc(1, "node", 100, 1024),
-        proc(2, "node", 300, 1 << 20),
-        proc(3, "gone", 5, 64),
-    ]))]);
-    let after = runs([Line::Summary(fixtures::summary(vec![
-        proc(4, "node", 40, 1024),
-        proc(5, "new", 7, 64),
-    ]))]);
+    let before = runs_by(
+        By::Comm,
+        [Line::Summary(fixtures::summary(vec![
+            proc(1, "node", 100, 1024),
+            proc(2, "node", 300, 1 << 20),
+            proc(3, "gone", 5, 64),
+        ]))],
+    );
+    let after = runs_by(
+        By::Comm,
+        [Line::Summary(fixtures::summary(vec![
+            proc(4, "node", 40, 1024),
+            proc(5, "new", 7, 64),
+        ]))],
+    );
     let c = compare(("b", &before), ("a", &after), None).unwrap();
     let row = |p: &str, g: &str, k: &str| {
         c.rows
@@ -128,8 +138,14 @@ fn processes_of_one_name_are_pooled_and_a_missing_one_counts_zero() {
     assert_eq!(row("new", "all", "all").writes.ratio, None);
     let text = to_text(&c);
     assert!(text.contains("0.10x") && text.contains("b (1 run) -> a (1 run)"));
+    assert!(
+        text.contains("grouped by command name (--by comm)"),
+        "{text}"
+    );
+    assert!(text.contains("2 processes -> 1 process"), "{text}");
     let json = serde_json::to_value(&c).unwrap();
     assert_eq!(json["type"], "compare");
+    assert_eq!(json["by"], "comm");
     assert_eq!(json["rows"][0]["writes"]["before"]["runs"], 1);
 }
 

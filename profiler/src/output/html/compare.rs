@@ -1,5 +1,6 @@
-//! The comparison's page: per process, writes and write wait before and after, by role and by
-//! cause, as paired bars, and the table with ratios and noise verdicts.
+//! The comparison's page: per group of processes (`--by`), its processes on each side, writes
+//! and write wait before and after, by role and by cause, as paired bars, and the table with
+//! ratios and noise verdicts.
 
 use std::{fmt::Write as _, io};
 
@@ -9,7 +10,7 @@ use super::{
 };
 use crate::output::{
     Output,
-    compare::{Change, Comparison, Row, runs_label, value},
+    compare::{Change, Comparison, Row, runs_label, text::members, value},
 };
 
 fn cell(c: &Change, ns: bool) -> String {
@@ -42,7 +43,7 @@ fn findings_table(c: &Comparison) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "<section class=\"process findings\" id=\"findings\"><h2>Findings, before and after</h2><table data-table=\"findings\"><tr><th>process</th><th>finding</th><th>share of the threads' time before</th><th>after</th><th>verdict</th></tr>",
+        "<section class=\"process findings\" id=\"findings\"><h2>Findings, before and after</h2><table data-table=\"findings\"><tr><th>group</th><th>finding</th><th>share of the threads' time before</th><th>after</th><th>verdict</th></tr>",
     );
     for f in &c.findings {
         let side = |p: &crate::output::compare_findings::Presence| match p.mean_share() {
@@ -89,12 +90,22 @@ pub fn compare_page(c: &Comparison) -> String {
     if let Some(note) = crate::output::text::mode_note(c.mode) {
         let _ = write!(body, r#"<p class="note mode">{}.</p>"#, esc(note));
     }
+    let _ = write!(
+        body,
+        r#"<p class="note by">Processes grouped by {} (--by {}).</p>"#,
+        c.by.what(),
+        c.by.name()
+    );
     body.push_str(&findings_table(c));
-    let mut processes: Vec<&str> = c.rows.iter().map(|r| r.process.as_str()).collect();
-    processes.dedup();
-    for name in processes {
-        let rows: Vec<_> = c.rows.iter().filter(|r| r.process == name).collect();
-        let _ = write!(body, r#"<section class="process"><h2>{}</h2>"#, esc(name));
+    for set in &c.groups {
+        let rows: Vec<_> = c.rows.iter().filter(|r| r.process == set.name).collect();
+        let _ = write!(
+            body,
+            r#"<section class="process"><h2>{}</h2><p class="members">before: {}; after: {}</p>"#,
+            esc(&set.name),
+            esc(&members(&set.before, c.by, 8)),
+            esc(&members(&set.after, c.by, 8))
+        );
         for group in ["role", "cause"] {
             let g: Vec<_> = rows.iter().filter(|r| r.group == group).collect();
             if g.is_empty() {

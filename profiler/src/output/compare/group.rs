@@ -1,0 +1,165 @@
+//! How `compare` groups a run's processes (`--by`): by executable, command name, cgroup, or
+//! the whole run. Two runs of one tool line up only if its processes are grouped by what stays
+//! the same between them: a run whose Worker threads live in one process renamed by
+//! `process.title` has no process name in common with a run of child processes. A group's
+//! figures are exact sums over its processes (counts, wait sums, merged histograms).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::{
+    aggregation::SideStats,
+    output::{
+        compare_findings::{self, RunFindings},
+        report::{ProcessReport, Report, Stats},
+    },
+};
+
+/// What processes are grouped by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    /// The executable's path.
+    Exe,
+    /// The command name (`comm`), as `compare` grouped before `--by` existed.
+    Comm,
+    /// The cgroup (v2 path).
+    Cgroup,
+    /// All of a run's processes together: the default, since it lines up whatever the
+    /// processes are called and however the work is split between them.
+    #[default]
+    Run,
+}
+
+/// The one group of `--by run`.
+pub const RUN: &str = "run";
+
+impl By {
+    /// The values `--by` takes, as written.
+    pub const NAMES: [&'static str; 4] = ["exe", "comm", "cgroup", "run"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            By::Exe => "exe",
+            By::Comm => "comm",
+            By::Cgroup => "cgroup",
+            By::Run => "run",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<By> {
+        [By::Exe, By::Comm, By::Cgroup, By::Run]
+            .into_iter()
+            .find(|b| b.name() == s)
+    }
+
+    /// A process's group; None when its report does not say.
+    fn of(self, p: &ProcessReport) -> Option<String> {
+        match self {
+            By::Comm => Some(p.comm.clone()),
+            By::Cgroup => p.cgroup.clone(),
+            // Reports do not record a process's executable: `compare` refuses `--by exe`.
+            By::Exe => None,
+            By::Run => Some(RUN.into()),
+        }
+    }
+
+    /// What a group is named after, in words.
+    pub fn what(self) -> &'static str {
+        match self {
+            By::Exe => "executable",
+            By::Comm => "command name",
+            By::Cgroup => "cgroup",
+            By::Run => "run",
+        }
+    }
+
+    /// The group of the processes whose report does not say theirs.
+    fn unknown(self) -> String {
+        format!("({} unknown)", self.what())
+    }
+}
+
+/// Write acquisitions of one group in one run: the figures are its count, its total and
+/// mean wait, and its p99 ([`DurationHist::quantiles`](crate::aggregation::DurationHist),
+/// as everywhere else).
+pub type Fig = SideStats;
+
+/// (group, `all`|`role`|`cause`, the role or cause).
+pub type Key = (String, &'static str, String);
+
+/// One group's processes in one run.
+#[derive(Clone, Debug, Default)]
+pub struct RunMembers {
+    pub processes: u64,
+    pub comms: BTreeSet<String>,
+}
+
+/// One run, its processes grouped.
+#[derive(Clone)]
+pub struct Grouped {
+    pub figures: BTreeMap<Key, Fig>,
+    pub members: BTreeMap<String, RunMembers>,
+    /// Processes whose report does not say their group (in the group `By::unknown`).
+    pub unknown: u64,
+    pub findings: RunFindings,
+}
+
+impl Grouped {
+    pub fn of(summary: &Report, by: By) -> Grouped {
+        let mut g = Grouped {
+            figures: BTreeMap::new(),
+            members: BTreeMap::new(),
+            unknown: 0,
+            findings: RunFindings::new(),
+        };
+        let mut group_of_pid = BTreeMap::new();
+        for p in &summary.processes {
+            let group = by.of(p).unwrap_or_else(|| {
+                g.unknown += 1;
+                by.unknown()
+            });
+            let m = g.members.entry(group.clone()).or_default();
+            m.processes += 1;
+            m.comms.insert(p.comm.clone());
+            let mut add = |kind, key: String, s: &Stats| {
+                g.figures
+                    .entry((group.clone(), kind, key))
+                    .or_default()
+                    .merge(&s.side())
+            };
+            add("all", "all".into(), &p.lock.write);
+            for t in &p.threads {
+                add("role", t.role.as_str().into(), &t.lock.write);
+            }
+            for c in &p.lock.causes {
+                add("cause", c.cause.to_string(), &c.write);
+            }
+            group_of_pid.entry(p.pid).or_insert(group);
+        }
+        // A finding is of a process: of its group (one the summary does not list, of its name
+        // or its run where that is the grouping).
+        g.findings = compare_findings::per_run(summary, &|f| {
+            group_of_pid
+                .get(&f.pid)
+                .cloned()
+                .or_else(|| match by {
+                    By::Comm => Some(f.comm.clone()),
+                    By::Run => Some(RUN.into()),
+                    By::Exe | By::Cgroup => None,
+                })
+                .unwrap_or_else(|| by.unknown())
+        });
+        g
+    }
+
+    /// Processes in all.
+    pub fn processes(&self) -> u64 {
+        self.members.values().map(|m| m.processes).sum()
+    }
+}
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;

@@ -1,0 +1,123 @@
+//! `compare`'s view for people: how the processes were grouped and how many each group has
+//! on each side, then the table of figures and the findings.
+
+use super::{By, Change, Comparison, Members, Spread};
+use crate::output::{
+    Output, compare_findings,
+    text::{fit, fmt_ns},
+};
+
+/// `1 run`, `2 runs`.
+pub fn runs_label(n: usize) -> String {
+    format!("{n} run{}", if n == 1 { "" } else { "s" })
+}
+
+/// A figure as the table shows it: a duration, or a count.
+pub fn value(x: f64, ns: bool) -> String {
+    if ns {
+        fmt_ns(x.round() as u64)
+    } else {
+        format!("{}", x.round() as u64)
+    }
+}
+
+/// A count over runs: itself, or its mean and range when the runs differ.
+pub fn count(s: &Spread) -> String {
+    if s.min == s.max {
+        format!("{}", s.mean)
+    } else {
+        format!("{:.1} ({}-{})", s.mean, s.min, s.max)
+    }
+}
+
+/// How many processes a group has on one side, and their names (at most `names` of them).
+pub fn members(m: &Members, by: By, names: usize) -> String {
+    let n = count(&m.processes);
+    let noun = if n == "1" { "process" } else { "processes" };
+    // Grouped by name, the group's name is theirs.
+    if by == By::Comm || m.comms.is_empty() {
+        return format!("{n} {noun}");
+    }
+    let mut shown: Vec<&str> = m.comms.iter().take(names).map(String::as_str).collect();
+    let more = m.comms.len().saturating_sub(names);
+    let more = format!("{more} more names");
+    if m.comms.len() > names {
+        shown.push(&more);
+    }
+    format!("{n} {noun} ({})", shown.join(", "))
+}
+
+fn show(c: &Change, ns: bool) -> String {
+    let v = |x: f64| value(x, ns);
+    let ratio = c.ratio.map_or("-".into(), |r| format!("{r:.2}x"));
+    format!(
+        "{:>9} {:>9} {:>7}",
+        v(c.before.mean),
+        v(c.after.mean),
+        ratio
+    )
+}
+
+/// `compare`'s view for people.
+pub struct CompareText;
+
+impl Output<Comparison> for CompareText {
+    fn emit(&mut self, c: &Comparison, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(to_text(c).as_bytes())
+    }
+}
+
+/// The comparison as a table for people.
+pub fn to_text(c: &Comparison) -> String {
+    let mut out = format!(
+        "mmaplock-prof compare: {} ({}) -> {} ({})\n",
+        c.before.file,
+        runs_label(c.before.runs),
+        c.after.file,
+        runs_label(c.after.runs),
+    );
+    if let Some(note) = crate::output::text::mode_note(c.mode) {
+        out.push_str(&format!("  ({note})\n"));
+    }
+    out.push_str(&format!(
+        "  grouped by {} (--by {}), processes before -> after:\n",
+        c.by.what(),
+        c.by.name()
+    ));
+    for g in &c.groups {
+        out.push_str(&format!(
+            "    {:<28} {} -> {}\n",
+            fit(&g.name, 28),
+            members(&g.before, c.by, 4),
+            members(&g.after, c.by, 4)
+        ));
+    }
+    out.push_str(&format!(
+        "\n  {:<28} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n",
+        format!("{} / role / cause", c.by.name()),
+        "writes", "after", "ratio",
+        "wait", "after", "ratio",
+        "mean", "after", "ratio",
+        "p99", "after", "ratio",
+        "verdict: writes / wait"
+    ));
+    for r in &c.rows {
+        let label = match r.group {
+            "all" => r.process.clone(),
+            g => format!("  {g} {}", r.key),
+        };
+        let label = fit(&label, 28);
+        let figures = r.figures().map(|(c, ns)| show(c, ns)).join("  ");
+        out.push_str(&format!(
+            "  {label:<28} {figures}  {} / {}\n",
+            r.writes.verdict, r.wait_ns.verdict
+        ));
+    }
+    out.push_str(&compare_findings::to_text(&c.findings));
+    if c.before.runs < 2 || c.after.runs < 2 {
+        out.push_str(
+            "\n  One run per side: run-to-run noise cannot be judged. Concatenate the NDJSON of\n  several runs per side (each ends with its summary) to have it judged.\n",
+        );
+    }
+    out
+}

@@ -1,0 +1,168 @@
+//! ROOT-ONLY: `compare --by run` lines up the two pools of a test runner: one node process that
+//! renamed itself (`process.title`) running its tasks on Worker threads, against a node parent
+//! running the same tasks in child processes (fixtures/runner.js). By name they share nothing;
+//! by run, each side is one group whose figures are the exact sums of its summary's processes.
+//!
+//! Each run is selected by the parent's pid (with `--children` for the forks), not by
+//! `--comm node`: the test counts whole runs, and any other node process on the host would
+//! be in a run selected by name.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    process::Command,
+};
+
+use integration_tests::{
+    Workload, bpf_test, fixture, profile_workload, read_lines, run_json, run_ok, run_profiler,
+};
+use serde_json::Value;
+
+/// Tasks (Workers or children), and 64 KiB reads per task.
+const TASKS: u64 = 3;
+const READS: u64 = 2000;
+
+/// runner.js's `pool` profiled into `out` (`--pid`, plus `extra`): its summary, and what the
+/// runner printed at its end.
+fn profile_pool(dir: &Path, pool: &str, extra: &[&str], out: &Path) -> (Value, Value) {
+    let file = dir.join("data.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    let mut cmd = Command::new("node");
+    cmd.arg(fixture("runner.js"))
+        .args([pool, &TASKS.to_string(), &READS.to_string()])
+        .arg(&file);
+    let mut w = Workload::spawn(cmd);
+    let mut args = vec!["-i", "0", "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    profile_workload(&mut w, &args);
+    let summary = read_lines(out).pop().expect("a summary line");
+    assert_eq!(summary["type"], "summary");
+    (summary, w.report())
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// A summary's write count and wait sum per row key (`all`, `role ROLE`, `cause CAUSE`),
+/// summed over its processes here, independently of `compare`.
+fn sums(summary: &Value) -> BTreeMap<(String, String), (u64, u64)> {
+    let mut m: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    let mut add = |group: &str, key: &str, stats: &Value| {
+        let e = m.entry((group.into(), key.into())).or_default();
+        e.0 += u(&stats["count"]);
+        e.1 += u(&stats["wait_ns"]["sum"]);
+    };
+    for p in summary["processes"].as_array().unwrap() {
+        add("all", "all", &p["write"]);
+        for t in p["threads"].as_array().unwrap() {
+            add("role", t["role"].as_str().unwrap(), &t["write"]);
+        }
+        for c in p["causes"].as_array().unwrap() {
+            add("cause", c["cause"].as_str().unwrap(), &c["write"]);
+        }
+    }
+    m
+}
+
+fn names(summary: &Value) -> BTreeSet<String> {
+    summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["comm"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn by_run_a_renamed_parent_with_workers_lines_up_with_a_parent_and_children() {
+    let Some(dir) = bpf_test() else { return };
+    let (a, b) = (
+        dir.path().join("threads.json"),
+        dir.path().join("forks.json"),
+    );
+    let (threads, ran) = profile_pool(dir.path(), "threads", &[], &a);
+    assert_eq!(u(&ran["workers"]), TASKS);
+    let (forks, ran) = profile_pool(dir.path(), "forks", &["--children"], &b);
+    let children: BTreeSet<u64> = ran["children"].as_array().unwrap().iter().map(u).collect();
+    assert_eq!(children.len() as u64, TASKS);
+    // The threads run is its one process; the forks run the parent and each child.
+    let pids = |s: &Value| -> Vec<u64> {
+        s["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| u(&p["pid"]))
+            .collect()
+    };
+    assert_eq!(pids(&threads).len(), 1);
+    let forked: BTreeSet<u64> = pids(&forks).into_iter().collect();
+    assert!(children.is_subset(&forked), "{children:?} in {forked:?}");
+    assert_eq!(forked.len() as u64, TASKS + 1, "{forked:?}");
+
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let c = run_json(["compare", a, b, "--by", "run"]);
+    assert_eq!(c["by"], "run");
+    // One group, each side's every process in it, under its own names.
+    let groups = c["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let g = &groups[0];
+    assert_eq!(g["name"], "run");
+    for (side, summary) in [("before", &threads), ("after", &forks)] {
+        let n = summary["processes"].as_array().unwrap().len() as f64;
+        assert_eq!(g[side]["processes"]["mean"].as_f64(), Some(n), "{g}");
+        let comms: BTreeSet<String> = g[side]["comms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(comms, names(summary));
+    }
+    // Every row of the group is the sum over its side's processes, exactly.
+    let rows = c["rows"].as_array().unwrap();
+    let (before, after) = (sums(&threads), sums(&forks));
+    let keys: BTreeSet<&(String, String)> = before.keys().chain(after.keys()).collect();
+    assert_eq!(rows.len(), keys.len(), "a row per key of either side");
+    for r in rows {
+        assert_eq!(r["process"], "run");
+        let key = (
+            r["group"].as_str().unwrap().to_string(),
+            r["key"].as_str().unwrap().to_string(),
+        );
+        for (side, want) in [("before", &before), ("after", &after)] {
+            let (writes, wait) = want.get(&key).copied().unwrap_or_default();
+            let got = |f: &str| r[f][side]["mean"].as_f64().unwrap();
+            assert_eq!(
+                (got("writes"), got("wait_ns")),
+                (writes as f64, wait as f64),
+                "{key:?} {side}"
+            );
+        }
+    }
+    // The Workers on the threads' side only; on the other, the children's main threads.
+    let worker = ("role".to_string(), "worker".to_string());
+    assert!(before.get(&worker).is_some_and(|w| w.0 > 0), "{before:?}");
+    assert!(!after.contains_key(&worker), "{after:?}");
+
+    // Text and page say how they grouped.
+    let text = run_ok(["compare", a, b, "-f", "text"]);
+    assert!(text.contains("grouped by run (--by run)"), "{text}");
+    let page = dir.path().join("compare.html");
+    run_ok(["compare", a, b, "--html", page.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Processes grouped by run (--by run)."));
+
+    // What cannot be grouped is refused, in one line, as bad usage.
+    for (by, needle) in [
+        ("exe", "mmaplock-prof: --by exe: "),
+        ("bogus", "[possible values: exe, comm, cgroup, run]"),
+    ] {
+        let out = run_profiler(&["compare", a, b, "--by", by]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
