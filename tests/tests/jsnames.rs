@@ -116,7 +116,11 @@ fn named_writes(p: &Value, name: &str) -> u64 {
         .sum()
 }
 
-/// Each function named in at least 90% of its Worker's writes.
+/// Writes a Worker makes outside its function in any case.
+const AROUND: u64 = 4;
+
+/// Each function named in at least 90% of its Worker's writes (all but [`AROUND`] of them
+/// where it writes little).
 fn check_named(run: &Run, what: &str) {
     let mut report = Vec::new();
     let mut failed = Vec::new();
@@ -124,7 +128,12 @@ fn check_named(run: &Run, what: &str) {
         let writes = thread_writes(&run.p, run.workers[f]);
         let named = named_writes(&run.p, f);
         report.push(format!("{f}: {named}/{writes}"));
-        if writes < 4 || named * 10 < writes * 9 {
+        // Unnamed: at most a tenth, or the handful of writes a Worker makes around its
+        // function whatever the function does (taking the message that starts it, posting
+        // its result, its arena's growth there), for a function that writes little (gzip:
+        // 29 writes in 96 calls, 3 of them outside it once in 6 runs on a loaded host).
+        let around = (writes / 10).max(AROUND);
+        if writes < 4 || writes - named.min(writes) > around {
             failed.push(f);
         }
     }
@@ -156,7 +165,7 @@ fn check_named(run: &Run, what: &str) {
     }
     assert!(
         failed.is_empty(),
-        "{what}: {failed:?} named in under 90% of their writes"
+        "{what}: {failed:?} named in under 90% of their writes (and more than {AROUND} unnamed)"
     );
     assert!(run.p.get("js_hint").is_none(), "{}", run.p["js_hint"]);
 }
