@@ -4,6 +4,7 @@
 
 pub mod compare;
 mod lines;
+mod others;
 mod run;
 pub mod study;
 pub mod svg;

@@ -7,6 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 use super::{
     RunLines, kpi,
     lines::{Series, seconds_of},
+    others::{PAGE_PROCESSES, minor_section, others_section},
     page,
     svg::{Unit, bars, esc, histogram, lines},
 };
@@ -330,23 +331,27 @@ fn code_tables(out: &mut String, p: &ProcessReport) {
 pub struct RunPage<'a> {
     pub name: &'a str,
     pub findings: &'a [Finding],
+    /// Every process drawn in full (`--all-processes`).
+    pub all: bool,
 }
 
 impl Output<RunLines> for RunPage<'_> {
     fn emit(&mut self, run: &RunLines, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        out.write_all(run_page_with_findings(self.name, run, self.findings).as_bytes())
+        out.write_all(run_page_with_findings(self.name, run, self.findings, self.all).as_bytes())
     }
 }
 
-/// The page of a run: per process (the largest write wait first), from its last summary, and
+/// The page of a run: per process (the longest wait first), from its last summary, and
 /// its interval lines for the charts over time; first, the findings of what it draws (as
 /// the summaries carry them, else recomputed).
 pub fn run_page(name: &str, run: &RunLines) -> String {
-    run_page_with_findings(name, run, &run.findings(None))
+    run_page_with_findings(name, run, &run.findings(None), false)
 }
 
-/// The page of a run, with these findings first (`report` recomputes them, with a study).
-fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
+/// The page of a run, with these findings first (`report` recomputes them, with a study):
+/// the processes that waited longest in full, the others in a row each (all in full with
+/// `all`, or when the summary says so), and the processes the summary grouped.
+fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding], all: bool) -> String {
     if let Some(study) = &run.study {
         return super::study::study_page(study);
     }
@@ -374,15 +379,26 @@ fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> S
         let _ = write!(body, r#"<p class="note mode">{}.</p>"#, esc(note));
     }
     let mut procs: Vec<&ProcessReport> = sources.iter().flat_map(|s| &s.processes).collect();
-    procs.sort_by_key(|p| std::cmp::Reverse(p.lock.write.wait_ns.sum));
-    // The verdict first: what was found and what to change.
+    // The longest wait (write and read) first, as the text and the findings.
+    procs.sort_by_key(|p| std::cmp::Reverse(p.lock.write.wait_ns.sum + p.lock.read.wait_ns.sum));
+    let all = all || sources.iter().any(|s| s.show_all);
+    let rest = procs.split_off(if all {
+        procs.len()
+    } else {
+        PAGE_PROCESSES.min(procs.len())
+    });
+    // The verdict first: what was found and what to change, and what was grouped.
     body.push_str(&super::verdict::findings_section(findings));
+    for m in sources.iter().filter_map(|s| s.minor_processes.as_ref()) {
+        body.push_str(&minor_section(m));
+    }
     if procs.is_empty() {
         body.push_str(r#"<p class="note">No mmap_lock activity by the selected processes.</p>"#);
     }
     for p in procs {
         body.push_str(&process_section(p, run.series(p.pid, p.start_ticks), t0));
     }
+    body.push_str(&others_section(&rest));
     if let Some(s) = summary {
         let lost = s.lost.events.saturating_add(s.lost.map_full);
         let _ = write!(

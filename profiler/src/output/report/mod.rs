@@ -12,6 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize, de};
 
 use crate::vocab::Mode;
 
+#[cfg(test)]
+mod bounded;
 mod build;
 mod costs;
 mod minor;
