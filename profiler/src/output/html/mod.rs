@@ -3,6 +3,7 @@
 //! inline, plain SVG charts and inferno's flame graph; it fetches nothing.
 
 pub mod compare;
+mod flame;
 mod lines;
 mod others;
 mod run;
