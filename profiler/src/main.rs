@@ -170,6 +170,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 html: p.html,
                 pprof: p.pprof,
                 study: p.study,
+                all_processes: p.all_processes,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
             }))?

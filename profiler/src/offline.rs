@@ -68,7 +68,14 @@ fn print<R: ?Sized>(output: &mut dyn Output<R>, report: &R) {
 /// The text of a run as the live run printed its summary (tables, histograms, findings): each
 /// summary shown (a demo's runs, else the last summary, else the interval lines summed), its
 /// findings recomputed with `study`; a file with none (a study's results) has its findings.
-fn run_text(run: &RunLines, study: Option<&StudyEffects>, all: &[findings::Finding]) -> Vec<u8> {
+/// Its processes grouped as the live run groups them (a file of an earlier build lists all),
+/// unless `every` (`--all-processes`).
+fn run_text(
+    run: &RunLines,
+    study: Option<&StudyEffects>,
+    all: &[findings::Finding],
+    every: bool,
+) -> Vec<u8> {
     let mut bytes = Vec::new();
     let shown = run.shown();
     if shown.is_empty() {
@@ -78,6 +85,11 @@ fn run_text(run: &RunLines, study: Option<&StudyEffects>, all: &[findings::Findi
         let mut s = s.into_owned();
         if s.findings.is_none() {
             findings::attach(&mut s, study);
+        }
+        if every {
+            s.show_all = true;
+        } else {
+            findings::group_minor(&mut s);
         }
         let _ = Text.emit(&s, &mut bytes);
     }
@@ -99,6 +111,7 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
         let mut page = RunPage {
             name: &name,
             findings: &all,
+            all: args.all_processes,
         };
         write(path, &mut page, &run)?;
     }
@@ -125,9 +138,12 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
                 "file": args.input.display().to_string(), "findings": all}),
         ),
         Format::Text => {
-            let _ = std::io::stdout()
-                .lock()
-                .write_all(&run_text(&run, study.as_ref(), &all));
+            let _ = std::io::stdout().lock().write_all(&run_text(
+                &run,
+                study.as_ref(),
+                &all,
+                args.all_processes,
+            ));
         }
     }
     Ok(())
@@ -196,7 +212,7 @@ mod tests {
         Text.emit(&live, &mut expected).unwrap();
         let run = RunLines::parse("run.json", &fixtures::ndjson(&[&summary])).unwrap();
         let all = run.findings(None);
-        let got = String::from_utf8(run_text(&run, None, &all)).unwrap();
+        let got = String::from_utf8(run_text(&run, None, &all, false)).unwrap();
         assert_eq!(got, String::from_utf8(expected).unwrap());
         for part in [
             "lock        acquired",

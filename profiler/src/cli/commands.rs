@@ -116,6 +116,11 @@ pub struct ReportArgs {
     /// same as the live run's --pprof.
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub pprof: Option<PathBuf>,
+    /// Show every process the file lists in the text and the page (by default the 10 that
+    /// waited longest in full, a line for the others), and group none (a file of an earlier
+    /// build, or of `--all-processes`, lists every process).
+    #[arg(long)]
+    pub all_processes: bool,
 }
 
 /// `mmaplock-prof compare BEFORE.json AFTER.json`.

@@ -228,6 +228,12 @@ pub struct ProfileArgs {
     /// the least a program timing each acquisition per thread does.
     #[arg(long, hide = true)]
     pub floor_storage: bool,
+    /// List every process in the summary and show each in the text and the page. By
+    /// default the summary lists the processes that waited materially and the 10 others that
+    /// waited longest, and groups the rest by command (`minor_processes`); the text and the
+    /// page show the 10 that waited longest in full, a line for the others.
+    #[arg(long)]
+    pub all_processes: bool,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,

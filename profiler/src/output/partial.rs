@@ -203,6 +203,8 @@ impl Summed {
             stack_sample: None,
             stack_work: None,
             findings: None,
+            minor_processes: None,
+            show_all: false,
         };
         r.drop_unmeasured();
         r

@@ -195,6 +195,8 @@ pub struct SessionConfig {
     pub pprof: Option<PathBuf>,
     /// A study of this host, for the findings' measured effects.
     pub study: Option<PathBuf>,
+    /// `--all-processes`: the summary lists every process, the text shows each.
+    pub all_processes: bool,
     pub verbose: bool,
     pub quiet: bool,
 }
@@ -337,11 +339,14 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         sink: &'a mut Sink,
         intervals: bool,
         children: bool,
+        all: bool,
     }
     impl Driver for OneShot<'_> {
         fn after_poll(&mut self, profile: &mut Profile) -> Result<(), SessionError> {
             if self.intervals {
-                self.sink.write_report(profile.interval_report())?;
+                let mut r = profile.interval_report();
+                r.show_all = self.all;
+                self.sink.write_report(r)?;
             }
             Ok(())
         }
@@ -359,6 +364,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         sink: &mut sink,
         intervals: cfg.interval.is_some(),
         children: cfg.collector.children,
+        all: cfg.all_processes,
     };
     // Without interval reports, still read the maps every second so that exited threads'
     // entries are freed (and their names learnt) while the run goes on.
@@ -380,7 +386,8 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     let last = session.finish().await;
     let profile = &mut session.profile;
     if cfg.interval.is_some() && last.is_ok() {
-        let r = profile.interval_report();
+        let mut r = profile.interval_report();
+        r.show_all = cfg.all_processes;
         sink.write_report(r)?;
     }
     let mut summary = profile.summary();
@@ -401,6 +408,13 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             .and_then(|()| std::fs::write(path, bytes))
             .map_err(|e| SessionError::OpenOutput(path.clone(), e))
     });
+    // The processes that did not wait materially, past the few that waited longest, are
+    // grouped by command (once the pprof profile and the folded stacks' names have them all).
+    if cfg.all_processes {
+        summary.show_all = true;
+    } else {
+        crate::output::findings::group_minor(&mut summary);
+    }
     // Everything is attempted, whatever failed before; the first failure is the exit's.
     let summary = sink.write_report(summary);
     let html = sink.finish_html();

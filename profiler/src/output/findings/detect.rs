@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::{
     Finding, Severity,
     evidence::{finding, js_functions, pct, ratio, roles_text, stacks_of},
+    listing::small_share,
     patterns::*,
     view::{wait, writes_by},
 };
@@ -19,15 +20,12 @@ use crate::{
 };
 
 pub(super) fn not_a_bottleneck(s: &Report, p: &ProcessReport) -> Option<Finding> {
-    let share = p.time_share.as_ref()?;
-    let cpu_small = share.cpu.is_none_or(|c| c < NOT_A_BOTTLENECK_SHARE);
-    let roles_small = p.time_share_by_role.iter().flatten().all(|r| {
-        matches!(r.role, Role::Foreign | Role::Profiler)
-            || r.share.wall < NOT_A_BOTTLENECK_ROLE_SHARE
-    });
-    if share.wall >= NOT_A_BOTTLENECK_SHARE || !cpu_small || !roles_small {
+    // Its share of the threads' time rests on enough of its writes: a fork child's two
+    // writes before its exec say nothing.
+    if p.lock.write.count < MIN_WRITES || small_share(p) != Some(true) {
         return None;
     }
+    let share = p.time_share.as_ref()?;
     let cpu = share.cpu.map_or(String::new(), |c| {
         format!(" ({} of wait per CPU-second)", fmt_per_cpu(c))
     });
@@ -64,9 +62,7 @@ pub(super) fn arena_growth(s: &Report, p: &ProcessReport) -> Option<Finding> {
     }
     let (sampled, malloc, code) = stacks_of(p, "mprotect", true);
     // Sampled stacks that are mostly not malloc's: mprotect for another reason (JIT code).
-    if sampled >= 10 && malloc * 2 < sampled {
-        return None;
-    }
+    let stacks = stack_evidence(s, sampled, malloc, "mprotect", "a thread's arena growing")?;
     let (roles, by_role) = roles_text(&per_role);
     let involved = involved(&per_role);
     let mut f = finding(
@@ -81,18 +77,18 @@ pub(super) fn arena_growth(s: &Report, p: &ProcessReport) -> Option<Finding> {
     );
     f.evidence.roles = roles;
     f.evidence.causes = vec!["mprotect".into()];
-    f.evidence.code = code;
     f.evidence.js_functions = js_functions(p);
     f.evidence.facts.push(format!(
         "mprotect writes by thread role: {by_role}; they waited {} ({} of the process's wait)",
         fmt_ns(w),
         pct(ratio(w, wait(p)))
     ));
-    if sampled > 0 {
-        f.evidence.facts.push(format!(
-            "{malloc} of {sampled} sampled mprotect stacks are malloc's (a thread's arena growing)"
-        ));
-    }
+    f.evidence.facts.push(stacks);
+    f.evidence.code = if sampled >= MIN_SAMPLED_STACKS {
+        code
+    } else {
+        Vec::new()
+    };
     Some(f)
 }
 
@@ -104,9 +100,13 @@ pub(super) fn mmap_threshold(s: &Report, p: &ProcessReport) -> Option<Finding> {
         return None;
     }
     let (sampled, malloc, code) = stacks_of(p, "mmap", true);
-    if sampled >= 10 && malloc * 2 < sampled {
-        return None;
-    }
+    let stacks = stack_evidence(
+        s,
+        sampled,
+        malloc,
+        "mmap",
+        "an allocation above glibc's mmap threshold",
+    )?;
     let mut per_role = r1;
     for (r, k) in r2 {
         *per_role.entry(r).or_default() += k;
@@ -124,17 +124,17 @@ pub(super) fn mmap_threshold(s: &Report, p: &ProcessReport) -> Option<Finding> {
     );
     f.evidence.roles = roles;
     f.evidence.causes = vec!["mmap".into(), "munmap".into()];
-    f.evidence.code = code;
     f.evidence.js_functions = js_functions(p);
     f.evidence.facts.push(format!(
         "mmap and munmap writes by thread role: {by_role}; they waited {}",
         fmt_ns(w)
     ));
-    if sampled > 0 {
-        f.evidence.facts.push(format!(
-            "{malloc} of {sampled} sampled mmap stacks are malloc's (an allocation above glibc's mmap threshold)"
-        ));
-    }
+    f.evidence.facts.push(stacks);
+    f.evidence.code = if sampled >= MIN_SAMPLED_STACKS {
+        code
+    } else {
+        Vec::new()
+    };
     Some(f)
 }
 
@@ -151,7 +151,10 @@ pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
         *waiters.entry(r.waiter_role).or_default() += r.write_wait_ns;
         *holders.entry(r.holder_role).or_default() += r.write_wait_ns;
     }
-    if ratio(w, p.lock.write.wait_ns.sum) < 0.25 || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
+    if p.lock.write.count < MIN_WRITES
+        || ratio(w, p.lock.write.wait_ns.sum) < FAULT_READS_SHARE
+        || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT
+    {
         return None;
     }
     let (waiter_roles, _) = roles_text(&waiters);
@@ -218,6 +221,37 @@ pub(super) fn v8_gc_unmap(s: &Report, p: &ProcessReport) -> Option<Finding> {
     f.evidence.causes = vec!["munmap".into()];
     f.evidence.code = code;
     Some(f)
+}
+
+/// What the sampled stacks of `syscall` say of a pattern about malloc (`sampled` of them,
+/// `malloc` through it), as a fact; None when they say it is not malloc's. Fewer than
+/// [`MIN_SAMPLED_STACKS`] tell nothing either way: the pattern then rests on its writes
+/// alone where no stack was sampled (`--stack-sample 0`, older builds), and is not reported
+/// where stacks were sampled but too few of these.
+fn stack_evidence(
+    s: &Report,
+    sampled: u64,
+    malloc: u64,
+    syscall: &str,
+    why: &str,
+) -> Option<String> {
+    if sampled >= MIN_SAMPLED_STACKS {
+        return (malloc * 2 >= sampled).then(|| {
+            format!("{malloc} of {sampled} sampled {syscall} stacks are malloc's ({why})")
+        });
+    }
+    if s.stack_sample.is_some_and(|n| n > 0) {
+        return None;
+    }
+    Some(if sampled == 0 {
+        format!(
+            "no {syscall} stacks sampled: whose code asked for the memory is not known (stack sampling, on by default, tells)"
+        )
+    } else {
+        format!(
+            "only {sampled} sampled {syscall} stacks: too few to tell whose code asked for the memory ({MIN_SAMPLED_STACKS} needed)"
+        )
+    })
 }
 
 /// The roles of a count per role, as a finding costs them.

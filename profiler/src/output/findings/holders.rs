@@ -38,7 +38,7 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
             let top = b
                 .iter()
                 .find(|b| WRITE_CAUSES.contains(&b.cause.as_ref()))?;
-            if ratio(top.wait_ns, wait(p)) < 0.3 {
+            if ratio(top.wait_ns, wait(p)) < LONG_HOLDS_SHARE {
                 return None;
             }
             (top.tid, top.cause.to_string(), top.wait_ns, Some(top))
@@ -50,7 +50,7 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
                 .max_by_key(|(_, c)| c.write.hold().sum)?;
             let others: u64 = own(p).filter(|o| o.tid != t.tid).map(thread_wait).sum();
             let held = c.write.hold().sum;
-            if ratio(held, wait(p)) < 0.3 || others == 0 {
+            if ratio(held, wait(p)) < LONG_HOLDS_SHARE || others == 0 {
                 return None;
             }
             (t.tid, c.cause.to_string(), held.min(others), None)
@@ -71,7 +71,7 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
     let roles: Vec<Role> = own(p).filter(|o| o.tid != holder).map(|o| o.role).collect();
     let (title, held_fact) = match (holds, top) {
         (Some((count, h)), _) => {
-            if h.mean < LONG_HOLD_NS {
+            if h.mean < LONG_HOLD_NS || count < MIN_LONG_HOLDS {
                 return None;
             }
             (
@@ -90,7 +90,7 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
         // Contention mode measures no hold: the waits behind it tell how long it held.
         (None, Some(b)) if s.mode == Mode::Contention => {
             let per = b.wait_ns / b.waits.max(1);
-            if (per as f64) < LONG_HOLD_NS {
+            if (per as f64) < LONG_HOLD_NS || b.waits < MIN_LONG_HOLDS {
                 return None;
             }
             (
@@ -141,7 +141,9 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
         .filter(|d| d.dso.ends_with(".node"))
         .collect();
     let file_writes: u64 = files.iter().map(|d| d.write.count).sum();
-    if writes < MIN_WRITES && (file_writes < MIN_WRITES || ratio(file_writes, sampled) < 0.1) {
+    if writes < MIN_WRITES
+        && (file_writes < MIN_WRITES || ratio(file_writes, sampled) < ADDON_SAMPLED_SHARE)
+    {
         return None;
     }
     // Sampled writes' wait, scaled to all writes by the sampling rate.
@@ -232,7 +234,8 @@ pub(super) fn profiler_presence(s: &Report, p: &ProcessReport) -> Option<Finding
         return None;
     };
     let holds = r.sum + w.sum;
-    if ratio(holds, wait(p)) < 0.01 && holds < 1_000_000 {
+    let material = super::listing::waited_materially(p);
+    if holds < MIN_PROFILER_HOLD_NS && !(material && ratio(holds, wait(p)) >= MIN_PROFILER_SHARE) {
         return None;
     }
     let roles: Vec<Role> = own(p).map(|t| t.role).collect();

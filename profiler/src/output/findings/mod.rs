@@ -10,6 +10,9 @@
 mod detect;
 mod evidence;
 mod holders;
+pub mod listing;
+#[cfg(test)]
+mod minimums;
 mod patterns;
 pub mod study;
 #[cfg(test)]
@@ -20,6 +23,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+pub use listing::{MATERIAL_SHARE, group_minor};
 pub use patterns::PATTERNS;
 pub use study::{Effect, StudyEffects, StudyFileError};
 
@@ -135,17 +139,27 @@ pub struct Finding {
     pub source: String,
 }
 
-/// The findings of a summary, most severe first.
+/// The findings of a summary: of the processes it lists (`listing`), the one that waited
+/// longest first; within each, "not your bottleneck" first, then by severity and wait. In a
+/// process that did not wait materially, only what is there (its verdict, an addon, the
+/// profiler: the patterns reported `always`), never what to change; and the verdict of at
+/// most [`listing::VERDICTS`] such processes.
 pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
     let mut out = Vec::new();
-    // The processes that waited most first; within each, "not your bottleneck" first, then
-    // by severity and wait.
-    let mut procs: Vec<&ProcessReport> = s.processes.iter().collect();
-    procs.sort_by_key(|p| std::cmp::Reverse(view::wait(p)));
-    for p in procs {
+    let listed = listing::listing(s);
+    let mut verdicts = 0;
+    for i in listed.order {
+        let p: &ProcessReport = &s.processes[i];
         let start = out.len();
         for pattern in PATTERNS {
+            let verdict = pattern.id == patterns::NOT_A_BOTTLENECK;
+            if (!listed.material[i] && !pattern.always)
+                || (verdict && verdicts >= listing::VERDICTS)
+            {
+                continue;
+            }
             if let Some(mut f) = (pattern.detect)(s, p) {
+                verdicts += usize::from(verdict);
                 f.id = pattern.id.to_string();
                 f.advice
                     .extend(pattern.advice.iter().map(|a| a.to_string()));
@@ -155,21 +169,6 @@ pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
                     f.evidence.facts.push(CONTENTION_FACT.to_string());
                 }
                 out.push(f);
-            }
-        }
-        // Where the lock is not the bottleneck, patterns that cost next to nothing are noise.
-        if out[start..]
-            .iter()
-            .any(|f| f.id == patterns::NOT_A_BOTTLENECK)
-        {
-            let mut i = start;
-            while i < out.len() {
-                let always = PATTERNS.iter().any(|p| p.id == out[i].id && p.always);
-                if out[i].severity == Severity::Info && !always {
-                    out.remove(i);
-                } else {
-                    i += 1;
-                }
             }
         }
         out[start..].sort_by(|a, b| {

@@ -104,14 +104,36 @@ pub const PATTERNS: &[Pattern] = &[
 
 /// A pattern must explain at least this share of its process's wait to be reported.
 pub(super) const MIN_SHARE_OF_WAIT: f64 = 0.10;
-/// ... and rest on at least this many writes.
+
+// The least evidence each pattern rests on (docs/findings.md, "Minimum evidence"): no
+// finding rests on one sample.
+
+/// Writes (of the pattern's cause and roles; the process's for `not-your-bottleneck` and
+/// `fault-reads`; the addon's threads', or its sampled writes, for `addon-threads`).
 pub(super) const MIN_WRITES: u64 = 20;
+/// Sampled stacks of the syscall before they tell whose code it is (`arena-growth`,
+/// `mmap-threshold`): a majority of malloc's among fewer says nothing.
+pub(super) const MIN_SAMPLED_STACKS: u64 = 10;
+/// Calls of the holder (`long-holds`): its holds of that cause, or in contention mode, which
+/// times no hold, the contended waits behind it.
+pub(super) const MIN_LONG_HOLDS: u64 = 10;
+/// The profiler's holds of the process's lock (`profiler-presence`): this long in all, or
+/// [`MIN_PROFILER_SHARE`] of a material wait (listing::MATERIAL_WAIT_NS).
+pub(super) const MIN_PROFILER_HOLD_NS: u64 = 1_000_000;
+pub(super) const MIN_PROFILER_SHARE: f64 = 0.01;
+/// `addon-threads` without its threads' writes: a `.node` file's share of the sampled writes.
+pub(super) const ADDON_SAMPLED_SHARE: f64 = 0.10;
+/// `fault-reads`: the writers' wait charged to read holds, over all the writers' wait.
+pub(super) const FAULT_READS_SHARE: f64 = 0.25;
 /// Below this share of its threads' time (wall and CPU), mmap_lock is not the bottleneck.
 pub(super) const NOT_A_BOTTLENECK_SHARE: f64 = 0.01;
 /// No role may wait more than this share of its time either.
 pub(super) const NOT_A_BOTTLENECK_ROLE_SHARE: f64 = 0.02;
 /// Holds this long (mean of the holder's calls) are long: a write hold is a few us.
 pub(super) const LONG_HOLD_NS: f64 = 200_000.0;
+/// `long-holds`: the holder's holds are charged (or, without blockers, add up to) this share
+/// of the process's wait.
+pub(super) const LONG_HOLDS_SHARE: f64 = 0.3;
 
 /// Own thread roles other than the main thread (those with malloc arenas of their own).
 pub(super) const NON_MAIN: &[Role] = &[

@@ -17,15 +17,15 @@ use crate::{
     registry::roles::Role,
 };
 
-const S: u64 = 1_000_000_000;
+pub(super) const S: u64 = 1_000_000_000;
 
 /// `count` durations summing to `sum`, the longest `max`, all in the bucket of `max`.
-fn hist(sum: u64, max: u64, count: u64) -> DurationHist {
+pub(super) fn hist(sum: u64, max: u64, count: u64) -> DurationHist {
     let upper = (max + 1).next_power_of_two().min(1 << 39);
     DurationHist::from_upper_bounds(sum, max, (count > 0).then_some((upper, count)))
 }
 
-fn side(count: u64, wait: u64) -> SideStats {
+pub(super) fn side(count: u64, wait: u64) -> SideStats {
     SideStats {
         count,
         failed: 0,
@@ -34,19 +34,24 @@ fn side(count: u64, wait: u64) -> SideStats {
     }
 }
 
-fn stats(count: u64, wait: u64) -> Stats {
+pub(super) fn stats(count: u64, wait: u64) -> Stats {
     Stats::new(&side(count, wait))
 }
 
 /// Writes that held the lock `hold_sum` in all, `hold_max` the longest.
-fn holds(count: u64, wait: u64, hold_sum: u64, hold_max: u64) -> Stats {
+pub(super) fn holds(count: u64, wait: u64, hold_sum: u64, hold_max: u64) -> Stats {
     Stats::new(&SideStats {
         hold: hist(hold_sum, hold_max, count),
         ..side(count, wait)
     })
 }
 
-fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -> ThreadReport {
+pub(super) fn thread(
+    tid: u32,
+    role: Role,
+    causes: &[(&'static str, Stats)],
+    read: Stats,
+) -> ThreadReport {
     let mut write = SideStats::default();
     for (_, s) in causes {
         write.merge(&s.side());
@@ -77,7 +82,7 @@ fn thread(tid: u32, role: Role, causes: &[(&'static str, Stats)], read: Stats) -
 
 /// A process of these threads, each alive `alive` ns, with its time share by role (the
 /// profiler's threads in none, foreign takers in their role but not the process's).
-fn process(pid: u32, threads: Vec<ThreadReport>, alive: u64) -> ProcessReport {
+pub(super) fn process(pid: u32, threads: Vec<ThreadReport>, alive: u64) -> ProcessReport {
     let mut roles: BTreeMap<Role, (u64, u64, u64)> = BTreeMap::new();
     let (mut write, mut read) = (SideStats::default(), SideStats::default());
     for t in threads.iter().filter(|t| t.role != Role::Profiler) {
@@ -113,36 +118,36 @@ fn process(pid: u32, threads: Vec<ThreadReport>, alive: u64) -> ProcessReport {
     }
 }
 
-fn summary(processes: Vec<ProcessReport>) -> Report {
+pub(super) fn summary(processes: Vec<ProcessReport>) -> Report {
     Report {
         duration_s: Some(4.0),
         ..crate::output::fixtures::summary(processes)
     }
 }
 
-fn ids(findings: &[super::Finding]) -> Vec<&str> {
+pub(super) fn ids(findings: &[super::Finding]) -> Vec<&str> {
     findings.iter().map(|f| f.id.as_str()).collect()
 }
 
 /// Whether the finding `id` is in `report`.
-fn finds(report: &Report, id: &str) -> bool {
+pub(super) fn finds(report: &Report, id: &str) -> bool {
     ids(&find(report, None)).contains(&id)
 }
 
 /// A thread that wrote for these causes and read once.
-fn writer(tid: u32, role: Role, causes: &[(&'static str, Stats)]) -> ThreadReport {
+pub(super) fn writer(tid: u32, role: Role, causes: &[(&'static str, Stats)]) -> ThreadReport {
     thread(tid, role, causes, stats(1, 10))
 }
 
 /// Process `pid`, alive 4 s: its main thread, idle, and `others`.
-fn with_main(pid: u32, others: Vec<ThreadReport>) -> ProcessReport {
+pub(super) fn with_main(pid: u32, others: Vec<ThreadReport>) -> ProcessReport {
     let mut threads = vec![idle(pid, Role::Main)];
     threads.extend(others);
     process(pid, threads, 4 * S)
 }
 
 /// A thread that only read once.
-fn idle(tid: u32, role: Role) -> ThreadReport {
+pub(super) fn idle(tid: u32, role: Role) -> ThreadReport {
     writer(tid, role, &[])
 }
 

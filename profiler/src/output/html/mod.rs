@@ -3,7 +3,9 @@
 //! inline, plain SVG charts and inferno's flame graph; it fetches nothing.
 
 pub mod compare;
+mod flame;
 mod lines;
+mod others;
 mod run;
 pub mod study;
 pub mod svg;

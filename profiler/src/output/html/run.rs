@@ -5,65 +5,15 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
-    RunLines, kpi,
+    RunLines,
+    flame::flame_graph,
+    kpi,
     lines::{Series, seconds_of},
+    others::{PAGE_PROCESSES, minor_section, others_section},
     page,
     svg::{Unit, bars, esc, histogram, lines},
 };
-use crate::output::{
-    Output,
-    findings::Finding,
-    report::{FlameStack, ProcessReport},
-    text::fmt_ns,
-};
-
-/// The flame graph of a process's sampled writes, drawn by inferno, in a frame of its own
-/// (None without stacks).
-///
-/// Inferno's script (zoom, search, fluid width) finds its elements by id and takes the
-/// document's first `<svg>` as its own: inline beside our charts it stripped the first chart's
-/// size and drew the frames at that chart's width, and a second flame graph on the page would
-/// drive the first. An `<iframe srcdoc>` gives each graph a document to itself; it is part of
-/// the page, so still nothing is fetched.
-fn flame_graph(title: &str, flame: &[FlameStack]) -> Option<String> {
-    let lines: Vec<String> = flame
-        .iter()
-        .map(|f| format!("{} {}", f.stack, f.count))
-        .collect();
-    if lines.is_empty() {
-        return None;
-    }
-    let mut opts = inferno::flamegraph::Options::default();
-    opts.title = title.to_string();
-    opts.count_name = "sampled writes".to_string();
-    opts.hash = true;
-    opts.deterministic = true;
-    let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg).ok()?;
-    let svg = String::from_utf8(svg).ok()?;
-    // Inside HTML: no XML prologue or doctype of its own.
-    let svg = &svg[svg.find("<svg")?..];
-    let height = svg_height(svg).unwrap_or(600.0);
-    // The script keeps its zoom and search in the address (history.replaceState), which an
-    // about:srcdoc frame refuses: there it would throw after each click.
-    let doc = format!(
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>body{{margin:0}}svg{{width:100%}}</style>\
-         <script>history.replaceState=function(){{}};</script></head><body>{svg}</body></html>"
-    );
-    Some(format!(
-        r#"<iframe class="flame" data-chart="flame-graph" title="{}" style="height:{}px" srcdoc="{}"></iframe>"#,
-        esc(title),
-        height + 4.0,
-        esc(&doc)
-    ))
-}
-
-/// The `height` attribute of an `<svg ...>` start tag.
-fn svg_height(svg: &str) -> Option<f64> {
-    let tag = &svg[..svg.find('>')?];
-    let rest = &tag[tag.find(" height=\"")? + 9..];
-    rest[..rest.find('"')?].parse().ok()
-}
+use crate::output::{Output, findings::Finding, report::ProcessReport, text::fmt_ns};
 
 /// A titled chart, laid out two to a row.
 fn panel(out: &mut String, title: &str, chart: &str) {
@@ -330,23 +280,27 @@ fn code_tables(out: &mut String, p: &ProcessReport) {
 pub struct RunPage<'a> {
     pub name: &'a str,
     pub findings: &'a [Finding],
+    /// Every process drawn in full (`--all-processes`).
+    pub all: bool,
 }
 
 impl Output<RunLines> for RunPage<'_> {
     fn emit(&mut self, run: &RunLines, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        out.write_all(run_page_with_findings(self.name, run, self.findings).as_bytes())
+        out.write_all(run_page_with_findings(self.name, run, self.findings, self.all).as_bytes())
     }
 }
 
-/// The page of a run: per process (the largest write wait first), from its last summary, and
+/// The page of a run: per process (the longest wait first), from its last summary, and
 /// its interval lines for the charts over time; first, the findings of what it draws (as
 /// the summaries carry them, else recomputed).
 pub fn run_page(name: &str, run: &RunLines) -> String {
-    run_page_with_findings(name, run, &run.findings(None))
+    run_page_with_findings(name, run, &run.findings(None), false)
 }
 
-/// The page of a run, with these findings first (`report` recomputes them, with a study).
-fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> String {
+/// The page of a run, with these findings first (`report` recomputes them, with a study):
+/// the processes that waited longest in full, the others in a row each (all in full with
+/// `all`, or when the summary says so), and the processes the summary grouped.
+fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding], all: bool) -> String {
     if let Some(study) = &run.study {
         return super::study::study_page(study);
     }
@@ -374,15 +328,26 @@ fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding]) -> S
         let _ = write!(body, r#"<p class="note mode">{}.</p>"#, esc(note));
     }
     let mut procs: Vec<&ProcessReport> = sources.iter().flat_map(|s| &s.processes).collect();
-    procs.sort_by_key(|p| std::cmp::Reverse(p.lock.write.wait_ns.sum));
-    // The verdict first: what was found and what to change.
+    // The longest wait (write and read) first, as the text and the findings.
+    procs.sort_by_key(|p| std::cmp::Reverse(p.lock.write.wait_ns.sum + p.lock.read.wait_ns.sum));
+    let all = all || sources.iter().any(|s| s.show_all);
+    let rest = procs.split_off(if all {
+        procs.len()
+    } else {
+        PAGE_PROCESSES.min(procs.len())
+    });
+    // The verdict first: what was found and what to change, and what was grouped.
     body.push_str(&super::verdict::findings_section(findings));
+    for m in sources.iter().filter_map(|s| s.minor_processes.as_ref()) {
+        body.push_str(&minor_section(m));
+    }
     if procs.is_empty() {
         body.push_str(r#"<p class="note">No mmap_lock activity by the selected processes.</p>"#);
     }
     for p in procs {
         body.push_str(&process_section(p, run.series(p.pid, p.start_ticks), t0));
     }
+    body.push_str(&others_section(&rest));
     if let Some(s) = summary {
         let lost = s.lost.events.saturating_add(s.lost.map_full);
         let _ = write!(

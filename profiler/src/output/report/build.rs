@@ -190,6 +190,8 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         stack_sample: None,
         stack_work: None,
         findings: None,
+        minor_processes: None,
+        show_all: false,
     };
     r.drop_unmeasured();
     r

@@ -12,8 +12,11 @@ use serde::{Deserialize, Deserializer, Serialize, de};
 
 use crate::vocab::Mode;
 
+#[cfg(test)]
+mod bounded;
 mod build;
 mod costs;
+mod minor;
 mod process;
 mod samples;
 #[cfg(test)]
@@ -24,6 +27,7 @@ pub use super::share::{RoleShare, TimeShare};
 pub use super::stats::{Dist, Stats};
 pub use build::{add_stacks, build, dso_reports};
 pub use costs::{Lost, Overhead, Uncounted};
+pub use minor::{MinorProcesses, group};
 pub use process::{
     CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
     ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
@@ -95,6 +99,14 @@ pub struct Report {
     /// recomputed by whatever reads a file (`report`, `compare`), with this build's patterns.
     #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub findings: Option<Vec<crate::output::findings::Finding>>,
+    /// Summary: the processes not in `processes` (they did not wait materially, and others
+    /// waited longer), grouped by command with their totals; absent when every process is
+    /// listed (none to group, `--all-processes`, interval lines, older builds).
+    pub minor_processes: Option<MinorProcesses>,
+    /// Not part of the report: whoever renders it was asked for every process
+    /// (`--all-processes`), which the text and the page then show each in full.
+    #[serde(skip)]
+    pub show_all: bool,
 }
 
 impl Report {
@@ -116,6 +128,8 @@ impl Report {
             stack_sample: None,
             stack_work: None,
             findings: None,
+            minor_processes: None,
+            show_all: false,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::{
 };
 
 mod format;
+pub mod listing;
 #[cfg(test)]
 mod tests;
 mod waits;
@@ -146,7 +147,8 @@ pub fn to_text(r: &Report) -> String {
             if r.processes.is_empty() {
                 out.push_str("  no mmap_lock activity\n");
             }
-            for p in &r.processes {
+            let (shown, rest) = listing::shown(r);
+            for p in shown {
                 let (writes, wait, p99, reads, read_wait) =
                     row_figures(&p.lock.write, &p.lock.read);
                 let _ = writeln!(
@@ -156,6 +158,7 @@ pub fn to_text(r: &Report) -> String {
                     fit(&p.comm, 15),
                 );
             }
+            out.push_str(&listing::rest_line(&rest, "  "));
         }
         Kind::Summary => {
             let _ = writeln!(
@@ -171,11 +174,19 @@ pub fn to_text(r: &Report) -> String {
             if r.processes.is_empty() {
                 out.push_str("no mmap_lock activity by the selected processes\n");
             }
+            let (shown, rest) = listing::shown(r);
             if let Some(f) = &r.findings {
-                out.push_str(&crate::output::findings::to_text(f));
+                out.push_str(&listing::findings(f, &shown, r.show_all));
             }
-            for p in &r.processes {
+            if let Some(m) = &r.minor_processes {
+                out.push_str(&listing::minor_line(m));
+            }
+            for p in shown {
                 out.push_str(&process_text(p, r.mode));
+            }
+            if !rest.is_empty() {
+                out.push('\n');
+                out.push_str(&listing::rest_line(&rest, ""));
             }
             if let Some(o) = &r.overhead {
                 let _ = writeln!(
