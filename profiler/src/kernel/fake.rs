@@ -72,6 +72,8 @@ pub struct FakeKernel {
     stats: BTreeMap<StatsKey, ThreadStats>,
     dirty: BTreeSet<StatsKey>,
     notices: Vec<ExitedThread>,
+    /// Notices sent while the next reading of the stats map runs (after it has begun).
+    notices_in_reading: Vec<ExitedThread>,
     cpu: Vec<ThreadCpu>,
     blocked: BTreeMap<BlockedKey, BlockedVal>,
     /// /proc: (pid, tid) -> (start ticks, zombie).
@@ -100,6 +102,7 @@ impl FakeKernel {
             stats: BTreeMap::new(),
             dirty: BTreeSet::new(),
             notices: Vec::new(),
+            notices_in_reading: Vec::new(),
             cpu: Vec::new(),
             blocked: BTreeMap::new(),
             tasks: HashMap::new(),
@@ -200,6 +203,16 @@ impl FakeKernel {
         n.comm[..comm.len()].copy_from_slice(comm.as_bytes());
     }
 
+    /// Does what `f` does to the kernel, its notices sent while the next reading runs: what
+    /// that reading reads was flushed before they came (an exec's own writes before its
+    /// notice).
+    pub fn during_next_reading(&mut self, f: impl FnOnce(&mut Self)) {
+        let before = self.notices.len();
+        f(self);
+        let sent = self.notices.split_off(before);
+        self.notices_in_reading.extend(sent);
+    }
+
     /// `t` exits as most threads do: freed (its notice sent once its last acquisitions are in
     /// the map) and gone from /proc.
     pub fn exit(&mut self, t: &Task) {
@@ -296,6 +309,7 @@ impl Kernel for FakeKernel {
         for chunk in read.chunks(2) {
             f(chunk);
         }
+        self.notices.append(&mut self.notices_in_reading);
         Ok(())
     }
 

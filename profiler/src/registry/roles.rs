@@ -204,22 +204,20 @@ impl Roles {
         }
     }
 
-    /// A process exec'd at `exec_ns` (boot clock): what was learnt before that is the old
-    /// image's, and so were its threads but the one that exec'd (the kernel ends the others
-    /// first). Threads started since (or alive now, within the clock tick of the exec) are
-    /// the new image's, perhaps already observed, maybe already gone (the notice is read at
-    /// the next reading, after a short process's end): they keep their roles, and the maps
-    /// and sites read for them stay.
-    pub fn forget_image(&mut self, p: ProcId, exec_ns: u64, alive: impl Fn(ThreadId) -> bool) {
-        if let Some(e) = self.processes.get_mut(&p) {
-            if e.maps_read_ns < exec_ns {
-                e.maps = None;
-                e.behind.clear();
-                e.sites.clear();
-            }
-            let exec_tick = ids::ticks_of_ns(exec_ns);
-            e.threads
-                .retain(|&t, _| t.tid != p.pid && (t.start > exec_tick || alive(t)));
+    /// A process exec'd at `exec_ns` (boot clock): its maps, the libraries behind its addons
+    /// and the sites found in them, if read before that, were the old image's and go. The
+    /// roles decided for its threads stay: an exec changes no thread's role (its main thread
+    /// is `main` by its ids before and after; an old image's thread keeps the role it had
+    /// there until it is retired), and the window being read may hold their writes already,
+    /// which its report attributes by asking [`cached_role`](Self::cached_role). The notice
+    /// comes after the exec's own writes, often after a reading that read them.
+    pub fn forget_image(&mut self, p: ProcId, exec_ns: u64) {
+        if let Some(e) = self.processes.get_mut(&p)
+            && e.maps_read_ns < exec_ns
+        {
+            e.maps = None;
+            e.behind.clear();
+            e.sites.clear();
         }
     }
 

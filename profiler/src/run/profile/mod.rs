@@ -29,6 +29,8 @@ use crate::{
 
 use crate::run::SessionError;
 
+#[cfg(test)]
+mod exec_tests;
 mod lifecycle;
 mod reports;
 #[cfg(test)]

@@ -16,15 +16,15 @@ use crate::{
 };
 
 /// Made-up pids (above any real `pid_max`).
-const PID: u32 = 5_000_001;
+pub(super) const PID: u32 = 5_000_001;
 const OTHER_PID: u32 = 5_000_002;
 
-fn profile(blockers: bool) -> Profile<FakeKernel> {
+pub(super) fn profile(blockers: bool) -> Profile<FakeKernel> {
     Profile::new(FakeKernel::new(blockers), true)
 }
 
 /// The one process of the report that is `t`'s (pid and start time).
-fn process<'r>(r: &'r Report, t: &Task) -> &'r ProcessReport {
+pub(super) fn process<'r>(r: &'r Report, t: &Task) -> &'r ProcessReport {
     let p = t.process();
     let found: Vec<&ProcessReport> = r
         .processes
@@ -36,7 +36,7 @@ fn process<'r>(r: &'r Report, t: &Task) -> &'r ProcessReport {
 }
 
 /// The one thread `t` of a process's report.
-fn thread<'r>(p: &'r ProcessReport, t: &Task) -> &'r ThreadReport {
+pub(super) fn thread<'r>(p: &'r ProcessReport, t: &Task) -> &'r ThreadReport {
     let found: Vec<&ThreadReport> = p.threads.iter().filter(|x| x.tid == t.tid).collect();
     assert_eq!(found.len(), 1, "thread {} once in {:?}", t.tid, p.threads);
     found[0]
@@ -73,7 +73,7 @@ fn process_with_mmaps(p: &mut Profile<FakeKernel>, comm: &str, mmaps: u64) -> Ta
 }
 
 /// `t` exits, then a reading.
-fn exit_then_read(p: &mut Profile<FakeKernel>, t: &Task) {
+pub(super) fn exit_then_read(p: &mut Profile<FakeKernel>, t: &Task) {
     p.collector.exit(t);
     p.poll(false).unwrap();
 }
