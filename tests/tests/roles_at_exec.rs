@@ -109,7 +109,8 @@ fn exec_time_writes_are_the_main_threads_under_the_agent() {
     // one-shot's (it also scans /proc and updates its metrics between them).
     let pids = run_short_processes(&bin, 2000);
     // Once every process is retired (untracked), its series are final.
-    let within = Duration::from_secs(30); // speed-scaled
+    // (wait_until scales it with the speed factor.)
+    let within = Duration::from_secs(30);
     let text = wait_until(within, Duration::from_millis(300), || {
         let text = agent.metrics();
         let got = agent_exec_writes(&text);
@@ -134,7 +135,7 @@ fn exec_time_writes_are_the_main_threads_under_the_one_shot() {
     let prof = Profiler::start(&["--comm", "shortling", "-i", "0.001"]);
     let pids = run_short_processes(&bin, 1000);
     prof.signal(libc::SIGINT);
-    let out = prof.finish(Duration::from_secs(60)); // speed-scaled
+    let out = prof.finish();
     assert!(out.status.success(), "{}", out.stderr);
     let mut got = ExecWrites::new();
     for r in out.intervals() {
