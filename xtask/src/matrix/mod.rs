@@ -5,6 +5,7 @@
 //! beside its results. docs/kernels.md says how to add a kernel or a test, and how to run
 //! one kernel alone (`cargo xtask matrix 6.1`).
 
+mod apt_sources;
 mod fetch;
 mod guest;
 mod report;
