@@ -3,7 +3,11 @@
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 
-use super::{Kernel, guest::Accel};
+use super::{
+    Kernel,
+    guest::Accel,
+    watch::{Killed, parse_factor},
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -40,6 +44,12 @@ pub struct KernelRun {
     /// What the suite should know about how its results were had (a guest kernel that
     /// crashed under emulation and was booted again).
     pub notes: Vec<String>,
+    /// The guest's speed factor, as it measured it (`speed.txt`).
+    pub speed: Option<f64>,
+    /// The factor its limits took when it measured none.
+    pub default_factor: f64,
+    /// Why its watch killed the guest, and in which step.
+    pub killed: Option<Killed>,
 }
 
 impl KernelRun {
@@ -61,18 +71,26 @@ impl KernelRun {
             wall: Duration::ZERO,
             skipped: Some(why),
             notes: Vec::new(),
+            speed: None,
+            default_factor: 0.0,
+            killed: None,
         }
     }
 
     /// What the guest wrote in `rwdir`: `results.tsv` (name, exit status, seconds), each
-    /// test's log, the skips and the probes.
+    /// test's log, the skips, the probes and its speed factor. The test a killed guest was
+    /// running failed; a guest killed before its script began is a skip.
     pub fn read(
         k: &Kernel,
         tests: &[(&str, &str)],
         release: &str,
         accel: Accel,
         rwdir: &Path,
+        killed: Option<Killed>,
     ) -> Self {
+        if let Some(Killed { step: None, why }) = &killed {
+            return KernelRun::skipped(k, tests, why.clone());
+        }
         let results = std::fs::read_to_string(rwdir.join("results.tsv")).unwrap_or_default();
         let skips = std::fs::read_to_string(rwdir.join("skips.txt")).unwrap_or_default();
         let tests = tests
@@ -83,9 +101,10 @@ impl KernelRun {
                     .lines()
                     .find(|l| l.split('\t').next() == Some(name.as_str()));
                 let Some(line) = line else {
+                    let hung = killed.as_ref().filter(|k| k.step.as_ref() == Some(&name));
                     return TestRun {
                         name,
-                        outcome: Outcome::NotRun,
+                        outcome: hung.map_or(Outcome::NotRun, |k| Outcome::Failed(k.why.clone())),
                         secs: 0,
                     };
                 };
@@ -111,6 +130,11 @@ impl KernelRun {
             wall: Duration::ZERO,
             skipped: None,
             notes: Vec::new(),
+            speed: std::fs::read_to_string(rwdir.join("speed.txt"))
+                .ok()
+                .and_then(|s| parse_factor(&s)),
+            default_factor: 0.0,
+            killed,
         }
     }
 
@@ -150,6 +174,17 @@ impl KernelRun {
         );
         for n in &self.notes {
             let _ = writeln!(out, "    note   {n}");
+        }
+        let _ = match self.speed {
+            Some(f) => writeln!(out, "    speed factor {f}"),
+            None => writeln!(
+                out,
+                "    speed factor not measured (the limits took {})",
+                self.default_factor
+            ),
+        };
+        if let Some(k) = &self.killed {
+            let _ = writeln!(out, "    killed {}", k.why);
         }
         for line in self.probe.lines().filter(|l| !l.starts_with("kernel:")) {
             let _ = writeln!(out, "    probe  {line}");
