@@ -104,7 +104,12 @@ impl KernelRun {
                     let hung = killed.as_ref().filter(|k| k.step.as_ref() == Some(&name));
                     return TestRun {
                         name,
-                        outcome: hung.map_or(Outcome::NotRun, |k| Outcome::Failed(k.why.clone())),
+                        outcome: hung.map_or(Outcome::NotRun, |k| {
+                            Outcome::Failed(format!(
+                                "        | the guest was killed in it: {}",
+                                k.why
+                            ))
+                        }),
                         secs: 0,
                     };
                 };
@@ -184,7 +189,7 @@ impl KernelRun {
             ),
         };
         if let Some(k) = &self.killed {
-            let _ = writeln!(out, "    killed {}", k.why);
+            let _ = writeln!(out, "    killed by its watch: {}", k.why);
         }
         for line in self.probe.lines().filter(|l| !l.starts_with("kernel:")) {
             let _ = writeln!(out, "    probe  {line}");
@@ -291,5 +296,50 @@ mod tests {
             text.contains("    note   boot 1: the guest kernel crashed"),
             "{text}"
         );
+    }
+
+    /// A guest killed in a test: the tests before it have their results, it fails naming the
+    /// limit, the rest were not run; the block says the factor and why the guest was killed.
+    #[test]
+    fn a_killed_guest_names_the_test_it_was_in() {
+        let dir = std::env::temp_dir().join(format!("xtask-report-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("results.tsv"), "a::one\t0\t12\n").unwrap();
+        std::fs::write(
+            dir.join("logs/a::one.log"),
+            "test result: ok. 1 passed; 0 failed",
+        )
+        .unwrap();
+        std::fs::write(dir.join("speed.txt"), "14.2\n").unwrap();
+        let k = super::super::KERNELS[0];
+        let tests = [("a", "one"), ("a", "two"), ("a", "three")];
+        let killed = Killed {
+            step: Some("a::two".into()),
+            why: "a::two ran for 1000 s, past its limit of 852 s".into(),
+        };
+        let r = KernelRun::read(&k, &tests, "6.1.0", Accel::Tcg, &dir, Some(killed.clone()));
+        let outcomes: Vec<&Outcome> = r.tests.iter().map(|t| &t.outcome).collect();
+        assert_eq!(outcomes[0], &Outcome::Passed);
+        assert!(
+            matches!(outcomes[1], Outcome::Failed(w) if w.contains("killed in it: a::two ran for 1000 s")),
+            "{outcomes:?}"
+        );
+        assert_eq!(outcomes[2], &Outcome::NotRun);
+        let text = r.render();
+        assert!(text.contains("    speed factor 14.2\n"), "{text}");
+        assert!(
+            text.contains(
+                "    killed by its watch: a::two ran for 1000 s, past its limit of 852 s"
+            ),
+            "{text}"
+        );
+        // Killed before its script began: the kernel's tests are skipped, with the reason.
+        let boot = Killed {
+            step: None,
+            why: "the guest had not started its script 300 s after its boot began".into(),
+        };
+        let r = KernelRun::read(&k, &tests, "6.1.0", Accel::Tcg, &dir, Some(boot));
+        assert_eq!(r.counts(), (0, 0, 3));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
