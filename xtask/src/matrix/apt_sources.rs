@@ -309,7 +309,7 @@ pub fn host_archives() -> Result<Vec<Archive>> {
         bail!(
             "the machine's apt configuration ({} and {}/*.list, *.sources) names no Debian archive (a `deb` entry of a Debian suite with its main component)",
             list.display(),
-            parts.display()
+            parts.display().to_string().trim_end_matches('/')
         );
     }
     Ok(archives)
