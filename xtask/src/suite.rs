@@ -124,8 +124,18 @@ pub fn run_matrix_alone(linker_dir: &Path, kernels: &[String]) -> Result<()> {
     packages::ensure_bpftrace()?;
     let mut tally = Tally::default();
     let mut skips = Vec::new();
+    let started = std::time::Instant::now();
     let runs = kernel_matrix(linker_dir, kernels)?;
     tally.add_matrix(&runs, &mut skips);
+    let each: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{} {:.0} s", r.kernel.name, r.wall.as_secs_f64()))
+        .collect();
+    println!(
+        "kernel matrix: {:.0} s ({})",
+        started.elapsed().as_secs_f64(),
+        each.join(", ")
+    );
     println!("{}", tally.closing_line());
     if tally.failed > 0 {
         bail!("{} kernel matrix test(s) failed", tally.failed);

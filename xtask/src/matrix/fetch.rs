@@ -1,6 +1,7 @@
-//! Debian's kernel packages, fetched with `apt-get download` through a private sources list
-//! and package lists (the host's apt configuration is never read or changed), unpacked with
-//! `dpkg -x` and kept in `~/.cache/mmaplock-prof/kernels/NAME` like the tests' Node versions.
+//! Debian's kernel packages, fetched with `apt-get download` from the Debian archive the
+//! machine's apt configuration names (`apt_sources`), through sources and package lists of
+//! our own (the machine's are never changed), unpacked with `dpkg -x` and kept in
+//! `~/.cache/mmaplock-prof/kernels/NAME` like the tests' Node versions.
 
 use std::{
     path::{Path, PathBuf},
@@ -9,15 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::Kernel;
-
-/// The suites the matrix takes kernels from (only Debian's own servers: a package registry).
-const SOURCES: &str = "\
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-backports main
-";
+use super::{KERNELS, Kernel, apt_sources};
 
 /// A kernel ready to boot: its image, and the tree whose `lib/modules` virtme-ng uses.
 #[derive(Clone, Debug)]
@@ -38,8 +31,8 @@ pub fn fetch(k: &Kernel) -> Result<Fetched> {
         return Ok(f);
     }
     let apt = PrivateApt::new(&kernels_dir().join("apt"))?;
-    apt.update()?;
-    let version = apt.suite_version("linux-image-amd64", k.suite)?;
+    let update_errors = apt.update()?;
+    let version = apt.suite_version("linux-image-amd64", k.suite, &update_errors)?;
     // The meta package names the image; newer packaging splits it into image, binary and
     // modules packages, all of one version.
     let image = apt
@@ -118,29 +111,45 @@ fn unpacked(dir: &Path) -> Option<Fetched> {
     modules.then_some(f)
 }
 
-/// apt with lists, cache and sources of its own, under `dir`.
+/// apt with lists, cache and sources of its own, under `dir`: the suites of `KERNELS` from
+/// the Debian archives the machine's apt configuration names.
 struct PrivateApt {
     options: Vec<String>,
+    /// The archives' URIs, for messages.
+    uris: String,
 }
 
 impl PrivateApt {
     fn new(dir: &Path) -> Result<Self> {
-        for d in ["lists/partial", "cache/archives/partial", "etc"] {
+        let archives = apt_sources::host_archives()?;
+        for d in [
+            "lists/partial",
+            "cache/archives/partial",
+            "etc/sources.list.d",
+        ] {
             std::fs::create_dir_all(dir.join(d))?;
         }
-        let sources = dir.join("etc/sources.list");
-        std::fs::write(&sources, SOURCES)?;
+        let mut suites: Vec<&str> = KERNELS.iter().map(|k| k.suite).collect();
+        suites.dedup();
+        let keyring = Path::new(apt_sources::DEBIAN_KEYRING);
+        let sources =
+            apt_sources::private_sources(&archives, &suites, keyring.exists().then_some(keyring));
+        let list = dir.join("etc/sources.list");
+        std::fs::write(&list, "")?;
+        std::fs::write(dir.join("etc/sources.list.d/debian.sources"), sources)?;
         let d = |p: &str| dir.join(p).display().to_string();
+        let uris: Vec<String> = archives.iter().flat_map(|a| a.uris.clone()).collect();
         Ok(PrivateApt {
             options: vec![
-                format!("Dir::Etc::sourcelist={}", sources.display()),
-                "Dir::Etc::sourceparts=-".into(),
+                format!("Dir::Etc::sourcelist={}", list.display()),
+                format!("Dir::Etc::sourceparts={}", d("etc/sources.list.d")),
                 format!("Dir::State::Lists={}", d("lists")),
                 format!("Dir::Cache={}", d("cache")),
                 "Dir::State::status=/dev/null".into(),
                 // Root downloads into our own directories, which _apt cannot enter.
                 "APT::Sandbox::User=root".into(),
             ],
+            uris: uris.join(", "),
         })
     }
 
@@ -153,8 +162,17 @@ impl PrivateApt {
         c
     }
 
-    fn update(&self) -> Result<()> {
-        crate::run(self.command("apt-get").args(["update", "-qq"]))
+    /// The package lists, fetched anew. A mirror may lack a suite (an old release removed,
+    /// a partial mirror): apt then fails for it alone, and what it said is returned, for the
+    /// message of a kernel that cannot be found.
+    fn update(&self) -> Result<String> {
+        let out = self.command("apt-get").args(["update", "-qq"]).output()?;
+        if out.status.success() {
+            return Ok(String::new());
+        }
+        let said = String::from_utf8_lossy(&out.stderr);
+        let errors: Vec<&str> = said.lines().filter(|l| l.starts_with("E:")).collect();
+        Ok(format!(" (apt-get update: {})", errors.join(" ")))
     }
 
     fn output(&self, tool: &str, args: &[&str]) -> Result<String> {
@@ -170,10 +188,14 @@ impl PrivateApt {
     }
 
     /// The version of `package` in `suite` itself (not its -security or -updates).
-    fn suite_version(&self, package: &str, suite: &str) -> Result<String> {
+    fn suite_version(&self, package: &str, suite: &str, update_errors: &str) -> Result<String> {
         let madison = self.output("apt-cache", &["madison", package])?;
-        madison_version(&madison, suite)
-            .with_context(|| format!("Debian {suite} has no {package}:\n{madison}"))
+        madison_version(&madison, suite).with_context(|| {
+            format!(
+                "the Debian archive of this machine's apt configuration ({}) has no {package} in {suite}{update_errors}",
+                self.uris
+            )
+        })
     }
 
     /// The package names `package=version` depends on.
@@ -216,10 +238,10 @@ mod tests {
 
     #[test]
     fn the_suites_own_version_is_taken() {
-        let m = "linux-image-amd64 | 7.3.4-1~bpo13+1 | http://deb.debian.org/debian trixie-backports/main amd64 Packages
-linux-image-amd64 | 6.12.118-1 | http://deb.debian.org/debian-security trixie-security/main amd64 Packages
-linux-image-amd64 | 6.12.117-1 | http://deb.debian.org/debian trixie/main amd64 Packages
-linux-image-amd64 |  6.1.176-1 | http://deb.debian.org/debian bookworm/main amd64 Packages";
+        let m = "linux-image-amd64 | 7.3.4-1~bpo13+1 | http://mirror.example/debian trixie-backports/main amd64 Packages
+linux-image-amd64 | 6.12.118-1 | http://mirror.example/debian-security trixie-security/main amd64 Packages
+linux-image-amd64 | 6.12.117-1 | http://mirror.example/debian trixie/main amd64 Packages
+linux-image-amd64 |  6.1.176-1 | http://mirror.example/debian bookworm/main amd64 Packages";
         assert_eq!(madison_version(m, "trixie").as_deref(), Some("6.12.117-1"));
         assert_eq!(
             madison_version(m, "trixie-backports").as_deref(),

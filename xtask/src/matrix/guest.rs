@@ -1,7 +1,8 @@
 //! A kernel booted under QEMU with virtme-ng (PyPI, in a virtualenv of the project's own):
 //! the host's root file system, read-only with a writable overlay, and one shared directory
 //! (`--rwdir`) through which a script's results come back. KVM where it runs a guest, TCG
-//! otherwise, decided by trying: /dev/kvm may exist and still hang or abort the guest.
+//! otherwise, decided by trying once per machine: /dev/kvm may exist and still hang or abort
+//! the guest.
 
 use std::{
     os::unix::process::CommandExt as _,
@@ -12,7 +13,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::fetch::Fetched;
+use super::{fetch::Fetched, watch::Killed};
 use crate::packages;
 
 const VIRTME_NG: &str = "virtme-ng==1.42";
@@ -56,23 +57,40 @@ pub fn ensure_virtme_ng() -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// A guest run: `command` inside `kernel`, `rwdir` shared read-write; the guest is killed
-/// after `limit`. Whether it came back within it (the caller reads what the command wrote).
+/// The guests' memory: the tests' largest load (Node, the profiler and a helper) fits in
+/// a quarter of it.
+const MEMORY: &str = "2G";
+
+/// How a guest run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// It powered off (or crashed: `crash_line`); what its command did is in the rwdir.
+    Exited,
+    /// Its watch killed it.
+    Killed(Killed),
+}
+
+/// A guest run: `command` inside `kernel`, `rwdir` shared read-write, on one vCPU; `watch`
+/// is asked every 200 ms whether the guest must be killed.
 pub fn run(
     venv_bin: &Path,
     kernel: &Fetched,
     accel: Accel,
     rwdir: &Path,
     command: &str,
-    limit: Duration,
-) -> Result<bool> {
+    watch: &mut dyn FnMut(Instant) -> Option<Killed>,
+) -> Result<Ended> {
     let log = std::fs::File::create(rwdir.join("console.log"))?;
     let mut cmd = Command::new(venv_bin.join("vng"));
     let path = std::env::var("PATH").unwrap_or_default();
     cmd.env("PATH", format!("{}:{path}", venv_bin.display()))
         .arg("--run")
         .arg(&kernel.vmlinuz)
-        .args(["--memory", "2G", "--cpus", "2"])
+        // One vCPU: the guests run side by side, one host core each at best, and under TCG
+        // a second vCPU was worse than idle: QEMU's multi-threaded emulation let one vCPU
+        // run code the other was live-patching, and Linux 7.3 died at the patch's `int3`
+        // (`crash_line`). A single vCPU has no other CPU to see a half-patched text.
+        .args(["--memory", MEMORY, "--cpus", "1"])
         .arg(format!("--rwdir={}", rwdir.display()))
         // The kernel's own console in console.log, and any oops a panic that ends the guest
         // at once: an emulated guest kernel can crash on its own (`crash_line`), and a test
@@ -82,33 +100,33 @@ pub fn run(
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
-        // Its own process group: a timeout kills QEMU with it.
+        // Its own process group: a kill takes QEMU with it.
         .process_group(0);
     if accel == Accel::Tcg {
         cmd.arg("--disable-kvm");
     }
     let mut child = cmd.spawn().context("cannot run vng")?;
-    let deadline = Instant::now() + limit;
     loop {
         if child.try_wait()?.is_some() {
             // vng's own status says little (255 after a clean power-off): the command's
             // results are in the rwdir.
-            return Ok(true);
+            return Ok(Ended::Exited);
         }
-        if Instant::now() > deadline {
+        if let Some(killed) = watch(Instant::now()) {
             // SAFETY: kill has no preconditions; the group is the guest's alone.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
-            return Ok(false);
+            return Ok(Ended::Killed(killed));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// The first line of a guest kernel's crash in its console, if it crashed. Under TCG (QEMU
-/// 7.2's multi-threaded emulation) Linux 7.3 now and then dies at an `int3` of its own
-/// live code patching (a static key flipped while the other vCPU runs that code), at boot
-/// or when a tracepoint is enabled: the emulator's fault, not the profiler's. This line tells
+/// The first line of a guest kernel's crash in its console, if it crashed. With two vCPUs
+/// under TCG (QEMU 7.2's multi-threaded emulation) Linux 7.3 died now and then at an `int3`
+/// of its own live code patching (a static key flipped while the other vCPU ran that code),
+/// at boot or when a tracepoint was enabled: the emulator's fault, not the profiler's. The
+/// guests now have one vCPU, and any crash still boots the kernel once more. This line tells
 /// a crashed kernel from a failed test, not whose fault the crash was: a crash the profiler
 /// caused would crash the second boot too, and both boots' lines would be in the report.
 pub fn crash_line(console: &str) -> Option<String> {
@@ -126,27 +144,78 @@ pub fn crash_line(console: &str) -> Option<String> {
     Some(first.trim().to_string())
 }
 
-/// KVM if a guest comes up under it within a short time, else TCG. Tried once per run, with
-/// the first kernel at hand.
+/// KVM if a guest comes up under it within a short time, else TCG. Tried with the first
+/// kernel at hand, once per machine: the verdict is kept in `~/.cache/mmaplock-prof/matrix`
+/// with what it depends on (the host's kernel and CPU, QEMU's and virtme-ng's versions), and
+/// tried again when any of them changed. Where /dev/kvm exists and cannot run a guest (QEMU
+/// aborts on an MSR on this machine kind), the trial was a boot of its own in every run.
 pub fn choose_accel(venv_bin: &Path, kernel: &Fetched, scratch: &Path) -> Result<Accel> {
     if !Path::new("/dev/kvm").exists() {
         return Ok(Accel::Tcg);
+    }
+    let cache = packages::cache_dir("matrix").join("kvm-verdict");
+    let key = machine_key();
+    if let Some(a) = std::fs::read_to_string(&cache)
+        .ok()
+        .and_then(|c| cached_verdict(&c, &key))
+    {
+        return Ok(a);
     }
     std::fs::create_dir_all(scratch)?;
     let marker = scratch.join("up");
     let _ = std::fs::remove_file(&marker);
     let cmd = format!("uname -r > {}", marker.display());
-    let came_back = run(
-        venv_bin,
-        kernel,
-        Accel::Kvm,
-        scratch,
-        &cmd,
-        Duration::from_secs(30),
-    )?;
-    let up =
-        came_back && std::fs::read_to_string(&marker).is_ok_and(|r| r.trim() == kernel.release);
-    Ok(if up { Accel::Kvm } else { Accel::Tcg })
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ended = run(venv_bin, kernel, Accel::Kvm, scratch, &cmd, &mut |now| {
+        (now > deadline).then(|| Killed {
+            step: None,
+            why: "no KVM guest within 30 s".into(),
+        })
+    })?;
+    let up = ended == Ended::Exited
+        && std::fs::read_to_string(&marker).is_ok_and(|r| r.trim() == kernel.release);
+    let accel = if up { Accel::Kvm } else { Accel::Tcg };
+    if let Some(dir) = cache.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&cache, format!("{key}\n{accel}\n"))?;
+    Ok(accel)
+}
+
+/// What a KVM verdict holds for: the host's kernel and CPU, QEMU, virtme-ng.
+fn machine_key() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .unwrap_or_default()
+        .to_string();
+    let qemu = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default();
+    format!("{} | {cpu} | {qemu} | {VIRTME_NG}", release.trim()).replace('\n', " ")
+}
+
+/// The verdict cached for `key`, if the cache holds one for it.
+fn cached_verdict(cache: &str, key: &str) -> Option<Accel> {
+    let mut lines = cache.lines();
+    if lines.next()? != key {
+        return None;
+    }
+    match lines.next()? {
+        "KVM" => Some(Accel::Kvm),
+        "TCG" => Some(Accel::Tcg),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -154,6 +223,23 @@ mod tests {
     use super::*;
 
     /// On the console of a 7.3.4 guest that died at boot under TCG, and of one that did not.
+    #[test]
+    fn a_kvm_verdict_holds_for_its_machine_only() {
+        let key = "6.18.1 | model name : AMD EPYC | QEMU emulator version 7.2.15 | virtme-ng==1.42";
+        let cache = format!("{key}\nTCG\n");
+        assert_eq!(cached_verdict(&cache, key), Some(Accel::Tcg));
+        assert_eq!(
+            cached_verdict(&cache, "6.19.0 | model name : AMD EPYC"),
+            None
+        );
+        assert_eq!(
+            cached_verdict(&format!("{key}\nKVM"), key),
+            Some(Accel::Kvm)
+        );
+        assert_eq!(cached_verdict(&format!("{key}\n"), key), None);
+        assert!(!machine_key().contains('\n'));
+    }
+
     #[test]
     fn a_crashed_guest_kernel_is_told_from_a_clean_power_off() {
         let crashed = "[    1.454056] VFS: Dquot-cache hash table entries: 512 (4096 bytes)\n\

@@ -5,13 +5,17 @@
 //! beside its results. docs/kernels.md says how to add a kernel or a test, and how to run
 //! one kernel alone (`cargo xtask matrix 6.1`).
 
+mod apt_sources;
 mod fetch;
 mod guest;
 mod report;
+mod script;
+mod watch;
 
 use std::{
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    sync::Mutex,
+    time::Instant,
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -100,12 +104,11 @@ pub fn tests_of(k: &Kernel) -> &'static [(&'static str, &'static str)] {
     if k.profiles { SUBSET } else { REFUSAL }
 }
 
-/// The longest a guest may take (boot, every test, power-off) before it is killed.
-const GUEST_LIMIT: Duration = Duration::from_secs(20 * 60);
 /// How many times a kernel whose guest crashed (`guest::crash_line`) is booted again.
 const CRASH_REBOOTS: usize = 1;
-/// The longest one test may take inside a guest.
-const TEST_LIMIT_S: u32 = 300;
+
+/// The variable that sets how many guests run at once (default: every kernel's).
+pub const GUESTS_ENV: &str = "MMAPLOCK_PROF_MATRIX_GUESTS";
 
 /// The kernels named (all when none is), or an error naming the unknown one.
 pub fn select(names: &[String]) -> Result<Vec<Kernel>> {
@@ -132,139 +135,162 @@ pub fn select(names: &[String]) -> Result<Vec<Kernel>> {
 
 /// Runs the matrix on `kernels`; the test binaries are those of the last `cargo test` build
 /// (`binaries`: test file -> executable). A kernel that cannot be fetched or booted has its
-/// tests skipped, with the reason.
+/// tests skipped, with the reason. The kernels are fetched one after another (one apt), then
+/// their guests run side by side, one vCPU each (`guests()` at once); the runs come back in
+/// `kernels`' order.
 pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<KernelRun>> {
     let venv_bin = guest::ensure_virtme_ng()?;
     let work = crate::workspace_root().join("target/matrix");
     let mut accel = None;
-    let mut runs = Vec::new();
-    for k in kernels {
-        let tests = tests_of(k);
+    let mut runs: Vec<Option<KernelRun>> = vec![None; kernels.len()];
+    let mut ready = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
         let started = Instant::now();
-        let fetched = match fetch::fetch(k) {
-            Ok(f) => f,
+        match fetch::fetch(k) {
+            Ok(f) => {
+                if accel.is_none() {
+                    let a = guest::choose_accel(&venv_bin, &f, &work.join("kvm-probe"))?;
+                    eprintln!("xtask: kernel matrix guests run under {a}");
+                    accel = Some(a);
+                }
+                ready.push((i, f, started.elapsed()));
+            }
             Err(e) => {
-                runs.push(KernelRun::skipped(
+                runs[i] = Some(KernelRun::skipped(
                     k,
-                    tests,
+                    tests_of(k),
                     format!("cannot fetch it: {e:#}"),
                 ));
-                continue;
             }
-        };
-        let accel = match accel {
-            Some(a) => a,
-            None => {
-                let a = guest::choose_accel(&venv_bin, &fetched, &work.join("kvm-probe"))?;
-                eprintln!("xtask: kernel matrix guests run under {a}");
-                *accel.insert(a)
-            }
-        };
-        let rwdir = work.join(k.name);
-        let _ = std::fs::remove_dir_all(&rwdir);
-        std::fs::create_dir_all(rwdir.join("logs"))?;
-        let script = rwdir.join("run.sh");
-        std::fs::write(&script, guest_script(&rwdir, tests, binaries)?)?;
-        eprintln!(
-            "xtask: kernel matrix: Linux {} ({}), {} test(s)",
-            fetched.release,
-            k.suite,
-            tests.len()
-        );
-        let mut notes = Vec::new();
-        let mut run = loop {
-            for stale in [
-                "results.tsv",
-                "skips.txt",
-                "probe.txt",
-                "release.txt",
-                "done",
-            ] {
-                let _ = std::fs::remove_file(rwdir.join(stale));
-            }
-            let came_back = guest::run(
-                &venv_bin,
-                &fetched,
-                accel,
-                &rwdir,
-                &format!("sh {}", script.display()),
-                GUEST_LIMIT,
-            )?;
-            let mut run = KernelRun::read(k, tests, &fetched.release, accel, &rwdir);
-            if !came_back && run.tests.iter().all(|t| t.outcome == Outcome::NotRun) {
-                run = KernelRun::skipped(
-                    k,
-                    tests,
-                    format!("the guest did not come back within {GUEST_LIMIT:?}"),
-                );
-            }
-            let console = std::fs::read_to_string(rwdir.join("console.log")).unwrap_or_default();
-            let Some(crash) = guest::crash_line(&console) else {
-                break run;
-            };
-            // A guest kernel that crashed under emulation is booted once more, and says so:
-            // a test's own failure on a kernel that did not crash is never retried.
-            let (p, f, _) = run.counts();
-            notes.push(format!(
-                "boot {}: the guest kernel crashed after {p} passed and {f} failed or not run: {crash}",
-                notes.len() + 1
-            ));
-            let kept = rwdir.join(format!("console-{}.log", notes.len()));
-            let _ = std::fs::rename(rwdir.join("console.log"), &kept);
-            if notes.len() > CRASH_REBOOTS || f == 0 {
-                break run;
-            }
-            eprintln!(
-                "xtask: kernel matrix: Linux {} crashed under emulation ({}), booting it again",
-                fetched.release,
-                kept.display()
-            );
-        };
-        run.wall = started.elapsed();
-        run.notes = notes;
-        runs.push(run);
+        }
     }
-    Ok(runs)
+    let Some(accel) = accel else {
+        return Ok(runs.into_iter().flatten().collect());
+    };
+    let host = watch::host_factor();
+    let queue = Mutex::new(ready.into_iter());
+    let done = Mutex::new(runs);
+    std::thread::scope(|scope| -> Result<()> {
+        let workers: Vec<_> = (0..guests(kernels.len()))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let Some((i, f, fetching)) = queue.lock().unwrap().next() else {
+                            return Ok(());
+                        };
+                        let k = &kernels[i];
+                        let started = Instant::now();
+                        let mut run = run_kernel(k, &f, accel, host, &venv_bin, &work, binaries)?;
+                        run.wall = fetching + started.elapsed();
+                        let (p, fl, s) = run.counts();
+                        eprintln!(
+                            "xtask: kernel matrix [{}]: {p} passed, {fl} failed, {s} skipped in {:.0} s",
+                            k.name,
+                            run.wall.as_secs_f64()
+                        );
+                        done.lock().unwrap()[i] = Some(run);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("a kernel matrix worker panicked")?;
+        }
+        Ok(())
+    })?;
+    Ok(done.into_inner().unwrap().into_iter().flatten().collect())
 }
 
-/// The script the guest runs: the probes, then each test alone, its output and status into
-/// the shared directory.
-fn guest_script(
-    rwdir: &Path,
-    tests: &[(&str, &str)],
+/// How many guests run at once: every kernel's unless `GUESTS_ENV` says fewer (the times
+/// of each are in docs/kernels.md, "Cost").
+fn guests(kernels: usize) -> usize {
+    std::env::var(GUESTS_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(kernels)
+        .clamp(1, kernels.max(1))
+}
+
+/// One kernel's guest, booted again if its kernel crashed (`CRASH_REBOOTS`).
+fn run_kernel(
+    k: &Kernel,
+    fetched: &fetch::Fetched,
+    accel: guest::Accel,
+    host: f64,
+    venv_bin: &Path,
+    work: &Path,
     binaries: &[(String, PathBuf)],
-) -> Result<String> {
-    let root = crate::workspace_root();
-    let rw = rwdir.display();
-    let mut s = format!(
-        "#!/bin/sh\n# Written by cargo xtask's kernel matrix; run inside the guest.\n\
-         cd {tests_dir} || exit 1\n\
-         export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin RUST_BACKTRACE=0\n\
-         export MMAPLOCK_PROF_TEST_SKIP_FILE={rw}/skips.txt MMAPLOCK_PROF_TEST_GUEST=1\n",
-        tests_dir = root.join("tests").display(),
+) -> Result<KernelRun> {
+    let tests = tests_of(k);
+    let rwdir = work.join(k.name);
+    let _ = std::fs::remove_dir_all(&rwdir);
+    std::fs::create_dir_all(rwdir.join("logs"))?;
+    let script = rwdir.join("run.sh");
+    let default_factor = watch::default_factor(accel, host);
+    std::fs::write(
+        &script,
+        script::guest_script(&rwdir, tests, binaries, default_factor)?,
+    )?;
+    eprintln!(
+        "xtask: kernel matrix [{}]: Linux {} ({}), {} test(s)",
+        k.name,
+        fetched.release,
+        k.suite,
+        tests.len()
     );
-    if crate::suite::under_ci() {
-        s.push_str("export CI=true\n");
+    let mut notes = Vec::new();
+    loop {
+        for stale in [
+            "results.tsv",
+            "skips.txt",
+            "probe.txt",
+            "release.txt",
+            "speed.txt",
+            "current",
+            "done",
+        ] {
+            let _ = std::fs::remove_file(rwdir.join(stale));
+        }
+        let mut w = watch::Watch::new(&rwdir, host);
+        let ended = guest::run(
+            venv_bin,
+            fetched,
+            accel,
+            &rwdir,
+            &format!("sh {}", script.display()),
+            &mut |now| w.check(now),
+        )?;
+        let killed = match ended {
+            guest::Ended::Exited => None,
+            guest::Ended::Killed(k) => Some(k),
+        };
+        let mut run = KernelRun::read(k, tests, &fetched.release, accel, &rwdir, killed);
+        run.default_factor = default_factor;
+        let console = std::fs::read_to_string(rwdir.join("console.log")).unwrap_or_default();
+        let Some(crash) = guest::crash_line(&console) else {
+            run.notes = notes;
+            return Ok(run);
+        };
+        // A guest kernel that crashed under emulation is booted once more, and says so:
+        // a test's own failure on a kernel that did not crash is never retried.
+        let (p, f, _) = run.counts();
+        notes.push(format!(
+            "boot {}: the guest kernel crashed after {p} passed and {f} failed or not run: {crash}",
+            notes.len() + 1
+        ));
+        let kept = rwdir.join(format!("console-{}.log", notes.len()));
+        let _ = std::fs::rename(rwdir.join("console.log"), &kept);
+        if notes.len() > CRASH_REBOOTS || f == 0 {
+            run.notes = notes;
+            return Ok(run);
+        }
+        eprintln!(
+            "xtask: kernel matrix [{}]: Linux {} crashed under emulation ({}), booting it again",
+            k.name,
+            fetched.release,
+            kept.display()
+        );
     }
-    // bpftrace's tracepoint probes (the contention tests' independent count) need tracefs.
-    s.push_str("mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null\n");
-    s.push_str(&format!(
-        "uname -r > {rw}/release.txt\n\
-         {profiler} --probe-kernel > {rw}/probe.txt 2>&1\n\
-         t() {{ s=$(date +%s); timeout {TEST_LIMIT_S} \"$2\" --exact \"$3\" --test-threads=1 > {rw}/logs/$1.log 2>&1; \
-         printf '%s\\t%s\\t%s\\n' \"$1\" $? $(( $(date +%s) - s )) >> {rw}/results.tsv; }}\n",
-        profiler = root.join("target/debug/mmaplock-prof").display(),
-    ));
-    for (file, test) in tests {
-        let bin = binaries
-            .iter()
-            .find(|(f, _)| f == file)
-            .map(|(_, b)| b)
-            .with_context(|| format!("no test binary {file} (tests/tests/{file}.rs)"))?;
-        s.push_str(&format!("t {file}::{test} {} {test}\n", bin.display()));
-    }
-    s.push_str(&format!("echo done > {rw}/done\n"));
-    Ok(s)
 }
 
 /// The integration tests' executables, as cargo built them: (test file, path).
@@ -325,19 +351,5 @@ mod tests {
                 .unwrap_or_else(|e| panic!("tests/tests/{file}.rs: {e}"));
             assert!(src.contains(&format!("fn {test}()")), "{file}::{test}");
         }
-    }
-
-    #[test]
-    fn the_script_runs_each_test_alone_with_its_binary() {
-        let bins = vec![
-            ("kernel".to_string(), PathBuf::from("/t/kernel-1")),
-            ("profiler".to_string(), PathBuf::from("/t/profiler-2")),
-        ];
-        let tests = [("kernel", "a"), ("profiler", "b")];
-        let s = guest_script(Path::new("/rw"), &tests, &bins).unwrap();
-        assert!(s.contains("t kernel::a /t/kernel-1 a\n"), "{s}");
-        assert!(s.contains("t profiler::b /t/profiler-2 b\n"), "{s}");
-        assert!(s.contains("--probe-kernel > /rw/probe.txt"), "{s}");
-        assert!(guest_script(Path::new("/rw"), &[("jsnames", "x")], &bins).is_err());
     }
 }

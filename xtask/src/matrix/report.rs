@@ -3,7 +3,11 @@
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 
-use super::{Kernel, guest::Accel};
+use super::{
+    Kernel,
+    guest::Accel,
+    watch::{Killed, parse_factor},
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -40,6 +44,12 @@ pub struct KernelRun {
     /// What the suite should know about how its results were had (a guest kernel that
     /// crashed under emulation and was booted again).
     pub notes: Vec<String>,
+    /// The guest's speed factor, as it measured it (`speed.txt`).
+    pub speed: Option<f64>,
+    /// The factor its limits took when it measured none.
+    pub default_factor: f64,
+    /// Why its watch killed the guest, and in which step.
+    pub killed: Option<Killed>,
 }
 
 impl KernelRun {
@@ -61,18 +71,26 @@ impl KernelRun {
             wall: Duration::ZERO,
             skipped: Some(why),
             notes: Vec::new(),
+            speed: None,
+            default_factor: 0.0,
+            killed: None,
         }
     }
 
     /// What the guest wrote in `rwdir`: `results.tsv` (name, exit status, seconds), each
-    /// test's log, the skips and the probes.
+    /// test's log, the skips, the probes and its speed factor. The test a killed guest was
+    /// running failed; a guest killed before its script began is a skip.
     pub fn read(
         k: &Kernel,
         tests: &[(&str, &str)],
         release: &str,
         accel: Accel,
         rwdir: &Path,
+        killed: Option<Killed>,
     ) -> Self {
+        if let Some(Killed { step: None, why }) = &killed {
+            return KernelRun::skipped(k, tests, why.clone());
+        }
         let results = std::fs::read_to_string(rwdir.join("results.tsv")).unwrap_or_default();
         let skips = std::fs::read_to_string(rwdir.join("skips.txt")).unwrap_or_default();
         let tests = tests
@@ -83,9 +101,15 @@ impl KernelRun {
                     .lines()
                     .find(|l| l.split('\t').next() == Some(name.as_str()));
                 let Some(line) = line else {
+                    let hung = killed.as_ref().filter(|k| k.step.as_ref() == Some(&name));
                     return TestRun {
                         name,
-                        outcome: Outcome::NotRun,
+                        outcome: hung.map_or(Outcome::NotRun, |k| {
+                            Outcome::Failed(format!(
+                                "        | the guest was killed in it: {}",
+                                k.why
+                            ))
+                        }),
                         secs: 0,
                     };
                 };
@@ -111,6 +135,11 @@ impl KernelRun {
             wall: Duration::ZERO,
             skipped: None,
             notes: Vec::new(),
+            speed: std::fs::read_to_string(rwdir.join("speed.txt"))
+                .ok()
+                .and_then(|s| parse_factor(&s)),
+            default_factor: 0.0,
+            killed,
         }
     }
 
@@ -150,6 +179,17 @@ impl KernelRun {
         );
         for n in &self.notes {
             let _ = writeln!(out, "    note   {n}");
+        }
+        let _ = match self.speed {
+            Some(f) => writeln!(out, "    speed factor {f}"),
+            None => writeln!(
+                out,
+                "    speed factor not measured (the limits took {})",
+                self.default_factor
+            ),
+        };
+        if let Some(k) = &self.killed {
+            let _ = writeln!(out, "    killed by its watch: {}", k.why);
         }
         for line in self.probe.lines().filter(|l| !l.starts_with("kernel:")) {
             let _ = writeln!(out, "    probe  {line}");
@@ -256,5 +296,50 @@ mod tests {
             text.contains("    note   boot 1: the guest kernel crashed"),
             "{text}"
         );
+    }
+
+    /// A guest killed in a test: the tests before it have their results, it fails naming the
+    /// limit, the rest were not run; the block says the factor and why the guest was killed.
+    #[test]
+    fn a_killed_guest_names_the_test_it_was_in() {
+        let dir = std::env::temp_dir().join(format!("xtask-report-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("results.tsv"), "a::one\t0\t12\n").unwrap();
+        std::fs::write(
+            dir.join("logs/a::one.log"),
+            "test result: ok. 1 passed; 0 failed",
+        )
+        .unwrap();
+        std::fs::write(dir.join("speed.txt"), "14.2\n").unwrap();
+        let k = super::super::KERNELS[0];
+        let tests = [("a", "one"), ("a", "two"), ("a", "three")];
+        let killed = Killed {
+            step: Some("a::two".into()),
+            why: "a::two ran for 1000 s, past its limit of 852 s".into(),
+        };
+        let r = KernelRun::read(&k, &tests, "6.1.0", Accel::Tcg, &dir, Some(killed.clone()));
+        let outcomes: Vec<&Outcome> = r.tests.iter().map(|t| &t.outcome).collect();
+        assert_eq!(outcomes[0], &Outcome::Passed);
+        assert!(
+            matches!(outcomes[1], Outcome::Failed(w) if w.contains("killed in it: a::two ran for 1000 s")),
+            "{outcomes:?}"
+        );
+        assert_eq!(outcomes[2], &Outcome::NotRun);
+        let text = r.render();
+        assert!(text.contains("    speed factor 14.2\n"), "{text}");
+        assert!(
+            text.contains(
+                "    killed by its watch: a::two ran for 1000 s, past its limit of 852 s"
+            ),
+            "{text}"
+        );
+        // Killed before its script began: the kernel's tests are skipped, with the reason.
+        let boot = Killed {
+            step: None,
+            why: "the guest had not started its script 300 s after its boot began".into(),
+        };
+        let r = KernelRun::read(&k, &tests, "6.1.0", Accel::Tcg, &dir, Some(boot));
+        assert_eq!(r.counts(), (0, 0, 3));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
