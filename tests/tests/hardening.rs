@@ -282,15 +282,14 @@ fn perf_maps_planted_linked_huge_or_a_fifo_are_ignored_with_one_warning_and_sigi
     prof.wait_ended_unreaped();
     // Promptly, told by what was read, not by time: the old reader spent minutes reading a
     // 2 GB map, deaf to signals. In its whole life, start-up to exit, the profiler read (with
-    // read(2) and the like: rchar, which counts a sparse file's holes) less than the planted
-    // 4 GiB map, or half of it: it never read that map.
+    // read(2) and the like: rchar, which counts a sparse file's holes) less than a quarter of
+    // the planted 4 GiB map: it never read that map. (It reads about 23 MB here.)
     let rchar = fs::read_to_string(format!("/proc/{}/io", prof.child.id()))
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("rchar: ")?.parse::<u64>().ok())
         .expect("rchar");
-    eprintln!("the profiler read {rchar} bytes");
-    assert!(rchar < 2 << 30, "the profiler read {rchar} bytes");
+    assert!(rchar < 1 << 30, "the profiler read {rchar} bytes");
     let (code, stderr) = prof.finish();
     assert_eq!(code, Some(0), "{stderr:?}");
     let text = fs::read_to_string(&report).unwrap();
