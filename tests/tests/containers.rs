@@ -50,7 +50,8 @@ fn libpod_parent() -> String {
     }
 }
 
-/// Waits (20 s at most) until the agent's metrics satisfy `done`; the last page.
+/// Waits until the agent's metrics satisfy `done`; the last page. A bound on what a broken
+/// agent might never serve: 20 s on the reference machine, scaled by `wait_until`.
 fn metrics_until(agent: &Agent, done: impl Fn(&str) -> bool) -> String {
     wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
         let text = agent.metrics();
@@ -60,6 +61,29 @@ fn metrics_until(agent: &Agent, done: impl Fn(&str) -> bool) -> String {
             Err(format!("the agent's metrics never got there:\n{text}"))
         }
     })
+}
+
+/// The records (whole lines) in an NDJSON file the agent is writing; none before it exists.
+fn records(path: &std::path::Path) -> usize {
+    let text = std::fs::read(path).unwrap_or_default();
+    text.iter().filter(|&&b| b == b'\n').count()
+}
+
+/// Whether our child `pid` has ended (left unreaped, for whoever waits for it).
+fn ended(pid: u32) -> bool {
+    // SAFETY: a siginfo_t of our own for waitid to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: asking, without waiting or reaping, about our own child.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: waitid filled `info` (si_pid stays 0 while the child runs).
+    r == 0 && unsafe { info.si_pid() } != 0
 }
 
 /// The `process` labels of every series of the agent's page in `cgroup`.
@@ -74,20 +98,25 @@ fn processes_in(text: &str, cgroup: &str) -> std::collections::BTreeSet<String> 
         .collect()
 }
 
-/// `podman create`, `podman init`, 2.5 s, `podman start`: runc's init (`runc:[2:INIT]`) waits
-/// in the container's cgroup, selected by the agent, before it execs node. Every series and
-/// every NDJSON record of that cgroup must name node, none runc's init.
+/// `podman create`, `podman init`, ten of the agent's intervals, `podman start`: runc's init
+/// (`runc:[2:INIT]`) waits in the container's cgroup, selected by the agent, before it execs
+/// node. Every series and every NDJSON record of that cgroup must name node, none runc's init.
 #[test]
 fn a_container_started_in_steps_is_named_node_in_its_own_cgroup() {
     let Some(image) = image() else { return };
     let c = Container::new_name("steps");
-    // 100 Buffers of 1 MiB: each its own mmap, by the main thread.
-    let script = "let s = 0; for (let i = 0; i < 100; i++) { const b = Buffer.allocUnsafeSlow(1 << 20); b.fill(i); s += b[0]; } setTimeout(() => process.exit(s < 0 ? 1 : 0), 1000);";
+    // 100 Buffers of 1 MiB: each its own mmap, by the main thread; then node lives on a
+    // while, several of the agent's 0.2 s readings finding it alive as node: 1 s on the
+    // reference machine, scaled (a loaded host's readings come late).
+    let linger = integration_tests::scaled(Duration::from_secs(1)).as_millis();
+    let script = format!(
+        "let s = 0; for (let i = 0; i < 100; i++) {{ const b = Buffer.allocUnsafeSlow(1 << 20); b.fill(i); s += b[0]; }} setTimeout(() => process.exit(s < 0 ? 1 : 0), {linger});"
+    );
     let id = c
         .create(
             &image,
             &["-e", "MALLOC_MMAP_THRESHOLD_=131072"],
-            &["-e", script],
+            &["-e", &script],
         )
         .expect("podman create");
     c.verb("init").expect("podman init");
@@ -107,11 +136,21 @@ fn a_container_started_in_steps_is_named_node_in_its_own_cgroup() {
         "-o",
         ndjson.to_str().unwrap(),
     ]);
-    // Selected as runc's init, and only that, for a while.
+    // Selected as runc's init, and only that, for a while: ten of the agent's readings, each
+    // an NDJSON record (its 0.2 s intervals: the scenario's clock; an agent that wrote none
+    // would run on: a bound, scaled by wait_until).
     metrics_until(&agent, |t| {
         integration_tests::metric_gauge(t, "mmaplock_tracked_processes") == 1
     });
-    std::thread::sleep(Duration::from_millis(2500));
+    let selected = records(&ndjson);
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || match records(&ndjson) - selected {
+            10.. => Ok(()),
+            n => Err(format!("{n} readings since runc's init was selected")),
+        },
+    );
     c.verb("start").expect("podman start");
     assert_eq!(c.verb("wait").expect("podman wait"), "0");
     let node = format!("cgroup=\"{cgroup}\"");
@@ -123,9 +162,9 @@ fn a_container_started_in_steps_is_named_node_in_its_own_cgroup() {
         ) >= 100
     });
     assert_node_is_named_node(&text, &cgroup);
-    // The NDJSON records of the same cgroup carry it (written each interval: one more).
-    std::thread::sleep(Duration::from_millis(500));
-    drop(agent);
+    // The NDJSON records of the same cgroup carry it: stopped as a service manager does, the
+    // agent writes its last interval and ends (no bound).
+    agent.stop();
     let lines = std::fs::read_to_string(&ndjson).unwrap();
     let mut writes: BTreeMap<String, u64> = BTreeMap::new();
     let mut last = String::new();
@@ -228,12 +267,14 @@ fn a_container_start_is_silent_and_runcs_stages_are_one_process() {
             .spawn()
             .expect("start the agent"),
     );
-    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
-            .call()
-            .map(|_| ())
-            .map_err(|e| format!("the agent does not serve: {e}"))
-    });
+    // It serves or ends: no bound on how long attaching takes (-q: no line says when).
+    while let Err(e) = ureq::get(&format!("http://127.0.0.1:{port}/metrics")).call() {
+        if ended(agent.id()) {
+            let out = agent.take().wait_with_output().unwrap();
+            panic!("the agent ended before it served ({e}): {out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let (t, n) = (1, 500);
     let mut cgroups = Vec::new();
     for i in 0..3 {
@@ -250,6 +291,7 @@ fn a_container_start_is_silent_and_runcs_stages_are_one_process() {
     }
     for cgroup in &cgroups {
         let node = format!("cgroup=\"{cgroup}\"");
+        // (A bound on what a broken agent might never serve, scaled by wait_until.)
         let text = wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
             let text = integration_tests::scrape::metrics(port);
             let churn = metric_sum(

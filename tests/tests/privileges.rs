@@ -341,7 +341,8 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
         ],
     ));
     assert_runs_with_exactly_the_four(agent.pid());
-    // Selected within an interval of the agent's start (its executable read from /proc/PID/exe).
+    // Selected within an interval of the agent's start (its executable read from /proc/PID/exe);
+    // an agent that never selected it would serve on: a bound, scaled by wait_until.
     wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
         let text = scrape(port);
         match metric_gauge(&text, "mmaplock_tracked_processes") {
@@ -359,16 +360,21 @@ fn the_agent_with_the_four_selects_and_counts_another_users_process() {
             &["process=\"mmap-churn\"", "op=\"write\"", role],
         )
     };
-    // The helper's threads' writes are in once its exit has been read (a few intervals).
-    wait_until(Duration::from_secs(15), Duration::from_millis(200), || {
+    // The helper's writes are all in once its exit has been read (a few intervals): it is no
+    // longer tracked, and what it did before is counted. (A bound on values a broken agent
+    // might never serve, scaled by wait_until.)
+    let text = wait_until(Duration::from_secs(15), Duration::from_millis(200), || {
         let text = scrape(port);
-        match writes(&text, "role=") {
-            w if w > expected => Ok(()),
-            w => Err(format!("{w} writes of {expected} served:\n{text}")),
+        match (
+            writes(&text, "role="),
+            metric_gauge(&text, "mmaplock_tracked_processes"),
+        ) {
+            (w, 0) if w > expected => Ok(text),
+            (w, tracked) => Err(format!(
+                "{w} writes of {expected} served, {tracked} processes tracked:\n{text}"
+            )),
         }
     });
-    std::thread::sleep(Duration::from_secs(1));
-    let text = scrape(port);
     let total = writes(&text, "role=");
     assert_churn_total(total, t, n, "agent as nobody", &format!(":\n{text}"));
     // The helper's threads (role read from its memory) made the 2*T*N; its main thread exited.
@@ -407,6 +413,7 @@ fn the_agent_with_the_four_runs_its_default_contention_mode() {
         ],
     ));
     assert_runs_with_exactly_the_four(agent.pid());
+    // (Bounds on what a broken agent might never serve, scaled by wait_until.)
     wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
         let text = scrape(port);
         match metric_gauge(&text, "mmaplock_tracked_processes") {
