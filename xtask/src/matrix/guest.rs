@@ -76,6 +76,7 @@ pub fn run(
     venv_bin: &Path,
     kernel: &Fetched,
     accel: Accel,
+    cpus: u32,
     rwdir: &Path,
     command: &str,
     watch: &mut dyn FnMut(Instant) -> Option<Killed>,
@@ -86,11 +87,14 @@ pub fn run(
     cmd.env("PATH", format!("{}:{path}", venv_bin.display()))
         .arg("--run")
         .arg(&kernel.vmlinuz)
-        // One vCPU: the guests run side by side, one host core each at best, and under TCG
-        // a second vCPU was worse than idle: QEMU's multi-threaded emulation let one vCPU
-        // run code the other was live-patching, and Linux 7.3 died at the patch's `int3`
-        // (`crash_line`). A single vCPU has no other CPU to see a half-patched text.
-        .args(["--memory", MEMORY, "--cpus", "1"])
+        // The kernel's vCPUs (`Kernel::cpus`): one where it can, since the guests run side
+        // by side, one host core each at best, and a single vCPU has no other CPU to see
+        // a half-patched text (under QEMU's multi-threaded TCG Linux 7.3 died at an `int3`
+        // of its own live patching, `crash_line`); two for Linux 7.x, whose tracepoint
+        // programs run preemptible: on one vCPU both copies of a program were skipped
+        // often enough to lose a test's exits and acquisitions (`lost.nested`), a
+        // one-CPU limit the crash's second boot costs less than.
+        .args(["--memory", MEMORY, "--cpus", &cpus.to_string()])
         .arg(format!("--rwdir={}", rwdir.display()))
         // The kernel's own console in console.log, and any oops a panic that ends the guest
         // at once: an emulated guest kernel can crash on its own (`crash_line`), and a test
@@ -166,7 +170,7 @@ pub fn choose_accel(venv_bin: &Path, kernel: &Fetched, scratch: &Path) -> Result
     let _ = std::fs::remove_file(&marker);
     let cmd = format!("uname -r > {}", marker.display());
     let deadline = Instant::now() + Duration::from_secs(30);
-    let ended = run(venv_bin, kernel, Accel::Kvm, scratch, &cmd, &mut |now| {
+    let ended = run(venv_bin, kernel, Accel::Kvm, 1, scratch, &cmd, &mut |now| {
         (now > deadline).then(|| Killed {
             step: None,
             why: "no KVM guest within 30 s".into(),

@@ -31,6 +31,8 @@ pub struct Kernel {
     pub suite: &'static str,
     /// Whether the profiler runs there, or must refuse in one line.
     pub profiles: bool,
+    /// Its guest's vCPUs (`guest::run`).
+    pub cpus: u32,
 }
 
 /// The kernels, in the order they run: Debian 12's, Debian 13's, the newest Debian ships
@@ -39,21 +41,25 @@ pub const KERNELS: [Kernel; 4] = [
     Kernel {
         name: "6.1",
         suite: "bookworm",
+        cpus: 1,
         profiles: true,
     },
     Kernel {
         name: "6.12",
         suite: "trixie",
+        cpus: 1,
         profiles: true,
     },
     Kernel {
         name: "newest",
         suite: "trixie-backports",
+        cpus: 2,
         profiles: true,
     },
     Kernel {
         name: "5.10",
         suite: "bullseye",
+        cpus: 1,
         profiles: false,
     },
 ];
@@ -256,6 +262,7 @@ fn run_kernel(
             venv_bin,
             fetched,
             accel,
+            k.cpus,
             &rwdir,
             &format!("sh {}", script.display()),
             &mut |now| w.check(now),
