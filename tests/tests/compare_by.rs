@@ -1,7 +1,8 @@
 //! ROOT-ONLY: `compare --by run` lines up the two pools of a test runner: one node process that
 //! renamed itself (`process.title`) running its tasks on Worker threads, against a node parent
 //! running the same tasks in child processes (fixtures/runner.js). By name they share nothing;
-//! by run, each side is one group whose figures are the exact sums of its summary's processes.
+//! by run, each side is one group whose figures are the exact sums of its summary's processes,
+//! those it lists and those it grouped by command (`minor_processes`, a pool of 14 children).
 //!
 //! Each run is selected by the parent's pid (with `--children` for the forks), not by
 //! `--comm node`: the test counts whole runs, and any other node process on the host would
@@ -22,14 +23,19 @@ use serde_json::Value;
 const TASKS: u64 = 3;
 const READS: u64 = 2000;
 
-/// runner.js's `pool` profiled into `out` (`--pid`, plus `extra`): its summary, and what the
-/// runner printed at its end.
-fn profile_pool(dir: &Path, pool: &str, extra: &[&str], out: &Path) -> (Value, Value) {
+/// runner.js's `pool` of `tasks` tasks of `reads` reads profiled into `out` (`--pid`, plus
+/// `extra`): its summary, and what the runner printed at its end.
+fn profile_pool(
+    dir: &Path,
+    (pool, tasks, reads): (&str, u64, u64),
+    extra: &[&str],
+    out: &Path,
+) -> (Value, Value) {
     let file = dir.join("data.bin");
     std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
     let mut cmd = Command::new("node");
     cmd.arg(fixture("runner.js"))
-        .args([pool, &TASKS.to_string(), &READS.to_string()])
+        .args([pool, &tasks.to_string(), &reads.to_string()])
         .arg(&file);
     let mut w = Workload::spawn(cmd);
     let mut args = vec!["-i", "0", "-o", out.to_str().unwrap()];
@@ -45,7 +51,8 @@ fn u(v: &Value) -> u64 {
 }
 
 /// A summary's write count and wait sum per row key (`all`, `role ROLE`, `cause CAUSE`),
-/// summed over its processes here, independently of `compare`.
+/// summed over its processes here, independently of `compare`: those listed, and those
+/// grouped (`minor_processes`: their writes, by role and by cause).
 fn sums(summary: &Value) -> BTreeMap<(String, String), (u64, u64)> {
     let mut m: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
     let mut add = |group: &str, key: &str, stats: &Value| {
@@ -62,16 +69,83 @@ fn sums(summary: &Value) -> BTreeMap<(String, String), (u64, u64)> {
             add("cause", c["cause"].as_str().unwrap(), &c["write"]);
         }
     }
+    if let Some(g) = summary.get("minor_processes") {
+        add("all", "all", &g["write"]);
+        for r in g["roles"].as_array().unwrap() {
+            add("role", r["role"].as_str().unwrap(), &r["write"]);
+        }
+        for c in g["causes"].as_array().unwrap() {
+            add("cause", c["cause"].as_str().unwrap(), &c["write"]);
+        }
+    }
     m
 }
 
+/// The array `key` of `v`, or none.
+fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// A summary's command names, listed or grouped.
 fn names(summary: &Value) -> BTreeSet<String> {
-    summary["processes"]
-        .as_array()
-        .unwrap()
+    let minor = summary.get("minor_processes").unwrap_or(&Value::Null);
+    list(summary, "processes")
         .iter()
+        .chain(list(minor, "by_comm"))
         .map(|p| p["comm"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// A summary's processes, listed or grouped.
+fn processes(summary: &Value) -> u64 {
+    let minor = summary
+        .get("minor_processes")
+        .map_or(0, |g| u(&g["processes"]));
+    list(summary, "processes").len() as u64 + minor
+}
+
+/// `compare --by run` of two summaries: one group, each side's every process in it, listed
+/// or grouped, under its own names, and every row the exact sum over its side's processes.
+fn lines_up_by_run(c: &Value, before: &Value, after: &Value) {
+    assert_eq!(c["by"], "run");
+    let groups = c["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let g = &groups[0];
+    assert_eq!(g["name"], "run");
+    for (side, summary) in [("before", before), ("after", after)] {
+        let n = processes(summary) as f64;
+        assert_eq!(g[side]["processes"]["mean"].as_f64(), Some(n), "{g}");
+        let comms: BTreeSet<String> = g[side]["comms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(comms, names(summary));
+    }
+    let rows = c["rows"].as_array().unwrap();
+    let (b, a) = (sums(before), sums(after));
+    let keys: BTreeSet<&(String, String)> = b.keys().chain(a.keys()).collect();
+    assert_eq!(rows.len(), keys.len(), "a row per key of either side");
+    for r in rows {
+        assert_eq!(r["process"], "run");
+        let key = (
+            r["group"].as_str().unwrap().to_string(),
+            r["key"].as_str().unwrap().to_string(),
+        );
+        for (side, want) in [("before", &b), ("after", &a)] {
+            let (writes, wait) = want.get(&key).copied().unwrap_or_default();
+            let got = |f: &str| r[f][side]["mean"].as_f64().unwrap();
+            assert_eq!(
+                (got("writes"), got("wait_ns")),
+                (writes as f64, wait as f64),
+                "{key:?} {side}"
+            );
+        }
+    }
+    assert_eq!(c["notes"].as_array().map(Vec::len), Some(0), "{c}");
 }
 
 #[test]
@@ -81,9 +155,9 @@ fn by_run_a_renamed_parent_with_workers_lines_up_with_a_parent_and_children() {
         dir.path().join("threads.json"),
         dir.path().join("forks.json"),
     );
-    let (threads, ran) = profile_pool(dir.path(), "threads", &[], &a);
+    let (threads, ran) = profile_pool(dir.path(), ("threads", TASKS, READS), &[], &a);
     assert_eq!(u(&ran["workers"]), TASKS);
-    let (forks, ran) = profile_pool(dir.path(), "forks", &["--children"], &b);
+    let (forks, ran) = profile_pool(dir.path(), ("forks", TASKS, READS), &["--children"], &b);
     let children: BTreeSet<u64> = ran["children"].as_array().unwrap().iter().map(u).collect();
     assert_eq!(children.len() as u64, TASKS);
     // The threads run is its one process; the forks run the parent and each child.
@@ -102,44 +176,8 @@ fn by_run_a_renamed_parent_with_workers_lines_up_with_a_parent_and_children() {
 
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
     let c = run_json(["compare", a, b, "--by", "run"]);
-    assert_eq!(c["by"], "run");
-    // One group, each side's every process in it, under its own names.
-    let groups = c["groups"].as_array().unwrap();
-    assert_eq!(groups.len(), 1, "{groups:?}");
-    let g = &groups[0];
-    assert_eq!(g["name"], "run");
-    for (side, summary) in [("before", &threads), ("after", &forks)] {
-        let n = summary["processes"].as_array().unwrap().len() as f64;
-        assert_eq!(g[side]["processes"]["mean"].as_f64(), Some(n), "{g}");
-        let comms: BTreeSet<String> = g[side]["comms"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n.as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(comms, names(summary));
-    }
-    // Every row of the group is the sum over its side's processes, exactly.
-    let rows = c["rows"].as_array().unwrap();
+    lines_up_by_run(&c, &threads, &forks);
     let (before, after) = (sums(&threads), sums(&forks));
-    let keys: BTreeSet<&(String, String)> = before.keys().chain(after.keys()).collect();
-    assert_eq!(rows.len(), keys.len(), "a row per key of either side");
-    for r in rows {
-        assert_eq!(r["process"], "run");
-        let key = (
-            r["group"].as_str().unwrap().to_string(),
-            r["key"].as_str().unwrap().to_string(),
-        );
-        for (side, want) in [("before", &before), ("after", &after)] {
-            let (writes, wait) = want.get(&key).copied().unwrap_or_default();
-            let got = |f: &str| r[f][side]["mean"].as_f64().unwrap();
-            assert_eq!(
-                (got("writes"), got("wait_ns")),
-                (writes as f64, wait as f64),
-                "{key:?} {side}"
-            );
-        }
-    }
     // The Workers on the threads' side only; on the other, the children's main threads.
     let worker = ("role".to_string(), "worker".to_string());
     assert!(before.get(&worker).is_some_and(|w| w.0 > 0), "{before:?}");
@@ -165,4 +203,74 @@ fn by_run_a_renamed_parent_with_workers_lines_up_with_a_parent_and_children() {
         assert!(err.contains(needle), "{err}");
         assert!(out.stdout.is_empty());
     }
+}
+
+/// Children a summary groups: 14 and the parent are 15 processes, of which it lists at most
+/// the 10 that waited longest when none waited materially (none does, on 100 reads each).
+const MANY: u64 = 14;
+
+#[test]
+fn grouped_children_are_counted_by_run_and_join_their_command_by_comm() {
+    let Some(dir) = bpf_test() else { return };
+    let (a, b) = (
+        dir.path().join("threads.json"),
+        dir.path().join("forks.json"),
+    );
+    let (threads, _) = profile_pool(dir.path(), ("threads", MANY, 100), &[], &a);
+    let (forks, ran) = profile_pool(dir.path(), ("forks", MANY, 100), &["--children"], &b);
+    assert_eq!(list(&ran, "children").len() as u64, MANY);
+    assert_eq!(
+        processes(&forks),
+        MANY + 1,
+        "every child, listed or grouped"
+    );
+    let minor = forks
+        .get("minor_processes")
+        .unwrap_or_else(|| panic!("children grouped: {}", list(&forks, "processes").len()));
+    assert!(u(&minor["processes"]) > 0, "{minor}");
+    // Its STATS are its commands' (what compare by command adds), and its writes.
+    let by_comm: u64 = list(minor, "by_comm")
+        .iter()
+        .map(|c| u(&c["write"]["count"]))
+        .sum();
+    assert_eq!(by_comm, u(&minor["write"]["count"]));
+    assert_eq!(u(&minor["write"]["count"]), u(&minor["writes"]));
+
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    lines_up_by_run(&run_json(["compare", a, b]), &threads, &forks);
+    // By command: every child in `node`, listed or grouped, and its `all` row theirs; that
+    // its role and cause rows are its listed processes' only is said.
+    let c = run_json(["compare", a, b, "--by", "comm"]);
+    let node = list(&c, "groups")
+        .iter()
+        .find(|g| g["name"] == "node")
+        .unwrap_or_else(|| panic!("{c}"));
+    assert_eq!(
+        node["after"]["processes"]["mean"].as_f64(),
+        Some((MANY + 1) as f64)
+    );
+    let all = list(&c, "rows")
+        .iter()
+        .find(|r| r["process"] == "node" && r["group"] == "all")
+        .unwrap();
+    let want = sums(&forks)[&("all".to_string(), "all".to_string())];
+    assert_eq!(all["writes"]["after"]["mean"].as_f64(), Some(want.0 as f64));
+    assert_eq!(
+        all["wait_ns"]["after"]["mean"].as_f64(),
+        Some(want.1 as f64)
+    );
+    let notes = list(&c, "notes");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{b}: its grouped processes")),
+        "{notes:?}"
+    );
+    let text = run_ok(["compare", a, b, "--by", "comm", "-f", "text"]);
+    assert!(
+        text.contains(&format!("  note: {b}: its grouped processes")),
+        "{text}"
+    );
 }

@@ -73,6 +73,8 @@ struct Thread {
 #[derive(Default)]
 struct Process {
     comm: String,
+    /// The last known (a line may not have it yet).
+    cgroup: Option<String>,
     sides: Sides,
     blocked_wait_ns: Option<u64>,
     /// By (tid, the taker's pid for a foreign thread).
@@ -118,6 +120,9 @@ impl Summed {
         for p in &line.processes {
             let e = self.procs.entry((p.pid, p.start_ticks)).or_default();
             e.comm.clone_from(&p.comm);
+            if p.cgroup.is_some() {
+                e.cgroup.clone_from(&p.cgroup);
+            }
             e.sides.add(&p.lock);
             if let Some(b) = p.blocked_wait_ns {
                 let sum = e.blocked_wait_ns.get_or_insert(0);
@@ -178,6 +183,7 @@ impl Summed {
                     pid,
                     start_ticks,
                     comm: p.comm.clone(),
+                    cgroup: p.cgroup.clone(),
                     lock: p.sides.report(),
                     blocked_wait_ns: p.blocked_wait_ns,
                     threads,
@@ -228,6 +234,8 @@ mod tests {
         a.processes[0].threads[0].role_addon = Some("/app/a.node".into());
         a.processes[0].threads[0].role_library = Some("/app/liba.so".into());
         b.processes[0].threads[0].role = Role::Addon;
+        // The cgroup of the first line only: kept (`compare --by cgroup` reads it).
+        a.processes[0].cgroup = Some("/app.slice/a.scope".into());
         a.lost.nested = 2;
         b.lost.nested = 3;
         b.uncounted.fork_child = 4;
@@ -271,6 +279,7 @@ mod tests {
             ),
             (Some("/app/a.node"), Some("/app/liba.so"))
         );
+        assert_eq!(p.cgroup.as_deref(), Some("/app.slice/a.scope"));
         assert_eq!((r.lost.nested, r.uncounted.fork_child), (5, 4));
     }
 

@@ -2,17 +2,18 @@
 //! the whole run. Two runs of one tool line up only if its processes are grouped by what stays
 //! the same between them: a run whose Worker threads live in one process renamed by
 //! `process.title` has no process name in common with a run of child processes. A group's
-//! figures are exact sums over its processes (counts, wait sums, merged histograms).
+//! figures are exact sums over its processes (counts, wait sums, merged histograms),
+//! those the summary lists and those it grouped by command (`minor_processes`) alike.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use crate::{
-    aggregation::SideStats,
+    aggregation::{DurationHist, SideStats},
     output::{
         compare_findings::{self, RunFindings},
-        report::{ProcessReport, Report, Stats},
+        report::{MinorProcesses, ProcessReport, Report, Stats},
     },
 };
 
@@ -79,6 +80,16 @@ impl By {
     fn unknown(self) -> String {
         format!("({} unknown)", self.what())
     }
+
+    /// The group of a summary's grouped processes (`minor_processes`), when their own is
+    /// not kept: by command, theirs (None); by run, the run.
+    pub fn grouped(self) -> Option<String> {
+        match self {
+            By::Comm => None,
+            By::Run => Some(RUN.into()),
+            By::Cgroup | By::Exe => Some(format!("(grouped: {} not kept)", self.what())),
+        }
+    }
 }
 
 /// Write acquisitions of one group in one run: the figures are its count, its total and
@@ -101,8 +112,14 @@ pub struct RunMembers {
 pub struct Grouped {
     pub figures: BTreeMap<Key, Fig>,
     pub members: BTreeMap<String, RunMembers>,
-    /// Processes whose report does not say their group (in the group `By::unknown`).
+    /// Listed processes whose report does not say their group (in the group `By::unknown`).
     pub unknown: u64,
+    /// Processes the summary grouped by command (`minor_processes`), in the groups too.
+    pub grouped: u64,
+    /// Of those, how many come without their write STATS (a summary of a build before they
+    /// were kept): their writes and wait are counted, not in any histogram (p99), role or
+    /// cause.
+    pub grouped_without_stats: u64,
     pub findings: RunFindings,
 }
 
@@ -112,6 +129,8 @@ impl Grouped {
             figures: BTreeMap::new(),
             members: BTreeMap::new(),
             unknown: 0,
+            grouped: 0,
+            grouped_without_stats: 0,
             findings: RunFindings::new(),
         };
         let mut group_of_pid = BTreeMap::new();
@@ -138,6 +157,9 @@ impl Grouped {
             }
             group_of_pid.entry(p.pid).or_insert(group);
         }
+        if let Some(m) = &summary.minor_processes {
+            g.add_grouped(m, by);
+        }
         // A finding is of a process: of its group (one the summary does not list, of its name
         // or its run where that is the grouping).
         g.findings = compare_findings::per_run(summary, &|f| {
@@ -158,8 +180,80 @@ impl Grouped {
     pub fn processes(&self) -> u64 {
         self.members.values().map(|m| m.processes).sum()
     }
+
+    fn add(&mut self, group: &str, kind: &'static str, key: &str, s: &Fig) {
+        self.figures
+            .entry((group.to_string(), kind, key.to_string()))
+            .or_default()
+            .merge(s);
+    }
+
+    /// The processes the summary grouped: each command's in its group (`By::grouped`), its
+    /// count, name and writes; the group's roles and causes where all of them are in one
+    /// group (not by command: a summary keeps those for the group as a whole).
+    fn add_grouped(&mut self, m: &MinorProcesses, by: By) {
+        let whole = by.grouped();
+        for c in &m.by_comm {
+            let t = &c.totals;
+            let group = whole.clone().unwrap_or_else(|| c.comm.clone());
+            let members = self.members.entry(group.clone()).or_default();
+            members.processes += t.processes;
+            members.comms.insert(c.comm.clone());
+            self.grouped += t.processes;
+            let write = if t.write.count == t.writes {
+                t.write.side()
+            } else {
+                // No STATS: the counts, which were always kept, and no histogram.
+                self.grouped_without_stats += t.processes;
+                Fig {
+                    count: t.writes,
+                    wait: DurationHist::from_upper_bounds(t.write_wait_ns, 0, []),
+                    ..Fig::default()
+                }
+            };
+            self.add(&group, "all", "all", &write);
+        }
+        if let Some(group) = whole {
+            for r in &m.roles {
+                self.add(&group, "role", r.role.as_str(), &r.write.side());
+            }
+            for c in &m.causes {
+                self.add(&group, "cause", &c.cause, &c.write.side());
+            }
+        }
+    }
+}
+
+/// What a side's figures leave out of the processes its summaries grouped by command, or
+/// where they put them, in words.
+pub(super) fn notes(by: By, (file, runs): (&str, &[super::Run])) -> Vec<String> {
+    let count = |f: fn(&Grouped) -> u64| runs.iter().map(|r| f(&r.grouped)).sum::<u64>();
+    let mut out = Vec::new();
+    if count(|g| g.grouped) == 0 {
+        return out;
+    }
+    let without = count(|g| g.grouped_without_stats);
+    if without > 0 {
+        out.push(format!(
+            "{file}: {without} grouped processes (minor_processes) come without their histograms (a summary of an earlier build): their writes and wait are counted, not in the p99s nor in the role and cause rows"
+        ));
+    }
+    match by.grouped() {
+        None => out.push(format!(
+            "{file}: its grouped processes (minor_processes) are in their command's processes and `all` row, not in its role and cause rows (a summary keeps their roles and causes for the run, not per command: --by run has them)"
+        )),
+        Some(g) if g != RUN => out.push(format!(
+            "{file}: its grouped processes (minor_processes) are the group {g}: a summary groups them by command only"
+        )),
+        Some(_) => {}
+    }
+    out
 }
 
 #[cfg(test)]
 #[path = "group_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "grouped_tests.rs"]
+mod grouped_tests;

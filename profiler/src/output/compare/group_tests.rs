@@ -31,7 +31,12 @@ fn bucket(ns: u64) -> u64 {
 /// A process whose threads (role, writes, each write's wait in ns) made its writes: its
 /// figures their sums, its causes `mmap` (the main thread's) and `mprotect` (the others'),
 /// its threads' wait 0.1% of their time.
-fn node(pid: u32, comm: &str, cgroup: Option<&str>, threads: &[(Role, u64, u64)]) -> ProcessReport {
+pub(super) fn node(
+    pid: u32,
+    comm: &str,
+    cgroup: Option<&str>,
+    threads: &[(Role, u64, u64)],
+) -> ProcessReport {
     let (mut all, mut mmap, mut mprotect) = Default::default();
     let mut list = Vec::new();
     for (i, &(role, n, each)) in threads.iter().enumerate() {
@@ -70,7 +75,7 @@ fn node(pid: u32, comm: &str, cgroup: Option<&str>, threads: &[(Role, u64, u64)]
     p
 }
 
-fn row<'a>(c: &'a Comparison, group: &str, kind: &str, key: &str) -> &'a Row {
+pub(super) fn row<'a>(c: &'a Comparison, group: &str, kind: &str, key: &str) -> &'a Row {
     c.rows
         .iter()
         .find(|r| r.process == group && r.group == kind && r.key == key)
@@ -78,7 +83,7 @@ fn row<'a>(c: &'a Comparison, group: &str, kind: &str, key: &str) -> &'a Row {
 }
 
 /// (writes, total wait) of a row, before and after.
-fn sums(r: &Row) -> [(f64, f64); 2] {
+pub(super) fn sums(r: &Row) -> [(f64, f64); 2] {
     [
         (r.writes.before.mean, r.wait_ns.before.mean),
         (r.writes.after.mean, r.wait_ns.after.mean),
@@ -87,7 +92,7 @@ fn sums(r: &Row) -> [(f64, f64); 2] {
 
 /// Test-runner shaped: one process renamed `runner` with three Workers, against a `node`
 /// parent and three `node` children doing the same work on their main threads.
-fn threads_and_forks() -> (Report, Report) {
+pub(super) fn threads_and_forks() -> (Report, Report) {
     let threads = fixtures::summary(vec![node(
         100,
         "runner",
@@ -117,7 +122,7 @@ fn threads_and_forks() -> (Report, Report) {
     (threads, fixtures::summary(forks))
 }
 
-fn compare_by(by: By, b: &Report, a: &Report) -> Comparison {
+pub(super) fn compare_by(by: By, b: &Report, a: &Report) -> Comparison {
     compare(
         ("threads.json", &runs_by(by, [Line::Summary(b.clone())])),
         ("forks.json", &runs_by(by, [Line::Summary(a.clone())])),

@@ -131,6 +131,9 @@ pub struct Comparison {
     /// Per finding (group and pattern): found before, after, and whether the after-runs
     /// removed it.
     pub findings: Vec<compare_findings::FindingChange>,
+    /// Which figures leave out, or put apart, the processes a summary grouped by command
+    /// (`minor_processes`), per file; empty when none does.
+    pub notes: Vec<String>,
 }
 
 /// A group and its processes on each side.
@@ -210,9 +213,7 @@ pub enum CompareError {
 fn why(by: By) -> &'static str {
     match by {
         By::Exe => "reports do not carry executables",
-        By::Cgroup => {
-            "a host without cgroup v2, a build before cgroups were reported, or a run summed from its interval lines"
-        }
+        By::Cgroup => "a host without cgroup v2, or a build before cgroups were reported",
         By::Comm | By::Run => "every process has them",
     }
 }
@@ -232,11 +233,15 @@ fn one_mode(before: (&str, &[Run]), after: (&str, &[Run])) -> Result<Mode, Mixed
     }
 }
 
-/// A side whose processes all lack the key they are grouped by is refused.
+/// A side whose listed processes all lack the key they are grouped by is refused (those it
+/// grouped by command never have it).
 fn groupable(by: By, (file, runs): (&str, &[Run])) -> Result<(), CompareError> {
-    let total: u64 = runs.iter().map(|r| r.grouped.processes()).sum();
+    let listed: u64 = runs
+        .iter()
+        .map(|r| r.grouped.processes() - r.grouped.grouped)
+        .sum();
     let unknown: u64 = runs.iter().map(|r| r.grouped.unknown).sum();
-    if total > 0 && unknown == total {
+    if listed > 0 && unknown == listed {
         return Err(CompareError::Ungroupable {
             by,
             file: file.to_string(),
@@ -351,6 +356,11 @@ pub fn compare(
     groupable(by, (before.0, &b))?;
     groupable(by, (after.0, &a))?;
     let groups = groups(&b, &a);
+    let notes = [
+        group::notes(by, (before.0, &b)),
+        group::notes(by, (after.0, &a)),
+    ]
+    .concat();
     let runs_b: Vec<BTreeMap<Key, Fig>> = b.iter().map(|r| r.grouped.figures.clone()).collect();
     let runs_a: Vec<BTreeMap<Key, Fig>> = a.iter().map(|r| r.grouped.figures.clone()).collect();
     let findings_b: Vec<RunFindings> = b.into_iter().map(|r| r.grouped.findings).collect();
@@ -398,6 +408,7 @@ pub fn compare(
         groups,
         rows,
         findings: compare_findings::changes(&findings_b, &findings_a, study),
+        notes,
     })
 }
 

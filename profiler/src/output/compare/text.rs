@@ -92,6 +92,9 @@ pub fn to_text(c: &Comparison) -> String {
             members(&g.after, c.by, 4)
         ));
     }
+    for n in &c.notes {
+        out.push_str(&format!("  note: {n}\n"));
+    }
     out.push_str(&format!(
         "\n  {:<28} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n",
         format!("{} / role / cause", c.by.name()),

@@ -96,6 +96,9 @@ pub fn compare_page(c: &Comparison) -> String {
         c.by.what(),
         c.by.name()
     );
+    for n in &c.notes {
+        let _ = write!(body, r#"<p class="note grouped">{}.</p>"#, esc(n));
+    }
     body.push_str(&findings_table(c));
     for set in &c.groups {
         let rows: Vec<_> = c.rows.iter().filter(|r| r.process == set.name).collect();

@@ -4,12 +4,15 @@
 //! short-lived processes stays a few kilobytes and its counts still add up: the listed
 //! processes' plus the group's are the run's.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use super::{ProcessReport, Report};
+use super::{ProcessReport, Report, Stats};
+use crate::{aggregation::SideStats, registry::roles::Role};
 
 /// The totals of a set of processes (the group, or one command of it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MinorTotals {
     pub processes: u64,
@@ -23,11 +26,26 @@ pub struct MinorTotals {
     /// Their own threads' wall time alive (their `time_share.alive_ns` summed; 0 from older
     /// builds): with `wait_ns`, their share of it spent waiting, together.
     pub alive_ns: u64,
+    /// Their write STATS merged (counts added, histograms merged bucket by bucket; no
+    /// `hold_ns`), so that `compare` sets the same mean and p99 beside the listed processes'
+    /// as if each were listed. Empty from a build before it was kept.
+    pub write: Stats,
+}
+
+/// `a` and `b` merged, as STATS of waits only: the group keeps no holds, which nothing reads
+/// of it and which would double its size.
+fn merged(a: &Stats, b: &Stats) -> Stats {
+    let mut s: SideStats = a.side();
+    s.merge(&b.side());
+    let mut m = Stats::new(&s);
+    m.hold_ns = None;
+    m
 }
 
 impl MinorTotals {
     fn add(&mut self, p: &ProcessReport) {
         let (w, r) = (&p.lock.write, &p.lock.read);
+        self.write = merged(&self.write, w);
         self.processes += 1;
         self.writes = self.writes.saturating_add(w.count);
         self.reads = self.reads.saturating_add(r.count);
@@ -47,7 +65,7 @@ impl MinorTotals {
 }
 
 /// One command's processes in the group.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MinorComm {
     pub comm: String,
@@ -55,8 +73,22 @@ pub struct MinorComm {
     pub totals: MinorTotals,
 }
 
+/// The writes of the group's threads of one role (their `threads[].write` merged).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MinorRole {
+    pub role: Role,
+    pub write: Stats,
+}
+
+/// The group's writes for one cause (their `causes[].write` merged).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MinorCause {
+    pub cause: String,
+    pub write: Stats,
+}
+
 /// The processes grouped (docs/report-format.md, "Minor processes").
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MinorProcesses {
     #[serde(flatten)]
@@ -73,6 +105,10 @@ pub struct MinorProcesses {
     pub sampled_writes: u64,
     /// By command name, most processes first.
     pub by_comm: Vec<MinorComm>,
+    /// Their writes by thread role and by cause, for the group as a whole (not per command,
+    /// to stay a few STATS per run): `compare --by run` adds them to the listed processes'.
+    pub roles: Vec<MinorRole>,
+    pub causes: Vec<MinorCause>,
 }
 
 impl MinorProcesses {
@@ -103,6 +139,10 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
         .drain(..)
         .map(|c| (c.comm, c.totals))
         .collect();
+    let mut roles: BTreeMap<Role, Stats> =
+        minor.roles.drain(..).map(|r| (r.role, r.write)).collect();
+    let mut causes: BTreeMap<String, Stats> =
+        minor.causes.drain(..).map(|c| (c.cause, c.write)).collect();
     r.processes.retain(|p| {
         if listed(p) {
             return true;
@@ -116,12 +156,28 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
         minor.threads += p
             .threads
             .iter()
-            .filter(|t| t.role != crate::registry::roles::Role::Profiler)
+            .filter(|t| t.role != Role::Profiler)
             .count() as u64;
         minor.profiler_reads += p.profiler.as_ref().map_or(0, |o| o.read.count);
         minor.sampled_writes += p.dsos.iter().flatten().map(|d| d.write.count).sum::<u64>();
+        for t in &p.threads {
+            let into = roles.entry(t.role).or_default();
+            *into = merged(into, &t.lock.write);
+        }
+        for c in &p.lock.causes {
+            let into = causes.entry(c.cause.to_string()).or_default();
+            *into = merged(into, &c.write);
+        }
         false
     });
+    minor.roles = roles
+        .into_iter()
+        .map(|(role, write)| MinorRole { role, write })
+        .collect();
+    minor.causes = causes
+        .into_iter()
+        .map(|(cause, write)| MinorCause { cause, write })
+        .collect();
     minor.by_comm = by_comm
         .into_iter()
         .map(|(comm, totals)| MinorComm { comm, totals })
@@ -139,7 +195,107 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::fixtures::{process, summary};
+    use crate::output::fixtures::{process, stats, summary};
+
+    /// The STATS of `f` of each process merged, computed apart from `group`.
+    fn merge_of<'a>(ps: impl IntoIterator<Item = &'a Stats>) -> SideStats {
+        ps.into_iter().fold(SideStats::default(), |mut m, s| {
+            m.merge(&s.side());
+            m
+        })
+    }
+
+    /// What `compare` reads of a STATS: count, wait sum and max, buckets, p99; and no hold.
+    fn waits(s: &Stats) -> (u64, u64, u64, Vec<(u64, u64)>, u64, bool) {
+        let d = &s.wait_ns;
+        (
+            s.count,
+            d.sum,
+            d.max,
+            d.buckets.clone(),
+            d.p99,
+            s.hold_ns.is_some(),
+        )
+    }
+
+    fn expect(m: &SideStats) -> (u64, u64, u64, Vec<(u64, u64)>, u64, bool) {
+        let d = crate::output::report::Dist::new(&m.wait, m.count);
+        (m.count, d.sum, d.max, d.buckets, d.p99, false)
+    }
+
+    #[test]
+    fn the_group_keeps_its_writes_merged_per_command_role_and_cause() {
+        // Waits in buckets that differ per process, so that the buckets and the p99 depend
+        // on which processes were merged.
+        let all: Vec<ProcessReport> = (1..=60u32)
+            .map(|pid| {
+                let comm = ["sh", "node"][pid as usize % 2];
+                let slow = 1u64 << (10 + pid % 8);
+                let mut p = process(pid, comm, 100 * u64::from(pid), false);
+                p.lock.write = stats(10, 5 * 600 + 5 * slow, slow, &[(1024, 5), (2 * slow, 5)]);
+                p.threads[1].lock.write = stats(5, 5 * slow, slow, &[(2 * slow, 5)]);
+                p
+            })
+            .collect();
+        let mut r = summary(all.clone());
+        group(&mut r, |p| p.pid <= 5);
+        let grouped: Vec<&ProcessReport> = all.iter().filter(|p| p.pid > 5).collect();
+        let m = r.minor_processes.clone().unwrap();
+        let whole = merge_of(grouped.iter().map(|p| &p.lock.write));
+        assert_eq!(waits(&m.totals.write), expect(&whole));
+        assert_eq!(m.totals.write.count, m.totals.writes);
+        assert_eq!(m.totals.write.wait_ns.sum, m.totals.write_wait_ns);
+        for c in &m.by_comm {
+            let of = merge_of(
+                grouped
+                    .iter()
+                    .filter(|p| p.comm == c.comm)
+                    .map(|p| &p.lock.write),
+            );
+            assert_eq!(waits(&c.totals.write), expect(&of), "{}", c.comm);
+        }
+        // By role (main and worker, in the fixture) and by cause, for the group.
+        let roles: Vec<Role> = m.roles.iter().map(|r| r.role).collect();
+        assert_eq!(roles, [Role::Main, Role::Worker]);
+        for mr in &m.roles {
+            let of = merge_of(
+                grouped
+                    .iter()
+                    .flat_map(|p| &p.threads)
+                    .filter(|t| t.role == mr.role)
+                    .map(|t| &t.lock.write),
+            );
+            assert_eq!(waits(&mr.write), expect(&of), "{:?}", mr.role);
+        }
+        let causes: Vec<&str> = m.causes.iter().map(|c| c.cause.as_str()).collect();
+        assert_eq!(causes, ["mprotect", "munmap"]);
+        for mc in &m.causes {
+            let of = merge_of(
+                grouped
+                    .iter()
+                    .flat_map(|p| &p.lock.causes)
+                    .filter(|c| c.cause == mc.cause)
+                    .map(|c| &c.write),
+            );
+            assert_eq!(waits(&mc.write), expect(&of), "{}", mc.cause);
+        }
+        // Grouped in two steps (a file read back and grouped again), the same.
+        let mut twice = summary(all);
+        group(&mut twice, |p| p.pid <= 30);
+        group(&mut twice, |p| p.pid <= 5);
+        assert_eq!(twice.minor_processes, r.minor_processes);
+        // The JSON: STATS without holds, read back the same.
+        let line = serde_json::to_string(&r).unwrap();
+        let back: Report = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.minor_processes, r.minor_processes);
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let mp = &json["minor_processes"];
+        assert!(mp["write"]["wait_ns"]["buckets"].is_array(), "{mp}");
+        assert!(mp["write"].get("hold_ns").is_none(), "{mp}");
+        assert_eq!(mp["roles"][1]["role"], "worker");
+        assert_eq!(mp["causes"][0]["cause"], "mprotect");
+        assert!(mp["by_comm"][0]["write"]["count"].is_u64(), "{mp}");
+    }
 
     #[test]
     fn grouped_processes_keep_their_exact_totals_by_command() {
