@@ -2,8 +2,9 @@
 //! itself with `process.title` (as Vitest, pm2 and NestJS apps do) before or after it starts
 //! its Workers, selected by `--comm` under its name at exec or under the name it gave itself,
 //! is profiled in all its threads: every thread's writes are bpftrace's, counted by pid and
-//! tid over the process's whole life, under the one-shot profiler and under the agent; and
-//! the report says what selected it and how.
+//! tid over the process's whole life, under the one-shot profiler and under the agent (whose
+//! SIGHUP, which looks at every process again, keeps it); and the report says what selected
+//! it and how.
 
 use std::{
     collections::BTreeMap,
@@ -412,4 +413,67 @@ fn the_agent_counts_every_thread_of_a_node_that_retitles_itself() {
         });
         eprintln!("title {when} the Workers, under the agent: {got:?}");
     }
+}
+
+/// The agent re-reads its selectors on SIGHUP and looks at every process again: a node
+/// selected at its exec as `node`, which has named itself otherwise since, stays selected
+/// (the name its exec gave it still matches), and its Workers' writes after the SIGHUP are
+/// all counted. A process named for a selector added by the new file, found only by the scan
+/// that follows, says when that scan has run.
+#[test]
+fn a_retitled_node_stays_selected_when_the_agent_reloads() {
+    let Some(dir) = bpf_test() else { return };
+    let config = dir.path().join("selectors");
+    std::fs::write(&config, "# nothing more yet\n").unwrap();
+    let agent = Agent::start(&[
+        "--comm",
+        "node",
+        "--config",
+        config.to_str().unwrap(),
+        "--pid-label",
+        "-i",
+        "0.2",
+    ]);
+    let mut w = titled(dir.path(), "before");
+    let Some(count) = WriteCount::start(w.pid) else {
+        return;
+    };
+    let workers = exec_node(&mut w);
+    // Named before the new selector exists: only the scan after the SIGHUP finds it.
+    let marker = "mlp-reloaded";
+    let mut found_by_scan = Workload::churn(1, 1, Some(marker));
+    std::fs::write(&config, format!("comm {marker}\n")).unwrap();
+    // SAFETY: a signal to our own child.
+    assert_eq!(
+        unsafe { libc::kill(agent.child.id() as i32, libc::SIGHUP) },
+        0
+    );
+    let selector = format!("mmaplock_selector_matches{{selector=\"comm {marker}\"}} 1");
+    wait_until(Duration::from_secs(20), Duration::from_millis(100), || {
+        let m = agent.metrics();
+        if m.lines().any(|l| l == selector) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the agent did not scan with the new selectors:\n{m}"
+            ))
+        }
+    });
+    work_then_exit(&mut w);
+    found_by_scan.go();
+    assert!(found_by_scan.wait().success());
+    let counted = count.counted();
+    let total: u64 = counted.values().sum();
+    let by_workers: u64 = workers.iter().map(|t| counted[t]).sum();
+    wait_until(Duration::from_secs(20), Duration::from_millis(300), || {
+        let got = agent_writes_by_role(&agent.metrics(), w.pid);
+        if got.values().sum::<u64>() == total && got.get("worker") == Some(&by_workers) {
+            Ok(())
+        } else {
+            Err(format!(
+                "after the SIGHUP, the agent's writes by role {got:?}; bpftrace: {total} in \
+                 all, {by_workers} by the Workers"
+            ))
+        }
+    });
 }

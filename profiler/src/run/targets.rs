@@ -7,14 +7,13 @@ use std::{
     os::fd::{FromRawFd, OwnedFd},
 };
 
-use profiler_common::COMM_LEN;
 use tokio::io::{Interest, unix::AsyncFd};
 
 use crate::{
     kernel::{
         collector::{Collector, CollectorConfig, CollectorError},
         selection::Pick,
-        selectors::{KernelSelectors, comm_key},
+        selectors::{KernelSelectors, comm_key, exec_name},
     },
     run::SessionError,
     vocab::ids::{self, ProcId},
@@ -153,9 +152,8 @@ fn stat_comm(stat: &str) -> Option<&str> {
 }
 
 /// Which of `names` a running process matches: its name now, or else the name its exec gave
-/// it, its executable's file name as the kernel keeps a name (15 bytes): a process that gave
-/// itself another name (Node's `process.title`) before the run began is still the `node` it
-/// was exec'd as. (Exec'd through a link of another name, it was named after the link.)
+/// it (`exec_name`): a process that renamed itself (Node's `process.title`) before the run
+/// began is still the `node` it was exec'd as.
 fn name_matched(
     names: &[String],
     comm: &str,
@@ -165,11 +163,8 @@ fn name_matched(
         return Some(i);
     }
     let exe = exe()?;
-    // A replaced binary reads as "/usr/bin/node (deleted)".
-    let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
-    let base = exe.rsplit('/').next()?.as_bytes();
-    let base = &base[..base.len().min(COMM_LEN - 1)];
-    names.iter().position(|n| n.as_bytes() == base)
+    let name = exec_name(&exe);
+    names.iter().position(|n| n.as_bytes() == name)
 }
 
 #[cfg(test)]
