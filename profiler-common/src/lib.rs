@@ -144,9 +144,18 @@ mod tests {
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);
         assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN + 8);
+        assert_eq!(size_of::<Filter>(), 20 + 4 * MAX_FILTER_PIDS);
+        // A selection's value: its start ticks, mark, how and selector, each read back.
+        let v = selected_value(123_456_789, true, how::RENAME, 70);
         assert_eq!(
-            size_of::<Filter>(),
-            24 + 4 * MAX_FILTER_PIDS + COMM_LEN * MAX_FILTER_COMMS
+            (
+                selected_ticks(v),
+                v & SELECTED_BY_RULE != 0,
+                selected_how(v),
+                selected_selector(v)
+            ),
+            (123_456_789, true, how::RENAME, 70)
         );
+        assert_eq!(selected_value(5, false, how::SET, 0), 5);
     }
 }

@@ -3,11 +3,12 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::{COMM_LEN, zeroed};
+use crate::zeroed;
 
 /// Largest number of `--pid` values the in-kernel filter holds.
 pub const MAX_FILTER_PIDS: usize = 16;
-/// Largest number of `--comm` values the in-kernel filter holds.
+/// Largest number of `--comm` values the one-shot profiler takes (the kernel matches them as
+/// command name selectors, `SEL_COMMS`).
 pub const MAX_FILTER_COMMS: usize = 8;
 
 /// Which processes to profile, decided in the kernel; passed as the `FILTER` global.
@@ -15,11 +16,10 @@ pub const MAX_FILTER_COMMS: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct Filter {
     pub n_pids: u32,
-    pub n_comms: u32,
     pub pids: [u32; MAX_FILTER_PIDS],
-    pub comms: [[u8; COMM_LEN]; MAX_FILTER_COMMS],
-    /// Non-zero: the `SELECTED` map decides instead (the agent, whose selection changes at
-    /// run time): an owner is profiled when its pid is there with its start time.
+    /// Non-zero: the `SELECTED` map decides instead (the agent, the one-shot profiler's
+    /// `--comm` and `--children`: a selection that changes at run time): an owner is profiled
+    /// when its pid is there with its start time.
     pub use_selection: u32,
     /// Nanoseconds per clock tick of /proc start times, to compare the kernel's start times
     /// with the ticks userspace put in `SELECTED`.
@@ -38,10 +38,58 @@ impl Filter {
     };
 }
 
-/// In `SELECTED`'s values (start ticks), the mark of a process the kernel selected by the
-/// selectors (at exec, or as the child of one): its forks are selected too, and an exec into
-/// something the selectors do not match deselects it. Processes selected by pid have no mark.
+// A `SELECTED` value: the process's start time in clock ticks (the low bits) and how it was
+// selected (the high ones), so that a report can say why a process is in it.
+
+/// The start time's bits (clock ticks since boot: 2^52 of them is over a million years at
+/// 100 Hz).
+pub const SELECTED_TICKS: u64 = (1 << 52) - 1;
+/// The mark of a process the kernel selected by the selectors (at exec or rename, or as the
+/// child of one): its forks are selected too, and an exec into something the selectors do
+/// not match deselects it. Processes selected by pid have no mark.
 pub const SELECTED_BY_RULE: u64 = 1 << 63;
+/// Where the selector that matched is: its number + 1 (0: none, a pid), counting the
+/// command names, then the executables, then the cgroups, as `SelectorCounts` has them.
+pub const SELECTED_SELECTOR_SHIFT: u32 = 52;
+/// Where how the process came in is (3 bits: one of `how::*`).
+pub const SELECTED_HOW_SHIFT: u32 = 60;
+
+/// How a process came into `SELECTED`.
+pub mod how {
+    /// Put there by userspace: a `--pid` target, or a process found running at the start
+    /// (or at the agent's scans).
+    pub const SET: u64 = 0;
+    /// Its exec matched a selector (its name, executable or cgroup).
+    pub const EXEC: u64 = 1;
+    /// It renamed itself to a selected name (`prctl(PR_SET_NAME)`, Node's `process.title`).
+    pub const RENAME: u64 = 2;
+    /// Forked by a selected process (followed with `--children`, or selected by a rule).
+    pub const FORK: u64 = 3;
+}
+
+/// A `SELECTED` value: start `ticks`, selected by a rule or not, `how`, by `selector` (its
+/// number + 1; 0: none).
+pub const fn selected_value(ticks: u64, by_rule: bool, how: u64, selector: u64) -> u64 {
+    (ticks & SELECTED_TICKS)
+        | if by_rule { SELECTED_BY_RULE } else { 0 }
+        | (how & 7) << SELECTED_HOW_SHIFT
+        | (selector & 0xff) << SELECTED_SELECTOR_SHIFT
+}
+
+/// A `SELECTED` value's start ticks.
+pub const fn selected_ticks(v: u64) -> u64 {
+    v & SELECTED_TICKS
+}
+
+/// A `SELECTED` value's `how::*`.
+pub const fn selected_how(v: u64) -> u64 {
+    (v >> SELECTED_HOW_SHIFT) & 7
+}
+
+/// A `SELECTED` value's selector number + 1 (0: none).
+pub const fn selected_selector(v: u64) -> u64 {
+    (v >> SELECTED_SELECTOR_SHIFT) & 0xff
+}
 
 /// Executable selectors (`--exe`) the kernel matches at exec: up to this many...
 pub const MAX_EXE_SELECTORS: u32 = 16;

@@ -124,25 +124,17 @@ pub fn u32_at(addr: u64) -> u32 {
 /// calls of a byte-by-byte memcpy or memset, which the verifier walks byte by byte.)
 pub type Comm = [u64; 2];
 
-/// A comm field of a shared struct seen as words: the fields are all at 8-byte aligned
-/// offsets (checked below), in 8-byte aligned map values.
-#[inline(always)]
-pub fn as_comm(c: &[u8; 16]) -> &Comm {
-    // SAFETY: same size; the field is 8-byte aligned (see the assertions below).
-    unsafe { &*ptr::from_ref(c).cast::<Comm>() }
-}
-
-/// As [`as_comm`], to write.
+/// A comm field of a shared struct seen as words, to write: the fields are all at 8-byte
+/// aligned offsets (checked below), in 8-byte aligned map values.
 #[inline(always)]
 pub fn as_comm_mut(c: &mut [u8; 16]) -> &mut Comm {
-    // SAFETY: as for `as_comm`.
+    // SAFETY: same size; the field is 8-byte aligned (see the assertions below).
     unsafe { &mut *ptr::from_mut(c).cast::<Comm>() }
 }
 
 const _: () = {
     use core::mem::offset_of;
     use profiler_common::{Filter, NewThread, ThreadStats};
-    assert!(offset_of!(Filter, comms) % 8 == 0);
     assert!(size_of::<[u8; profiler_common::COMM_LEN]>() == size_of::<Comm>());
     assert!(offset_of!(ThreadStats, comm) % 8 == 0);
     assert!(offset_of!(NewThread, comm) % 8 == 0);

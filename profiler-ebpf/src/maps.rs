@@ -60,24 +60,9 @@ pub static SETTINGS: Settings = Settings {
     start_routine_off: 0,
 };
 
-/// Which owners to profile (`--pid`, `--comm`, or the `SELECTED` map).
+/// Which owners to profile (`--pid`, or the `SELECTED` map).
 #[unsafe(no_mangle)]
 pub static FILTER: Filter = Filter::ALL;
-
-/// Is `comm` one of the `--comm` names?
-#[inline(always)]
-pub fn comm_in_filter(comm: crate::kread::Comm) -> bool {
-    let n = konst(&FILTER.n_comms) as usize;
-    for i in 0..profiler_common::MAX_FILTER_COMMS {
-        if i >= n {
-            break;
-        }
-        if konst(crate::kread::as_comm(&FILTER.comms[i])) == comm {
-            return true;
-        }
-    }
-    false
-}
 
 /// A load-time constant. Read through a volatile load, so that the compiler cannot fold the
 /// placeholder value above; the verifier, which knows the frozen map's contents, folds it.
@@ -100,7 +85,8 @@ pub fn blockers_on() -> bool {
 pub static STATS: HashMap<StatsKey, ThreadStats> =
     HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
-/// The agent's selection (`Filter::use_selection`): pid -> start time in clock ticks.
+/// The selection (`Filter::use_selection`: the agent, `--comm`, `--children`): pid -> start
+/// time in clock ticks, with how the process was selected (`profiler_common::selected_value`).
 #[map]
 pub static SELECTED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 

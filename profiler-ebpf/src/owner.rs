@@ -1,15 +1,13 @@
 //! Whose lock is it, and is it profiled? A lock belongs to the process owning its
-//! `mm_struct`; filters (`--pid`, `--comm`, the agent's `SELECTED` map) are decided on that
-//! owner, once per thread for its own mm (cached), and each time for another process's mm
-//! (rare, and a cached mm address could be reused once freed).
+//! `mm_struct`; filters (`--pid`, or the `SELECTED` map of `--comm`, `--children` and the
+//! agent) are decided on that owner, once per thread for its own mm (cached), and each time
+//! for another process's mm (rare, and a cached mm address could be reused once freed).
 
-use profiler_common::{MAX_FILTER_PIDS, SELECTED_BY_RULE, cause};
+use profiler_common::{MAX_FILTER_PIDS, cause, selected_ticks};
 
 use crate::{
     kread::{self, Task},
-    maps::{
-        FILTER, KERNEL, MM_OWNER, MmOwner, SELECTED, comm_in_filter, konst, selection_generation,
-    },
+    maps::{FILTER, KERNEL, MM_OWNER, MmOwner, SELECTED, konst, selection_generation},
     state::{NOT_TRACKED, OwnCache, Slot, SlotState, TRACKED},
 };
 
@@ -47,29 +45,25 @@ pub fn process_start(task: u64) -> u64 {
     kread::u64_at(leader + konst(&KERNEL.task_start_boottime) as u64)
 }
 
-/// Does the process `owner` pass `--pid`/`--comm` (or the agent's selection)? `owner_task`
-/// is a task of that process (a kernel address; 0 if unknown).
+/// Does the process `owner` pass `--pid` (or the selection: the agent's, `--comm`'s,
+/// `--children`')? `owner_task` is a task of that process (a kernel address; 0 if unknown).
+/// Decided per process, never by a thread's own name: every thread of a selected process is
+/// profiled, whatever it is called (a Worker born after `process.title` renamed its process).
 #[inline(always)]
 pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
-    let n_pids = konst(&FILTER.n_pids) as usize;
-    let n_comms = konst(&FILTER.n_comms) as usize;
-    // The agent's selection; with `--comm`, also the processes a rename selected.
-    let use_selection = konst(&FILTER.use_selection) != 0;
-    if use_selection || n_comms != 0 {
+    if konst(&FILTER.use_selection) != 0 {
         // The pid with the same start: a reused pid is not the selected process.
         // SAFETY: the value is copied out at once; entries are plain u64s.
-        if let Some(&ticks) = unsafe { SELECTED.get(owner) } {
-            let per_tick = konst(&FILTER.ns_per_tick) as u64;
-            let ticks = ticks & !SELECTED_BY_RULE;
-            if owner_task != 0 && per_tick != 0 && process_start(owner_task) / per_tick == ticks {
-                return true;
-            }
-        }
-        if use_selection {
+        let Some(&v) = (unsafe { SELECTED.get(owner) }) else {
             return false;
-        }
+        };
+        let per_tick = konst(&FILTER.ns_per_tick) as u64;
+        return owner_task != 0
+            && per_tick != 0
+            && process_start(owner_task) / per_tick == selected_ticks(v);
     }
-    if n_pids == 0 && n_comms == 0 {
+    let n_pids = konst(&FILTER.n_pids) as usize;
+    if n_pids == 0 {
         return true;
     }
     for i in 0..MAX_FILTER_PIDS {
@@ -80,15 +74,7 @@ pub fn passes_filter(owner: u32, owner_task: u64) -> bool {
             return true;
         }
     }
-    if n_comms == 0 || owner_task == 0 {
-        return false;
-    }
-    // The process's name is its thread group leader's comm.
-    let leader = kread::u64_at(owner_task + konst(&KERNEL.task_group_leader) as u64);
-    if leader == 0 {
-        return false;
-    }
-    comm_in_filter(kread::comm_at(leader + konst(&KERNEL.task_comm) as u64))
+    false
 }
 
 /// Resolves which process owns `mm`, caching the verdict for the thread's own mm in `own`.

@@ -1,12 +1,14 @@
-//! The agent's selection, decided in the kernel when a process begins: inside its exec (at
-//! the exec's rename, once its new mm is installed and before its image is mapped: its
-//! comm, its executable, its cgroup subtree; confirmed or undone when the exec is over), at
-//! fork (the child of a selected process, or of a process followed with `--children`), and
-//! when it renames itself to a selected name, so that a selected process is profiled from its
-//! first instruction, its image's loading included. Userspace writes the selectors (and
-//! changes them on SIGHUP), and adds the processes that already run when it starts; every
-//! exec of a selected process is announced, so that userspace names it after its new image,
-//! never its runtime's init.
+//! The selection (the agent's, and the one-shot profiler's `--comm`), decided in the kernel
+//! per process when a process begins: inside its exec (at the exec's rename, once its new mm
+//! is installed and before its image is mapped: its comm, its executable, its cgroup subtree;
+//! confirmed or undone when the exec is over), at fork (the child of a selected process, or
+//! of a process followed with `--children`), and when it renames itself to a selected name,
+//! so that a selected process is profiled from its first instruction, its image's loading
+//! included, and in all its threads whatever their names. Userspace writes the selectors
+//! (and the agent changes them on SIGHUP), and adds the processes that already run when it
+//! starts; every exec of a selected process is announced, so that userspace names it after
+//! its new image, never its runtime's init. Each selection says how it was made
+//! (`profiler_common::how`) and by which selector, for the report.
 
 use core::{
     ffi::c_void,
@@ -22,18 +24,19 @@ use aya_ebpf::{
 };
 use profiler_common::{
     CgroupSelector, EXE_COMPONENT_LEN, EXE_COMPONENTS, ExeSelector, MAX_CGROUP_SELECTORS,
-    MAX_EXE_SELECTORS, SELECTED_BY_RULE, SelectorCounts, counter,
+    MAX_EXE_SELECTORS, SELECTED_BY_RULE, SelectorCounts, counter, how,
+    selected_ticks, selected_value,
 };
 
 use crate::{
     kread::{self, Comm, Task},
     lifecycle,
-    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, bump, comm_in_filter, for_each, konst},
+    maps::{FILTER, KERNEL, SELECTED, SELECTION_GEN, bump, for_each, konst},
     owner,
     state::{THREAD_STATE, VERDICT},
 };
 
-/// Command names selected (`--comm`), as two words each.
+/// Command names selected (`--comm`), as two words each, with their number + 1.
 #[map]
 pub static SEL_COMMS: HashMap<Comm, u8> = HashMap::with_max_entries(64, 0);
 
@@ -81,6 +84,7 @@ fn name_is(d: u64, want: &[u64; EXE_COMPONENT_LEN / 8], len: u32) -> bool {
 #[repr(C)]
 struct ExeCtx {
     dentry: u64,
+    /// The selector that matched, + 1 (0: none).
     matched: u64,
 }
 
@@ -108,13 +112,13 @@ extern "C" fn exe_selector(i: u64, ctx: *mut c_void) -> i64 {
     if sel.anchored != 0 && kread::u64_at(d + konst(&KERNEL.dentry_parent) as u64) != d {
         return 0;
     }
-    ctx.matched = 1;
+    ctx.matched = i + 1;
     1
 }
 
-/// Is the current task in one of the selected cgroup subtrees?
+/// The selected cgroup subtree the current task is in: its index + 1 (0: none).
 #[inline(always)]
-fn cgroup_matches(counts: &SelectorCounts) -> bool {
+fn cgroup_matches(counts: &SelectorCounts) -> u64 {
     for i in 0..MAX_CGROUP_SELECTORS {
         if i >= counts.cgroups {
             break;
@@ -123,36 +127,48 @@ fn cgroup_matches(counts: &SelectorCounts) -> bool {
             // SAFETY: no preconditions; 0 when the level is deeper than the task's cgroup.
             let id = unsafe { bpf_get_current_ancestor_cgroup_id(sel.level as i32) };
             if id == sel.id {
-                return true;
+                return i as u64 + 1;
             }
         }
     }
-    false
+    0
 }
 
-/// Does the executable whose dentry this is match an executable selector?
+/// The executable selector the executable whose dentry this is matches: its index + 1 (0:
+/// none).
 #[inline(never)]
-fn exe_matches(dentry: u64, counts: &SelectorCounts) -> bool {
+fn exe_matches(dentry: u64, counts: &SelectorCounts) -> u64 {
     if counts.exes == 0 || dentry == 0 {
-        return false;
+        return 0;
     }
     let mut ctx = ExeCtx { dentry, matched: 0 };
     let c = ptr::from_mut(&mut ctx);
     for_each::<MAX_EXE_SELECTORS>(counts.exes, exe_selector, c.cast());
     // SAFETY: the loop is over; the context is ours again.
-    unsafe { ptr::read_volatile(&(*c).matched) != 0 }
+    unsafe { ptr::read_volatile(&(*c).matched) }
 }
 
-/// Does the current process (exec'ing or just exec'd), named `comm`, match the agent's
-/// selectors?
+/// The command name selector `comm` is: its number + 1 (0: none).
 #[inline(always)]
-fn matches(task: Task, comm: Comm, counts: &SelectorCounts) -> bool {
-    // SAFETY: the value is only tested for presence.
-    if counts.comms != 0 && unsafe { SEL_COMMS.get(comm) }.is_some() {
-        return true;
+fn comm_selector(comm: Comm, counts: &SelectorCounts) -> u64 {
+    if counts.comms == 0 {
+        return 0;
     }
-    if cgroup_matches(counts) {
-        return true;
+    // SAFETY: the value is copied out at once.
+    unsafe { SEL_COMMS.get(comm) }.map_or(0, |&n| n as u64)
+}
+
+/// The selector the current process (exec'ing or just exec'd), named `comm`, matches: its
+/// number + 1 in the order of `profiler_common::SELECTED_SELECTOR_SHIFT` (0: none).
+#[inline(always)]
+fn matches(task: Task, comm: Comm, counts: &SelectorCounts) -> u64 {
+    let n = comm_selector(comm, counts);
+    if n != 0 {
+        return n;
+    }
+    let n = cgroup_matches(counts);
+    if n != 0 {
+        return (counts.comms + counts.exes) as u64 + n;
     }
     let mm = kread::u64_at(task.addr() + konst(&KERNEL.task_mm) as u64);
     let file = if mm == 0 {
@@ -160,15 +176,18 @@ fn matches(task: Task, comm: Comm, counts: &SelectorCounts) -> bool {
     } else {
         kread::u64_at(mm + konst(&KERNEL.mm_exe_file) as u64)
     };
-    file != 0
-        && exe_matches(
-            kread::u64_at(file + konst(&KERNEL.file_dentry) as u64),
-            counts,
-        )
+    if file == 0 {
+        return 0;
+    }
+    let n = exe_matches(
+        kread::u64_at(file + konst(&KERNEL.file_dentry) as u64),
+        counts,
+    );
+    if n == 0 { 0 } else { counts.comms as u64 + n }
 }
 
 /// A process has exec'd (`current` is its thread group leader now, with its new image and
-/// name): selected or deselected by the selectors (the agent), and announced if profiled.
+/// name): selected or deselected by the selectors, and announced if profiled.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     let task = Task::current();
@@ -183,11 +202,13 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
         // this pid is no selection of this one.)
         let was = unsafe { SELECTED.get(tgid) }
             .copied()
-            .filter(|v| v & !SELECTED_BY_RULE == ticks);
+            .filter(|&v| selected_ticks(v) == ticks);
         let counts = SEL_COUNTS.get(0).copied().unwrap_or_default();
         let comm = kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64);
-        if matches(task, comm, &counts) {
-            if SELECTED.insert(tgid, ticks | SELECTED_BY_RULE, 0).is_err() {
+        let selector = matches(task, comm, &counts);
+        if selector != 0 {
+            let v = selected_value(ticks, true, how::EXEC, selector);
+            if SELECTED.insert(tgid, v, 0).is_err() {
                 bump(counter::MAP_FULL);
             }
             true
@@ -203,11 +224,6 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
             }
         }
     } else {
-        // A rename's selection was for the old image: the new one is judged by its name.
-        // SAFETY: as above.
-        if unsafe { SELECTED.get(tgid) }.is_some() {
-            let _ = SELECTED.remove(tgid);
-        }
         owner::passes_filter(tgid, task.addr())
     };
     // The verdict this thread cached for its new mm was decided while exec was loading it,
@@ -226,25 +242,14 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Is `comm` a selected command name: the agent's (`--comm` selectors) or the one-shot
-/// profiler's (`--comm`)?
-#[inline(always)]
-fn name_selected(comm: Comm) -> bool {
-    let counts = SEL_COUNTS.get(0).map_or(0, |c| c.comms);
-    // SAFETY: the value is only tested for presence.
-    if counts != 0 && unsafe { SEL_COMMS.get(comm) }.is_some() {
-        return true;
-    }
-    comm_in_filter(comm)
-}
-
 /// A process renamed itself to a selected command name (prctl `PR_SET_NAME` from its main
-/// thread, a write to `/proc/PID/comm`, Node's `process.title`): selected from now on, marked
-/// as selected by the rules, as the agent's scan of /proc would select it (and, as there, a
-/// rename away does not deselect it); with the one-shot profiler's `--comm`, its threads
-/// stop trusting the verdict they cached under the old name. Exec renames too, after the new
-/// image's mm replaced the old one and before the image is mapped: a process exec'd under a
-/// selected name is profiled from there, its loading included.
+/// thread, a write to `/proc/PID/comm`, Node's `process.title`): selected from now on, in all
+/// its threads, marked as selected by the rules, as the agent's scan of /proc would select it
+/// (and, as there, a rename away does not deselect it: a selected process stays selected
+/// whatever it calls itself); its threads stop trusting the verdict they cached under the old
+/// name. Exec renames too, after the new image's mm replaced the old one and before the
+/// image is mapped: a process exec'd under a selected name is profiled from there, its
+/// loading included (and its exec, which follows, says so).
 #[raw_tracepoint(tracepoint = "task_rename")]
 pub fn task_rename(ctx: RawTracePointContext) -> i32 {
     let task: u64 = ctx.arg(0);
@@ -272,17 +277,17 @@ pub fn task_rename(ctx: RawTracePointContext) -> i32 {
     // Inside exec, the agent's other selectors too: the new executable is the mm's already,
     // and the task (current, the exec'ing thread) is in its cgroup. (After a prctl rename,
     // they match only a process that was selected already, or will be at the next scan.)
-    let agent = konst(&FILTER.use_selection) != 0;
+    if konst(&FILTER.use_selection) == 0 {
+        return 0;
+    }
+    let counts = SEL_COUNTS.get(0).copied().unwrap_or_default();
     let current = Task::current();
-    let selected = name_selected(comm)
-        || (agent
-            && current.addr() == task
-            && matches(
-                current,
-                comm,
-                &SEL_COUNTS.get(0).copied().unwrap_or_default(),
-            ));
-    if !selected {
+    let selector = if current.addr() == task {
+        matches(current, comm, &counts)
+    } else {
+        comm_selector(comm, &counts)
+    };
+    if selector == 0 {
         return 0;
     }
     let per_tick = konst(&FILTER.ns_per_tick) as u64;
@@ -292,12 +297,13 @@ pub fn task_rename(ctx: RawTracePointContext) -> i32 {
     let ticks = owner::process_start(task) / per_tick;
     // SAFETY: the value is copied out at once.
     if let Some(&v) = unsafe { SELECTED.get(tgid) }
-        && v & !SELECTED_BY_RULE == ticks
+        && selected_ticks(v) == ticks
     {
         return 0;
     }
     // (A value left by an earlier process with this pid is replaced.)
-    if SELECTED.insert(tgid, ticks | SELECTED_BY_RULE, 0).is_err() {
+    let v = selected_value(ticks, true, how::RENAME, selector);
+    if SELECTED.insert(tgid, v, 0).is_err() {
         bump(counter::MAP_FULL);
         return 0;
     }
@@ -310,14 +316,15 @@ pub fn task_rename(ctx: RawTracePointContext) -> i32 {
 }
 
 /// Whether the child of a parent with this `SELECTED` value is selected too, and with which
-/// value (the mark passes on).
+/// marks (the parent's mark and selector pass on; it came by fork).
 #[inline(always)]
 pub fn inherited(parent: u64) -> Option<u64> {
-    if konst(&FILTER.follow_children) != 0 {
-        Some(parent & SELECTED_BY_RULE)
-    } else if parent & SELECTED_BY_RULE != 0 {
-        Some(SELECTED_BY_RULE)
+    if konst(&FILTER.follow_children) != 0 || parent & SELECTED_BY_RULE != 0 {
+        Some(selected_value(0, parent & SELECTED_BY_RULE != 0, how::FORK, 0) | parent & SELECTOR)
     } else {
         None
     }
 }
+
+/// A `SELECTED` value's selector bits.
+const SELECTOR: u64 = 0xff << profiler_common::SELECTED_SELECTOR_SHIFT;

@@ -19,7 +19,10 @@ use std::{
 
 use crate::{
     aggregation::Attribution,
-    kernel::collector::{Collector, CollectorConfig, CollectorError, Floor},
+    kernel::{
+        collector::{Collector, CollectorConfig, CollectorError, Floor},
+        selection::Pick,
+    },
     output::{
         prometheus::{self, Metrics, Shared},
         report,
@@ -153,9 +156,12 @@ impl Driver for Agent<'_> {
             self.selection.clear_departed();
             (Vec::new(), self.selection.prune_exited())
         };
-        let add: Vec<(u32, u64, bool)> = added
+        let add: Vec<Pick> = added
             .iter()
-            .map(|p| (p.pid, p.start, self.selection.selectors.by_rule(p.pid)))
+            .map(|p| match self.selection.selectors.by_rule(p.pid) {
+                true => Pick::rule(p.pid, p.start, 0),
+                false => Pick::pid(p.pid, p.start),
+            })
             .collect();
         // (A pid removed as one process and added as another, reused, stays selected: only
         // the value of the process removed is.)

@@ -154,7 +154,8 @@ pub struct ProfileArgs {
     /// every such process has exited.
     #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<u32>,
-    /// Processes whose command name is NAME; repeatable.
+    /// Processes whose command name is NAME: at exec, or renamed to it later (Node's
+    /// `process.title`); all their threads; repeatable.
     #[arg(long = "comm", value_name = "NAME", value_parser = parse_comm)]
     pub comms: Vec<String>,
     /// Stop after SECS (default: until Ctrl-C, SIGTERM, or the targets exit).

@@ -20,6 +20,7 @@ use super::{
     Kernel,
     collector::{CollectorError, Counters, ProgramStats},
     load::LoadReport,
+    selection::{How, Selected},
 };
 use crate::vocab::ids::{Presence, ProcId, ThreadId, ticks_of_ns};
 
@@ -85,6 +86,8 @@ pub struct FakeKernel {
     pub removed_blocked: Vec<BlockedKey>,
     /// Processes the profile took out of the kernel's selection (pid, start ticks).
     pub deselected: Vec<(u32, u64)>,
+    /// The kernel's selection (`SELECTED`), as the test's kernel made it.
+    pub selection: Vec<Selected>,
     /// Readings of the stats map so far.
     pub readings: u32,
 }
@@ -110,6 +113,7 @@ impl FakeKernel {
             removed: Vec::new(),
             removed_blocked: Vec::new(),
             deselected: Vec::new(),
+            selection: Vec::new(),
             readings: 0,
         }
     }
@@ -136,6 +140,20 @@ impl FakeKernel {
         };
         self.tasks.insert((pid, pid), (ticks_of_ns(start), false));
         t
+    }
+
+    /// The kernel selects `t`'s process (`how`, by selector number + 1 `selector`; by a
+    /// rule unless neither says one).
+    pub fn select(&mut self, t: &Task, how: How, selector: u8) {
+        let p = t.process();
+        self.selection.retain(|s| s.pid != p.pid);
+        self.selection.push(Selected {
+            pid: p.pid,
+            ticks: p.start,
+            by_rule: selector != 0 || how != How::Set,
+            how,
+            selector,
+        });
     }
 
     /// A new thread of `of`'s process, named `name` (a runtime names its threads).
@@ -334,6 +352,11 @@ impl Kernel for FakeKernel {
 
     fn deselect(&mut self, pid: u32, ticks: u64) {
         self.deselected.push((pid, ticks));
+        self.selection.retain(|s| (s.pid, s.ticks) != (pid, ticks));
+    }
+
+    fn selection(&self) -> Vec<Selected> {
+        self.selection.clone()
     }
 
     fn program_stats(&self) -> Option<Vec<ProgramStats>> {

@@ -53,16 +53,13 @@ pub fn filter_for(cfg: &CollectorConfig) -> Result<Filter, CollectorError> {
     for (slot, pid) in f.pids.iter_mut().zip(&cfg.pids) {
         *slot = *pid;
     }
-    for (slot, comm) in f.comms.iter_mut().zip(&cfg.comms) {
-        let b = comm.as_bytes();
-        if b.len() >= COMM_LEN {
-            return Err(CollectorError::CommTooLong(comm.clone()));
-        }
-        slot[..b.len()].copy_from_slice(b);
+    if let Some(long) = cfg.comms.iter().find(|c| c.len() >= COMM_LEN) {
+        return Err(CollectorError::CommTooLong(long.clone()));
     }
     f.n_pids = cfg.pids.len() as u32;
-    f.n_comms = cfg.comms.len() as u32;
-    f.use_selection = (cfg.selection || cfg.children) as u32;
+    // Names select processes (at exec, at rename, and those running now): the selection
+    // decides, the `pids` with them being put in it.
+    f.use_selection = (cfg.selection || cfg.children || !cfg.comms.is_empty()) as u32;
     f.follow_children = cfg.children as u32;
     f.ns_per_tick = (1_000_000_000 / crate::vocab::ids::clock_ticks()) as u32;
     Ok(f)

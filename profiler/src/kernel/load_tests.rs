@@ -5,18 +5,22 @@ use crate::kernel::{
 };
 
 #[test]
-fn filter_packs_pids_and_comms() {
-    let f = filter_for(&CollectorConfig {
+fn filter_packs_pids_and_names_select() {
+    let by_pid = CollectorConfig {
         pids: vec![7, 9],
-        comms: vec!["node".into()],
         max_threads: 1,
         ..Default::default()
+    };
+    let f = filter_for(&by_pid).unwrap();
+    assert_eq!((f.n_pids, f.use_selection), (2, 0));
+    assert_eq!(&f.pids[..3], &[7, 9, 0]);
+    // A name selects processes, which the kernel's selection then holds, per process.
+    let f = filter_for(&CollectorConfig {
+        comms: vec!["node".into()],
+        ..by_pid
     })
     .unwrap();
-    assert_eq!((f.n_pids, f.n_comms), (2, 1));
-    assert_eq!(f.use_selection, 0);
-    assert_eq!(&f.pids[..3], &[7, 9, 0]);
-    assert_eq!(&f.comms[0][..5], b"node\0");
+    assert_eq!(f.use_selection, 1);
 }
 
 #[test]

@@ -16,7 +16,7 @@ pub mod privilege;
 pub mod programs;
 pub mod pthread;
 pub mod readings;
-mod selection;
+pub mod selection;
 pub mod selectors;
 pub mod skipped;
 mod stopwatch;

@@ -23,6 +23,7 @@ use super::{
     },
     load::LoadReport,
     programs,
+    selection::Selected,
 };
 use crate::vocab::{
     Mode,
@@ -82,6 +83,10 @@ pub trait Kernel {
     /// Drops process (`pid`, start `ticks`) from the kernel's selection, if it is there under
     /// that start time.
     fn deselect(&mut self, pid: u32, ticks: u64);
+
+    /// The processes in the kernel's selection now, with how each came in (none when the
+    /// run selects none: system-wide, or by `--pid` alone).
+    fn selection(&self) -> Vec<Selected>;
 
     /// The programs' cumulative run statistics; None when the kernel does not collect them.
     fn program_stats(&self) -> Option<Vec<ProgramStats>>;
@@ -301,6 +306,10 @@ impl Kernel for Collector {
 
     fn deselect(&mut self, pid: u32, ticks: u64) {
         Collector::deselect(self, pid, ticks)
+    }
+
+    fn selection(&self) -> Vec<Selected> {
+        Collector::selection(self)
     }
 
     fn program_stats(&self) -> Option<Vec<ProgramStats>> {

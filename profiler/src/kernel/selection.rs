@@ -1,11 +1,11 @@
-//! The kernel's selection of profiled processes, as the agent and `--children` change it:
-//! the selected processes (`SELECTED`, pid -> start time) and the selectors matched at every
-//! exec and fork.
+//! The kernel's selection of profiled processes, as the agent, `--comm` and `--children`
+//! change it: the selected processes (`SELECTED`, pid -> start time and how each came in)
+//! and the selectors matched at every exec, fork and rename.
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use profiler_common::{
     CgroupSelector, ExeSelector, MAX_CGROUP_SELECTORS, MAX_EXE_SELECTORS, SELECTED_BY_RULE,
-    SelectorCounts,
+    SelectorCounts, how, selected_how, selected_selector, selected_ticks, selected_value,
 };
 
 use super::{
@@ -13,13 +13,90 @@ use super::{
     selectors::KernelSelectors,
 };
 
+/// A process userspace puts in the kernel's selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pick {
+    pub pid: u32,
+    /// Its start time, in clock ticks.
+    pub ticks: u64,
+    /// Selected by a rule (a name, an executable, a cgroup) rather than by its pid: its
+    /// forks are selected too, and an exec into what no rule matches deselects it.
+    pub by_rule: bool,
+    /// The selector that matched: its number + 1 (0: none), as the kernel numbers them
+    /// (command names, then executables, then cgroups: [`KernelSelectors`]).
+    pub selector: u8,
+}
+
+impl Pick {
+    /// A process selected by its pid.
+    pub fn pid(pid: u32, ticks: u64) -> Self {
+        Pick {
+            pid,
+            ticks,
+            by_rule: false,
+            selector: 0,
+        }
+    }
+
+    /// A process selected by a rule: selector `selector` (its number + 1; 0: unsaid).
+    pub fn rule(pid: u32, ticks: u64, selector: u8) -> Self {
+        Pick {
+            by_rule: true,
+            selector,
+            ..Pick::pid(pid, ticks)
+        }
+    }
+}
+
+/// How a process came into the kernel's selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    /// Userspace put it there ([`Pick`]): a pid, or a process found running.
+    Set,
+    /// Its exec matched a selector.
+    Exec,
+    /// It renamed itself to a selected name.
+    Rename,
+    /// A selected process forked it.
+    Fork,
+}
+
+/// A process in the kernel's selection, as the kernel holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selected {
+    pub pid: u32,
+    pub ticks: u64,
+    pub by_rule: bool,
+    pub how: How,
+    /// The selector that matched, + 1 (0: none), as in [`Pick::selector`].
+    pub selector: u8,
+}
+
+impl Selected {
+    /// A `SELECTED` entry, decoded.
+    pub fn of(pid: u32, value: u64) -> Self {
+        Selected {
+            pid,
+            ticks: selected_ticks(value),
+            by_rule: value & SELECTED_BY_RULE != 0,
+            how: match selected_how(value) {
+                how::EXEC => How::Exec,
+                how::RENAME => How::Rename,
+                how::FORK => How::Fork,
+                _ => How::Set,
+            },
+            selector: selected_selector(value) as u8,
+        }
+    }
+}
+
 impl Collector {
-    /// Sets the selected processes (the agent, `--children`): those in `add` (pid, start
-    /// ticks, selected by a rule rather than by pid) are profiled from now on, those in
-    /// `remove` no more. Threads drop their cached verdicts.
+    /// Sets the selected processes (the agent, `--comm`, `--children`): those in `add` are
+    /// profiled from now on, those in `remove` (pid, start ticks) no more. Threads drop
+    /// their cached verdicts.
     pub fn update_selection(
         &mut self,
-        add: &[(u32, u64, bool)],
+        add: &[Pick],
         remove: &[(u32, u64)],
     ) -> Result<(), CollectorError> {
         if add.is_empty() && remove.is_empty() {
@@ -28,14 +105,10 @@ impl Collector {
         for &(pid, ticks) in remove {
             self.deselect(pid, ticks);
         }
-        for &(pid, ticks, by_rule) in add {
-            let value = if by_rule {
-                ticks | SELECTED_BY_RULE
-            } else {
-                ticks
-            };
+        for p in add {
+            let value = selected_value(p.ticks, p.by_rule, how::SET, p.selector.into());
             self.selected
-                .insert(pid, value, 0)
+                .insert(p.pid, value, 0)
                 .map_err(|e| CollectorError::Map("SELECTED", error_chain(&e)))?;
         }
         self.generation = self.generation.wrapping_add(1);
@@ -59,7 +132,7 @@ impl Collector {
     /// (at its exec, fork or rename), which stays.
     pub fn deselect(&mut self, pid: u32, ticks: u64) {
         if let Ok(v) = self.selected.get(&pid, 0)
-            && v & !SELECTED_BY_RULE == ticks
+            && selected_ticks(v) == ticks
         {
             let _ = self.selected.remove(&pid);
         }
@@ -69,16 +142,21 @@ impl Collector {
     /// targets and the descendants the kernel added at fork; for the agent, also those the
     /// kernel selected by its selectors at exec and fork.
     pub fn selected(&self) -> Vec<(u32, u64)> {
+        self.selection().iter().map(|s| (s.pid, s.ticks)).collect()
+    }
+
+    /// [`selected`](Self::selected), with how each process came in.
+    pub fn selection(&self) -> Vec<Selected> {
         self.selected
             .iter()
             .filter_map(Result::ok)
-            .map(|(pid, v)| (pid, v & !SELECTED_BY_RULE))
+            .map(|(pid, v)| Selected::of(pid, v))
             .collect()
     }
 
-    /// Gives the kernel the agent's selectors, matched at every exec and fork from now on (a
-    /// process they select is profiled from its first instruction). The counts go last, so
-    /// that a half-written list is never matched.
+    /// Gives the kernel the selectors (the agent's, `--comm`'s), matched at every exec, fork
+    /// and rename from now on (a process they select is profiled from its first
+    /// instruction). The counts go last, so that a half-written list is never matched.
     pub fn set_selectors(&mut self, s: &KernelSelectors) -> Result<(), CollectorError> {
         let map_err =
             |name| move |e: aya::maps::MapError| CollectorError::Map(name, error_chain(&e));
@@ -108,9 +186,10 @@ impl Collector {
         for k in old {
             let _ = comms.remove(&k);
         }
-        for c in &s.comms {
+        // Each with its number + 1, which the kernel notes with the processes it selects.
+        for (i, c) in s.comms.iter().enumerate() {
             comms
-                .insert(bytemuck::cast::<_, [u64; 2]>(*c), 1, 0)
+                .insert(bytemuck::cast::<_, [u64; 2]>(*c), i as u8 + 1, 0)
                 .map_err(map_err("SEL_COMMS"))?;
         }
         let mut counts: Array<&mut MapData, SelectorCounts> = map_of(&mut self.ebpf, "SEL_COUNTS")?;

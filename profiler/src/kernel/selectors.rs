@@ -31,6 +31,17 @@ pub fn comm_key(name: &str) -> Option<[u8; COMM_LEN]> {
     Some(k)
 }
 
+/// The name exec gives a process running `exe` (as `/proc/PID/exe` reads): its file name, cut
+/// to the 15 bytes the kernel keeps. For a process running when a selection begins, which
+/// may have renamed itself since (Node's `process.title`), this is the name it was exec'd
+/// under (unless exec'd through a link of another name).
+pub fn exec_name(exe: &str) -> &[u8] {
+    // A replaced binary reads as "/usr/bin/node (deleted)".
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
+    let base = exe.rsplit('/').next().unwrap_or(exe).as_bytes();
+    &base[..base.len().min(COMM_LEN - 1)]
+}
+
 /// The kernel's form of an executable pattern: a basename (`node`), a path (`/usr/bin/node`,
 /// matched from its file system's root), or a path's last components (`*/bin/node`). None
 /// for a pattern it cannot match (other wildcards, more than 4 components, one of 32 bytes
@@ -155,6 +166,14 @@ mod tests {
             assert!(exe_selector(p).is_none(), "{p:?}");
         }
         assert!(exe_selector(&"x".repeat(31)).is_some());
+    }
+
+    #[test]
+    fn the_exec_name_is_the_executables_file_name_cut_as_exec_cuts_it() {
+        assert_eq!(exec_name("/usr/local/bin/node"), b"node");
+        assert_eq!(exec_name("/usr/bin/node (deleted)"), b"node");
+        assert_eq!(exec_name("/opt/a-long-exe-name-indeed"), b"a-long-exe-name");
+        assert_eq!(exec_name("node"), b"node");
     }
 
     #[test]

@@ -283,32 +283,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         eprintln!("mmaplock-prof: instructions verified: {}", insns.join("; "));
     }
     let mut collector = collector;
-    if cfg.collector.children {
-        // The targets head the selection; the kernel adds their descendants as they fork.
-        // Before "attached" is said: a fork right after it must be followed.
-        let targets: Vec<(u32, u64, bool)> = cfg
-            .collector
-            .pids
-            .iter()
-            .filter_map(|&pid| ProcId::of_live(pid))
-            .map(|p| (p.pid, p.start, false))
-            .collect();
-        collector.update_selection(&targets, &[])?;
-        // And the descendants that already exist: from now on the kernel follows the forks of
-        // every selected process, so a scan that finds no one new has found them all.
-        for _ in 0..64 {
-            let selected: Vec<u32> = collector.selected().iter().map(|&(pid, _)| pid).collect();
-            let new: Vec<(u32, u64, bool)> = ids::descendants(&selected)
-                .into_iter()
-                .filter(|d| !selected.contains(&d.pid))
-                .map(|d| (d.pid, d.start, false))
-                .collect();
-            if new.is_empty() {
-                break;
-            }
-            collector.update_selection(&new, &[])?;
-        }
-    }
+    targets::select_at_start(&mut collector, &cfg.collector)?;
     if !cfg.quiet {
         crate::kernel::privilege::warn_if_lacking_ptrace();
         if let Some(w) = memcg_path_cost(&collector) {
@@ -316,14 +291,16 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
         }
     }
     let mut session = Session::new(collector, cfg.interval.is_some(), &cfg.collector.pids)?;
-    for p in cfg
-        .collector
-        .pids
-        .iter()
+    let live: Vec<ProcId> = (cfg.collector.pids.iter())
         .filter_map(|&pid| ProcId::of_live(pid))
-    {
+        .collect();
+    for &p in &live {
         session.profile.registry.names.prime(p);
     }
+    // The reports say why each process is in them.
+    session
+        .profile
+        .name_selection(cfg.collector.comms.clone(), &live);
     // Said once the targets' unwind tables and V8 layouts are read: their stacks are named
     // from then on without delay.
     if !cfg.quiet {

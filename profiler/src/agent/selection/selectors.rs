@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     cli,
-    kernel::selectors::{KernelSelectors, cgroup_selector, comm_key, exe_selector},
+    kernel::selectors::{KernelSelectors, cgroup_selector, comm_key, exe_selector, exec_name},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -162,11 +162,17 @@ impl Selectors {
                 glob::Pattern::new(g).is_ok_and(|p| p.matches(e) || p.matches(basename(e)))
             })
         };
-        (self.comms.iter().map(|c| c == comm))
-            .chain(self.exes.iter().map(exe_matches))
-            .chain(self.cgroups.iter().map(|c| in_subtree(cgroup, c)))
-            .chain(self.pids.iter().map(|&p| p == pid))
-            .collect()
+        // A name matches the process's now, or the one its exec gave it (a node that set
+        // `process.title` before it was found: the kernel selected those at their exec).
+        let exec_name = exe.map(exec_name);
+        (self
+            .comms
+            .iter()
+            .map(|c| c == comm || exec_name == Some(c.as_bytes())))
+        .chain(self.exes.iter().map(exe_matches))
+        .chain(self.cgroups.iter().map(|c| in_subtree(cgroup, c)))
+        .chain(self.pids.iter().map(|&p| p == pid))
+        .collect()
     }
 
     /// Does a process with this name, executable and cgroup match?

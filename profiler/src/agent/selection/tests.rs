@@ -32,6 +32,10 @@ fn selectors_by_name_exe_cgroup_and_pid() {
     assert!(!s.matches(7, "x", None, "/system.slice/web.service2"));
     assert!(s.matches(42, "x", None, "/"));
     assert!(!s.matches(7, "node", Some("/usr/bin/node"), "/"));
+    // A name is also the one exec gave: a process that renamed itself since is found by it
+    // (the kernel selected those at their exec), and stays selected when the scan looks again.
+    assert!(s.matches(7, "api (prod)", Some("/srv/bin/api"), "/"));
+    assert!(!s.matches(7, "other", Some("/srv/bin/other"), "/"));
 }
 
 #[test]

@@ -19,6 +19,7 @@ mod costs;
 mod minor;
 mod process;
 mod samples;
+mod selected;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +36,7 @@ pub use process::{
 pub use samples::{
     FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
 };
+pub use selected::{SelectedBy, SelectedHow};
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
 /// those they do not know, and take those they know but a file lacks as absent); a file of

@@ -150,6 +150,9 @@ pub struct ProcessReport {
     pub comm: String,
     /// Its cgroup (v2 path), when known: which container or service it is.
     pub cgroup: Option<String>,
+    /// Why it is profiled, when a selection chose it (`--comm`, `--pid`): by which selector,
+    /// and how (at exec, at a rename, running when the run began, forked).
+    pub selected_by: Option<super::SelectedBy>,
     /// Its threads' acquisitions of its lock, and foreign takers' (the profiler's are apart,
     /// in `profiler`).
     #[serde(flatten)]

@@ -227,7 +227,11 @@ fn lost_text(l: &Lost) -> String {
 
 fn process_text(p: &ProcessReport, mode: Mode) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "\nprocess {} ({})", p.pid, p.comm);
+    let _ = write!(out, "\nprocess {} ({})", p.pid, p.comm);
+    if let Some(by) = &p.selected_by {
+        let _ = write!(out, ", {}", by.describe());
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "  {:<LABEL$} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",

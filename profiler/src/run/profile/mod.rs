@@ -33,10 +33,12 @@ use crate::run::SessionError;
 mod exec_tests;
 mod lifecycle;
 mod reports;
+mod selection;
 #[cfg(test)]
 mod tests;
 
 use lifecycle::Exits;
+use selection::Selections;
 
 /// Everything a run accumulates between two readings of the kernel maps; `K` is the kernel
 /// it reads (the real [`Collector`] unless a test scripts one).
@@ -61,6 +63,8 @@ pub struct Profile<K = Collector> {
     /// With blockers: the kernel's charged waits as last read, and their run totals.
     blocked_readings: BlockedReadings,
     blocked_total: Blocked,
+    /// Why each process is profiled, when the run names its selection.
+    selections: Option<Selections>,
 }
 
 /// Every this many readings, all entries are read (see `Profile::poll`).
@@ -94,6 +98,7 @@ impl<K: Kernel> Profile<K> {
             polls: 0,
             blocked_readings: BlockedReadings::default(),
             blocked_total: Blocked::default(),
+            selections: None,
         }
         .with_blocked_interval()
     }
@@ -141,6 +146,8 @@ impl<K: Kernel> Profile<K> {
     pub fn poll(&mut self, all: bool) -> Result<(), SessionError> {
         self.polls += 1;
         let all = all || self.polls.is_multiple_of(FULL_READ_EVERY);
+        // Before this reading retires a gone process, which leaves the selection then.
+        self.note_selection(all);
         self.collector.flush_pending(all)?;
         self.note_cpu_times();
         // Exit notices before the reading: a freed thread's last acquisitions were flushed

@@ -118,7 +118,9 @@ impl<K: Kernel> Profile<K> {
         let (mut window, meta) = self.take_interval_window();
         window.retain_active();
         let attribution = Attribution::of(&mut self.registry, &window);
-        report::build(&window, &attribution, meta)
+        let mut r = report::build(&window, &attribution, meta);
+        self.label_selection(&mut r);
+        r
     }
 
     /// Everything lost since the start (cumulative).
@@ -170,6 +172,7 @@ impl<K: Kernel> Profile<K> {
             });
             report::add_stacks(&mut r, stacks, self.collector.stack_sample());
         }
+        self.label_selection(&mut r);
         r
     }
 }
