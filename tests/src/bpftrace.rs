@@ -148,13 +148,28 @@ tracepoint:lock:contention_end
 
     /// Stops it (SIGINT: it prints its maps) and returns what it counted.
     pub fn stop(mut self) -> Counted {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        // It prints its maps and ends. No bound: a hang is caught by the suite's and the
-        // matrix's per-test limits, which name the test.
-        crate::workload::wait_child(&mut self.child);
+        // bpftrace prints "Attaching" before its probes are all in, and a SIGINT that comes
+        // before its handler was lost now and then (it ran on): asked again until it ends,
+        // every few seconds (scaled). No bound on its end: a hang is caught by the suite's
+        // and the matrix's per-test limits, which name the test.
+        loop {
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let again =
+                std::time::Instant::now() + crate::scaled(std::time::Duration::from_secs(5));
+            while std::time::Instant::now() < again {
+                if self.child.try_wait().expect("try_wait").is_some() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if self.child.try_wait().expect("try_wait").is_some() {
+                break;
+            }
+        }
         let mut counted = Counted::new();
-        for l in self.out.try_iter() {
+        // Every line it printed: the reader ends at its output's end.
+        for l in self.out.iter() {
             if let Some((key, value, is_count)) = parse_entry(&l) {
                 let e = counted.entry(key).or_default();
                 if is_count {

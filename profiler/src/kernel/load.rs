@@ -118,6 +118,10 @@ pub struct Loaded {
 /// `cancelled` is asked between steps: a signal during start-up ends the run before it has
 /// attached anything more (what was attached goes when `Ebpf` is dropped).
 pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loaded, CollectorError> {
+    // Held back from this thread and those it starts until the programs are in, and looked
+    // at between steps instead: see `SignalsHeld`.
+    let held = SignalsHeld::new();
+    let cancelled = &|| cancelled() || held.pending();
     let mut watch = Stopwatch::new();
     // aya's loader parses the kernel's whole BTF when it is made (which we do not need, see
     // `btf_with_func`, but cannot skip): make it on another thread while we read our offsets.
@@ -227,6 +231,56 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         report: watch.finish(),
         ebpf_log,
     })
+}
+
+/// SIGINT, SIGTERM and SIGHUP blocked on the calling thread (and so on the threads it
+/// starts) while it lives. The verifier gives up with `EAGAIN` on a thread with a signal
+/// pending, and aya's feature probes, which load small programs, then take a feature for
+/// missing: a Ctrl-C during start-up failed the run with "error relocating ... referenced
+/// by symbol `KERNEL`" (global data taken for unsupported), 1 run in 6 of the hardening
+/// test. Blocked, a signal waits in the process's pending set, where `pending` sees it,
+/// and is delivered (to the early handler, `signals.rs`) when the mask is restored.
+struct SignalsHeld {
+    old: libc::sigset_t,
+    set: libc::sigset_t,
+}
+
+impl SignalsHeld {
+    fn new() -> Self {
+        // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask only
+        // changes the calling thread's mask and writes the old one into ours.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SignalsHeld { old, set }
+        }
+    }
+
+    /// Whether a signal that ends the run (SIGINT, SIGTERM) arrived meanwhile.
+    fn pending(&self) -> bool {
+        // SAFETY: as above; sigpending fills a set of ours.
+        unsafe {
+            let mut now: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut now);
+            libc::sigpending(&mut now);
+            // (SIGHUP asks for a reload, never an end: it waits for the mask.)
+            [libc::SIGINT, libc::SIGTERM].into_iter().any(|sig| {
+                libc::sigismember(&self.set, sig) == 1 && libc::sigismember(&now, sig) == 1
+            })
+        }
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores the calling thread's own mask from before.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
 }
 
 /// Verifies (loads) the programs `names`, several at a time: the kernel verifies a program

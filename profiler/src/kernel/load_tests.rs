@@ -202,3 +202,29 @@ fn second_copies_follow_their_programs_where_programs_can_be_preempted() {
         );
     }
 }
+
+/// A SIGTERM that arrives while the programs load waits for them (the verifier would give up
+/// on the thread) and is seen as pending; the mask is the thread's own again afterwards.
+#[test]
+fn a_signal_during_loading_waits_and_is_seen() {
+    // SAFETY: SIGTERM ignored for the test's moment (a blocked signal stays pending even
+    // so, and is dropped when unblocked), then the old disposition back; the signal goes to
+    // this thread only.
+    unsafe {
+        let old = libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        {
+            let held = SignalsHeld::new();
+            assert!(!held.pending());
+            libc::pthread_kill(libc::pthread_self(), libc::SIGTERM);
+            assert!(held.pending(), "a held SIGTERM is pending");
+        }
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask);
+        assert_eq!(
+            libc::sigismember(&mask, libc::SIGTERM),
+            0,
+            "unblocked again"
+        );
+        libc::signal(libc::SIGTERM, old);
+    }
+}
