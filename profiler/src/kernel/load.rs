@@ -118,10 +118,10 @@ pub struct Loaded {
 /// `cancelled` is asked between steps: a signal during start-up ends the run before it has
 /// attached anything more (what was attached goes when `Ebpf` is dropped).
 pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loaded, CollectorError> {
-    // Held back from this thread and those it starts until the programs are in, and looked
-    // at between steps instead: see `SignalsHeld`.
-    let held = SignalsHeld::new();
-    let cancelled = &|| cancelled() || held.pending();
+    // Held back from this thread and those it starts until the programs are in: see
+    // `SignalsHeld`. The run's own handler sees them then (the caller's `cancelled` decides
+    // whether one ends the start-up early).
+    let _held = SignalsHeld::new();
     let mut watch = Stopwatch::new();
     // aya's loader parses the kernel's whole BTF when it is made (which we do not need, see
     // `btf_with_func`, but cannot skip): make it on another thread while we read our offsets.
@@ -238,8 +238,8 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
 /// pending, and aya's feature probes, which load small programs, then take a feature for
 /// missing: a Ctrl-C during start-up failed the run with "error relocating ... referenced
 /// by symbol `KERNEL`" (global data taken for unsupported), 1 run in 6 of the hardening
-/// test. Blocked, a signal waits in the process's pending set, where `pending` sees it,
-/// and is delivered (to the early handler, `signals.rs`) when the mask is restored.
+/// test. Blocked, a signal waits in the process's pending set and is delivered (to the
+/// early handler, `signals.rs`) when the mask is restored.
 struct SignalsHeld {
     old: libc::sigset_t,
     set: libc::sigset_t,
@@ -262,6 +262,7 @@ impl SignalsHeld {
     }
 
     /// Whether a signal that ends the run (SIGINT, SIGTERM) arrived meanwhile.
+    #[cfg(test)]
     fn pending(&self) -> bool {
         // SAFETY: as above; sigpending fills a set of ours.
         unsafe {
