@@ -149,7 +149,7 @@ fn renamed_churn(n: u64, name: &str) -> Command {
 /// The mmap writes of one `renamed_churn` process under the one-shot profiler's `--comm
 /// NAME`, which profiles it from its rename: the work and its setup after the rename.
 fn one_shot_mmaps(n: u64, name: &str) -> u64 {
-    let prof = integration_tests::Profiler::start(&["--comm", name, "-i", "0"]);
+    let prof = integration_tests::Profiler::start(&["--comm", name, "-i", "0", "--all-processes"]);
     let mut w = Workload::spawn(renamed_churn(n, name));
     w.go();
     assert!(w.wait().success());
@@ -473,7 +473,8 @@ fn short_processes_are_counted_from_their_first_instruction() {
     let bin = named_helper(dir.path(), "shortling");
     let n = 500u64;
     // One run under the one-shot profiler (selected by name from its first acquisition).
-    let prof = integration_tests::Profiler::start(&["--comm", "shortling", "-i", "0"]);
+    let prof =
+        integration_tests::Profiler::start(&["--comm", "shortling", "-i", "0", "--all-processes"]);
     assert!(run_at_once(&bin, n).wait().unwrap().success());
     let one = stop(prof);
     let per_process = writes_by_role_and_cause(one.summary(), "shortling");
@@ -572,7 +573,8 @@ fn a_node_started_after_the_agent_is_profiled_from_its_start() {
             .unwrap_or(0)
     };
     let agent = Agent::start(&["--comm", "nodeling", "-i", "0.2"]);
-    let prof = integration_tests::Profiler::start(&["--comm", "nodeling", "-i", "0"]);
+    let prof =
+        integration_tests::Profiler::start(&["--comm", "nodeling", "-i", "0", "--all-processes"]);
     let s = Command::new(&node)
         .arg(&script)
         .env("MALLOC_MMAP_THRESHOLD_", "131072")
@@ -636,7 +638,13 @@ fn a_node_that_retitles_itself_is_profiled_from_its_rename() {
             .copied()
             .unwrap_or(0)
     };
-    let prof = integration_tests::Profiler::start(&["--comm", "titled-node", "-i", "0"]);
+    let prof = integration_tests::Profiler::start(&[
+        "--comm",
+        "titled-node",
+        "-i",
+        "0",
+        "--all-processes",
+    ]);
     run();
     let reference = mprotects(&writes_by_role_and_cause(
         stop(prof).summary(),

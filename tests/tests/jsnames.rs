@@ -363,7 +363,15 @@ fn processes_found_by_children_and_comm_are_named() {
         .arg(rounds.to_string())
         .arg("viaArrayBuffer");
     let mut w = Workload::spawn(cmd);
-    let prof = Profiler::start(&["--comm", "node", "-i", "0", "--stack-sample", "1"]);
+    let prof = Profiler::start(&[
+        "--comm",
+        "node",
+        "-i",
+        "0",
+        "--stack-sample",
+        "1",
+        "--all-processes",
+    ]);
     let out = profile_until_done(&mut w, prof);
     let p = process(out.summary(), w.pid).expect("node is in the summary");
     let named = named_writes(p, "viaArrayBuffer");

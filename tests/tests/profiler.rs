@@ -93,7 +93,7 @@ fn comm_filter_selects_processes_by_name() {
     let name = "mlp-comm-test";
     let mut a = Workload::churn(1, 500, Some(name));
     let mut b = Workload::churn(1, 500, None);
-    let prof = Profiler::start(&["--comm", name, "-i", "0"]);
+    let prof = Profiler::start(&["--comm", name, "-i", "0", "--all-processes"]);
     a.go();
     b.go();
     assert!(a.wait().success() && b.wait().success());

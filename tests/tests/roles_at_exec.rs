@@ -132,7 +132,7 @@ fn exec_time_writes_are_the_main_threads_under_the_one_shot() {
     let Some(dir) = bpf_test() else { return };
     let bin = shortling(dir.path());
     // Its interval reports: each is attributed before the next reading.
-    let prof = Profiler::start(&["--comm", "shortling", "-i", "0.001"]);
+    let prof = Profiler::start(&["--comm", "shortling", "-i", "0.001", "--all-processes"]);
     let pids = run_short_processes(&bin, 1000);
     prof.signal(libc::SIGINT);
     let out = prof.finish();
