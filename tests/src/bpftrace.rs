@@ -6,7 +6,7 @@
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader, Read},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
 };
@@ -69,7 +69,38 @@ pub fn require_contention_tracepoints() -> bool {
     false
 }
 
-fn bpftrace_bin() -> Option<PathBuf> {
+/// bpftrace running `script`, its output's lines on a channel that closes when it ends (its
+/// errors echoed); killed by the caller.
+pub fn spawn(bin: &Path, script: &str) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(bin)
+        .args(["-e", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bpftrace");
+    let (tx, out) = mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        if !s.trim().is_empty() {
+            eprintln!("bpftrace: {}", s.trim());
+        }
+    });
+    (child, out)
+}
+
+/// Where bpftrace is installed (`cargo xtask test` installs it).
+pub fn bpftrace_bin() -> Option<PathBuf> {
     ["/usr/bin/bpftrace", "/usr/local/bin/bpftrace"]
         .into_iter()
         .map(PathBuf::from)
@@ -110,30 +141,7 @@ tracepoint:lock:contention_end
 "#,
             off = mm_lock_offset()
         );
-        let mut child = Command::new(bin)
-            .args(["-e", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start bpftrace");
-        let (tx, out) = mpsc::channel();
-        let stdout = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut stderr = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            if !s.trim().is_empty() {
-                eprintln!("bpftrace: {}", s.trim());
-            }
-        });
+        let (mut child, out) = spawn(&bin, &script);
         // It attaches or ends (stdout then closes): no bound on how long it compiles (with
         // LLVM, in an emulated guest on a slow host, a minute or more).
         loop {

@@ -8,9 +8,8 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Read},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    path::Path,
+    process::{Child, Command},
     sync::mpsc,
     time::Duration,
 };
@@ -49,13 +48,7 @@ struct WriteCount {
 impl WriteCount {
     /// Started and attached; None when bpftrace is missing (the test is then skipped).
     fn start(pid: u32) -> Option<Self> {
-        let bin = installed_or_skip(
-            ["/usr/bin/bpftrace", "/usr/local/bin/bpftrace"]
-                .into_iter()
-                .map(PathBuf::from)
-                .find(|p| p.exists()),
-            "bpftrace",
-        )?;
+        let bin = installed_or_skip(integration_tests::bpftrace::bpftrace_bin(), "bpftrace")?;
         // It says "counting" at the first write of this test's process it sees: the probe
         // is attached then ("Attaching" comes before it is).
         let script = format!(
@@ -72,30 +65,7 @@ tracepoint:syscalls:sys_enter_getpgid / pid == {me} && args->pid == {STOP} && @s
 "#,
             me = std::process::id()
         );
-        let mut child = Command::new(bin)
-            .args(["-e", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start bpftrace");
-        let (tx, out) = mpsc::channel();
-        let stdout = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut stderr = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            if !s.trim().is_empty() {
-                eprintln!("bpftrace: {}", s.trim());
-            }
-        });
+        let (child, out) = integration_tests::bpftrace::spawn(&bin, &script);
         // Attached once it says so: poked with a write of ours (an mmap) until it does. A
         // bpftrace that fails closes its output.
         let mut said = Vec::new();

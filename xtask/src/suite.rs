@@ -81,18 +81,8 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
     // The kernel matrix, after the host's tests (its guests run the binaries they built);
     // not when the run was narrowed to some tests.
     if args.is_empty() {
-        let started = std::time::Instant::now();
         let runs = kernel_matrix(linker_dir, &[])?;
         tally.add_matrix(&runs, &mut skips);
-        let each: Vec<String> = runs
-            .iter()
-            .map(|r| format!("{} {:.0} s", r.kernel.name, r.wall.as_secs_f64()))
-            .collect();
-        println!(
-            "kernel matrix: {:.0} s ({})",
-            started.elapsed().as_secs_f64(),
-            each.join(", ")
-        );
     } else {
         println!("kernel matrix: not run (the run was narrowed to {args:?})");
     }
@@ -124,18 +114,8 @@ pub fn run_matrix_alone(linker_dir: &Path, kernels: &[String]) -> Result<()> {
     packages::ensure_bpftrace()?;
     let mut tally = Tally::default();
     let mut skips = Vec::new();
-    let started = std::time::Instant::now();
     let runs = kernel_matrix(linker_dir, kernels)?;
     tally.add_matrix(&runs, &mut skips);
-    let each: Vec<String> = runs
-        .iter()
-        .map(|r| format!("{} {:.0} s", r.kernel.name, r.wall.as_secs_f64()))
-        .collect();
-    println!(
-        "kernel matrix: {:.0} s ({})",
-        started.elapsed().as_secs_f64(),
-        each.join(", ")
-    );
     println!("{}", tally.closing_line());
     if tally.failed > 0 {
         bail!("{} kernel matrix test(s) failed", tally.failed);
@@ -154,10 +134,20 @@ fn kernel_matrix(linker_dir: &Path, names: &[String]) -> Result<Vec<matrix::Kern
             .collect());
     }
     let binaries = matrix::test_binaries(linker_dir)?;
+    let started = std::time::Instant::now();
     let runs = matrix::run(&kernels, &binaries)?;
     for r in &runs {
         print!("{}", r.render());
     }
+    let each: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{} {:.0} s", r.kernel.name, r.wall.as_secs_f64()))
+        .collect();
+    println!(
+        "kernel matrix: {:.0} s ({})",
+        started.elapsed().as_secs_f64(),
+        each.join(", ")
+    );
     Ok(runs)
 }
 
