@@ -13,9 +13,15 @@ use crate::output::{
 /// Processes a page draws in full (sections with charts).
 pub const PAGE_PROCESSES: usize = 10;
 
-/// A table under its heading: the column names, then a row of cells (HTML already).
-fn table(out: &mut String, attrs: &str, columns: &[&str], rows: impl Iterator<Item = Vec<String>>) {
-    let _ = write!(out, "<table {attrs}><tr>");
+/// A table (`attrs` on its tag): the column names, then a row of cells (HTML already).
+pub(super) fn table(
+    out: &mut String,
+    attrs: &str,
+    columns: &[&str],
+    rows: impl Iterator<Item = Vec<String>>,
+) {
+    let space = if attrs.is_empty() { "" } else { " " };
+    let _ = write!(out, "<table{space}{attrs}><tr>");
     for c in columns {
         let _ = write!(out, "<th>{c}</th>");
     }

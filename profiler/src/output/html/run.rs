@@ -225,19 +225,8 @@ fn table<const N: usize>(
     columns: &[&str; N],
     rows: impl IntoIterator<Item = [String; N]>,
 ) {
-    let _ = write!(out, "<h3>{heading}</h3><table><tr>");
-    for c in columns {
-        let _ = write!(out, "<th>{c}</th>");
-    }
-    out.push_str("</tr>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{cell}</td>");
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</table>");
+    let _ = write!(out, "<h3>{heading}</h3>");
+    super::others::table(out, "", columns, rows.into_iter().map(Vec::from));
 }
 
 /// Sampled writes by code and by JavaScript function.
