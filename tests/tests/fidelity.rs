@@ -182,10 +182,12 @@ fn stack_growth_is_a_page_fault_write() {
         (pages - 100..=pages + 4).contains(&faults),
         "page_fault writes {faults}: {causes:?}"
     );
-    // Nothing else but the exit.
+    // Nothing else but the exit: exit_mmap's write, and a second one when khugepaged is
+    // scanning this mm as it exits (`__khugepaged_exit` takes the lock for write and drops
+    // it, to wait for the scan; seen on 6.1 in a slow guest).
     let other = causes.get("other").copied().unwrap_or(0);
     assert!(other <= 2, "{causes:?}");
-    assert!(causes.get("exit").copied().unwrap_or(0) <= 1, "{causes:?}");
+    assert!(causes.get("exit").copied().unwrap_or(0) <= 2, "{causes:?}");
     // Each growth expands the stack under the write lock, then downgrades it to read.
     let downgrades = stats(p, "downgrade").0;
     assert!(
