@@ -28,7 +28,7 @@ use profiler_common::{cause, counter};
 
 use crate::{
     accum, blockers, diag,
-    kread::Task,
+    kread::{self, Task},
     lifecycle,
     maps::{KERNEL, SETTINGS, blockers_on, bump, konst},
     owner::{self, Owner},
@@ -182,6 +182,14 @@ fn enter<const WRITE_ARG: usize, const SECOND: bool>(
     Some((mm, write, task, st))
 }
 
+/// Does no one hold `mm`'s lock now (its rwsem's count is 0)? A freed mm may read as anything:
+/// only a 0 is trusted.
+#[inline(always)]
+fn lock_unheld(mm: u64) -> bool {
+    let off = konst(&KERNEL.mm_lock_count);
+    off != 0 && kread::u64_at(mm + off as u64) == 0
+}
+
 /// Whose lock `mm` is, for this thread: the owner, its start time, and whether this is a
 /// teardown on another task's reference; None when not counted (a fork child's lock is
 /// counted once, when acquired: `at_acquire` counts it then).
@@ -223,13 +231,19 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
         return 0;
     };
     // A thread waits for one lock at a time: a slot still waiting is stale (its acquire was
-    // never seen), and is reused.
+    // never seen), and is reused. So is a slot holding this very lock (the thread would wait
+    // for itself) or a lock that no one holds now: its release was never seen, a run the
+    // kernel skipped (counted in lost.skipped). Kept, such a slot would take its lock's next
+    // release as its own (a hold spanning both) and, two of them, lose every later
+    // acquisition of the thread as `nested` (the agent's own reader of processes' maps).
     for s in st.slots.iter_mut() {
         if s.state == SlotState::Waiting {
             s.state = SlotState::Free;
             if blockers_on() {
                 blockers::end_wait(s, blockers::write_kind(s.kind));
             }
+        } else if s.state == SlotState::Held && (s.mm == mm || lock_unheld(s.mm)) {
+            s.state = SlotState::Free;
         }
     }
     let free0 = st.slots[0].state == SlotState::Free;
