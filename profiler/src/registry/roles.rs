@@ -24,7 +24,7 @@ use profiler_common::COMM_LEN;
 pub use crate::registry::role::{Decided, Role, comm_str};
 use crate::{
     registry::addonlibs::{self, AddonOrigin},
-    registry::procmaps::{Maps, readable_path},
+    registry::procmaps::{Keep, Lookups, Maps, Proc, readable_path},
     registry::role::{role_from_ids_and_name, role_from_start_routine},
     registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
     vocab::ids::{self, ProcId, ThreadId},
@@ -81,6 +81,8 @@ struct ProcessEntry {
     /// When its maps were first read (boot-clock ns): before an exec, they were the old
     /// image's.
     maps_read_ns: u64,
+    /// Its lookups of start routines outside the maps read (each may take its mmap_lock).
+    lookups: Lookups,
     /// The threads seen taking its lock: its own, and foreign ones.
     threads: HashMap<ThreadId, ThreadRole>,
 }
@@ -290,10 +292,10 @@ impl Roles {
             log::debug!("pid {pid}: another C library than ours, start routines not read");
             return None;
         }
-        if maps.find(addr).is_none() {
-            // A library loaded since we read the map (an addon's dlopen).
-            *maps = Maps::read_code(pid).ok()?;
-        }
+        // A library loaded since we read the map (an addon's dlopen): its mapping, looked up
+        // as the process's budget allows.
+        let now = std::time::Instant::now();
+        (entry.lookups).cover(&mut Proc(pid), maps, addr, Keep::Code, now);
         // The file as mapped (a container's, a replaced one), found now while it lives.
         let site = maps.find(addr).map(|m| {
             let mapped = m.path.clone()?;
