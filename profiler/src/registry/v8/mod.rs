@@ -97,6 +97,9 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     sfis: Checked<Option<JsFunction>>,
     /// A Script's name and line ends, by (name, source).
     scripts: Checked<Option<(String, Arc<Vec<i32>>)>>,
+    /// The line ends of node's own modules' sources, by (address, length, one byte): see
+    /// `cache`.
+    builtin_sources: HashMap<(u64, usize, bool), Arc<Vec<i32>>>,
     pub stats: ResolveStats,
 }
 
@@ -110,6 +113,7 @@ impl<M: Memory> V8Process<M> {
             map_types: RefCell::default(),
             sfis: Checked::new(),
             scripts: Checked::new(),
+            builtin_sources: HashMap::new(),
             stats: ResolveStats::default(),
         }
     }
@@ -172,11 +176,22 @@ impl<M: Memory> V8Process<M> {
         out
     }
 
-    /// Reads the ranges `(address, length)` in one call of the memory; those read.
+    /// Reads the ranges `(address, length)` in one call of the memory; those read. A range
+    /// that could not be read within one page marks that page unreadable for the batch, so
+    /// that no later read of the batch tries it again (each try takes the lock).
     fn prefetch(&self, ranges: BTreeMap<u64, usize>) -> Vec<(u64, Vec<u8>)> {
         let mut reqs: Vec<(u64, Vec<u8>)> =
             ranges.into_iter().map(|(a, n)| (a, vec![0u8; n])).collect();
         let ok = self.mem.read_many(&mut reqs);
+        if let Some(size) = self.mem.page_size().map(|s| s as u64) {
+            let mut pages = self.pages.borrow_mut();
+            for ((a, b), _) in reqs.iter().zip(&ok).filter(|(_, ok)| !**ok) {
+                let last = a.saturating_add(b.len().max(1) as u64 - 1);
+                if a / size == last / size {
+                    pages.insert(a - a % size, None);
+                }
+            }
+        }
         reqs.into_iter()
             .zip(ok)
             .filter(|(_, ok)| *ok)

@@ -4,6 +4,7 @@
 //! Objects moved and replaced under a frame, on a heap of the tests' own making: `moved`.
 
 mod moved;
+mod reads;
 
 use super::*;
 use crate::registry::perfmap::JitName;
