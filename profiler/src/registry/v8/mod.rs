@@ -33,7 +33,7 @@ pub mod symbols;
 
 use std::{
     cell::RefCell,
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     path::Path,
     rc::Rc,
     sync::Arc,
@@ -129,8 +129,9 @@ impl<M: Memory> V8Process<M> {
 
     /// Names the functions of V8 frames (a batch of stacks' of one process), reading their
     /// objects' headers ahead in two rounds: the functions', then their SharedFunctionInfos',
-    /// Code objects' and BytecodeArrays' (see the module doc for what is checked). Each
-    /// distinct object is read once, however many frames hold it.
+    /// Code objects (of compiled frames) and BytecodeArrays (of interpreted ones), for the
+    /// functions still there (see the module doc for what is checked). Each distinct object
+    /// is read once, however many frames hold it.
     pub fn resolve_all(&mut self, slots: &[JsSlots]) -> Vec<Resolved> {
         const HEADER: usize = 72;
         let untag = |p: u64| p.wrapping_sub(heap::HEAP_OBJECT_TAG);
@@ -145,9 +146,25 @@ impl<M: Memory> V8Process<M> {
                 .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
         };
         let l = Arc::clone(&self.layout);
+        // Code is checked for compiled frames only.
+        let compiled: HashSet<u64> = (slots.iter())
+            .filter(|s| s.kind == SlotKind::Compiled)
+            .map(|s| untag(s.function))
+            .collect();
         let mut second: BTreeMap<u64, usize> = BTreeMap::new();
-        for (_, b) in &first {
-            for off in [l.js_function_shared, l.js_function_code] {
+        for (at, b) in &first {
+            // What is no function any more is not followed (its frames stay unknown): a map
+            // word that is no heap object (a forwarding address: moved by the GC since), or
+            // a map already known to be another type's.
+            let Some(map) = word(b, 0).filter(|m| is_heap_object(*m)) else {
+                continue;
+            };
+            let known = self.map_types.borrow().get(&map).copied();
+            if known.is_some_and(|t| !(l.js_function_first..=l.js_function_last).contains(&t)) {
+                continue;
+            }
+            let code = compiled.contains(at).then_some(l.js_function_code);
+            for off in std::iter::once(l.js_function_shared).chain(code) {
                 if let Some(p) = word(b, off).filter(|p| is_heap_object(*p)) {
                     second.insert(untag(p), HEADER);
                 }

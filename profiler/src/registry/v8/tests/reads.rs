@@ -177,3 +177,55 @@ fn an_unreadable_page_is_read_once_per_batch() {
     );
     assert_eq!(counting.of(F, PAGE), 1, "{:x?}", counting.reads.borrow());
 }
+
+/// A function moved by the GC since the sample (its old copy's map word now a forwarding
+/// address) is read no further: its frame is unknown whatever its SharedFunctionInfo says.
+/// An interpreted frame's function has its Code object left unread (only a compiled frame's
+/// is checked).
+#[test]
+fn only_what_the_checks_use_is_read() {
+    let w = World::new();
+    w.put_hot();
+    // Objects at least a header long, as a real heap's are: the headers are read ahead.
+    for (at, mut bytes) in w.heap.objects() {
+        bytes.resize(bytes.len().max(72), 0);
+        let words: Vec<u64> = (bytes.chunks(8))
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        w.heap.put(at, &words);
+    }
+    let interpreted = JsSlots {
+        kind: SlotKind::Interpreted {
+            bytecode_array: HOT + 0x100 + 1,
+            offset: 60,
+        },
+        ..compiled(F, 0x1234, HOT + 0x300)
+    };
+    let code = HOT + 0x200;
+    let counting = Counting::new(&w.heap);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+    assert!(matches!(&v8.resolve_all(&[interpreted])[0], Resolved::Named(j) if j.name == "hot"));
+    assert_eq!(counting.of(code, 8), 0, "{:x?}", counting.reads.borrow());
+    // Moved: the map word is the new copy's address (no heap object tag).
+    let mut header = w
+        .heap
+        .objects()
+        .into_iter()
+        .find(|(a, _)| *a == F)
+        .unwrap()
+        .1;
+    header[..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
+    let words: Vec<u64> = (header.chunks(8))
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    w.heap.put(F, &words);
+    counting.reads.borrow_mut().clear();
+    let moved = compiled(F, 0x5000_0010, HOT + 0x300);
+    assert_eq!(v8.resolve_all(&[moved]), [Resolved::Unknown]);
+    assert_eq!(
+        counting.of(HOT, 0x1000),
+        0,
+        "{:x?}",
+        counting.reads.borrow()
+    );
+}
