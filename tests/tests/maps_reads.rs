@@ -4,12 +4,15 @@
 //! mappings). Its holds of the process's lock, which the report counts apart (the
 //! `profiler` entry), stay at most 1% of what the process's own threads waited on that lock,
 //! and the sampled stacks are still named.
+//!
+//! Not in the kernel matrix: under TCG every hold is lengthened by the emulated tracing, and a
+//! one-vCPU guest's threads rarely wait on each other, so the same run measured 2.8-3.6% on
+//! 6.1 (24 Workers; the map read whole 5 times, about 13 of some 800-900 acquisitions: the
+//! rest are V8 heap reads, which take the lock on every kernel).
 
 use std::process::Command;
 
-use integration_tests::{
-    Profiler, Workload, bpf_test, fixture, in_matrix_guest, process, profile_until_done,
-};
+use integration_tests::{Profiler, Workload, bpf_test, fixture, process, profile_until_done};
 use serde_json::Value;
 
 fn sum(v: &Value, side: &str, field: &str) -> u64 {
@@ -19,17 +22,14 @@ fn sum(v: &Value, side: &str, field: &str) -> u64 {
 #[test]
 fn the_profilers_reads_hold_the_lock_for_at_most_a_hundredth_of_the_process_wait() {
     let Some(dir) = bpf_test() else { return };
-    // The kernel matrix's emulated guests run Node slowly: fewer Workers, two at a time.
-    let (workers, wave, iterations) = if in_matrix_guest() {
-        (24, 2, 100)
-    } else {
-        (250, 4, 200)
-    };
+    // 250 Workers, 4 at a time (a test runner's pool on a small host), each reading a
+    // 64 KiB file 200 times.
+    let (workers, wave, iterations) = (250u32, 4u32, 200u32);
     let file = dir.path().join("data.bin");
     std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
     let mut cmd = Command::new("node");
     cmd.arg(fixture("waves.js"))
-        .args([workers, wave, iterations].map(|n: u32| n.to_string()))
+        .args([workers, wave, iterations].map(|n| n.to_string()))
         .arg(&file);
     let mut w = Workload::spawn(cmd);
     let pid = w.pid.to_string();
