@@ -209,19 +209,6 @@ impl Maps {
         Ok(Self::parse(&text))
     }
 
-    /// Only the executable file-backed mappings (where code, a start routine included, can
-    /// be): a process with ten thousand threads has twenty thousand mappings, nearly all
-    /// stacks and guard pages, and a cache of them all would be megabytes.
-    pub fn read_code(pid: u32) -> std::io::Result<Self> {
-        Ok(Self::read(pid)?.retain(Keep::Code))
-    }
-
-    /// Only the executable mappings, file-backed or anonymous (JIT code): all that unwinding
-    /// and symbolizing look up.
-    pub fn read_exec(pid: u32) -> std::io::Result<Self> {
-        Ok(Self::read(pid)?.retain(Keep::Exec))
-    }
-
     /// The mappings `keep` keeps.
     pub fn retain(mut self, keep: Keep) -> Self {
         self.0.retain(|m| keep.keeps(m));

@@ -18,6 +18,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Mapping, Maps, query};
+use crate::registry::reads::Reads;
 
 /// Queries (one mapping each) a process may have at once.
 pub const QUERY_BURST: u32 = 16;
@@ -71,7 +72,8 @@ impl TokenBucket {
     }
 }
 
-/// Which mappings a reader keeps.
+/// Which mappings a reader keeps: code only, since a process with ten thousand threads has
+/// twenty thousand mappings, nearly all stacks and guard pages, none of which is looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keep {
     /// Executable, file-backed or not (JIT code): what unwinding looks up.
@@ -132,8 +134,9 @@ pub struct Lookups {
     can_query: bool,
     /// Whether a mapping of file-backed code found by a query is read with the whole map.
     whole: bool,
-    /// Queries made, and whole maps read again.
-    pub made: (u64, u64),
+    /// The whole map read (at first and again) and the queries made: `maps` and
+    /// `map_queries`.
+    pub reads: Reads,
 }
 
 /// The lookups of thread roles ([`Lookups::whole_map`]): they never leave out a mapping
@@ -152,7 +155,7 @@ impl Lookups {
             rereads: TokenBucket::new(REREAD_BURST, REREAD_EVERY),
             can_query: true,
             whole: false,
-            made: (0, 0),
+            reads: Reads::default(),
         }
     }
 
@@ -163,6 +166,12 @@ impl Lookups {
             whole: true,
             ..Self::one_mapping()
         }
+    }
+
+    /// The whole map at first: what `keep` keeps of it (counted, as every read is).
+    pub fn read(&mut self, source: &mut impl Source, keep: Keep) -> std::io::Result<Maps> {
+        self.reads.maps += 1;
+        Ok(source.read_all()?.retain(keep))
     }
 
     /// Makes `maps` (what `keep` keeps of `source`'s mappings) cover `addr` if it can, at
@@ -186,7 +195,7 @@ impl Lookups {
             }
             match source.query(addr) {
                 Some(found) => {
-                    self.made.0 += 1;
+                    self.reads.map_queries += 1;
                     match found {
                         Ok(Some(m)) if keep.keeps(&m) && !(self.whole && m.path.is_some()) => {
                             maps.insert(m);
@@ -204,11 +213,10 @@ impl Lookups {
         if !self.rereads.take(now) {
             return Lookup::Limited;
         }
-        self.made.1 += 1;
-        let Ok(all) = source.read_all() else {
+        let Ok(all) = self.read(source, keep) else {
             return Lookup::Missing;
         };
-        *maps = all.retain(keep);
+        *maps = all;
         if maps.find(addr).is_some() {
             Lookup::Added
         } else {

@@ -130,7 +130,10 @@ fn with_the_query_only_the_covering_mapping_is_asked_for_as_the_bucket_allows() 
         Lookup::Limited
     );
     assert_eq!(src.read.get(), 1, "the whole map only at first");
-    assert_eq!(l.made, (u64::from(QUERY_BURST) + 1, 0));
+    assert_eq!(
+        (l.reads.map_queries, l.reads.maps),
+        (u64::from(QUERY_BURST) + 1, 0)
+    );
 }
 
 /// Without the query (before Linux 6.11): the whole map is read again for an unknown
@@ -182,7 +185,44 @@ fn without_the_query_the_whole_map_is_read_again_as_its_bucket_allows() {
     );
     assert_eq!(src.read.get(), 2 + burst);
     assert_eq!(src.asked.get(), 0);
-    assert_eq!(l.made, (0, 1 + burst));
+    assert_eq!((l.reads.map_queries, l.reads.maps), (0, 1 + burst));
+}
+
+/// Over a run of any length, an address no mapping covers asked about every millisecond (a
+/// process whose stacks keep ending in code unmapped since): the whole map is read again
+/// `REREAD_BURST` times, then once per `REREAD_EVERY` (without the query), and the mapping
+/// asked for `QUERY_BURST` times, then once per `QUERY_EVERY` (with it), never more: the
+/// bounds tests/tests/maps_reads.rs takes for a whole run.
+#[test]
+fn over_a_run_the_reads_stay_within_the_burst_and_one_per_period() {
+    let t0 = Instant::now();
+    let run = Duration::from_millis(7_300);
+    let ms = Duration::from_millis(1);
+    for queries in [false, true] {
+        let mut src = Fake::new(queries);
+        let mut l = Lookups::one_mapping();
+        let mut maps = l.read(&mut src, Keep::Exec).unwrap();
+        let mut at = t0;
+        while at <= t0 + run {
+            assert_ne!(
+                l.cover(&mut src, &mut maps, 0x66, Keep::Exec, at),
+                Lookup::Added
+            );
+            at += ms;
+        }
+        let periods = |every: Duration| (run.as_nanos() / every.as_nanos()) as u64;
+        let (asked, read) = if queries {
+            (u64::from(QUERY_BURST) + periods(QUERY_EVERY), 1)
+        } else {
+            (0, 1 + u64::from(REREAD_BURST) + periods(REREAD_EVERY))
+        };
+        assert_eq!(
+            (src.asked.get(), src.read.get()),
+            (asked, read),
+            "{queries}"
+        );
+        assert_eq!((l.reads.map_queries, l.reads.maps), (asked, read));
+    }
 }
 
 /// For start routines: a query that finds file-backed code is followed by the whole map (the
@@ -214,7 +254,7 @@ fn for_start_routines_a_library_found_brings_the_whole_map() {
         Lookup::Missing
     );
     assert_eq!((src.asked.get(), src.read.get()), (2, 2));
-    assert_eq!(l.made, (2, 1));
+    assert_eq!((l.reads.map_queries, l.reads.maps), (2, 1));
 }
 
 /// A mapping asked for replaces the known ones it overlaps (unmapped since), and the map

@@ -29,6 +29,7 @@ use framehop::{Module, Unwinder};
 
 use crate::registry::perfmap::{JitName, PerfMap};
 use crate::registry::procmaps::{Keep, Lookup, Lookups, Mapping, Maps, Proc, readable_path};
+use crate::registry::reads::Reads;
 
 mod elf;
 mod symbolize;
@@ -255,10 +256,12 @@ impl ProcessUnwinder {
         };
         // Code only: a process with ten thousand threads has twenty thousand mappings, nearly
         // all stacks, none of which unwinding or symbolizing looks up.
-        this.maps = Maps::read_exec(pid).map_err(|source| UnwindError::Io {
-            path: PathBuf::from(format!("/proc/{pid}/maps")),
-            source,
-        })?;
+        this.maps = (this.lookups)
+            .read(&mut Proc(pid), Keep::Exec)
+            .map_err(|source| UnwindError::Io {
+                path: PathBuf::from(format!("/proc/{pid}/maps")),
+                source,
+            })?;
         this.sync_modules();
         this.attach_v8();
         Ok(this)
@@ -291,7 +294,7 @@ impl ProcessUnwinder {
                 Ok(layout) => {
                     self.v8 = Some(crate::registry::v8::V8Process::new(
                         layout,
-                        crate::registry::v8::memory::ProcessMemory { pid: self.pid },
+                        crate::registry::v8::memory::ProcessMemory::new(self.pid),
                     ));
                     self.v8_note = None;
                     return;
@@ -345,7 +348,7 @@ impl ProcessUnwinder {
             log::debug!(
                 "pid {}: {addr:#x} outside the mappings known: {found:?} (lookups so far: {:?})",
                 self.pid,
-                self.lookups.made
+                self.lookups.reads
             );
         }
         match found {
@@ -408,6 +411,15 @@ impl ProcessUnwinder {
             }
             _ => CodeKind::Native,
         }
+    }
+
+    /// What it has read of the process: its maps (whole and queried) and V8's heap.
+    pub fn reads(&self) -> Reads {
+        let mut r = self.lookups.reads;
+        if let Some(v8) = &self.v8 {
+            r += v8.memory().reads();
+        }
+        r
     }
 
     /// The mapping that holds `addr`, as last read.

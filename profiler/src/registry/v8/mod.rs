@@ -118,6 +118,11 @@ impl<M: Memory> V8Process<M> {
         }
     }
 
+    /// The memory it reads (a live process's counts its reads).
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
     fn heap(&self) -> Heap<'_, Prefetched<'_, M>> {
         let view = Prefetched {
             mem: &self.mem,
