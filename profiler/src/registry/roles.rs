@@ -253,6 +253,12 @@ impl Roles {
             .map_or_else(Reads::default, ProcessEntry::reads)
     }
 
+    /// Counts reads of `p` as if they had been made (tests of what the run keeps of them).
+    #[cfg(test)]
+    pub fn note_reads(&mut self, p: ProcId, read: Reads) {
+        self.processes.entry(p).or_default().memory += read;
+    }
+
     /// Threads with a role (or a pending start routine) in memory.
     #[cfg(test)]
     pub fn cached_threads(&self) -> usize {
