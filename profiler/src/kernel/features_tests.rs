@@ -1,6 +1,7 @@
 //! The decision on the probes of real kernels, as `mmaplock-prof --probe-kernel` printed them
 //! inside the kernel matrix's guests (Debian's packages, `cargo xtask matrix`) and on this
-//! machine kind, and the printed form read back.
+//! machine kind, and the printed form read back. Their `PROCMAP_QUERY` lines were added with
+//! that probe, after they were recorded (it is no decision's: 6.11+ has the query).
 
 use super::*;
 
