@@ -40,6 +40,12 @@ impl KernelFeatures {
         self.yes("preemptible tracepoint programs (second copies)")
     }
 
+    /// `PROCMAP_QUERY` (6.11+), unless turned off: the profiler looks a mapping it does not
+    /// know up alone instead of reading the whole map again.
+    pub fn procmap_query(&self) -> bool {
+        self.yes("PROCMAP_QUERY (a mapping looked up alone)")
+    }
+
     /// `bpf_loop`, which `--blockers` needs.
     pub fn bpf_loop(&self) -> bool {
         self.yes("bpf_loop (--blockers)")

@@ -16,6 +16,7 @@ mod json;
 mod load;
 mod markdown;
 mod procfs;
+mod reads;
 mod report;
 mod scale;
 mod stats;
@@ -64,9 +65,13 @@ pub struct BenchArgs {
     /// (about 40 s each; 0: skip it).
     #[arg(long, default_value_t = 3)]
     capture_rounds: usize,
+    /// Rounds of what the profiler's own reads of a process cost its lock, on a Node process
+    /// starting 250 Workers (about 8 s each; 0: skip it).
+    #[arg(long, default_value_t = 3)]
+    reads_rounds: usize,
     /// Only these sections: `agent` (what the agent costs), `capture` (what contention mode
-    /// captures); repeatable. Default: everything.
-    #[arg(long, value_parser = ["agent", "capture"])]
+    /// captures), `reads` (what the profiler's reads cost); repeatable. Default: everything.
+    #[arg(long, value_parser = ["agent", "capture", "reads"])]
     only: Vec<String>,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
@@ -159,6 +164,13 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         results.markdown.push('\n');
         results.markdown.push_str(&md);
     }
+    let reads = reads::run(args.reads_rounds, &prof, &out_dir)?;
+    if !reads.is_empty() {
+        let (json, md) = reads::summarize(&reads);
+        results.json["reads"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,
@@ -192,6 +204,10 @@ fn sections_only(
     if args.only.iter().any(|s| s == "capture") {
         let captures = capture::run(args.capture_rounds.max(1), prof, out_dir)?;
         write("capture", capture::summarize(&captures))?;
+    }
+    if args.only.iter().any(|s| s == "reads") {
+        let rounds = reads::run(args.reads_rounds.max(1), prof, out_dir)?;
+        write("reads", reads::summarize(&rounds))?;
     }
     Ok(())
 }

@@ -82,6 +82,9 @@ pub struct Features {
     /// Tracepoint programs run with preemption on (Linux 7.x): the kernel may skip one, and
     /// full mode attaches second copies of its lock programs (`kernel::skipped`).
     pub preemptible_tracepoints: bool,
+    /// `PROCMAP_QUERY` (6.11+): a mapping the profiler does not know is looked up alone,
+    /// not by reading the whole map again (`procmap_query`).
+    pub procmap_query: bool,
 }
 
 /// A feature the programs need, named as a user can look it up.
@@ -254,6 +257,7 @@ impl Features {
             preemptible_tracepoints: btf
                 .as_ref()
                 .is_some_and(super::btf::preemptible_tracepoints),
+            procmap_query: super::procmap_query::supported(),
         }
     }
 
@@ -308,6 +312,8 @@ impl Features {
             per_vma_locks: flag(PER_VMA)?,
             // Recorded before this probe existed: the kernels that lack it (before 7.x).
             preemptible_tracepoints: flag(PREEMPTIBLE).unwrap_or(false),
+            // Recorded before this probe existed: no decision rests on it.
+            procmap_query: flag(PROCMAP_QUERY).unwrap_or(false),
         })
     }
 }
@@ -325,6 +331,7 @@ const BPF_LOOP: &str = "bpf_loop (--blockers)";
 const CONTENTION: &str = "contention tracepoints";
 const PER_VMA: &str = "per-VMA locks (few page faults take mmap_lock)";
 const PREEMPTIBLE: &str = "preemptible tracepoint programs (second copies)";
+const PROCMAP_QUERY: &str = "PROCMAP_QUERY (a mapping looked up alone)";
 
 impl fmt::Display for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -358,6 +365,7 @@ impl fmt::Display for Features {
         writeln!(f, "{CONTENTION}: {}", yn(self.contention_tracepoints))?;
         writeln!(f, "{PER_VMA}: {}", yn(self.per_vma_locks))?;
         writeln!(f, "{PREEMPTIBLE}: {}", yn(self.preemptible_tracepoints))?;
+        writeln!(f, "{PROCMAP_QUERY}: {}", yn(self.procmap_query))?;
         match decide(
             self,
             Needs {

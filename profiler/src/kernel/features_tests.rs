@@ -1,6 +1,7 @@
 //! The decision on the probes of real kernels, as `mmaplock-prof --probe-kernel` printed them
 //! inside the kernel matrix's guests (Debian's packages, `cargo xtask matrix`) and on this
-//! machine kind, and the printed form read back.
+//! machine kind, and the printed form read back. Their `PROCMAP_QUERY` lines were added with
+//! that probe, after they were recorded (it is no decision's: 6.11+ has the query).
 
 use super::*;
 
@@ -18,6 +19,7 @@ bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): no
+PROCMAP_QUERY (a mapping looked up alone): yes
 verdict: every mode runs";
 
 /// Debian's newest (trixie-backports): tracepoint programs run preemptible.
@@ -34,6 +36,7 @@ bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): yes
+PROCMAP_QUERY (a mapping looked up alone): yes
 verdict: every mode runs";
 
 /// Debian 12's Linux 6.1: the old prototype, no per-VMA locks.
@@ -50,6 +53,7 @@ bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): no
 preemptible tracepoint programs (second copies): no
+PROCMAP_QUERY (a mapping looked up alone): no
 verdict: every mode runs";
 
 /// Debian 13's Linux 6.12: per-VMA locks, still the old prototype.
@@ -66,6 +70,7 @@ bpf_loop (--blockers): yes
 contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): no
+PROCMAP_QUERY (a mapping looked up alone): yes
 verdict: every mode runs";
 
 /// Debian 11's Linux 5.10: refused.
@@ -82,6 +87,7 @@ bpf_loop (--blockers): no
 contention tracepoints: no
 per-VMA locks (few page faults take mmap_lock): no
 preemptible tracepoint programs (second copies): no
+PROCMAP_QUERY (a mapping looked up alone): no
 verdict: this kernel (Linux 5.10.0-32-amd64) lacks what mmaplock-prof needs: the mmap_lock tracepoints (Linux 5.11+), task local storage from tracepoint programs (Linux 5.13+), bpf_get_current_task_btf (Linux 5.11+), bpf_task_pt_regs (Linux 5.15+)";
 
 fn parsed(text: &str) -> Features {
@@ -117,6 +123,16 @@ fn only_newer_kernels_run_tracepoint_programs_preemptible() {
         assert!(!parsed(&old).preemptible_tracepoints);
     }
     assert!(decide(&parsed(LINUX_7_3), Needs::default()).is_ok());
+}
+
+/// Whether the profiler looks a mapping up alone is read back; a recording from before the
+/// probe existed says no (nothing is decided on it).
+#[test]
+fn the_maps_query_is_read_back() {
+    assert!(parsed(LINUX_6_18).procmap_query);
+    assert!(!parsed(LINUX_6_1).procmap_query);
+    let old = LINUX_6_18.replace("PROCMAP_QUERY (a mapping looked up alone): yes\n", "");
+    assert!(!parsed(&old).procmap_query);
 }
 
 #[test]

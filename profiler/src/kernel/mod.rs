@@ -13,6 +13,7 @@ pub mod features;
 pub mod load;
 pub mod priority;
 pub mod privilege;
+pub mod procmap_query;
 pub mod programs;
 pub mod pthread;
 pub mod readings;

@@ -353,7 +353,9 @@ mod tests {
             read_dynamic(fs::File::open(&exe).unwrap()).expect("our dynamic section");
         assert_eq!(soname, None);
         assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
-        let maps = Maps::read_code(std::process::id()).unwrap();
+        let maps = Maps::read(std::process::id())
+            .unwrap()
+            .retain(crate::registry::procmaps::Keep::Code);
         let objects = linked_objects(std::process::id(), &maps);
         let libc = objects
             .iter()

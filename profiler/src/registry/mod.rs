@@ -7,6 +7,7 @@ pub mod cgroups;
 pub mod names;
 pub mod perfmap;
 pub mod procmaps;
+pub mod reads;
 pub mod role;
 pub mod roles;
 pub mod stacks;

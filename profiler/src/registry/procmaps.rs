@@ -1,5 +1,11 @@
 //! A process's memory map (`/proc/PID/maps`): which file, if any, backs an address, and at
-//! which file offset. Thread roles and stack attribution both need it.
+//! which file offset. Thread roles and stack attribution both need it. When it is read again,
+//! and how (`PROCMAP_QUERY`), is `live`'s: each read may take the process's `mmap_lock`.
+
+mod live;
+mod query;
+
+pub use live::{Keep, Lookup, Lookups, Proc};
 
 use std::{
     collections::HashMap,
@@ -203,23 +209,19 @@ impl Maps {
         Ok(Self::parse(&text))
     }
 
-    /// Only the executable file-backed mappings (where code, a start routine included, can
-    /// be): a process with ten thousand threads has twenty thousand mappings, nearly all
-    /// stacks and guard pages, and a cache of them all would be megabytes.
-    pub fn read_code(pid: u32) -> std::io::Result<Self> {
-        let mut m = Self::read(pid)?;
-        m.0.retain(|m| m.exec && m.path.is_some());
-        m.0.shrink_to_fit();
-        Ok(m)
+    /// The mappings `keep` keeps.
+    pub fn retain(mut self, keep: Keep) -> Self {
+        self.0.retain(|m| keep.keeps(m));
+        self.0.shrink_to_fit();
+        self
     }
 
-    /// Only the executable mappings, file-backed or anonymous (JIT code): all that unwinding
-    /// and symbolizing look up.
-    pub fn read_exec(pid: u32) -> std::io::Result<Self> {
-        let mut m = Self::read(pid)?;
-        m.0.retain(|m| m.exec);
-        m.0.shrink_to_fit();
-        Ok(m)
+    /// Adds a mapping read since (a query's answer), in place of those it overlaps (gone
+    /// since: two mappings never overlap).
+    pub fn insert(&mut self, m: Mapping) {
+        self.0.retain(|o| o.end <= m.start || m.end <= o.start);
+        let at = self.0.partition_point(|o| o.start < m.start);
+        self.0.insert(at, m);
     }
 
     pub fn parse(text: &str) -> Self {

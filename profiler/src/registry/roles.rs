@@ -24,7 +24,8 @@ use profiler_common::COMM_LEN;
 pub use crate::registry::role::{Decided, Role, comm_str};
 use crate::{
     registry::addonlibs::{self, AddonOrigin},
-    registry::procmaps::{Maps, readable_path},
+    registry::procmaps::{Keep, Lookups, Maps, Proc, readable_path},
+    registry::reads::Reads,
     registry::role::{role_from_ids_and_name, role_from_start_routine},
     registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
     vocab::ids::{self, ProcId, ThreadId},
@@ -81,6 +82,11 @@ struct ProcessEntry {
     /// When its maps were first read (boot-clock ns): before an exec, they were the old
     /// image's.
     maps_read_ns: u64,
+    /// Its lookups of start routines outside the maps read (each may take its mmap_lock),
+    /// its maps' reads counted with them.
+    lookups: Lookups,
+    /// Its start routines read from its memory (`memory`, `memory_ranges`).
+    memory: Reads,
     /// The threads seen taking its lock: its own, and foreign ones.
     threads: HashMap<ThreadId, ThreadRole>,
 }
@@ -99,6 +105,14 @@ pub struct Roles {
     /// The profiler's own pid: its threads are `profiler` (settable for tests, which use
     /// their own process as a target).
     pub(super) profiler: u32,
+}
+
+impl ProcessEntry {
+    fn reads(&self) -> Reads {
+        let mut r = self.lookups.reads;
+        r += self.memory;
+        r
+    }
 }
 
 impl Default for Roles {
@@ -198,7 +212,10 @@ impl Roles {
     pub fn forget_thread(&mut self, owner: ProcId, thread: ThreadId) {
         if let Entry::Occupied(mut e) = self.processes.entry(owner) {
             e.get_mut().threads.remove(&thread);
-            if e.get().threads.is_empty() && e.get().maps.is_none() {
+            // What was read of it stays until the process is forgotten: the run's summary
+            // counts it.
+            let left = e.get();
+            if left.threads.is_empty() && left.maps.is_none() && left.reads().is_empty() {
                 e.remove();
             }
         }
@@ -222,9 +239,24 @@ impl Roles {
     }
 
     /// Forgets a process that exited: its maps, its C library, and the threads still noted
-    /// on its lock.
-    pub fn forget_process(&mut self, p: ProcId) {
-        self.processes.remove(&p);
+    /// on its lock. What was read of it is returned, for the run's summary.
+    pub fn forget_process(&mut self, p: ProcId) -> Reads {
+        self.processes
+            .remove(&p)
+            .map_or_else(Reads::default, |e| e.reads())
+    }
+
+    /// What has been read of `p` for its threads' roles (since it was last forgotten).
+    pub fn reads(&self, p: ProcId) -> Reads {
+        self.processes
+            .get(&p)
+            .map_or_else(Reads::default, ProcessEntry::reads)
+    }
+
+    /// Counts reads of `p` as if they had been made (tests of what the run keeps of them).
+    #[cfg(test)]
+    pub fn note_reads(&mut self, p: ProcId, read: Reads) {
+        self.processes.entry(p).or_default().memory += read;
     }
 
     /// Threads with a role (or a pending start routine) in memory.
@@ -252,8 +284,19 @@ impl Roles {
         let addr = if known != 0 {
             Some(known)
         } else {
-            read_memory(pid, fsbase + offset, 8)
-                .and_then(|w| Some(u64::from_ne_bytes(w.get(..8)?.try_into().ok()?)))
+            let word = read_memory(pid, fsbase + offset, 8);
+            // Counted with the process's other reads, in its entry: made for a read that
+            // succeeded only (one that failed may be of a process gone, which nothing would
+            // forget).
+            let entry = match word {
+                Some(_) => Some(self.processes.entry(owner).or_default()),
+                None => self.processes.get_mut(&owner),
+            };
+            if let Some(e) = entry {
+                e.memory.memory += 1;
+                e.memory.memory_ranges += 1;
+            }
+            word.and_then(|w| Some(u64::from_ne_bytes(w.get(..8)?.try_into().ok()?)))
                 .filter(|&a| a != 0)
         };
         log::debug!(
@@ -280,7 +323,7 @@ impl Roles {
             Some(m) => m,
             None => {
                 let read_ns = ids::boot_ns();
-                let maps = Maps::read_code(pid).ok()?;
+                let maps = entry.lookups.read(&mut Proc(pid), Keep::Code).ok()?;
                 let same = our_libc.is_some() && libc_identity(pid, &maps) == *our_libc;
                 entry.maps_read_ns = read_ns;
                 entry.maps.insert((maps, same))
@@ -290,10 +333,10 @@ impl Roles {
             log::debug!("pid {pid}: another C library than ours, start routines not read");
             return None;
         }
-        if maps.find(addr).is_none() {
-            // A library loaded since we read the map (an addon's dlopen).
-            *maps = Maps::read_code(pid).ok()?;
-        }
+        // A library loaded since we read the map (an addon's dlopen): its mapping, looked up
+        // as the process's budget allows.
+        let now = std::time::Instant::now();
+        (entry.lookups).cover(&mut Proc(pid), maps, addr, Keep::Code, now);
         // The file as mapped (a container's, a replaced one), found now while it lives.
         let site = maps.find(addr).map(|m| {
             let mapped = m.path.clone()?;

@@ -266,7 +266,7 @@ extern "C" fn mlp_library_thread_body(_: *mut libc::c_void) -> *mut libc::c_void
 #[test]
 fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
     let me = std::process::id();
-    let maps = Maps::read_code(me).unwrap();
+    let maps = Maps::read(me).unwrap().retain(Keep::Code);
     let addr = mlp_library_thread_body as *const () as u64;
     let m = maps.find(addr).unwrap();
     let readable = readable_path(me, m).unwrap();

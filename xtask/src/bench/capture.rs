@@ -140,13 +140,13 @@ fn add_line(c: &mut Capture, line: &Value, pid: Option<u64>, full: bool) {
 }
 
 /// The last line of an NDJSON file.
-fn last_line(path: &Path) -> Result<Value> {
+pub(super) fn last_line(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     serde_json::from_str(text.lines().last().unwrap_or("")).context("a summary line")
 }
 
 /// Starts `cmd` and waits for a line of its standard error containing `said`.
-fn started(mut cmd: Command, said: &str) -> Result<Guard> {
+pub(super) fn started(mut cmd: Command, said: &str) -> Result<Guard> {
     let mut g = Guard(
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -172,7 +172,7 @@ fn started(mut cmd: Command, said: &str) -> Result<Guard> {
 }
 
 /// Waits for a child to end by itself (a one-shot profiler whose target exited).
-fn wait(g: &mut Guard, within: Duration) -> Result<()> {
+pub(super) fn wait(g: &mut Guard, within: Duration) -> Result<()> {
     let t0 = Instant::now();
     while g.0.try_wait()?.is_none() {
         if t0.elapsed() > within {

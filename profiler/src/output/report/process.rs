@@ -6,7 +6,10 @@ use std::{borrow::Cow, collections::BTreeMap};
 use serde::{Deserialize, Serialize};
 
 use super::{BlockerReport, RoleBlock, RoleShare, Stats, TimeShare};
-use crate::{aggregation::SideStats, registry::roles::Role};
+use crate::{
+    aggregation::SideStats,
+    registry::{reads::Reads, roles::Role},
+};
 
 /// Write acquisitions for one cause.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -194,6 +197,10 @@ pub struct ProcessReport {
     /// `write`, which are the process's own and other processes' (`foreign`); present when
     /// there were any.
     pub profiler: Option<ProfilerShare>,
+    /// What the profiler read of the process, by kind (its maps whole, its mappings asked
+    /// for alone, its memory): what its acquisitions in `profiler` came from (summary; absent
+    /// when nothing was read).
+    pub read_by_profiler: Option<Reads>,
     /// Ordered by total write wait, then write count (the threads that matter first).
     pub threads: Vec<ThreadReport>,
     /// The process's own threads' wait for its lock as a share of their time (foreign

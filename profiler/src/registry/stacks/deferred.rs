@@ -1,7 +1,9 @@
 //! A sample's V8 frames are named from the heap together with the other samples of its
 //! batch, not one at a time: each distinct object of the batch is read once, nearby ones in
 //! one range (every read takes the target's `mmap_lock`). A sample waits at most
-//! [`MAX_DEFER`], as objects move meanwhile.
+//! [`MAX_DEFER`], as objects move meanwhile. The heap of a thread that has exited by then (a
+//! Worker's isolate is torn down before its thread ends) is not read at all: its frames are
+//! `[js unknown]`, as reads of a heap unmapped or reused would leave them.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -38,6 +40,12 @@ fn intern(
     i
 }
 
+/// Whether thread `tid` of process `pid` is still there: a V8 isolate is its thread's, so
+/// the heap of a thread that has exited is gone (or another's).
+fn thread_lives(pid: u32, tid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
 impl StackAttribution {
     /// Keeps a sample's V8 frames to be named with the batch's others; names all those kept
     /// once the first has waited [`MAX_DEFER`].
@@ -58,7 +66,16 @@ impl StackAttribution {
         let deferred = std::mem::take(&mut self.deferred);
         let mut by_actor: BTreeMap<ProcId, Vec<&Deferred>> = BTreeMap::new();
         for d in &deferred {
-            by_actor.entry(d.actor).or_default().push(d);
+            if thread_lives(d.actor.pid, d.key.0) {
+                by_actor.entry(d.actor).or_default().push(d);
+            } else if let Some(p) = self.pending.get_mut(&d.key) {
+                // Its heap is gone: nothing is read, and its V8 frames are not named.
+                for slot in &d.slots {
+                    if let Some(f) = p.frames.get_mut(slot.index) {
+                        f.js = JsRef::Unknown;
+                    }
+                }
+            }
         }
         for (actor, samples) in by_actor {
             let Some(heap) = (self.unwinders.get_mut(&actor))
@@ -92,5 +109,27 @@ impl StackAttribution {
             self.v8_work += spent;
             self.work.0 += spent;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_lives;
+
+    #[test]
+    fn a_thread_that_ended_is_seen_gone() {
+        let me = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let tid = || unsafe { libc::gettid() } as u32;
+        assert!(thread_lives(me, tid()));
+        let ended = std::thread::spawn(tid).join().unwrap();
+        // Joined: the kernel may still be reaping it for a moment.
+        let t0 = std::time::Instant::now();
+        while thread_lives(me, ended) && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(!thread_lives(me, ended));
+        // Another process's thread is not ours.
+        assert!(!thread_lives(me, 1));
     }
 }

@@ -22,6 +22,7 @@ use profiler_common::{SampleDone, StackHeader, read_record, stack_record};
 
 use crate::{
     registry::perfmap::JsFunction,
+    registry::reads::Reads,
     registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
     registry::v8,
     vocab::ids::{self, ProcId},
@@ -330,15 +331,32 @@ impl StackAttribution {
     /// A process that exited: its stacks are symbolized now, then its unwinder (the memory
     /// of this module) is dropped, with its samples still waiting for an outcome (counted
     /// as `unmatched`: drain the ring buffer first). The unwinder of a foreign taker with
-    /// the same pid, whose start time is not known, goes too. Its totals stay for the report.
-    pub fn forget_process(&mut self, p: ProcId) {
+    /// the same pid, whose start time is not known, goes too. Its totals stay for the report;
+    /// what its unwinders read of it is returned, for the run's summary.
+    pub fn forget_process(&mut self, p: ProcId) -> Reads {
         self.flush();
         let gone = |a: ProcId| a == p || a == ProcId::new(p.pid, 0);
         self.symbolize_where(gone);
+        let read = self.reads(p);
         self.unwinders.retain(|&a, _| !gone(a));
         let before = self.pending.len();
         self.pending.retain(|_, s| !gone(s.actor));
         self.unmatched += (before - self.pending.len()) as u64;
+        read
+    }
+
+    /// What the unwinders of `p` (and of a foreign taker with its pid, see
+    /// [`forget_process`](Self::forget_process)) have read of it.
+    pub fn reads(&self, p: ProcId) -> Reads {
+        let mut r = Reads::default();
+        for (_, u) in
+            (self.unwinders.iter()).filter(|(a, _)| **a == p || **a == ProcId::new(p.pid, 0))
+        {
+            if let Some(u) = u {
+                r += u.reads();
+            }
+        }
+        r
     }
 
     /// A thread that exited: its samples still waiting for an outcome are dropped (counted

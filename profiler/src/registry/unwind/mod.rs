@@ -28,7 +28,8 @@ use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{Module, Unwinder};
 
 use crate::registry::perfmap::{JitName, PerfMap};
-use crate::registry::procmaps::{Mapping, Maps, readable_path};
+use crate::registry::procmaps::{Keep, Lookup, Lookups, Mapping, Maps, Proc, readable_path};
+use crate::registry::reads::Reads;
 
 mod elf;
 mod symbolize;
@@ -154,7 +155,8 @@ pub enum StackEnd {
     UnreadableMemory,
     /// The deepest stack kept.
     DepthLimit,
-    /// A return address outside every executable mapping, even after reading them again.
+    /// A return address outside every executable mapping, even after looking it up (or while
+    /// the process's lookups wait: see `procmaps::live`).
     UnknownMapping,
     /// The process could not be read (gone before its first sample was looked at).
     NoProcess,
@@ -209,14 +211,11 @@ pub enum CodeKind {
     Unknown,
 }
 
-/// At most one re-reading of a process's mappings in this time (each takes its mmap_lock).
-const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// Unwinds and symbolizes stacks of one process. Keeps everything that is expensive (parsed
 /// CFI per file, framehop's rule cache, blazesym's parsed symbol tables) across calls; reads
-/// the mappings again when a frame is outside them (code loaded or compiled since), at most
-/// every [`REFRESH_EVERY`]. Not `Send` (blazesym's `Symbolizer` is not), so keep it on one
-/// thread.
+/// the mappings whole once, then looks up a frame outside them (code loaded or compiled
+/// since) as `procmaps::Lookups` allows. Not `Send` (blazesym's `Symbolizer` is not), so keep
+/// it on one thread.
 pub struct ProcessUnwinder {
     pid: u32,
     maps: Maps,
@@ -225,8 +224,8 @@ pub struct ProcessUnwinder {
     /// Executable file mappings added to `unwinder`, with their load bias and unwind info.
     modules: HashMap<ModuleKey, Option<(u64, Arc<ElfUnwindInfo>)>>,
     shared: Shared,
-    /// When the mappings were last read because a frame was outside them (None: never).
-    maps_read: Option<std::time::Instant>,
+    /// Lookups of addresses outside the mappings known, and their budget.
+    lookups: Lookups,
     /// V8's perf map, read while samples through JIT code arrive (the process, and for a
     /// container its root, may be gone when stacks are named), and kept.
     perf_map: Option<PerfMap>,
@@ -249,13 +248,21 @@ impl ProcessUnwinder {
             cache: CacheX86_64::new(),
             modules: HashMap::new(),
             shared,
-            maps_read: None,
+            lookups: Lookups::one_mapping(),
             perf_map: None,
             perf_map_read: None,
             v8: None,
             v8_note: None,
         };
-        this.refresh()?;
+        // Code only: a process with ten thousand threads has twenty thousand mappings, nearly
+        // all stacks, none of which unwinding or symbolizing looks up.
+        this.maps = (this.lookups)
+            .read(&mut Proc(pid), Keep::Exec)
+            .map_err(|source| UnwindError::Io {
+                path: PathBuf::from(format!("/proc/{pid}/maps")),
+                source,
+            })?;
+        this.sync_modules();
         this.attach_v8();
         Ok(this)
     }
@@ -287,7 +294,7 @@ impl ProcessUnwinder {
                 Ok(layout) => {
                     self.v8 = Some(crate::registry::v8::V8Process::new(
                         layout,
-                        crate::registry::v8::memory::ProcessMemory { pid: self.pid },
+                        crate::registry::v8::memory::ProcessMemory::new(self.pid),
                     ));
                     self.v8_note = None;
                     return;
@@ -298,19 +305,12 @@ impl ProcessUnwinder {
         }
     }
 
-    /// Re-reads the maps; adds/removes framehop modules for changed mappings
-    /// (files already parsed are reused) and refreshes blazesym's VMA cache.
-    pub fn refresh(&mut self) -> Result<(), UnwindError> {
-        // Code only: a process with ten thousand threads has twenty thousand mappings, nearly
-        // all stacks, none of which unwinding or symbolizing looks up.
-        let maps = Maps::read_exec(self.pid).map_err(|source| UnwindError::Io {
-            path: PathBuf::from(format!("/proc/{}/maps", self.pid)),
-            source,
-        })?;
-        let wanted: HashMap<ModuleKey, &Mapping> = maps
-            .iter()
+    /// Adds and removes framehop modules to match the mappings (files already parsed are
+    /// reused).
+    fn sync_modules(&mut self) {
+        let wanted: HashMap<ModuleKey, Mapping> = (self.maps.iter())
             .filter(|m| m.exec && m.path.is_some())
-            .map(|m| (ModuleKey::of(m), m))
+            .map(|m| (ModuleKey::of(m), m.clone()))
             .collect();
         for gone in self.modules.keys().filter(|k| !wanted.contains_key(k)) {
             self.unwinder.remove_module(gone.start);
@@ -336,18 +336,29 @@ impl ProcessUnwinder {
             }
             self.modules.insert(k.clone(), added);
         }
-        self.maps = maps;
-        Ok(())
     }
 
-    /// Reads the mappings again, for a frame outside them, unless that was done less than
-    /// [`REFRESH_EVERY`] ago, or the process is gone; true if they were read.
-    fn refresh_if_due(&mut self) -> bool {
-        if self.maps_read.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
-            return false;
+    /// Whether a mapping known covers `addr` (code), after looking it up if none did and the
+    /// process's budget allows (see `procmaps::live`).
+    fn cover(&mut self, addr: u64) -> bool {
+        let now = std::time::Instant::now();
+        let found =
+            (self.lookups).cover(&mut Proc(self.pid), &mut self.maps, addr, Keep::Exec, now);
+        if found != Lookup::Known {
+            log::debug!(
+                "pid {}: {addr:#x} outside the mappings known: {found:?} (lookups so far: {:?})",
+                self.pid,
+                self.lookups.reads
+            );
         }
-        self.maps_read = Some(std::time::Instant::now());
-        self.refresh().is_ok()
+        match found {
+            Lookup::Known => true,
+            Lookup::Added => {
+                self.sync_modules();
+                true
+            }
+            Lookup::Missing | Lookup::Limited => false,
+        }
     }
 
     /// The file behind `m`, opened safely (no link followed, a regular file, the mapping's
@@ -400,6 +411,15 @@ impl ProcessUnwinder {
             }
             _ => CodeKind::Native,
         }
+    }
+
+    /// What it has read of the process: its maps (whole and queried) and V8's heap.
+    pub fn reads(&self) -> Reads {
+        let mut r = self.lookups.reads;
+        if let Some(v8) = &self.v8 {
+            r += v8.memory().reads();
+        }
+        r
     }
 
     /// The mapping that holds `addr`, as last read.

@@ -12,8 +12,8 @@ impl ProcessUnwinder {
     /// where the code has no unwind entry (V8's builtins inside node's own `.text`) or no
     /// module (JIT code in anonymous memory), with the frame pointer chain, which V8 keeps in
     /// every frame it makes (JavaScript, builtin, stub, exit and entry frames alike). A return
-    /// address outside the known mappings makes them be read again (code loaded or compiled
-    /// since), at most every [`REFRESH_EVERY`]. Memory is read only from `stack`, which holds
+    /// address outside the known mappings is looked up (code loaded or compiled since), as
+    /// `procmaps::Lookups` allows. Memory is read only from `stack`, which holds
     /// the bytes at `[sp, sp + stack.len())`; [`Unwound::end`] says why the stack ends.
     pub fn unwind(
         &mut self,
@@ -32,7 +32,7 @@ impl ProcessUnwinder {
         // A read beyond the copy: the stack goes on where we cannot see it.
         let beyond = |addr: u64| addr >= stack_end;
         if self.code_kind(ip) == CodeKind::Unknown {
-            self.refresh_if_due();
+            self.cover(ip);
         }
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut frames = vec![UnwoundFrame { addr: ip, fp: bp }];
@@ -68,9 +68,7 @@ impl ProcessUnwinder {
                         }
                     },
                 };
-            if self.code_kind(next) == CodeKind::Unknown
-                && !(self.refresh_if_due() && self.code_kind(next) != CodeKind::Unknown)
-            {
+            if self.code_kind(next) == CodeKind::Unknown && !self.cover(next) {
                 break StackEnd::UnknownMapping;
             }
             frames.push(UnwoundFrame {

@@ -110,12 +110,38 @@ impl<M: Memory> V8Process<M> {
         if let Some(resolved) = self.scripts.get(script, (name, source)) {
             return resolved;
         }
-        let resolved = self
-            .heap()
-            .script_lines(script)
-            .map(|(n, ends)| (n, Arc::new(ends)));
+        let resolved = self.read_script(script);
         self.scripts
             .insert(script, (name, source), resolved.clone());
         resolved
+    }
+
+    /// A script's name and line ends. Node's own modules (`node:...`) keep their sources in
+    /// node's binary, as external strings of static data: the same bytes at the same address
+    /// in every isolate of the process (each Worker has its own Script objects), so their
+    /// line ends are read once per process, by that address and length.
+    fn read_script(&mut self, script: u64) -> Option<(String, Arc<Vec<i32>>)> {
+        let (name, builtin) = {
+            let h = self.heap();
+            let name = h.script_name(script)?;
+            let builtin = name
+                .starts_with("node:")
+                .then(|| h.external_source(script))
+                .flatten();
+            (name, builtin)
+        };
+        if let Some(key) = builtin
+            && let Some(ends) = self.builtin_sources.get(&key)
+        {
+            return Some((name, Arc::clone(ends)));
+        }
+        let ends = Arc::new(self.heap().script_line_ends(script)?);
+        if let Some(key) = builtin {
+            if self.builtin_sources.len() >= MAX_CACHED {
+                self.builtin_sources.clear();
+            }
+            self.builtin_sources.insert(key, Arc::clone(&ends));
+        }
+        Some((name, ends))
     }
 }

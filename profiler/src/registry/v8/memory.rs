@@ -3,8 +3,10 @@
 //! read. Apart from the heap's objects because it knows nothing of V8 but its chunk size:
 //! tests put a heap of their own making behind the same [`Memory`] trait.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+
+use crate::registry::reads::Reads;
 
 /// Memory of one process (a trait so that tests can give a heap of their own making).
 pub trait Memory {
@@ -111,9 +113,12 @@ impl<M: Memory> Memory for Prefetched<'_, M> {
 
 /// Another process's memory, through `process_vm_readv` (no ptrace stop; needs the right to
 /// ptrace it, which root has). The kernel takes the target's `mmap_lock` once per remote
-/// range, so [`read_many`](Memory::read_many) reads nearby objects as one range.
+/// range, so [`read_many`](Memory::read_many) reads nearby objects as one range. Counts its
+/// calls and the ranges they went through, for the report (`registry::reads`).
 pub struct ProcessMemory {
     pub pid: u32,
+    calls: Cell<u64>,
+    ranges: Cell<u64>,
 }
 
 /// V8 allocates its heap in aligned chunks of this size (a `MemoryChunk`), wholly mapped:
@@ -149,6 +154,29 @@ fn spans(reqs: &[(u64, Vec<u8>)]) -> Vec<(u64, u64, Vec<usize>)> {
 }
 
 impl ProcessMemory {
+    pub fn new(pid: u32) -> Self {
+        ProcessMemory {
+            pid,
+            calls: Cell::new(0),
+            ranges: Cell::new(0),
+        }
+    }
+
+    /// Its `process_vm_readv` calls so far (`memory`), and the ranges they went through
+    /// (`memory_ranges`: those read whole, and the one a call stopped at).
+    pub fn reads(&self) -> Reads {
+        Reads {
+            memory: self.calls.get(),
+            memory_ranges: self.ranges.get(),
+            ..Reads::default()
+        }
+    }
+
+    fn count(&self, ranges: usize) {
+        self.calls.set(self.calls.get() + 1);
+        self.ranges.set(self.ranges.get() + ranges as u64);
+    }
+
     /// Reads `ranges` (address, buffer) in as few calls as the kernel allows: whether each
     /// was read whole. A call stops at the first range it cannot read; the next call starts
     /// after it.
@@ -194,6 +222,7 @@ impl ProcessMemory {
                 whole += 1;
             }
             ok[next..next + whole].fill(true);
+            self.count((whole + 1).min(batch.len()));
             // The range it stopped at failed (or the call did): go on after it.
             next += whole + 1;
         }
@@ -222,6 +251,7 @@ impl Memory for ProcessMemory {
         // remote range and fails (EFAULT) or stops short instead of faulting.
         let n =
             unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        self.count(1);
         n == buf.len() as isize
     }
 
@@ -300,9 +330,7 @@ mod tests {
         );
         let at = |o: usize| chunk as u64 + o as u64;
         let want = |o: usize, n: usize| (o..o + n).map(|i| (i % 251) as u8).collect::<Vec<_>>();
-        let mem = ProcessMemory {
-            pid: std::process::id(),
-        };
+        let mem = ProcessMemory::new(std::process::id());
         let mut reqs = vec![
             (at(2 * page + 8), vec![0u8; 72]),
             (at(16), vec![0u8; 72]),
@@ -316,6 +344,12 @@ mod tests {
         assert_eq!(reqs[0].1, want(2 * page + 8, 72));
         assert_eq!(reqs[1].1, want(16, 72));
         assert_eq!(reqs[3].1, want(40, 72));
+        // Two ranges (0x10 alone; the chunk's objects, across the unreadable page) in a call
+        // that stops at the first, the second in a call of its own; then the chunk's four
+        // objects alone: a call that stops at the unreadable one (three ranges), and one for
+        // the last.
+        let r = mem.reads();
+        assert_eq!((r.memory, r.memory_ranges), (4, 6));
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(base, len) };
     }

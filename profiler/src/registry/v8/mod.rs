@@ -33,7 +33,7 @@ pub mod symbols;
 
 use std::{
     cell::RefCell,
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     path::Path,
     rc::Rc,
     sync::Arc,
@@ -97,6 +97,9 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     sfis: Checked<Option<JsFunction>>,
     /// A Script's name and line ends, by (name, source).
     scripts: Checked<Option<(String, Arc<Vec<i32>>)>>,
+    /// The line ends of node's own modules' sources, by (address, length, one byte): see
+    /// `cache`.
+    builtin_sources: HashMap<(u64, usize, bool), Arc<Vec<i32>>>,
     pub stats: ResolveStats,
 }
 
@@ -110,8 +113,14 @@ impl<M: Memory> V8Process<M> {
             map_types: RefCell::default(),
             sfis: Checked::new(),
             scripts: Checked::new(),
+            builtin_sources: HashMap::new(),
             stats: ResolveStats::default(),
         }
+    }
+
+    /// The memory it reads (a live process's counts its reads).
+    pub fn memory(&self) -> &M {
+        &self.mem
     }
 
     fn heap(&self) -> Heap<'_, Prefetched<'_, M>> {
@@ -125,8 +134,9 @@ impl<M: Memory> V8Process<M> {
 
     /// Names the functions of V8 frames (a batch of stacks' of one process), reading their
     /// objects' headers ahead in two rounds: the functions', then their SharedFunctionInfos',
-    /// Code objects' and BytecodeArrays' (see the module doc for what is checked). Each
-    /// distinct object is read once, however many frames hold it.
+    /// Code objects (of compiled frames) and BytecodeArrays (of interpreted ones), for the
+    /// functions still there (see the module doc for what is checked). Each distinct object
+    /// is read once, however many frames hold it.
     pub fn resolve_all(&mut self, slots: &[JsSlots]) -> Vec<Resolved> {
         const HEADER: usize = 72;
         let untag = |p: u64| p.wrapping_sub(heap::HEAP_OBJECT_TAG);
@@ -141,9 +151,25 @@ impl<M: Memory> V8Process<M> {
                 .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
         };
         let l = Arc::clone(&self.layout);
+        // Code is checked for compiled frames only.
+        let compiled: HashSet<u64> = (slots.iter())
+            .filter(|s| s.kind == SlotKind::Compiled)
+            .map(|s| untag(s.function))
+            .collect();
         let mut second: BTreeMap<u64, usize> = BTreeMap::new();
-        for (_, b) in &first {
-            for off in [l.js_function_shared, l.js_function_code] {
+        for (at, b) in &first {
+            // What is no function any more is not followed (its frames stay unknown): a map
+            // word that is no heap object (a forwarding address: moved by the GC since), or
+            // a map already known to be another type's.
+            let Some(map) = word(b, 0).filter(|m| is_heap_object(*m)) else {
+                continue;
+            };
+            let known = self.map_types.borrow().get(&map).copied();
+            if known.is_some_and(|t| !(l.js_function_first..=l.js_function_last).contains(&t)) {
+                continue;
+            }
+            let code = compiled.contains(at).then_some(l.js_function_code);
+            for off in std::iter::once(l.js_function_shared).chain(code) {
                 if let Some(p) = word(b, off).filter(|p| is_heap_object(*p)) {
                     second.insert(untag(p), HEADER);
                 }
@@ -172,11 +198,22 @@ impl<M: Memory> V8Process<M> {
         out
     }
 
-    /// Reads the ranges `(address, length)` in one call of the memory; those read.
+    /// Reads the ranges `(address, length)` in one call of the memory; those read. A range
+    /// that could not be read within one page marks that page unreadable for the batch, so
+    /// that no later read of the batch tries it again (each try takes the lock).
     fn prefetch(&self, ranges: BTreeMap<u64, usize>) -> Vec<(u64, Vec<u8>)> {
         let mut reqs: Vec<(u64, Vec<u8>)> =
             ranges.into_iter().map(|(a, n)| (a, vec![0u8; n])).collect();
         let ok = self.mem.read_many(&mut reqs);
+        if let Some(size) = self.mem.page_size().map(|s| s as u64) {
+            let mut pages = self.pages.borrow_mut();
+            for ((a, b), _) in reqs.iter().zip(&ok).filter(|(_, ok)| !**ok) {
+                let last = a.saturating_add(b.len().max(1) as u64 - 1);
+                if a / size == last / size {
+                    pages.insert(a - a % size, None);
+                }
+            }
+        }
         reqs.into_iter()
             .zip(ok)
             .filter(|(_, ok)| *ok)

@@ -102,26 +102,45 @@ impl<M: Memory> Heap<'_, M> {
         }
     }
 
-    /// A script's name (its file or URL; empty for an unnamed one) and line ends (the
-    /// position of each line's last character, as V8 computes them), from the script itself
-    /// when V8 has computed them, else from its source.
-    pub fn script_lines(&self, script: u64) -> Option<(String, Vec<i32>)> {
+    /// A script's name: its file or URL, empty for an unnamed one.
+    pub fn script_name(&self, script: u64) -> Option<String> {
         let l = self.layout;
         let name = self.field(script, l.script_name)?;
-        let name = if self
+        if self
             .instance_type(name)
             .is_some_and(|t| t < l.strings.first_nonstring_type)
         {
-            self.name(name)?
+            self.name(name)
         } else {
-            String::new()
-        };
+            Some(String::new())
+        }
+    }
+
+    /// A script's line ends (the position of each line's last character, as V8 computes
+    /// them), from the script itself when V8 has computed them, else from its source.
+    pub fn script_line_ends(&self, script: u64) -> Option<Vec<i32>> {
+        let l = self.layout;
         let ends = self.field(script, l.script_line_ends)?;
-        let ends = match self.typed(ends, l.fixed_array_type) {
-            Some(arr) => self.smi_array(arr, 1 << 22)?,
-            None => line_ends(&self.units(self.field(script, l.script_source)?, MAX_SOURCE)?),
-        };
-        Some((name, ends))
+        match self.typed(ends, l.fixed_array_type) {
+            Some(arr) => self.smi_array(arr, 1 << 22),
+            None => Some(line_ends(
+                &self.units(self.field(script, l.script_source)?, MAX_SOURCE)?,
+            )),
+        }
+    }
+
+    /// Where a script's source lies when V8 keeps it outside its heap (an external string,
+    /// its data cached): (address, length, one byte per character).
+    pub fn external_source(&self, script: u64) -> Option<(u64, usize, bool)> {
+        let sl = &self.layout.strings;
+        let source = self.field(script, self.layout.script_source)?;
+        let ty = self.instance_type(source)?;
+        if ty >= sl.first_nonstring_type || ty & sl.representation_mask != sl.external_tag {
+            return None;
+        }
+        let len = self.field(source, sl.length)? as u32 as usize;
+        let data = self.field(source, sl.external_resource + 8)?;
+        (data != 0).then_some((data, len, ty & sl.encoding_mask == sl.one_byte_tag))
     }
 }
 

@@ -22,6 +22,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::Profile;
 use crate::{
     kernel::Kernel,
+    registry::reads::Reads,
     registry::roles::{SeenThread, comm_str},
     run::SessionError,
     vocab::ids::{self, Presence, ProcId, ThreadId},
@@ -165,7 +166,15 @@ impl<K: Kernel> Profile<K> {
         }
         self.registry.roles.forget_image(p, at_ns);
         if let Some(stacks) = self.stacks.as_mut() {
-            stacks.forget_process(p);
+            let read = stacks.forget_process(p);
+            self.keep_reads(p, read);
+        }
+    }
+
+    /// Keeps what was read of a process whose readers forget it, for the summary.
+    fn keep_reads(&mut self, p: ProcId, read: Reads) {
+        if self.totals.keep_retired && !read.is_empty() {
+            *self.forgotten_reads.entry(p).or_default() += read;
         }
     }
 
@@ -300,10 +309,11 @@ impl<K: Kernel> Profile<K> {
         }
         self.registry.names.forget(owner);
         self.registry.cgroups.forget(owner);
-        self.registry.roles.forget_process(owner);
+        let mut read = self.registry.roles.forget_process(owner);
         if let Some(stacks) = self.stacks.as_mut() {
-            stacks.forget_process(owner);
+            read += stacks.forget_process(owner);
         }
+        self.keep_reads(owner, read);
     }
 
     /// Looks for exited threads in /proc: only needed when exit notices were lost.

@@ -6,7 +6,10 @@
 //! a scripted kernel in the unit tests (`tests.rs`), which drive the whole lifecycle
 //! (`lifecycle.rs`) with synthetic readings. The reports are in `reports.rs`.
 
-use std::time::{Duration, SystemTime};
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::NewThread;
@@ -22,6 +25,7 @@ use crate::{
         collector::{Collector, Counters, ProgramStats},
     },
     registry::Registry,
+    registry::reads::Reads,
     registry::roles::SeenThread,
     registry::stacks::StackAttribution,
     vocab::ids::{self, ProcId, ThreadId},
@@ -65,6 +69,9 @@ pub struct Profile<K = Collector> {
     blocked_total: Blocked,
     /// Why each process is profiled, when the run names its selection.
     selections: Option<Selections>,
+    /// What was read of processes forgotten since (gone, or exec'd: their unwinders
+    /// dropped), for the summary (`read_by_profiler`); not kept with `forget_history`.
+    forgotten_reads: HashMap<ProcId, Reads>,
 }
 
 /// Every this many readings, all entries are read (see `Profile::poll`).
@@ -99,6 +106,7 @@ impl<K: Kernel> Profile<K> {
             blocked_readings: BlockedReadings::default(),
             blocked_total: Blocked::default(),
             selections: None,
+            forgotten_reads: HashMap::new(),
         }
         .with_blocked_interval()
     }

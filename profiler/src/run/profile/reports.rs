@@ -11,6 +11,8 @@ use crate::{
         collector::{Counters, ProgramStats},
     },
     output::report::{self, Kind, Lost, Meta, Overhead, Report, Uncounted},
+    registry::reads::Reads,
+    vocab::ids::ProcId,
 };
 
 fn lost(c: Counters, base: Counters, exit_pending: u64) -> Lost {
@@ -172,7 +174,21 @@ impl<K: Kernel> Profile<K> {
             });
             report::add_stacks(&mut r, stacks, self.collector.stack_sample());
         }
+        for p in &mut r.processes {
+            let read = self.reads_of(ProcId::new(p.pid, p.start_ticks));
+            p.read_by_profiler = (!read.is_empty()).then_some(read);
+        }
         self.label_selection(&mut r);
         r
+    }
+
+    /// What was read of `p` during the run: by its readers now, and before they forgot it.
+    fn reads_of(&self, p: ProcId) -> Reads {
+        let mut read = self.forgotten_reads.get(&p).copied().unwrap_or_default();
+        read += self.registry.roles.reads(p);
+        if let Some(stacks) = &self.stacks {
+            read += stacks.reads(p);
+        }
+        read
     }
 }

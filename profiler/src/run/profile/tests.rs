@@ -12,7 +12,7 @@ use crate::{
         fake::{FakeKernel, Task, WAIT_NS},
     },
     output::report::{ProcessReport, Report, ThreadReport},
-    registry::roles::Role,
+    registry::{reads::Reads, roles::Role},
 };
 
 /// Made-up pids (above any real `pid_max`).
@@ -314,6 +314,14 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     assert_eq!(p.registry.roles.cached_processes(), 1);
     assert_eq!(p.registry.roles.cached_threads(), 2);
     let _ = p.interval_report();
+    // What the profiler read of it for its roles (its maps, a start routine).
+    let read = Reads {
+        maps: 1,
+        map_queries: 2,
+        memory: 1,
+        memory_ranges: 1,
+    };
+    p.registry.roles.note_reads(main.process(), read);
 
     p.collector.take(&worker, cause::MPROTECT, 3);
     p.collector.exit(&worker);
@@ -326,14 +334,17 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     assert_eq!(p.registry.cgroups.get(main.process()), None);
 
     // Its last interval and the summary still have it whole, named.
-    for r in [p.interval_report(), p.summary()] {
+    for (r, summary) in [(p.interval_report(), false), (p.summary(), true)] {
         let proc = process(&r, &main);
+        assert_eq!(proc.read_by_profiler.is_some(), summary);
         assert_eq!(proc.comm, "api-server");
         assert_eq!(proc.cgroup.as_deref(), Some("/system.slice/api.service"));
         assert_eq!(thread(proc, &worker).role, Role::Libuv);
     }
     let summary = p.summary();
     let proc = process(&summary, &main);
+    // What was read of it, kept for the summary (intervals do not count reads).
+    assert_eq!(proc.read_by_profiler, Some(read));
     assert_eq!(
         (
             proc.lock.write.count,

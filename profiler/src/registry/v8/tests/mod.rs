@@ -4,6 +4,7 @@
 //! Objects moved and replaced under a frame, on a heap of the tests' own making: `moved`.
 
 mod moved;
+mod reads;
 
 use super::*;
 use crate::registry::perfmap::JitName;
@@ -122,7 +123,7 @@ fn functions_of_every_shape_are_named_as_v8s_perf_map_names_them() {
     let syms = symbols::read_symbols(&v8_binary).unwrap();
     let layout = Arc::new(Layout::from_symbols(&syms, "node").unwrap());
     let pid = child.id();
-    let mut v8 = V8Process::new(layout, ProcessMemory { pid });
+    let mut v8 = V8Process::new(layout, ProcessMemory::new(pid));
     let perf = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap();
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     let mut named = Vec::new();

@@ -7,7 +7,7 @@ use super::super::*;
 /// A heap of one's own making: objects at fixed addresses, each replaceable (what a GC does
 /// when it moves an object and puts another at its address).
 #[derive(Default)]
-struct FakeHeap(std::cell::RefCell<std::collections::BTreeMap<u64, Vec<u8>>>);
+pub(super) struct FakeHeap(std::cell::RefCell<std::collections::BTreeMap<u64, Vec<u8>>>);
 
 impl memory::Memory for FakeHeap {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
@@ -27,35 +27,44 @@ impl memory::Memory for FakeHeap {
 }
 
 impl FakeHeap {
+    /// Every object: its address and bytes.
+    pub(super) fn objects(&self) -> Vec<(u64, Vec<u8>)> {
+        self.0
+            .borrow()
+            .iter()
+            .map(|(a, b)| (*a, b.clone()))
+            .collect()
+    }
+
     /// An object at `addr` (untagged) made of 8-byte words.
-    fn put(&self, addr: u64, words: &[u64]) {
+    pub(super) fn put(&self, addr: u64, words: &[u64]) {
         let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         self.0.borrow_mut().insert(addr, bytes);
     }
 }
 
-const fn smi_of(v: u64) -> u64 {
+pub(super) const fn smi_of(v: u64) -> u64 {
     v << 32
 }
 
 /// Node 20's layout: map types at 0x1000.., objects at 0x10000.. (tagged: +1).
-struct World {
-    heap: FakeHeap,
-    layout: Arc<Layout>,
+pub(super) struct World {
+    pub(super) heap: FakeHeap,
+    pub(super) layout: Arc<Layout>,
 }
 
 const M_FUNCTION: u64 = 0x1000;
 const M_SFI: u64 = 0x1100;
 const M_SCOPE: u64 = 0x1200;
-const M_SCRIPT: u64 = 0x1300;
-const M_STRING: u64 = 0x1400;
+pub(super) const M_SCRIPT: u64 = 0x1300;
+pub(super) const M_STRING: u64 = 0x1400;
 const M_CODE: u64 = 0x1500;
 const M_BYTECODE: u64 = 0x1600;
 const M_ARRAY: u64 = 0x1700;
 const M_CONTEXT: u64 = 0x1800;
 
 impl World {
-    fn new() -> World {
+    pub(super) fn new() -> World {
         let layout = Arc::new(Layout::from_symbols(&metadata::tests::node20(), "node").unwrap());
         let heap = FakeHeap::default();
         // Maps: the instance type (u16) at 12.
@@ -81,7 +90,7 @@ impl World {
     }
 
     /// `hot` at [`F`] (its SFI at [`HOT`], defined at column 12, its code at 0x5000_0000).
-    fn put_hot(&self) {
+    pub(super) fn put_hot(&self) {
         self.function(F, HOT, "hot", 12, 0x5000_0000);
     }
 
@@ -91,7 +100,7 @@ impl World {
         self.function(F, OTHER, "other", 40, 0x6000_0000);
     }
 
-    fn string(&self, at: u64, s: &str) -> u64 {
+    pub(super) fn string(&self, at: u64, s: &str) -> u64 {
         let mut words = vec![M_STRING + 1, (s.len() as u64) << 32];
         let mut chars = s.as_bytes().to_vec();
         chars.resize(s.len().div_ceil(8) * 8, 0);
@@ -118,6 +127,19 @@ impl World {
             script,
             &[M_SCRIPT + 1, source, script_name, 0, 0, 0, 0, ends + 1],
         );
+        self.function_in(f, sfi, name, pos, code_start, script);
+    }
+
+    /// [`function`](Self::function) in the script at `script` (untagged), made by the caller.
+    pub(super) fn function_in(
+        &self,
+        f: u64,
+        sfi: u64,
+        name: &str,
+        pos: u64,
+        code_start: u64,
+        script: u64,
+    ) {
         let name = self.string(sfi + 0x400, name);
         // Flags: the function variable's name slot is there (bits 12-13); no context local.
         let scope = sfi + 0x500;
@@ -152,12 +174,12 @@ impl World {
 
 /// The JSFunction the tests' frames hold, and the SFIs of the two functions the tests put at
 /// its address in turn (`hot`, then `other` where the GC moved `hot`).
-const F: u64 = 0x20000;
-const HOT: u64 = 0x30000;
+pub(super) const F: u64 = 0x20000;
+pub(super) const HOT: u64 = 0x30000;
 const OTHER: u64 = 0x40000;
 
 /// A frame of compiled code of the function at `f`, at `pc`, in `context`.
-fn compiled(f: u64, pc: u64, context: u64) -> JsSlots {
+pub(super) fn compiled(f: u64, pc: u64, context: u64) -> JsSlots {
     JsSlots {
         index: 1,
         pc,

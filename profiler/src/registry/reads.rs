@@ -1,0 +1,38 @@
+//! What the profiler read of a process, counted by kind, because each read may take the
+//! process's `mmap_lock` (which reads do on which kernel: `procmaps::query`, `v8::memory`).
+//! Counted where the reads are made (thread roles, each unwinder); the run adds them up per
+//! process for the summary (`read_by_profiler` in docs/report-format.md).
+
+use std::ops::AddAssign;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reads {
+    /// `/proc/PID/maps` read whole: once per reader at first (thread roles, stack
+    /// unwinding), then again only as `procmaps::live` allows.
+    pub maps: u64,
+    /// Mappings asked for alone (`PROCMAP_QUERY`, Linux 6.11+).
+    pub map_queries: u64,
+    /// `process_vm_readv` calls: V8's heap (names of JavaScript frames) and threads' start
+    /// routines.
+    pub memory: u64,
+    /// The ranges those calls read: the kernel takes the lock for each (more than once for a
+    /// range of many pages).
+    pub memory_ranges: u64,
+}
+
+impl Reads {
+    pub fn is_empty(&self) -> bool {
+        *self == Reads::default()
+    }
+}
+
+impl AddAssign for Reads {
+    fn add_assign(&mut self, o: Reads) {
+        self.maps += o.maps;
+        self.map_queries += o.map_queries;
+        self.memory += o.memory;
+        self.memory_ranges += o.memory_ranges;
+    }
+}

@@ -1,0 +1,231 @@
+//! What naming frames reads of a heap (each read of another process's memory takes its
+//! `mmap_lock`): node's own modules' sources once per process, and an unreadable page once
+//! per batch.
+
+use std::cell::RefCell;
+
+use super::super::*;
+use super::moved::{F, HOT, M_SCRIPT, M_STRING, World, compiled};
+
+/// A memory that records the address and length of every read.
+struct Counting<'a, M: Memory> {
+    mem: &'a M,
+    reads: RefCell<Vec<(u64, usize)>>,
+}
+
+impl<M: Memory> Memory for Counting<'_, M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.reads.borrow_mut().push((addr, buf.len()));
+        self.mem.read(addr, buf)
+    }
+
+    fn page_size(&self) -> Option<usize> {
+        self.mem.page_size()
+    }
+}
+
+impl<'a, M: Memory> Counting<'a, M> {
+    fn new(mem: &'a M) -> Self {
+        Counting {
+            mem,
+            reads: RefCell::default(),
+        }
+    }
+
+    /// Reads that touched `[at, at + len)`.
+    fn of(&self, at: u64, len: u64) -> usize {
+        let reads = self.reads.borrow();
+        reads
+            .iter()
+            .filter(|&&(a, n)| a < at + len && at < a + n as u64)
+            .count()
+    }
+}
+
+/// A one-byte external string (V8 keeps its characters at `data`, outside its heap).
+fn external(w: &World, at: u64, data: u64, len: u64) -> u64 {
+    // External (2), one byte (8), not internalized (0x20).
+    let ty = 0x2a_u64;
+    let map = M_STRING + 0x80;
+    w.heap.put(map, &[0, ty << 32]);
+    w.heap.put(at, &[map + 1, len << 32, 0, data]);
+    at + 1
+}
+
+/// A script named `name` whose source is external at `data`, with no line ends computed.
+fn script(w: &World, at: u64, name: &str, source_data: u64, len: u64) -> u64 {
+    let name = w.string(at + 0x100, name);
+    let source = external(w, at + 0x200, source_data, len);
+    w.heap.put(at, &[M_SCRIPT + 1, source, name, 0, 0, 0, 0, 0]);
+    at
+}
+
+/// Each Worker has its own Script objects for node's modules, whose sources are the same
+/// static bytes of node's binary: their line ends are read from the first one only. A
+/// script of the application's is read for each.
+#[test]
+fn node_module_sources_are_read_once_per_process_not_once_per_isolate() {
+    let w = World::new();
+    // Lines end at 9 and 19: "012345678\n012345678\n".
+    let src = 0x70_0000;
+    let text = b"012345678\n012345678\n";
+    w.heap.put(
+        src,
+        &text
+            .chunks(8)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(b)
+            })
+            .collect::<Vec<_>>(),
+    );
+    let len = text.len() as u64;
+    // Two isolates' `node:internal/x`, then two of an application's file whose source is
+    // external too.
+    let isolates = [
+        (0x10_0000, "node:internal/x"),
+        (0x20_0000, "node:internal/x"),
+        (0x30_0000, "/app/x.js"),
+        (0x40_0000, "/app/x.js"),
+    ];
+    let counting = Counting::new(&w.heap);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+    for (i, (base, name)) in isolates.into_iter().enumerate() {
+        let s = script(&w, base, name, src, len);
+        let (f, sfi, code) = (
+            base + 0x1_0000,
+            base + 0x2_0000,
+            0x5000_0000 * (i as u64 + 1),
+        );
+        // Defined at 12: line 2, column 3.
+        w.function_in(f, sfi, "fn", 12, code, s);
+        let named = v8.resolve_all(&[compiled(f, code + 0x10, sfi + 0x300)]);
+        assert_eq!(
+            named,
+            [Resolved::Named(JsFunction {
+                name: "fn".into(),
+                location: format!("{name}:2:3"),
+            })],
+            "isolate {i}"
+        );
+        let source_reads = counting.of(src, len);
+        let expected = match i {
+            0 | 1 => 1,
+            n => n,
+        };
+        assert_eq!(source_reads, expected, "after isolate {i}");
+    }
+}
+
+/// A heap read as a process's is: whole 4 KiB pages, a page missing being unreadable.
+struct Paged(std::collections::BTreeMap<u64, Vec<u8>>);
+
+const PAGE: u64 = 4096;
+
+impl Paged {
+    fn of(w: &World) -> Self {
+        let mut pages = std::collections::BTreeMap::new();
+        for (at, bytes) in w.heap.objects() {
+            for (i, b) in bytes.into_iter().enumerate() {
+                let a = at + i as u64;
+                pages
+                    .entry(a - a % PAGE)
+                    .or_insert_with(|| vec![0u8; PAGE as usize])[(a % PAGE) as usize] = b;
+            }
+        }
+        Paged(pages)
+    }
+}
+
+impl Memory for Paged {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        for (i, b) in buf.iter_mut().enumerate() {
+            let a = addr + i as u64;
+            match self.0.get(&(a - a % PAGE)) {
+                Some(page) => *b = page[(a % PAGE) as usize],
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn page_size(&self) -> Option<usize> {
+        Some(PAGE as usize)
+    }
+}
+
+/// A frame whose function's page is gone (unmapped since the sample): the page is tried
+/// once for the batch, not once more by each check that needs the function.
+#[test]
+fn an_unreadable_page_is_read_once_per_batch() {
+    let w = World::new();
+    w.put_hot();
+    let mut paged = Paged::of(&w);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    {
+        let counting = Counting::new(&paged);
+        let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+        assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "hot"));
+    }
+    paged.0.remove(&F);
+    let counting = Counting::new(&paged);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+    assert_eq!(
+        v8.resolve_all(&[frame, frame]),
+        [Resolved::Unknown, Resolved::Unknown]
+    );
+    assert_eq!(counting.of(F, PAGE), 1, "{:x?}", counting.reads.borrow());
+}
+
+/// A function moved by the GC since the sample (its old copy's map word now a forwarding
+/// address) is read no further: its frame is unknown whatever its SharedFunctionInfo says.
+/// An interpreted frame's function has its Code object left unread (only a compiled frame's
+/// is checked).
+#[test]
+fn only_what_the_checks_use_is_read() {
+    let w = World::new();
+    w.put_hot();
+    // Objects at least a header long, as a real heap's are: the headers are read ahead.
+    for (at, mut bytes) in w.heap.objects() {
+        bytes.resize(bytes.len().max(72), 0);
+        let words: Vec<u64> = (bytes.chunks(8))
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        w.heap.put(at, &words);
+    }
+    let interpreted = JsSlots {
+        kind: SlotKind::Interpreted {
+            bytecode_array: HOT + 0x100 + 1,
+            offset: 60,
+        },
+        ..compiled(F, 0x1234, HOT + 0x300)
+    };
+    let code = HOT + 0x200;
+    let counting = Counting::new(&w.heap);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+    assert!(matches!(&v8.resolve_all(&[interpreted])[0], Resolved::Named(j) if j.name == "hot"));
+    assert_eq!(counting.of(code, 8), 0, "{:x?}", counting.reads.borrow());
+    // Moved: the map word is the new copy's address (no heap object tag).
+    let mut header = w
+        .heap
+        .objects()
+        .into_iter()
+        .find(|(a, _)| *a == F)
+        .unwrap()
+        .1;
+    header[..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
+    let words: Vec<u64> = (header.chunks(8))
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    w.heap.put(F, &words);
+    counting.reads.borrow_mut().clear();
+    let moved = compiled(F, 0x5000_0010, HOT + 0x300);
+    assert_eq!(v8.resolve_all(&[moved]), [Resolved::Unknown]);
+    assert_eq!(
+        counting.of(HOT, 0x1000),
+        0,
+        "{:x?}",
+        counting.reads.borrow()
+    );
+}
