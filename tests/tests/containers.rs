@@ -431,8 +431,17 @@ fn profile_jsframes(image: &str, node_flags: &[&str], sample: u32, rounds: u32) 
     let mut args: Vec<&str> = node_flags.to_vec();
     args.extend([file.as_str(), rounds.as_str()]);
     // A fixed mmap threshold: each Buffer is one mmap (see jsframes.rs).
-    let mut w =
-        Workload::spawn(c.run_command(image, &["-e", "MALLOC_MMAP_THRESHOLD_=131072"], &args));
+    // The Worker outlives its samples half a second on the reference machine, for the
+    // profiler to name them.
+    let linger = format!(
+        "JSFRAMES_LINGER_MS={}",
+        integration_tests::scaled(std::time::Duration::from_millis(500)).as_millis()
+    );
+    let mut w = Workload::spawn(c.run_command(
+        image,
+        &["-e", "MALLOC_MMAP_THRESHOLD_=131072", "-e", &linger],
+        &args,
+    ));
     let pid = c.host_pid();
     assert_ne!(pid, 0);
     let dir = tempfile::tempdir().unwrap();

@@ -21,6 +21,7 @@ fn profile(node_flags: &[&str], sample: u32, rounds: u32) -> (Value, u64, String
     // A fixed mmap threshold: glibc's would rise after the first free, and the Buffers would
     // then come from the heap. So each Buffer is one mmap, by the Worker: 50 x 64 of them.
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .env("JSFRAMES_LINGER_MS", linger_ms())
         .args(node_flags)
         .arg(fixture("jsframes.js"))
         .arg(rounds.to_string());
@@ -99,4 +100,12 @@ fn without_a_perf_map_the_function_is_named_from_v8s_heap() {
         0,
         "unnamed JIT frames:\n{folded}"
     );
+}
+
+/// How long the fixture's Worker outlives its samples, for the profiler to name them: half a
+/// second on the reference machine.
+fn linger_ms() -> String {
+    integration_tests::scaled(std::time::Duration::from_millis(500))
+        .as_millis()
+        .to_string()
 }

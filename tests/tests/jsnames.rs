@@ -334,9 +334,15 @@ fn processes_found_by_children_and_comm_are_named() {
     let rounds = 24u64;
     // --children: a Node parent spawns the workload (which, its stdin closed, lingers a second
     // after its work).
+    // A second, on the reference machine, for the profiler to catch up with the child's
+    // start before its work, and for it to name the child's stacks before the child exits.
+    let second = integration_tests::scaled(std::time::Duration::from_secs(1))
+        .as_millis()
+        .to_string();
     let mut cmd = node.command();
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
-        .env("JSAPIS_DELAY_MS", "1000")
+        .env("JSAPIS_DELAY_MS", &second)
+        .env("JSAPIS_LINGER_MS", &second)
         .arg(fixture("spawner.js"))
         .arg(&node.bin)
         .arg("1")
@@ -353,8 +359,10 @@ fn processes_found_by_children_and_comm_are_named() {
     let named = named_writes(p, "viaBufferAlloc");
     assert!(
         named * 10 >= rounds * 9,
-        "--children: {named} of {rounds} allocations named: {}",
-        p["js_functions"]
+        "--children: {named} of {rounds} allocations named: {}; lost {}; js_frames {}",
+        p["js_functions"],
+        out.summary()["lost"],
+        p["js_frames"]
     );
     // --comm node.
     let mut cmd = node.command();
