@@ -22,6 +22,9 @@ fn advice(reason: &str) -> &'static str {
         "no_state" => "the kernel could not allocate a thread's state (memory)",
         "nested" => "a thread took a third mm lock at once",
         "exit_flush" => "a freed thread's last acquisitions could not be reached",
+        "output" => {
+            "their reader (a pipe, a slow disk) fell behind and the queue of reports to write was full; the run's counts are all kept, and the summary is written whole"
+        }
         "skipped" => {
             "the kernel skipped the profiler's programs (preempted inside them on the same CPU): counts may fall short by as many"
         }
@@ -30,7 +33,7 @@ fn advice(reason: &str) -> &'static str {
 }
 
 /// Says each reason that is non-zero for the first time: called after each reading of the
-/// kernel's counters, and once more at the end of a run.
+/// kernel's counters, once more at the end of a run, and when the output drops a report.
 pub fn check(lost: &Lost) {
     let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
     for (reason, n) in lost_reasons(lost) {
@@ -38,6 +41,7 @@ pub fn check(lost: &Lost) {
             let what = match reason.as_str() {
                 "stacks" => "sampled stacks",
                 "skipped" => "events",
+                "output" => "interval reports",
                 _ => "acquisitions",
             };
             eprintln!(
@@ -71,6 +75,7 @@ mod tests {
             "exit_flush",
             "exit_pending",
             "skipped",
+            "output",
         ] {
             assert!(reasons.iter().any(|x| x == r), "{r} in {reasons:?}");
         }

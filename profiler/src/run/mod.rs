@@ -23,6 +23,7 @@ mod rings;
 mod session;
 mod sink;
 mod targets;
+mod writer;
 
 use crate::output::lines::Pending;
 pub use profile::Profile;
@@ -362,6 +363,8 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // stay for the life of the process, so a second Ctrl-C cannot cut the summary short.
     let last = session.finish().await;
     let profile = &mut session.profile;
+    // The last interval and the summary wait for the reader, however slow.
+    sink.ending();
     if cfg.interval.is_some() && last.is_ok() {
         let mut r = profile.interval_report();
         r.show_all = cfg.all_processes;
