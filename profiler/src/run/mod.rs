@@ -68,6 +68,7 @@ pub async fn run_loop(
     profile: &mut Profile,
     rings: &mut Rings,
     cfg: LoopConfig<'_>,
+    advice: lost::Advice,
     driver: &mut dyn Driver,
 ) -> Result<Result<(), SessionError>, SessionError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
@@ -115,7 +116,7 @@ pub async fn run_loop(
                 if let Err(e) = step {
                     return Ok(Err(e));
                 }
-                lost::check(&profile.lost_so_far());
+                lost::check(&profile.lost_so_far(), advice);
                 trim.now_and_then();
                 if targets_gone && driver.may_end(profile) {
                     return Ok(Ok(()));

@@ -206,7 +206,7 @@ impl Sink {
             output: self.dropped,
             ..Lost::default()
         };
-        lost::check(&lost);
+        lost::check(&lost, lost::Advice::CommandLine);
     }
 
     /// Writes a report, then frees it. An interval report is dropped, and counted, when the
