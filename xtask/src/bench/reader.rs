@@ -2,8 +2,8 @@
 //! one-shot profiler at `-i 0.1` (stacks sampled 1 write in 64, the default) on thread churn
 //! (`thread-waves` 100 x 4 x 900: 720,000 writes), its standard output a pipe read at once or
 //! left unread for 10 s. What it kept of the sampled stacks and of the interval lines, its
-//! CPU time (from `wait4`), and the writer thread's own (the thread named `output`, read from
-//! /proc every 0.1 s: its last reading before the profiler exits).
+//! CPU time (from `wait4`), and the writer thread's own with the reader prompt (the thread
+//! named `output`, read from /proc every 0.1 s: its last reading before the profiler exits).
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -132,7 +132,8 @@ fn one(build: &'static str, prof: &Path, pinned: &Path, held: bool) -> Result<Re
     let poller = {
         let (stop, writer_cpu) = (stop.clone(), writer_cpu.clone());
         std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
+            // Held, the writes come in a burst as the profiler exits, after the last reading.
+            while !held && !stop.load(Ordering::Relaxed) {
                 if let Some(t) = thread_cpu(ppid, "output") {
                     *writer_cpu.lock().unwrap() = Some(t);
                 }
@@ -213,8 +214,9 @@ pub fn summarize(runs: &[ReaderRun]) -> (Value, String) {
          The one-shot profiler at `-i 0.1` (1 write in 64 sampled) on thread churn \
          (thread-waves 100 x 4 x 900: 720,000 writes), its standard output a pipe read at once \
          or left unread for 10 s; median (min - max) over the rounds. The writer's CPU is the \
-         thread `output`'s, read every 0.1 s until the profiler exits (none: a build without \
-         it). A baseline is another build of the profiler, given by `--reader-baseline`.\n\n\
+         thread `output`'s, read every 0.1 s until the profiler exits, with the reader \
+         prompt (held, its writes come in a burst as the profiler exits, after the last \
+         reading; none: a build without it). A baseline is another build of the profiler, given by `--reader-baseline`.\n\n\
          | build | reader | sampled stacks dropped (%) | interval lines received | lost (`lost.output`) | profiler CPU (s) | writer thread CPU (ms) |\n\
          |---|---|---:|---:|---:|---:|---:|\n",
     );
