@@ -147,6 +147,8 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         mode: crate::vocab::Mode::Full,
     })?;
     let mut session = Session::new(collector, false, &pids)?;
+    // The command set the profiler's options, not its user: no advice names one.
+    session.advice = crate::run::lost::Advice::OwnWorkload;
     // Start everyone together.
     for p in &mut procs {
         if let Some(stdin) = p.child.stdin.as_mut() {

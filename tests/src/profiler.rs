@@ -51,6 +51,8 @@ pub struct Profiler {
     stderr_rx: mpsc::Receiver<String>,
     stderr: Vec<String>,
     stdout_thread: Option<std::thread::JoinHandle<String>>,
+    /// While held, nothing reads the profiler's standard output ([`Self::start_unread`]).
+    reader_held: Option<mpsc::Sender<()>>,
 }
 
 impl Profiler {
@@ -79,12 +81,35 @@ impl Profiler {
         ])
     }
 
+    /// [`start`](Self::start), but nothing reads its standard output (a pipe: once its
+    /// buffer is full, the profiler's writes block) until [`resume_reading`](Self::resume_reading).
+    pub fn start_unread(args: &[&str]) -> Self {
+        let mut cmd = Command::new(profiler_bin());
+        cmd.args(["--format", "json"])
+            .args(args)
+            .stdin(Stdio::null());
+        Self::start_with(cmd, true)
+    }
+
+    /// Reads the standard output of a profiler started by [`start_unread`](Self::start_unread)
+    /// from now on.
+    pub fn resume_reading(&mut self) {
+        self.reader_held = None;
+    }
+
     /// Starts the profiler (or the agent) as `cmd` says (another user, capabilities, ...),
     /// its output read as [`start`](Self::start)'s, and waits until it is attached.
-    pub fn start_command(mut cmd: Command) -> Self {
+    pub fn start_command(cmd: Command) -> Self {
+        Self::start_with(cmd, false)
+    }
+
+    fn start_with(mut cmd: Command, held: bool) -> Self {
         let mut child = start(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()));
         let stdout = child.stdout.take().expect("stdout");
+        let (hold, held_rx) = mpsc::channel::<()>();
         let stdout_thread = std::thread::spawn(move || {
+            // Until the sender is dropped (never sent on).
+            let _ = held_rx.recv();
             let mut s = String::new();
             let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
             s
@@ -103,6 +128,7 @@ impl Profiler {
             stderr_rx,
             stderr: Vec::new(),
             stdout_thread: Some(stdout_thread),
+            reader_held: held.then_some(hold),
         };
         // It attaches or ends (stderr then closes): no bound on how long attaching takes.
         loop {
@@ -146,6 +172,8 @@ impl Profiler {
 
     /// Waits for the profiler to end by itself (duration, targets' exit, signal): no bound.
     pub fn finish(mut self) -> Finished {
+        // A profiler still writing its output ends once it is read.
+        self.resume_reading();
         let status = wait_child(&mut self.child);
         let raw_stdout = self
             .stdout_thread

@@ -16,6 +16,7 @@ mod json;
 mod load;
 mod markdown;
 mod procfs;
+mod reader;
 mod reads;
 mod report;
 mod scale;
@@ -69,9 +70,18 @@ pub struct BenchArgs {
     /// starting 250 Workers (about 8 s each; 0: skip it).
     #[arg(long, default_value_t = 3)]
     reads_rounds: usize,
+    /// Rounds of a reader that falls behind: the profiler's output read at once, then left
+    /// unread for 10 s, under thread churn (about 25 s each; 0: skip it).
+    #[arg(long, default_value_t = 3)]
+    reader_rounds: usize,
+    /// Another build of mmaplock-prof (one before a change) run beside this one in the
+    /// reader rounds.
+    #[arg(long, value_name = "PATH")]
+    reader_baseline: Option<PathBuf>,
     /// Only these sections: `agent` (what the agent costs), `capture` (what contention mode
-    /// captures), `reads` (what the profiler's reads cost); repeatable. Default: everything.
-    #[arg(long, value_parser = ["agent", "capture", "reads"])]
+    /// captures), `reads` (what the profiler's reads cost), `reader` (a reader that falls
+    /// behind); repeatable. Default: everything.
+    #[arg(long, value_parser = ["agent", "capture", "reads", "reader"])]
     only: Vec<String>,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
@@ -171,6 +181,13 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         results.markdown.push('\n');
         results.markdown.push_str(&md);
     }
+    let readers = reader::run(args.reader_rounds, &prof, args.reader_baseline.as_deref())?;
+    if !readers.is_empty() {
+        let (json, md) = reader::summarize(&readers);
+        results.json["reader"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,
@@ -209,6 +226,14 @@ fn sections_only(
         let rounds = reads::run(args.reads_rounds.max(1), prof, out_dir)?;
         write("reads", reads::summarize(&rounds))?;
     }
+    if args.only.iter().any(|s| s == "reader") {
+        let runs = reader::run(
+            args.reader_rounds.max(1),
+            prof,
+            args.reader_baseline.as_deref(),
+        )?;
+        write("reader", reader::summarize(&runs))?;
+    }
     Ok(())
 }
 
@@ -218,11 +243,11 @@ fn sections_only(
 fn pin_binaries(out_dir: &std::path::Path) -> Result<PathBuf> {
     let bin = out_dir.join("bin");
     fs::create_dir_all(&bin)?;
-    for name in ["mmaplock-prof", "mmap-churn", "long-holder"] {
+    for name in ["mmaplock-prof", "mmap-churn", "long-holder", "thread-waves"] {
         let to = bin.join(name);
         // Never write through a hard link into the target directory.
         let _ = fs::remove_file(&to);
-        fs::copy(workspace_root().join("target/release").join(name), &to)
+        fs::copy(crate::target_dir().join("release").join(name), &to)
             .with_context(|| format!("copy {name} to {}", bin.display()))?;
     }
     Ok(bin.join("mmaplock-prof"))

@@ -92,6 +92,15 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where cargo builds: `CARGO_TARGET_DIR` if set (relative to the workspace root), else the
+/// workspace's `target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => workspace_root().join(d),
+        None => workspace_root().join("target"),
+    }
+}
+
 /// A cargo command in the workspace root with bpf-linker on PATH.
 pub fn cargo(linker_dir: &Path) -> Result<Command> {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
@@ -134,7 +143,7 @@ pub fn build(linker_dir: &Path, release: bool) -> Result<()> {
 
 fn demo(linker_dir: &Path, args: &[String]) -> Result<()> {
     build(linker_dir, true)?;
-    let bin = workspace_root().join("target/release/mmaplock-prof");
+    let bin = target_dir().join("release/mmaplock-prof");
     let mut cmd = if is_root() {
         Command::new(&bin)
     } else {

@@ -204,7 +204,10 @@ impl Driver for Agent<'_> {
                 let name = attribution.name(p, window.processes.get(&p).unwrap_or(&none));
                 self.labels(p, name, &attribution)
             });
-            m.set_health(profile.lost_so_far(), profile.program_stats());
+            // Lost output: the --output file's interval lines its writer could not keep.
+            let mut lost = profile.lost_so_far();
+            lost.output = self.ndjson.as_ref().map_or(0, Sink::lost_output);
+            m.set_health(lost, profile.program_stats());
             m.tracked_processes = self.selection.len() as u64;
             m.selector_matches = self.selection.matches_by_selector();
             let (threads, entries) = profile.live();

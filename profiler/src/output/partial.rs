@@ -202,6 +202,7 @@ impl Summed {
             end: self.end.clone(),
             interval_s: None,
             duration_s: None,
+            intervals: None,
             processes,
             lost: self.lost,
             uncounted: self.uncounted,

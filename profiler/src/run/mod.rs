@@ -23,6 +23,7 @@ mod rings;
 mod session;
 mod sink;
 mod targets;
+mod writer;
 
 use crate::output::lines::Pending;
 pub use profile::Profile;
@@ -67,6 +68,7 @@ pub async fn run_loop(
     profile: &mut Profile,
     rings: &mut Rings,
     cfg: LoopConfig<'_>,
+    advice: lost::Advice,
     driver: &mut dyn Driver,
 ) -> Result<Result<(), SessionError>, SessionError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(SessionError::Signals)?;
@@ -114,7 +116,7 @@ pub async fn run_loop(
                 if let Err(e) = step {
                     return Ok(Err(e));
                 }
-                lost::check(&profile.lost_so_far());
+                lost::check(&profile.lost_so_far(), advice);
                 trim.now_and_then();
                 if targets_gone && driver.may_end(profile) {
                     return Ok(Ok(()));
@@ -362,6 +364,8 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // stay for the life of the process, so a second Ctrl-C cannot cut the summary short.
     let last = session.finish().await;
     let profile = &mut session.profile;
+    // The last interval and the summary wait for the reader, however slow.
+    sink.ending();
     if cfg.interval.is_some() && last.is_ok() {
         let mut r = profile.interval_report();
         r.show_all = cfg.all_processes;

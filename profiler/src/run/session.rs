@@ -14,6 +14,8 @@ pub struct Session {
     /// What was gathered; it stays readable after [`finish`](Self::finish), whatever failed.
     pub profile: Profile,
     rings: Rings,
+    /// Who set the run's options: what its `lost` advice may name.
+    pub advice: lost::Advice,
 }
 
 impl Session {
@@ -28,7 +30,11 @@ impl Session {
         let rings = Rings::open(&mut collector)?;
         let mut profile = Profile::new(collector, intervals);
         profile.prepare_stacks(stack_pids);
-        Ok(Session { profile, rings })
+        Ok(Session {
+            profile,
+            rings,
+            advice: lost::Advice::default(),
+        })
     }
 
     /// The shared run loop ([`run_loop`]) over this session: a failure while running comes
@@ -38,7 +44,7 @@ impl Session {
         cfg: LoopConfig<'_>,
         driver: &mut dyn Driver,
     ) -> Result<Result<(), SessionError>, SessionError> {
-        run_loop(&mut self.profile, &mut self.rings, cfg, driver).await
+        run_loop(&mut self.profile, &mut self.rings, cfg, self.advice, driver).await
     }
 
     /// The end of the run: the records still in the rings, the kernel's last flush and
@@ -56,7 +62,7 @@ impl Session {
                 s.unmatched + s.pending_samples() as u64
             );
         }
-        lost::check(&self.profile.lost_so_far());
+        lost::check(&self.profile.lost_so_far(), self.advice);
         last
     }
 }

@@ -183,6 +183,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         end: rfc3339(end),
         interval_s: (kind == Kind::Interval).then_some(secs),
         duration_s: (kind == Kind::Summary).then_some(secs),
+        intervals: None,
         processes,
         lost,
         uncounted,

@@ -41,6 +41,11 @@ pub struct Lost {
     /// Not in `events`: they may be other processes' (the kernel does not say whose).
     #[serde(default)]
     pub skipped: u64,
+    /// Interval reports not written because their reader fell behind (the writer's queue was
+    /// full) or their write failed: on an interval line, those dropped just before it; on the
+    /// summary, all of them. Not in `events`: the reports' counts are all in the summary.
+    #[serde(default)]
+    pub output: u64,
 }
 
 /// `add`, for structs of counters: field by field, saturating (they may come from files).
@@ -67,6 +72,7 @@ add_counters!(Lost {
     exit_flush,
     exit_pending,
     skipped,
+    output,
 });
 
 impl Lost {

@@ -85,6 +85,8 @@ pub struct Report {
     pub end: String,
     pub interval_s: Option<f64>,
     pub duration_s: Option<f64>,
+    /// Summary: the interval reports the run made, written or not (`lost.output`).
+    pub intervals: Option<u64>,
     pub processes: Vec<ProcessReport>,
     pub lost: Lost,
     #[serde(default)]
@@ -123,6 +125,7 @@ impl Report {
             end: String::new(),
             interval_s: None,
             duration_s: Some(0.0),
+            intervals: None,
             processes: Vec::new(),
             lost: Lost::default(),
             uncounted: Uncounted::default(),

@@ -212,6 +212,10 @@ fn lost_text(l: &Lost) -> String {
         (l.exit_pending, "threads still exiting at the end"),
         (l.skipped, "program runs the kernel skipped"),
         (l.stacks, "stacks dropped: raise --stack-sample"),
+        (
+            l.output,
+            "interval reports not written: the reader fell behind",
+        ),
     ];
     let parts: Vec<String> = reasons
         .iter()

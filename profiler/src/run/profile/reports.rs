@@ -26,6 +26,8 @@ fn lost(c: Counters, base: Counters, exit_pending: u64) -> Lost {
         exit_flush: c.exit_flush.saturating_sub(base.exit_flush),
         exit_pending,
         skipped: c.skipped.saturating_sub(base.skipped),
+        // What the output could not write: counted by the sink (run/sink.rs).
+        output: 0,
     }
     .with_total()
 }
