@@ -147,9 +147,14 @@ pub(super) fn last_line(path: &Path) -> Result<Value> {
 
 /// Starts `cmd` and waits for a line of its standard error containing `said`.
 pub(super) fn started(mut cmd: Command, said: &str) -> Result<Guard> {
+    cmd.stdout(Stdio::null());
+    started_with_stdout(cmd, said)
+}
+
+/// [`started`], its standard output left as `cmd` sets it (a reader of it).
+pub(super) fn started_with_stdout(mut cmd: Command, said: &str) -> Result<Guard> {
     let mut g = Guard(
         cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("start {cmd:?}"))?,

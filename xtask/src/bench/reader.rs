@@ -6,23 +6,23 @@
 //! named `output`, read from /proc every 0.1 s: its last reading before the profiler exits).
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     path::Path,
     process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
-        mpsc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 
 use super::{
-    procfs::Guard,
+    capture::started_with_stdout,
     stats::{Spread, json_of, show},
+    workload::start_ready,
 };
 
 /// How long the held reader leaves the pipe unread (the workload takes about 4.5 s).
@@ -78,46 +78,14 @@ fn wait_with_cpu(pid: u32) -> Result<Duration> {
 /// One run of `prof`; the helper is the pinned one beside `pinned`.
 fn one(build: &'static str, prof: &Path, pinned: &Path, held: bool) -> Result<ReaderRun> {
     let bin = pinned.parent().context("bin dir")?;
-    let mut w = Guard(
-        Command::new(bin.join("thread-waves"))
-            .args(["100", "4", "900", "0"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("start thread-waves")?,
-    );
-    let mut wout = BufReader::new(w.0.stdout.take().context("stdout")?);
-    let mut l = String::new();
-    wout.read_line(&mut l)?;
-    if !l.starts_with("ready") {
-        bail!("thread-waves said {l:?}");
-    }
+    let (mut w, mut wout) =
+        start_ready(Command::new(bin.join("thread-waves")).args(["100", "4", "900", "0"]))?;
     let pid = w.0.id().to_string();
-    let mut p = Guard(
-        Command::new(prof)
-            .args(["-p", &pid, "-i", "0.1", "-f", "json"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("start mmaplock-prof")?,
-    );
+    let mut cmd = Command::new(prof);
+    cmd.args(["-p", &pid, "-i", "0.1", "-f", "json"])
+        .stdout(Stdio::piped());
+    let mut p = started_with_stdout(cmd, "attached in")?;
     let ppid = p.0.id();
-    let (tx, rx) = mpsc::channel();
-    let err = p.0.stderr.take().context("stderr")?;
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("attached in") => break,
-            Ok(_) => {}
-            Err(_) => bail!("mmaplock-prof did not attach"),
-        }
-    }
     let mut out = p.0.stdout.take().context("stdout")?;
     let reader = std::thread::spawn(move || {
         if held {
