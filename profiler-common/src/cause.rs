@@ -21,6 +21,15 @@ pub const OTHER: u32 = 10;
 /// read hold that follows; it never counts as a read acquisition.
 pub const DOWNGRADE: u32 = 11;
 pub const COUNT: u32 = 12;
+/// Set on a `STATS` key's kind for a thread's *spill* entry: acquisitions of that kind the
+/// thread added to `STATS` itself because its pending ring was full while another context
+/// held it (the flush iterator). They belong to the kind: userspace adds the two entries.
+pub const SPILLED: u32 = 0x100;
+
+/// The kind an entry's acquisitions count under (a spill entry's, without [`SPILLED`]).
+pub const fn base(kind: u32) -> u32 {
+    kind & !SPILLED
+}
 
 /// Report name of a write cause.
 pub fn name(c: u32) -> &'static str {

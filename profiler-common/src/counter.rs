@@ -17,7 +17,8 @@ pub const DIRTY_LOST: u32 = 4;
 /// threads itself.
 pub const EXITS_LOST: u32 = 5;
 /// Lost: a completed acquisition found its thread's pending ring full while another
-/// context was flushing it (a race with the flush iterator; should stay 0).
+/// context was flushing it. No longer counted: such an acquisition is spilled
+/// ([`SPILLED`]); kept so that the report's `lost.ring_full` keeps its place (always 0).
 pub const RING_FULL: u32 = 6;
 /// Not lost: a thread's pending ring filled up (many trylocks and no start_locking in
 /// between), so it was flushed at a release, while the lock was held.
@@ -44,5 +45,9 @@ pub const BLOCKERS_MAP_FULL: u32 = 13;
 /// Not lost: lock events whose first program the kernel skipped (another thread was inside
 /// it on that CPU, where tracepoint programs can be preempted) and the second copy handled.
 pub const RESCUED: u32 = 14;
+/// Not lost: completed acquisitions that found their thread's pending ring full while
+/// another context (the flush iterator) held it, and went to the thread's spill entry in
+/// `STATS` instead (see [`crate::cause::SPILLED`]): a hash update with the lock held.
+pub const SPILLED: u32 = 15;
 /// Number of counters.
-pub const COUNT: u32 = 15;
+pub const COUNT: u32 = 16;

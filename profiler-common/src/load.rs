@@ -26,6 +26,10 @@ pub struct Settings {
     /// Offset of `start_routine` in our glibc's `struct pthread` (0: unknown): a thread reads
     /// its own when it is announced (`NewThread::start_routine`).
     pub start_routine_off: u32,
+    /// Non-zero in tests only (`MMAPLOCK_PROF_SPILL_TEST`): half the completed acquisitions
+    /// take the path of a full ring held elsewhere (`counter::SPILLED`), so that its counts
+    /// can be checked against ground truth.
+    pub spill_test: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and

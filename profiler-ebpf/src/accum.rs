@@ -201,10 +201,16 @@ pub fn count_map_full(kind: u32, acquired: u64, not_acquired: u64) {
 /// accumulators do not cover).
 #[inline(never)]
 fn record_direct(st: &ThreadState, d: &Done) {
+    add_to_entry(st, d, d.kind as u32);
+}
+
+/// Adds `d` to the thread's `STATS` entry of `kind` (its own kind, or that kind spilled).
+#[inline(always)]
+fn add_to_entry(st: &ThreadState, d: &Done, kind: u32) {
     let key = StatsKey {
         owner: d.owner,
         tid: st.tid,
-        kind: d.kind as u32,
+        kind,
         _pad: 0,
         owner_start: d.owner_start,
         tid_start: st.tid_start,
@@ -216,6 +222,22 @@ fn record_direct(st: &ThreadState, d: &Done) {
     };
     add(&mut entry.stats, d);
     note_changed(&key, entry);
+}
+
+/// Adds one completed acquisition to the thread's spill entry in `STATS` (its kind with
+/// `cause::SPILLED`), for a release that found its ring full while another context holds
+/// the claim: the iterator, which runs preemptibly and may hold it for a scheduler slice.
+/// Waiting for it could take that long with the lock held, or for ever where the iterator is
+/// pinned to this CPU. The spill entry needs a key of its own, since the accumulators'
+/// copies overwrite theirs; only the thread itself writes it, so no claim is needed, and
+/// userspace adds it to the kind. Runs with the lock held: a hash update, rare.
+#[inline(never)]
+pub fn spill(st: &mut ThreadState, task: Task, d: &Done) {
+    identify(st, task);
+    add_to_entry(st, d, d.kind as u32 | cause::SPILLED);
+    if d.sample_seq != 0 {
+        crate::sampling::done(st.tid, d.sample_seq as u32, d.wait, d.hold);
+    }
 }
 
 /// Accumulates one completed acquisition, and sends the outcome of a sampled one.
@@ -249,8 +271,6 @@ fn record(st: &mut ThreadState, d: &Done) {
 #[repr(C)]
 struct FlushCtx {
     st: *mut ThreadState,
-    /// `flush_when_free`: 1 once the claim was won.
-    won: u64,
 }
 
 /// One pending acquisition (a `for_each` callback; returns 0 to go on).
@@ -290,7 +310,6 @@ pub fn flush_claimed(st: &mut ThreadState, task: Task, with_charge: bool) {
     st.profiled = 1;
     let mut ctx = FlushCtx {
         st: ptr::from_mut(st),
-        won: 0,
     };
     for_each::<RING>(
         head.wrapping_sub(tail),
@@ -311,43 +330,6 @@ pub fn flush(st: &mut ThreadState, task: Task, with_charge: bool) -> bool {
     unclaim(st);
     true
 }
-
-/// Tries to claim once (a `for_each` callback: returns 1, stopping the loop, once claimed).
-extern "C" fn try_claim(_i: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: as in `flush_one`.
-    let ctx = unsafe { &mut *ctx.cast::<FlushCtx>() };
-    // SAFETY: as above.
-    let won = claim(unsafe { &mut *ctx.st });
-    ctx.won = won as u64;
-    won as i64
-}
-
-/// Spins on the claim a bounded while (another context holds it for a short flush), then
-/// flushes; false if it never got it. Only for a release that found its ring full.
-#[inline(never)]
-pub fn flush_when_free(st: &mut ThreadState, task: Task) -> bool {
-    let mut ctx = FlushCtx {
-        st: ptr::from_mut(st),
-        won: 0,
-    };
-    let c = ptr::from_mut(&mut ctx);
-    for_each::<SPIN>(SPIN, try_claim, c.cast());
-    // SAFETY: the loop is over: the context is ours again.
-    if unsafe { ptr::read_volatile(&(*c).won) } == 0 {
-        return false;
-    }
-    flush_claimed(st, task, false);
-    unclaim(st);
-    true
-}
-
-/// Claim attempts of [`flush_when_free`] (each a few tens of nanoseconds: about 1-3 ms in
-/// all). The iterator holds a thread's claim for a microsecond or so, but a task iterator
-/// runs preemptibly: on a busy machine it can be preempted while it holds the claim, for up to
-/// a scheduler slice, and a thread that completes 16 acquisitions meanwhile would lose the
-/// next. Waiting is paid only then (a full ring and a claim held elsewhere), with the lock
-/// held; losing would break the counts' exactness.
-const SPIN: u32 = 1 << 16;
 
 /// One accumulator into `STATS` (a `for_each` callback).
 extern "C" fn copy_one(i: u64, ctx: *mut c_void) -> i64 {
@@ -407,7 +389,6 @@ pub fn copy_claimed(st: &mut ThreadState) {
     let n = st.accs_used;
     let mut ctx = FlushCtx {
         st: ptr::from_mut(st),
-        won: 0,
     };
     for_each::<ACCS>(n, copy_one, ptr::from_mut(&mut ctx).cast());
 }

@@ -58,6 +58,7 @@ pub static SETTINGS: Settings = Settings {
     self_tgid: 0,
     strong_order: 0,
     start_routine_off: 0,
+    spill_test: 0,
 };
 
 /// Which owners to profile (`--pid`, or the `SELECTED` map).

@@ -4,13 +4,13 @@
 
 use core::ptr;
 
-use aya_ebpf::helpers::bpf_get_current_pid_tgid;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_prandom_u32};
 use profiler_common::{cause, counter};
 
 use crate::{
     accum, blockers,
     kread::Task,
-    maps::{blockers_on, bump, note_activity},
+    maps::{SETTINGS, blockers_on, bump, konst, note_activity},
     state::{Done, RING, Slot, SlotState, ThreadState},
     timing::{kind_of, owner_of},
 };
@@ -165,14 +165,23 @@ pub fn complete(st: &mut ThreadState, task: Task, d: Done) {
     let head = st.head;
     // SAFETY: `tail` may be written by another CPU holding the claim.
     let tail = unsafe { ptr::read_volatile(&st.tail) };
+    // SAFETY: a helper without arguments.
+    if konst(&SETTINGS.spill_test) != 0 && unsafe { bpf_get_prandom_u32() } & 1 != 0 {
+        // Tests only (`MMAPLOCK_PROF_SPILL_TEST`): half the acquisitions take the spill path,
+        // so that its counts are checked against ground truth.
+        bump(counter::SPILLED);
+        accum::spill(st, task, &d);
+        return;
+    }
     if head.wrapping_sub(tail) >= RING {
         // Many trylocks and no start_locking in between: accumulate now, under the lock,
-        // rather than lose them; counted so the cost is visible. If the iterator holds the
-        // ring (for a microsecond or so), wait for it, a bounded while.
-        if accum::flush(st, task, false) || accum::flush_when_free(st, task) {
+        // rather than lose them; counted so the cost is visible. If another context holds
+        // the ring, add this one to `STATS` directly instead of waiting.
+        if accum::flush(st, task, false) {
             bump(counter::FLUSH_UNDER_LOCK);
         } else {
-            bump(counter::RING_FULL);
+            bump(counter::SPILLED);
+            accum::spill(st, task, &d);
             return;
         }
     }

@@ -112,11 +112,12 @@ impl ThreadAgg {
         self.read.is_empty() && self.downgrade.is_empty() && self.writes.0.is_empty()
     }
 
+    /// The stats of a kernel entry's `kind` (a spill entry's count under its kind).
     fn kind_mut(&mut self, kind: u32) -> &mut SideStats {
-        match kind {
+        match cause::base(kind) {
             cause::READ => &mut self.read,
             cause::DOWNGRADE => &mut self.downgrade,
-            _ => self.writes.entry(kind),
+            k => self.writes.entry(k),
         }
     }
 

@@ -106,6 +106,40 @@ fn a_threads_kinds_are_kept_and_retired_together() {
     assert_eq!((t.read.count, t.write().count), (2, 2));
 }
 
+/// A spill entry (a kind with `cause::SPILLED`: acquisitions a thread added to the map
+/// itself while its ring was held elsewhere) is diffed on its own, counts under its kind,
+/// and is read and deleted with the thread's other entries.
+#[test]
+fn a_spill_entry_adds_to_its_kind_and_retires_with_the_thread() {
+    let mut tot = Totals::default();
+    let spill = StatsKey {
+        kind: cause::MPROTECT | cause::SPILLED,
+        ..W
+    };
+    let read_spill = StatsKey {
+        kind: cause::READ | cause::SPILLED,
+        ..W
+    };
+    let one = kernel_entry(&[(100, 1000)]);
+    let two = kernel_entry(&[(100, 1000), (300, 10)]);
+    tot.update(&[(W, two), (spill, one), (read_spill, one)]);
+    // The accumulators' entry is unchanged; the spill grew by one: one delta, its own.
+    let d = tot.update(&[(W, two), (spill, two)]);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].key, d[0].stats.count), (spill, 1));
+    let mut keys = tot.keys_of(P10, T11);
+    keys.sort_by_key(|k| k.kind);
+    assert_eq!(keys, vec![W, read_spill, spill]);
+    let w = tot.window();
+    let t = &w.processes[&P10][&T11];
+    assert_eq!(t.writes.get(cause::MPROTECT).unwrap().count, 4);
+    assert_eq!(t.writes.get(cause::MPROTECT).unwrap().wait.sum, 800);
+    assert_eq!(t.writes.len(), 1, "no kind of its own");
+    assert_eq!(t.read.count, 1);
+    tot.retire(P10, T11, None);
+    assert_eq!(tot.live_entries(), 0);
+}
+
 #[test]
 fn interval_deltas_subtract_previous_reading() {
     let mut tot = Totals::default();

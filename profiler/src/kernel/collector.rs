@@ -110,6 +110,7 @@ pub struct Counters {
     pub exits_lost: u64,
     pub ring_full: u64,
     pub flush_under_lock: u64,
+    pub spilled: u64,
     pub exit_flush: u64,
     pub fork_child: u64,
     pub not_acquired_map_full: u64,

@@ -145,6 +145,8 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         start_routine_off: super::pthread::start_routine_offset()
             .and_then(|o| u32::try_from(o).ok())
             .unwrap_or(0),
+        // Tests only: the spill path of a full ring, taken at random (counter::SPILLED).
+        spill_test: std::env::var_os("MMAPLOCK_PROF_SPILL_TEST").is_some() as u32,
     };
     // The programs' diagnostics: 0 (none, the log calls removed by the verifier) unless the
     // logger takes them (`--log-level`, `RUST_LOG`).

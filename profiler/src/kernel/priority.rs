@@ -2,7 +2,8 @@
 //! while it flushes that thread's ring; a task iterator runs preemptibly, and preempted
 //! while it holds a claim (for a scheduler slice, on a busy host or a kernel with lazy
 //! preemption, Linux 7.x's default), a thread that completes sixteen acquisitions meanwhile
-//! loses the next (`lost.ring_full`, after a bounded spin). Ordinary tasks cannot preempt a
+//! adds the next to a spill entry with the lock held (`uncounted.spilled`), which costs more
+//! than its ring. Ordinary tasks cannot preempt a
 //! `SCHED_FIFO` thread, and the pass is short (microseconds a thread). Where the profiler
 //! may not raise its priority (no `CAP_SYS_NICE`), the pass runs as before.
 

@@ -289,6 +289,7 @@ impl Kernel for Collector {
             exits_lost: read(counter::EXITS_LOST)?,
             ring_full: read(counter::RING_FULL)?,
             flush_under_lock: read(counter::FLUSH_UNDER_LOCK)?,
+            spilled: read(counter::SPILLED)?,
             exit_flush: read(counter::EXIT_FLUSH)?,
             fork_child: read(counter::FORK_CHILD)?,
             not_acquired_map_full: read(counter::NOT_ACQUIRED_MAP_FULL)?,

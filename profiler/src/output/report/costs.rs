@@ -93,6 +93,10 @@ pub struct Uncounted {
     /// Threads' pending rings that filled up (trylocks only, no blocking acquire between)
     /// and were flushed at a release, with the lock held: kept exact at a cost.
     pub flushed_under_lock: u64,
+    /// Completed acquisitions that found their thread's pending ring full while the flush
+    /// iterator held it, and were added to the thread's counts directly, with the lock held:
+    /// kept exact at a cost.
+    pub spilled: u64,
     /// Blockers only (not acquisitions): holds that had left their lock's log of the last
     /// 16 when the wait they made was charged; that part of the wait is not attributed.
     pub blockers_overrun: u64,
@@ -107,6 +111,7 @@ pub struct Uncounted {
 add_counters!(Uncounted {
     fork_child,
     flushed_under_lock,
+    spilled,
     blockers_overrun,
     blockers_dropped,
     not_acquisitions_map_full,

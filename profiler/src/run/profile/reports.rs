@@ -36,6 +36,7 @@ fn uncounted(c: Counters, base: Counters) -> Uncounted {
     Uncounted {
         fork_child: c.fork_child.saturating_sub(base.fork_child),
         flushed_under_lock: c.flush_under_lock.saturating_sub(base.flush_under_lock),
+        spilled: c.spilled.saturating_sub(base.spilled),
         blockers_overrun: c.blockers_overrun.saturating_sub(base.blockers_overrun),
         blockers_dropped: (c.blockers_busy + c.blockers_map_full)
             .saturating_sub(base.blockers_busy + base.blockers_map_full),
