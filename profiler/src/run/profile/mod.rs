@@ -172,9 +172,11 @@ impl<K: Kernel> Profile<K> {
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
                 let (owner, thread) = ids_of(&d.key);
-                // Learn a process's name and cgroup and a thread's role while they are alive.
+                // Learn a process's name, cgroup and executable and a thread's role while
+                // they are alive.
                 registry.names.prime(owner);
                 registry.cgroups.prime(owner);
+                registry.exes.prime(owner);
                 let seen = SeenThread {
                     owner,
                     thread,
