@@ -156,7 +156,8 @@ impl<K: Kernel> Profile<K> {
     /// A profiled process has exec'd: same pid and start time, a new image. Its name is the
     /// new image's (a container's process is named `node`, not `runc:[2:INIT]`, once runc has
     /// exec'd it): read again, or, for a process gone since (a short container's), the name
-    /// the kernel gave it at exec. Its executable is read again (none if it is gone already).
+    /// the kernel gave it at exec. Its executable is read again unless it was read since the
+    /// exec (none if it is gone already).
     /// What was learnt from its old image's memory is dropped:
     /// maps, unwinders, perf map; its threads keep their roles (see `Roles::forget_image`).
     fn process_exec(&mut self, p: ProcId, at_ns: u64, comm: &[u8; COMM_LEN]) {
@@ -166,7 +167,7 @@ impl<K: Kernel> Profile<K> {
         if self.registry.names.cached(p).is_none() && comm[0] != 0 {
             self.registry.names.learn(p, &comm_str(comm));
         }
-        self.registry.exes.exec(p);
+        self.registry.exes.exec(p, at_ns);
         self.registry.roles.forget_image(p, at_ns);
         if let Some(stacks) = self.stacks.as_mut() {
             let read = stacks.forget_process(p);

@@ -310,7 +310,7 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     p.registry
         .cgroups
         .learn(main.process(), "/system.slice/api.service");
-    p.registry.exes.learn(main.process(), "/usr/bin/node");
+    p.registry.exes.learn(main.process(), "/usr/bin/node", 0);
     p.poll(false).unwrap();
     assert_eq!(p.registry.roles.cached_processes(), 1);
     assert_eq!(p.registry.roles.cached_threads(), 2);
@@ -443,7 +443,7 @@ fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
 fn a_process_gone_before_its_exec_was_read_is_named_after_what_it_execd() {
     let mut p = profile(false);
     let main = process_with_mmaps(&mut p, "runc:[2:INIT]", 2);
-    p.registry.exes.learn(main.process(), "/usr/bin/runc");
+    p.registry.exes.learn(main.process(), "/usr/bin/runc", 0);
     p.collector.notice_exec(&main, "mmap-churn");
     p.collector.take(&main, cause::MMAP, 3);
     p.collector.exit(&main);
