@@ -45,10 +45,12 @@ impl Executables {
 
     /// A thread of the process's own started at `start_ns`: a read before that may be of an
     /// image it has left since (an exec whose notice is still to come), read again while the
-    /// process lives (kept if it is gone: the exec's notice decides).
+    /// process has one (kept if it is gone or exiting, its memory gone: the exec's notice
+    /// decides; a thread announced at its exit must not unlearn it).
     pub fn thread_started(&mut self, p: ProcId, start_ns: u64) {
         if self.by_proc.get(&p).is_some_and(|r| r.at_ns < start_ns)
             && let Some(read) = read_exe(p)
+            && read.exe.is_some()
         {
             self.by_proc.insert(p, read);
         }
@@ -159,6 +161,28 @@ mod tests {
         // At its exec, what was read before (its parent's executable) is dropped.
         e.exec(my_predecessor(), 30);
         assert_eq!((e.get(my_predecessor()), e.len()), (None, 0));
+    }
+
+    /// A zombie has no executable to read: a thread announced at its exit leaves what was
+    /// read of it; at an exec's notice it has none.
+    #[test]
+    fn a_zombie_keeps_what_was_read_of_it() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let p = ProcId::of_live(child.id()).expect("not reaped yet");
+        // It exits; not waited for, it stays a zombie.
+        let zombie = || ids::presence(p.pid, ids::ThreadId::new(p.pid, p.start));
+        let t0 = std::time::Instant::now();
+        while zombie() != ids::Presence::Zombie {
+            assert!(t0.elapsed().as_secs() < 60, "{:?}", zombie());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut e = Executables::default();
+        e.learn(p, "/usr/bin/true", 10);
+        e.thread_started(p, ids::boot_ns());
+        assert_eq!(e.get(p), Some("/usr/bin/true"));
+        e.exec(p, ids::boot_ns());
+        assert_eq!((e.get(p), e.len()), (None, 1), "known to have none");
+        child.wait().unwrap();
     }
 
     #[test]
