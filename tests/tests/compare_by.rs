@@ -4,6 +4,11 @@
 //! by run, each side is one group whose figures are the exact sums of its summary's processes,
 //! those it lists and those it grouped by command (`minor_processes`, a pool of 14 children).
 //!
+//! By executable (`--by exe`), every process of both runs is node's, the renamed parent
+//! included: each has node's real path or none (a short child gone before the profiler could
+//! read it after its exec), and each group's figures are the sums over the processes the
+//! summaries say are in it.
+//!
 //! Each run is selected by the parent's pid (with `--children` for the forks), not by
 //! `--comm node`: the test counts whole runs, and any other node process on the host would
 //! be in a run selected by name.
@@ -96,6 +101,142 @@ fn names(summary: &Value) -> BTreeSet<String> {
         .chain(list(minor, "by_comm"))
         .map(|p| p["comm"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// The node the fixtures run (the first on PATH), its symlinks resolved: the path
+/// `/proc/PID/exe` gives.
+fn node_exe() -> String {
+    let path = std::env::var_os("PATH").expect("PATH");
+    let node = std::env::split_paths(&path)
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .expect("node on PATH");
+    let real = std::fs::canonicalize(node).unwrap();
+    real.to_str().unwrap().to_string()
+}
+
+/// `--by exe`'s group of the processes without an executable.
+const UNKNOWN: &str = "(executable unknown)";
+
+/// A summary by executable, summed here: per group, its processes, their names, and the
+/// write count and wait sum per row (`all`, `role ROLE`, `cause CAUSE`; those it grouped in
+/// their executable's `all` row only). Every executable is `node`'s.
+type ByExe = BTreeMap<
+    String,
+    (
+        u64,
+        BTreeSet<String>,
+        BTreeMap<(String, String), (u64, u64)>,
+    ),
+>;
+
+fn by_exe(summary: &Value, node: &str) -> ByExe {
+    let mut m = ByExe::new();
+    let group = |exe: &Value| {
+        let name = exe.as_str().unwrap_or(UNKNOWN).to_string();
+        assert!(name == node || name == UNKNOWN, "{name}: not {node}");
+        name
+    };
+    let add = |rows: &mut BTreeMap<(String, String), (u64, u64)>,
+               kind: &str,
+               key: &str,
+               stats: &Value| {
+        let e = rows.entry((kind.into(), key.into())).or_default();
+        e.0 += u(&stats["count"]);
+        e.1 += u(&stats["wait_ns"]["sum"]);
+    };
+    for p in list(summary, "processes") {
+        let (n, comms, rows) = m.entry(group(&p["exe"])).or_default();
+        *n += 1;
+        comms.insert(p["comm"].as_str().unwrap().to_string());
+        add(rows, "all", "all", &p["write"]);
+        for t in list(p, "threads") {
+            add(rows, "role", t["role"].as_str().unwrap(), &t["write"]);
+        }
+        for c in list(p, "causes") {
+            add(rows, "cause", c["cause"].as_str().unwrap(), &c["write"]);
+        }
+    }
+    let minor = summary.get("minor_processes").unwrap_or(&Value::Null);
+    let mut grouped = 0;
+    for e in list(minor, "by_exe") {
+        let (n, comms, rows) = m.entry(group(&e["exe"])).or_default();
+        *n += u(&e["processes"]);
+        grouped += u(&e["processes"]);
+        comms.extend(
+            list(e, "comms")
+                .iter()
+                .map(|c| c.as_str().unwrap().to_string()),
+        );
+        add(rows, "all", "all", &e["write"]);
+    }
+    assert_eq!(
+        grouped,
+        minor.get("processes").map_or(0, u),
+        "by_exe covers the group: {minor}"
+    );
+    m
+}
+
+/// `compare --by exe` of two summaries: its groups, their processes and names, and every row
+/// the sums [`by_exe`] makes of them; the renamed parent and the forks' parent in node's group.
+fn lines_up_by_exe(c: &Value, before: &Value, after: &Value, node: &str) {
+    assert_eq!(c["by"], "exe");
+    let sides = [
+        ("before", by_exe(before, node)),
+        ("after", by_exe(after, node)),
+    ];
+    for (_, m) in &sides {
+        assert!(
+            m.get(node).is_some_and(|g| g.0 >= 1),
+            "the parent is node's: {m:?}"
+        );
+    }
+    let names: BTreeSet<&String> = sides.iter().flat_map(|(_, m)| m.keys()).collect();
+    let groups = list(c, "groups");
+    assert_eq!(groups.len(), names.len(), "{groups:?}");
+    let mut keys = 0;
+    for g in groups {
+        let name = g["name"].as_str().unwrap().to_string();
+        let mut rows = BTreeSet::new();
+        for (side, m) in &sides {
+            let (n, comms, sums) = m.get(&name).cloned().unwrap_or_default();
+            assert_eq!(
+                g[*side]["processes"]["mean"].as_f64(),
+                Some(n as f64),
+                "{g}"
+            );
+            let got: BTreeSet<String> = list(&g[*side], "comms")
+                .iter()
+                .map(|n| n.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(got, comms, "{name} {side}");
+            rows.extend(sums.keys().cloned());
+        }
+        keys += rows.len();
+    }
+    let rows = list(c, "rows");
+    assert_eq!(rows.len(), keys, "a row per group and key of either side");
+    for r in rows {
+        let group = r["process"].as_str().unwrap();
+        let key = (
+            r["group"].as_str().unwrap().to_string(),
+            r["key"].as_str().unwrap().to_string(),
+        );
+        for (side, m) in &sides {
+            let want = m
+                .get(group)
+                .and_then(|g| g.2.get(&key))
+                .copied()
+                .unwrap_or_default();
+            let got = |f: &str| r[f][*side]["mean"].as_f64().unwrap();
+            assert_eq!(
+                (got("writes"), got("wait_ns")),
+                (want.0 as f64, want.1 as f64),
+                "{group} {key:?} {side}"
+            );
+        }
+    }
 }
 
 /// A summary's processes, listed or grouped.
@@ -191,16 +332,62 @@ fn by_run_a_renamed_parent_with_workers_lines_up_with_a_parent_and_children() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("Processes grouped by run (--by run)."));
 
-    // What cannot be grouped is refused, in one line, as bad usage.
-    for (by, needle) in [
-        ("exe", "mmaplock-prof: --by exe: "),
-        ("bogus", "[possible values: exe, comm, cgroup, run]"),
+    // By executable: node's real path, the renamed parent's too, its text saying so.
+    let node = node_exe();
+    let c = run_json(["compare", a, b, "--by", "exe"]);
+    lines_up_by_exe(&c, &threads, &forks, &node);
+    assert_eq!(c["notes"].as_array().map(Vec::len), Some(0), "{c}");
+    let runner = threads["processes"][0]["comm"].as_str().unwrap();
+    assert_eq!(threads["processes"][0]["exe"], node.as_str(), "{runner}");
+    let text = run_ok(["compare", a, b, "--by", "exe", "-f", "text"]);
+    assert!(text.contains("grouped by executable (--by exe)"), "{text}");
+    let label = if node.chars().count() <= 28 {
+        node.clone()
+    } else {
+        let n = node.chars().count();
+        format!("…{}", node.chars().skip(n - 27).collect::<String>())
+    };
+    let forks_n = by_exe(&forks, &node)[&node].0;
+    let noun = if forks_n == 1 { "process" } else { "processes" };
+    assert!(
+        text.contains(&format!(
+            "\n    {label:<28} 1 process ({runner}) -> {forks_n} {noun} (node)\n"
+        )),
+        "{text}"
+    );
+
+    // What cannot be grouped is refused, in one line, as bad usage: an unknown grouping, and
+    // --by exe on a file of a build before executables were reported (here, the threads
+    // run's without them).
+    let old = dir.path().join("old.json");
+    let lines: Vec<String> = read_lines(Path::new(a))
+        .into_iter()
+        .map(|mut l| {
+            for p in l["processes"].as_array_mut().into_iter().flatten() {
+                p.as_object_mut().unwrap().remove("exe");
+            }
+            l.to_string()
+        })
+        .collect();
+    std::fs::write(&old, lines.join("\n") + "\n").unwrap();
+    let old = old.to_str().unwrap();
+    for (before, by, needle) in [
+        (
+            old,
+            "exe",
+            format!("mmaplock-prof: --by exe: {old} records no process's executable"),
+        ),
+        (
+            a,
+            "bogus",
+            "[possible values: exe, comm, cgroup, run]".to_string(),
+        ),
     ] {
-        let out = run_profiler(&["compare", a, b, "--by", by]);
+        let out = run_profiler(&["compare", before, b, "--by", by]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains(needle), "{err}");
+        assert!(err.contains(&needle), "{err}");
         assert!(out.stdout.is_empty());
     }
 }
@@ -272,5 +459,17 @@ fn grouped_children_are_counted_by_run_and_join_their_command_by_comm() {
     assert!(
         text.contains(&format!("  note: {b}: its grouped processes")),
         "{text}"
+    );
+    // By executable: the grouped children in their executable's group, counted and summed
+    // (`by_exe`), which is said.
+    let c = run_json(["compare", a, b, "--by", "exe"]);
+    lines_up_by_exe(&c, &threads, &forks, &node_exe());
+    let notes = list(&c, "notes");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].as_str().unwrap().starts_with(&format!(
+            "{b}: its grouped processes (minor_processes) are in their executable's processes"
+        )),
+        "{notes:?}"
     );
 }

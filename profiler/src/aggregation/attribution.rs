@@ -1,5 +1,5 @@
 //! What the registry knows about the processes and threads of one window (names, cgroups,
-//! roles), resolved before a report is built from it. It lives here, above the registry,
+//! executables, roles), resolved before a report is built from it. It lives here, above the registry,
 //! because resolving it reads the window: the registry itself never sees aggregated data.
 
 use std::collections::{BTreeMap, HashMap};
@@ -14,12 +14,13 @@ use crate::{
     vocab::ids::{ProcId, ThreadId},
 };
 
-/// Names, cgroups and roles for one window, resolved by the registry (which reads /proc and
+/// Names, cgroups, executables and roles for one window, resolved by the registry (which reads /proc and
 /// symbolizes) before a report is built from them.
 #[derive(Clone, Debug, Default)]
 pub struct Attribution {
     names: BTreeMap<ProcId, String>,
     cgroups: BTreeMap<ProcId, String>,
+    exes: BTreeMap<ProcId, String>,
     roles: HashMap<(ProcId, ThreadId), Decided>,
 }
 
@@ -27,6 +28,11 @@ impl Attribution {
     /// A process's cgroup (v2 path), when known.
     pub fn cgroup(&self, p: ProcId) -> Option<&str> {
         self.cgroups.get(&p).map(String::as_str)
+    }
+
+    /// A process's executable (the path `/proc/PID/exe` links to), when known.
+    pub fn exe(&self, p: ProcId) -> Option<&str> {
+        self.exes.get(&p).map(String::as_str)
     }
 
     /// A process's name: resolved, else its main thread's name as the kernel saw it.
@@ -73,6 +79,7 @@ impl Attribution {
         Attribution {
             names: names.iter().map(|(p, n)| (*p, n.to_string())).collect(),
             cgroups: BTreeMap::new(),
+            exes: BTreeMap::new(),
             roles: roles
                 .iter()
                 .map(|(p, t, r)| ((*p, *t), (*r).into()))
@@ -98,14 +105,7 @@ impl Attribution {
                 }
             };
             a.names.insert(p, name);
-            if let Some(c) = window
-                .cgroups
-                .get(&p)
-                .map(String::as_str)
-                .or(registry.cgroups.get(p))
-            {
-                a.cgroups.insert(p, c.to_string());
-            }
+            a.learn_process(p, registry, window);
             for (&t, agg) in threads {
                 // Live threads were observed as they came; retired ones carry their role.
                 // Never `role()` here: it would note a forgotten thread again, for good.
@@ -124,14 +124,7 @@ impl Attribution {
                     Some(n) => n.clone(),
                     None => registry.names.get(p, None),
                 });
-                if let Some(c) = window
-                    .cgroups
-                    .get(&p)
-                    .map(String::as_str)
-                    .or(registry.cgroups.get(p))
-                {
-                    a.cgroups.insert(p, c.to_string());
-                }
+                a.learn_process(p, registry, window);
             }
             for pair in pairs.keys() {
                 for t in [pair.waiter, pair.holder] {
@@ -144,6 +137,22 @@ impl Attribution {
             }
         }
         a
+    }
+
+    /// A process's cgroup and executable: kept in the window if it is gone, else cached.
+    fn learn_process(&mut self, p: ProcId, registry: &Registry, window: &Window) {
+        let kept = |gone: &BTreeMap<ProcId, String>, live: Option<&str>| {
+            gone.get(&p)
+                .map(String::as_str)
+                .or(live)
+                .map(str::to_string)
+        };
+        if let Some(c) = kept(&window.cgroups, registry.cgroups.get(p)) {
+            self.cgroups.insert(p, c);
+        }
+        if let Some(e) = kept(&window.exes, registry.exes.get(p)) {
+            self.exes.insert(p, e);
+        }
     }
 }
 

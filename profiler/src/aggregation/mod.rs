@@ -157,8 +157,9 @@ pub struct Window {
     pub processes: BTreeMap<ProcId, BTreeMap<ThreadId, ThreadAgg>>,
     /// Names of processes that are gone (live ones are looked up when reporting).
     pub names: BTreeMap<ProcId, String>,
-    /// Cgroups of processes that are gone, likewise.
+    /// Cgroups and executables of processes that are gone, likewise.
     pub cgroups: BTreeMap<ProcId, String>,
+    pub exes: BTreeMap<ProcId, String>,
     /// Waits charged to the holds that made them wait; None when blockers are off.
     pub blocked: Option<blocked::Blocked>,
     /// The time of live threads whose process took no lock in the window so far, kept apart

@@ -43,9 +43,10 @@ pub struct Totals {
     pub(super) owners: HashMap<ThreadId, smallvec::SmallVec<[ProcId; 1]>>,
     /// Threads whose kernel entries were deleted after they exited.
     retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
-    /// Names and cgroups of processes that are gone.
+    /// Names, cgroups and executables of processes that are gone.
     names: BTreeMap<ProcId, String>,
     cgroups: BTreeMap<ProcId, String>,
+    exes: BTreeMap<ProcId, String>,
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
@@ -79,6 +80,7 @@ impl Totals {
             retired: Vec::new(),
             names: BTreeMap::new(),
             cgroups: BTreeMap::new(),
+            exes: BTreeMap::new(),
             keep_retired: true,
             epoch_ns,
             last_tick_ns: epoch_ns,
@@ -222,6 +224,13 @@ impl Totals {
         }
     }
 
+    /// A gone process's executable, kept for the summary (like its name).
+    pub fn exe_process(&mut self, owner: ProcId, exe: String) {
+        if self.keep_retired {
+            self.exes.insert(owner, exe);
+        }
+    }
+
     /// Kernel entries of live threads.
     pub fn live_entries(&self) -> usize {
         self.threads.values().map(|i| i.kinds.len()).sum()
@@ -255,6 +264,7 @@ impl Totals {
         }
         w.names = self.names.clone();
         w.cgroups = self.cgroups.clone();
+        w.exes = self.exes.clone();
         w
     }
 }

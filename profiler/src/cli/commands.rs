@@ -143,7 +143,7 @@ pub struct CompareArgs {
     pub study: Option<PathBuf>,
     /// Group processes before comparing: run (all of a run's processes summed, so that a run
     /// of Worker threads lines up with one of child processes), comm (command name), cgroup,
-    /// or exe (executable; refused: reports do not record it).
+    /// or exe (executable's path, whatever the process calls itself).
     #[arg(long, value_name = "BY", default_value = "run", value_parser = by_parser())]
     pub by: By,
 }

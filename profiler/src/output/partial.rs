@@ -73,8 +73,9 @@ struct Thread {
 #[derive(Default)]
 struct Process {
     comm: String,
-    /// The last known (a line may not have it yet).
+    /// The last known (a line may not have them yet).
     cgroup: Option<String>,
+    exe: Option<String>,
     sides: Sides,
     blocked_wait_ns: Option<u64>,
     /// By (tid, the taker's pid for a foreign thread).
@@ -122,6 +123,9 @@ impl Summed {
             e.comm.clone_from(&p.comm);
             if p.cgroup.is_some() {
                 e.cgroup.clone_from(&p.cgroup);
+            }
+            if p.exe.is_some() {
+                e.exe.clone_from(&p.exe);
             }
             e.sides.add(&p.lock);
             if let Some(b) = p.blocked_wait_ns {
@@ -184,6 +188,7 @@ impl Summed {
                     start_ticks,
                     comm: p.comm.clone(),
                     cgroup: p.cgroup.clone(),
+                    exe: p.exe.clone(),
                     lock: p.sides.report(),
                     blocked_wait_ns: p.blocked_wait_ns,
                     threads,
@@ -235,8 +240,9 @@ mod tests {
         a.processes[0].threads[0].role_addon = Some("/app/a.node".into());
         a.processes[0].threads[0].role_library = Some("/app/liba.so".into());
         b.processes[0].threads[0].role = Role::Addon;
-        // The cgroup of the first line only: kept (`compare --by cgroup` reads it).
+        // The cgroup and executable of the first line only: kept (`compare --by` reads them).
         a.processes[0].cgroup = Some("/app.slice/a.scope".into());
+        a.processes[0].exe = Some("/usr/bin/node".into());
         a.lost.nested = 2;
         b.lost.nested = 3;
         b.uncounted.fork_child = 4;
@@ -281,6 +287,7 @@ mod tests {
             (Some("/app/a.node"), Some("/app/liba.so"))
         );
         assert_eq!(p.cgroup.as_deref(), Some("/app.slice/a.scope"));
+        assert_eq!(p.exe.as_deref(), Some("/usr/bin/node"));
         assert_eq!((r.lost.nested, r.uncounted.fork_child), (5, 4));
     }
 

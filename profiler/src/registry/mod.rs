@@ -4,6 +4,7 @@
 
 pub mod addonlibs;
 pub mod cgroups;
+pub mod exes;
 pub mod names;
 pub mod perfmap;
 pub mod procmaps;
@@ -19,10 +20,12 @@ pub mod v8;
 use names::ProcessNames;
 use roles::Roles;
 
-/// The registry's caches that reports draw on: process names and cgroups, thread roles.
+/// The registry's caches that reports draw on: process names, cgroups and executables,
+/// thread roles.
 #[derive(Default)]
 pub struct Registry {
     pub names: ProcessNames,
     pub cgroups: cgroups::CgroupNames,
+    pub exes: exes::Executables,
     pub roles: Roles,
 }

@@ -13,7 +13,7 @@ use crate::{
     aggregation::{DurationHist, SideStats},
     output::{
         compare_findings::{self, RunFindings},
-        report::{MinorProcesses, ProcessReport, Report, Stats},
+        report::{MinorProcesses, MinorTotals, ProcessReport, Report, Stats},
     },
 };
 
@@ -60,8 +60,7 @@ impl By {
         match self {
             By::Comm => Some(p.comm.clone()),
             By::Cgroup => p.cgroup.clone(),
-            // Reports do not record a process's executable: `compare` refuses `--by exe`.
-            By::Exe => None,
+            By::Exe => p.exe.clone(),
             By::Run => Some(RUN.into()),
         }
     }
@@ -81,14 +80,21 @@ impl By {
         format!("({} unknown)", self.what())
     }
 
-    /// The group of a summary's grouped processes (`minor_processes`), when their own is
-    /// not kept: by command, theirs (None); by run, the run.
-    pub fn grouped(self) -> Option<String> {
+    /// The one group of a summary's grouped processes (`minor_processes`): the run, or, where
+    /// their key is not kept (their cgroups; their executables, by an earlier build), a group
+    /// of their own. None: each in its own key's group, by command or by executable.
+    fn grouped(self, m: &MinorProcesses) -> Option<String> {
         match self {
             By::Comm => None,
+            By::Exe if m.exes_complete() => None,
             By::Run => Some(RUN.into()),
-            By::Cgroup | By::Exe => Some(format!("(grouped: {} not kept)", self.what())),
+            By::Cgroup | By::Exe => Some(self.not_kept()),
         }
+    }
+
+    /// The group of grouped processes whose key a summary does not keep.
+    fn not_kept(self) -> String {
+        format!("(grouped: {} not kept)", self.what())
     }
 }
 
@@ -116,6 +122,10 @@ pub struct Grouped {
     pub unknown: u64,
     /// Processes the summary grouped by command (`minor_processes`), in the groups too.
     pub grouped: u64,
+    /// Of those, how many are in their own command's or executable's group (its `all` row,
+    /// not its role and cause rows), and how many in the group of those whose key is not kept.
+    pub grouped_own: u64,
+    pub grouped_apart: u64,
     /// Of those, how many come without their write STATS (a summary of a build before they
     /// were kept): their writes and wait are counted, not in any histogram (p99), role or
     /// cause.
@@ -130,6 +140,8 @@ impl Grouped {
             members: BTreeMap::new(),
             unknown: 0,
             grouped: 0,
+            grouped_own: 0,
+            grouped_apart: 0,
             grouped_without_stats: 0,
             findings: RunFindings::new(),
         };
@@ -188,18 +200,40 @@ impl Grouped {
             .merge(s);
     }
 
-    /// The processes the summary grouped: each command's in its group (`By::grouped`), its
-    /// count, name and writes; the group's roles and causes where all of them are in one
-    /// group (not by command: a summary keeps those for the group as a whole).
+    /// The processes the summary grouped: each command's (or executable's) in its group
+    /// (`By::grouped`), its count, names and writes; the group's roles and causes where all
+    /// of them are in one group (not by command or executable: a summary keeps those for the
+    /// group as a whole).
     fn add_grouped(&mut self, m: &MinorProcesses, by: By) {
-        let whole = by.grouped();
-        for c in &m.by_comm {
-            let t = &c.totals;
-            let group = whole.clone().unwrap_or_else(|| c.comm.clone());
+        let whole = by.grouped(m);
+        let entries: Vec<(String, &[String], &MinorTotals)> = match &whole {
+            None if by == By::Exe => m
+                .by_exe
+                .iter()
+                .map(|e| {
+                    let group = e.exe.clone().unwrap_or_else(|| by.unknown());
+                    (group, e.comms.as_slice(), &e.totals)
+                })
+                .collect(),
+            _ => m
+                .by_comm
+                .iter()
+                .map(|c| {
+                    let group = whole.clone().unwrap_or_else(|| c.comm.clone());
+                    (group, std::slice::from_ref(&c.comm), &c.totals)
+                })
+                .collect(),
+        };
+        for (group, comms, t) in entries {
             let members = self.members.entry(group.clone()).or_default();
             members.processes += t.processes;
-            members.comms.insert(c.comm.clone());
+            members.comms.extend(comms.iter().cloned());
             self.grouped += t.processes;
+            match &whole {
+                None => self.grouped_own += t.processes,
+                Some(g) if g != RUN => self.grouped_apart += t.processes,
+                Some(_) => {}
+            }
             let write = if t.write.count == t.writes {
                 t.write.side()
             } else {
@@ -238,14 +272,27 @@ pub(super) fn notes(by: By, (file, runs): (&str, &[super::Run])) -> Vec<String> 
             "{file}: {without} grouped processes (minor_processes) come without their histograms (a summary of an earlier build): their writes and wait are counted, not in the p99s nor in the role and cause rows"
         ));
     }
-    match by.grouped() {
-        None => out.push(format!(
-            "{file}: its grouped processes (minor_processes) are in their command's processes and `all` row, not in its role and cause rows (a summary keeps their roles and causes for the run, not per command: --by run has them)"
-        )),
-        Some(g) if g != RUN => out.push(format!(
-            "{file}: its grouped processes (minor_processes) are the group {g}: a summary groups them by command only"
-        )),
-        Some(_) => {}
+    // (Command or executable: the key they are grouped by, as a summary keeps it.)
+    let key = if by == By::Exe {
+        "executable"
+    } else {
+        "command"
+    };
+    if count(|g| g.grouped_own) > 0 {
+        out.push(format!(
+            "{file}: its grouped processes (minor_processes) are in their {key}'s processes and `all` row, not in its role and cause rows (a summary keeps their roles and causes for the run, not per {key}: --by run has them)"
+        ));
+    }
+    if count(|g| g.grouped_apart) > 0 {
+        let summary = if by == By::Exe {
+            "a summary of a build before executables were reported"
+        } else {
+            "a summary"
+        };
+        out.push(format!(
+            "{file}: its grouped processes (minor_processes) are the group {}: {summary} groups them by command only",
+            by.not_kept()
+        ));
     }
     out
 }

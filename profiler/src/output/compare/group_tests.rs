@@ -1,5 +1,5 @@
 //! Grouping (`--by`) on synthetic runs: exact sums, and a renamed parent with Workers set
-//! against a parent with child processes.
+//! against a parent with child processes (every one of them running node's executable).
 
 use super::{RUN, *};
 use crate::{
@@ -90,9 +90,21 @@ pub(super) fn sums(r: &Row) -> [(f64, f64); 2] {
     ]
 }
 
+/// The executable of every process of [`threads_and_forks`].
+pub(super) const NODE: &str = "/usr/bin/node";
+
 /// Test-runner shaped: one process renamed `runner` with three Workers, against a `node`
 /// parent and three `node` children doing the same work on their main threads.
 pub(super) fn threads_and_forks() -> (Report, Report) {
+    let (mut threads, mut forks) = threads_and_forks_without_exes();
+    for p in threads.processes.iter_mut().chain(&mut forks.processes) {
+        p.exe = Some(NODE.into());
+    }
+    (threads, forks)
+}
+
+/// [`threads_and_forks`] as a build before executables were reported wrote them.
+fn threads_and_forks_without_exes() -> (Report, Report) {
     let threads = fixtures::summary(vec![node(
         100,
         "runner",
@@ -244,6 +256,79 @@ fn by_cgroup_groups_and_a_process_without_one_is_apart() {
 }
 
 #[test]
+fn by_exe_a_renamed_parent_and_its_children_are_one_executable() {
+    let (threads, forks) = threads_and_forks();
+    let c = compare_by(By::Exe, &threads, &forks);
+    assert_eq!(c.by, By::Exe);
+    let names: Vec<&str> = c.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, [NODE]);
+    let g = &c.groups[0];
+    assert_eq!(
+        (g.before.processes.mean, g.after.processes.mean),
+        (1.0, 4.0)
+    );
+    assert_eq!(
+        (g.before.comms.as_slice(), g.after.comms.as_slice()),
+        (&["runner".to_string()][..], &["node".to_string()][..])
+    );
+    // Every process is node: every row is the run's, under the executable's name.
+    let run = compare_by(By::Run, &threads, &forks);
+    assert_eq!(c.rows.len(), run.rows.len());
+    for r in &run.rows {
+        let mine = row(&c, NODE, r.group, &r.key);
+        assert_eq!(
+            (&mine.writes, &mine.wait_ns, &mine.p99_wait_ns),
+            (&r.writes, &r.wait_ns, &r.p99_wait_ns)
+        );
+    }
+    let text = to_text(&c);
+    assert!(
+        text.contains("grouped by executable (--by exe), processes before -> after:"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "    {NODE:<28} 1 process (runner) -> 4 processes (node)\n"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("exe / role / cause"), "{text}");
+    assert_eq!(serde_json::to_value(&c).unwrap()["by"], "exe");
+}
+
+#[test]
+fn by_exe_a_process_without_one_is_apart_and_a_long_path_keeps_its_end() {
+    let (mut threads, mut forks) = threads_and_forks();
+    forks.processes[3].exe = None;
+    let nvm = "/root/.nvm/versions/node/v22.11.0/bin/node";
+    threads.processes[0].exe = Some(nvm.into());
+    let c = compare_by(By::Exe, &threads, &forks);
+    let names: Vec<&str> = c.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["(executable unknown)", nvm, NODE]);
+    // The child without one alone; the renamed parent under its own node; the parent and
+    // two children under the other.
+    assert_eq!(
+        sums(row(&c, "(executable unknown)", "all", "all")),
+        [(0.0, 0.0), (950.0, 38_000_000.0)]
+    );
+    let threads_wait = 50 * 600 + 10 * 100 + 2200 * 3000 + 900 * 20_000;
+    assert_eq!(
+        sums(row(&c, nvm, "all", "all")),
+        [(3160.0, threads_wait as f64), (0.0, 0.0)]
+    );
+    assert_eq!(
+        sums(row(&c, NODE, "all", "all"))[1],
+        (2165.0, (60 * 600 + 5 * 100 + 2100 * 2000) as f64)
+    );
+    let text = to_text(&c);
+    assert!(
+        text.contains("\n    …ions/node/v22.11.0/bin/node 1 process (runner) -> 0 processes\n"),
+        "{text}"
+    );
+    assert!(text.contains("\n  …ions/node/v22.11.0/bin/node "), "{text}");
+}
+
+#[test]
 fn a_grouping_a_file_does_not_record_is_refused() {
     let (mut threads, forks) = threads_and_forks();
     threads.processes[0].cgroup = None;
@@ -261,18 +346,23 @@ fn a_grouping_a_file_does_not_record_is_refused() {
         "{e}"
     );
     assert!(e.ends_with("; group by comm or run"), "{e}");
-    // No report carries executables.
-    let e = compare(
-        ("a.json", &other(By::Exe)),
-        ("b.json", &other(By::Exe)),
-        None,
-    )
-    .expect_err("refused")
-    .to_string();
-    assert_eq!(
-        e,
-        "--by exe: a.json records no process's executable (reports do not carry executables); group by comm or run"
-    );
+    // A build before executables were reported: refused whichever side it is.
+    let (old, _) = threads_and_forks_without_exes();
+    let old = runs_by(By::Exe, [Line::Summary(old)]);
+    for (before, after, file) in [
+        (&old, &other(By::Exe), "a.json"),
+        (&other(By::Exe), &old, "b.json"),
+    ] {
+        let e = compare(("a.json", before), ("b.json", after), None)
+            .expect_err("refused")
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--by exe: {file} records no process's executable (a build before executables were reported, or a run that could not read them); group by comm or run"
+            )
+        );
+    }
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! A summary's grouped processes (`minor_processes`) in `compare`: by run, every figure is
 //! what it would be with each process listed; by command, each joins its command's group;
-//! by cgroup, they are a group of their own; an earlier build's group, without histograms,
-//! is counted and said.
+//! by executable, each joins its executable's group (an earlier build's, not kept by
+//! executable, is a group of their own); by cgroup, they are a group of their own; an earlier
+//! build's group, without histograms, is counted and said.
 
 use super::{
     RUN,
-    tests::{compare_by, node, row, sums, threads_and_forks},
+    tests::{NODE, compare_by, node, row, sums, threads_and_forks},
     *,
 };
 use crate::{
@@ -20,6 +21,9 @@ use crate::{
 /// The NOT KEPT group of `--by cgroup`.
 const NOT_KEPT: &str = "(grouped: cgroup not kept)";
 
+/// The executable of the short `sh` children.
+const SH: &str = "/bin/sh";
+
 /// The forks run with 20 more short children (`node` and `sh`, their waits in buckets of
 /// their own), every process listed; and the same run as a summary groups it: the parent
 /// and its three children listed, the 20 grouped.
@@ -31,7 +35,8 @@ fn forks_with_short_children() -> (Report, Report) {
         if i % 4 == 0 {
             threads.push((Role::V8, 2, 100));
         }
-        let p = node(300 + i, comm, Some("/user.slice/c.scope"), &threads);
+        let mut p = node(300 + i, comm, Some("/user.slice/c.scope"), &threads);
+        p.exe = Some(if i % 2 == 0 { NODE } else { SH }.into());
         forks.processes.push(p);
     }
     let mut grouped = forks.clone();
@@ -107,6 +112,77 @@ fn by_comm_grouped_processes_join_their_commands_group() {
     );
     let text = to_text(&c);
     assert!(text.contains("\n  note: forks.json: its grouped"), "{text}");
+}
+
+#[test]
+fn by_exe_grouped_processes_join_their_executables_group() {
+    let (threads, _) = threads_and_forks();
+    let (listed, grouped) = forks_with_short_children();
+    let all = compare_by(By::Exe, &threads, &listed);
+    let c = compare_by(By::Exe, &threads, &grouped);
+    assert_eq!(c.groups, all.groups);
+    let names: Vec<&str> = c.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, [SH, NODE]);
+    // 4 listed node processes and 10 grouped, with the renamed parent's name before; 10 sh.
+    assert_eq!(c.groups[1].after.processes.mean, 14.0);
+    assert_eq!(c.groups[1].before.comms, ["runner"]);
+    assert_eq!(c.groups[0].after.processes.mean, 10.0);
+    assert_eq!(c.groups[0].after.comms, ["sh"]);
+    // Each executable's `all` row exactly as if its processes were listed.
+    let alls = |c: &Comparison| {
+        figures(c)
+            .into_iter()
+            .filter(|(k, _)| k.1 == "all")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(alls(&c), alls(&all));
+    // Its role rows are its listed processes' only, and it is said.
+    assert!(c.rows.iter().all(|r| r.process != SH || r.group == "all"));
+    assert_eq!(
+        c.notes,
+        [
+            "forks.json: its grouped processes (minor_processes) are in their executable's processes and `all` row, not in its role and cause rows (a summary keeps their roles and causes for the run, not per executable: --by run has them)"
+        ]
+    );
+}
+
+#[test]
+fn by_exe_an_earlier_builds_grouped_processes_are_a_group_of_their_own() {
+    let (threads, _) = threads_and_forks();
+    let (listed, mut grouped) = forks_with_short_children();
+    grouped.minor_processes.as_mut().unwrap().by_exe.clear();
+    let c = compare_by(By::Exe, &threads, &grouped);
+    let not_kept = "(grouped: executable not kept)";
+    let names: Vec<&str> = c.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, [not_kept, NODE]);
+    assert_eq!(c.groups[0].after.processes.mean, 20.0);
+    assert_eq!(c.groups[0].after.comms, ["node", "sh"]);
+    // Its rows, all and by role and cause, are the 20's, as listed they would be by run.
+    let only_short = |r: &Report| {
+        let mut r = r.clone();
+        r.processes.retain(|p| p.pid >= 300);
+        r
+    };
+    let short = compare_by(By::Run, &threads, &only_short(&listed));
+    let theirs: Vec<&crate::output::compare::Row> =
+        short.rows.iter().filter(|r| sums(r)[1].0 > 0.0).collect();
+    let ours = c.rows.iter().filter(|r| r.process == not_kept).count();
+    assert_eq!(ours, theirs.len());
+    for r in theirs {
+        assert_eq!(
+            sums(row(&c, not_kept, r.group, &r.key))[1],
+            sums(r)[1],
+            "{} {}",
+            r.group,
+            r.key
+        );
+    }
+    assert_eq!(
+        c.notes,
+        [format!(
+            "forks.json: its grouped processes (minor_processes) are the group {not_kept}: a summary of a build before executables were reported groups them by command only"
+        )]
+    );
 }
 
 #[test]

@@ -212,7 +212,7 @@ pub enum CompareError {
 /// Why a file would record no process's key.
 fn why(by: By) -> &'static str {
     match by {
-        By::Exe => "reports do not carry executables",
+        By::Exe => "a build before executables were reported, or a run that could not read them",
         By::Cgroup => "a host without cgroup v2, or a build before cgroups were reported",
         By::Comm | By::Run => "every process has them",
     }

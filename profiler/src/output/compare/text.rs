@@ -47,6 +47,17 @@ pub fn members(m: &Members, by: By, names: usize) -> String {
     format!("{n} {noun} ({})", shown.join(", "))
 }
 
+/// A group's name in at most `width` characters: a path (an executable, a cgroup) cut at its
+/// start, since its end tells paths apart (`…/v22.11.0/bin/node`), any other name at its end.
+fn fit_group(name: &str, width: usize) -> String {
+    let n = name.chars().count();
+    if !name.starts_with('/') || n <= width {
+        return fit(name, width);
+    }
+    let tail: String = name.chars().skip(n + 1 - width).collect();
+    format!("…{tail}")
+}
+
 fn show(c: &Change, ns: bool) -> String {
     let v = |x: f64| value(x, ns);
     let ratio = c.ratio.map_or("-".into(), |r| format!("{r:.2}x"));
@@ -87,7 +98,7 @@ pub fn to_text(c: &Comparison) -> String {
     for g in &c.groups {
         out.push_str(&format!(
             "    {:<28} {} -> {}\n",
-            fit(&g.name, 28),
+            fit_group(&g.name, 28),
             members(&g.before, c.by, 4),
             members(&g.after, c.by, 4)
         ));
@@ -106,10 +117,9 @@ pub fn to_text(c: &Comparison) -> String {
     ));
     for r in &c.rows {
         let label = match r.group {
-            "all" => r.process.clone(),
-            g => format!("  {g} {}", r.key),
+            "all" => fit_group(&r.process, 28),
+            g => fit(&format!("  {g} {}", r.key), 28),
         };
-        let label = fit(&label, 28);
         let figures = r.figures().map(|(c, ns)| show(c, ns)).join("  ");
         out.push_str(&format!(
             "  {label:<28} {figures}  {} / {}\n",

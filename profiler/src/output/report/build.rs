@@ -156,6 +156,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         processes.push(ProcessReport {
             profiler,
             cgroup: attribution.cgroup(proc_id).map(str::to_string),
+            exe: attribution.exe(proc_id).map(str::to_string),
             pid,
             start_ticks: proc_id.start,
             comm,

@@ -28,7 +28,7 @@ pub use super::share::{RoleShare, TimeShare};
 pub use super::stats::{Dist, Stats};
 pub use build::{add_stacks, build, dso_reports};
 pub use costs::{Lost, Overhead, Uncounted};
-pub use minor::{MinorProcesses, group};
+pub use minor::{MinorProcesses, MinorTotals, group};
 pub use process::{
     CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
     ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,

@@ -153,6 +153,9 @@ pub struct ProcessReport {
     pub comm: String,
     /// Its cgroup (v2 path), when known: which container or service it is.
     pub cgroup: Option<String>,
+    /// Its executable, when it could be read: the path `/proc/PID/exe` links to, as the
+    /// profiler reads it (docs/report-format.md); `compare --by exe` groups by it.
+    pub exe: Option<String>,
     /// Why it is profiled, when a selection chose it (`--comm`, `--pid`): by which selector,
     /// and how (at exec, at a rename, running when the run began, forked).
     pub selected_by: Option<super::SelectedBy>,

@@ -10,8 +10,8 @@
 //!
 //! A process is retired (*evicted*) when its own threads are all retired and it is reaped:
 //! its lock is gone, so the entries of other processes' threads on it are retired too, it
-//! leaves the kernel's selection, and its name and cgroup move from the registry to the
-//! totals. Processes and threads are known by id *and* start time: a reused pid or tid is
+//! leaves the kernel's selection, and its name, cgroup and executable move from the registry
+//! to the totals. Processes and threads are known by id *and* start time: a reused pid or tid is
 //! another process or thread, retired on its own.
 
 use std::collections::BTreeSet;
@@ -114,6 +114,7 @@ impl<K: Kernel> Profile<K> {
                     let p = ProcId::new(e.tgid, t.start);
                     self.registry.cgroups.note_id(p, e.cgroup_id);
                     self.registry.names.prime(p);
+                    self.registry.exes.prime(p);
                 }
                 _ => {}
             }
@@ -155,7 +156,9 @@ impl<K: Kernel> Profile<K> {
     /// A profiled process has exec'd: same pid and start time, a new image. Its name is the
     /// new image's (a container's process is named `node`, not `runc:[2:INIT]`, once runc has
     /// exec'd it): read again, or, for a process gone since (a short container's), the name
-    /// the kernel gave it at exec. What was learnt from its old image's memory is dropped:
+    /// the kernel gave it at exec. Its executable is read again unless it was read since the
+    /// exec (none if it is gone already).
+    /// What was learnt from its old image's memory is dropped:
     /// maps, unwinders, perf map; its threads keep their roles (see `Roles::forget_image`).
     fn process_exec(&mut self, p: ProcId, at_ns: u64, comm: &[u8; COMM_LEN]) {
         self.exits.execs.push(p);
@@ -164,6 +167,7 @@ impl<K: Kernel> Profile<K> {
         if self.registry.names.cached(p).is_none() && comm[0] != 0 {
             self.registry.names.learn(p, &comm_str(comm));
         }
+        self.registry.exes.exec(p, at_ns);
         self.registry.roles.forget_image(p, at_ns);
         if let Some(stacks) = self.stacks.as_mut() {
             let read = stacks.forget_process(p);
@@ -307,8 +311,16 @@ impl<K: Kernel> Profile<K> {
                 w.cgroups.insert(owner, c.to_string());
             }
         }
+        // And its executable (`compare --by exe`).
+        if let Some(e) = self.registry.exes.get(owner) {
+            self.totals.exe_process(owner, e.to_string());
+            if let Some(w) = self.interval.as_mut() {
+                w.exes.insert(owner, e.to_string());
+            }
+        }
         self.registry.names.forget(owner);
         self.registry.cgroups.forget(owner);
+        self.registry.exes.forget(owner);
         let mut read = self.registry.roles.forget_process(owner);
         if let Some(stacks) = self.stacks.as_mut() {
             read += stacks.forget_process(owner);

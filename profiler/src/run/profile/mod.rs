@@ -172,9 +172,11 @@ impl<K: Kernel> Profile<K> {
         self.collector.read_stats(all, |chunk| {
             for d in totals.update(chunk) {
                 let (owner, thread) = ids_of(&d.key);
-                // Learn a process's name and cgroup and a thread's role while they are alive.
+                // Learn a process's name, cgroup and executable and a thread's role while
+                // they are alive.
                 registry.names.prime(owner);
                 registry.cgroups.prime(owner);
+                registry.exes.prime(owner);
                 let seen = SeenThread {
                     owner,
                     thread,
@@ -238,6 +240,12 @@ impl<K: Kernel> Profile<K> {
     pub fn note_new_thread(&mut self, t: &NewThread) {
         let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
         self.registry.names.prime(owner);
+        // Its executable now, before a short process is gone, or again if the process may
+        // have exec'd since it was read (a thread started after that).
+        self.registry.exes.prime(owner);
+        if t.tgid == t.owner {
+            self.registry.exes.thread_started(owner, t.tid_start);
+        }
         let seen = SeenThread {
             owner,
             thread: ThreadId::new(t.tid, ids::ticks_of_ns(t.tid_start)),

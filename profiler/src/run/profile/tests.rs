@@ -310,6 +310,7 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     p.registry
         .cgroups
         .learn(main.process(), "/system.slice/api.service");
+    p.registry.exes.learn(main.process(), "/usr/bin/node", 0);
     p.poll(false).unwrap();
     assert_eq!(p.registry.roles.cached_processes(), 1);
     assert_eq!(p.registry.roles.cached_threads(), 2);
@@ -332,6 +333,7 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
     assert_eq!(p.registry.roles.cached_processes(), 0);
     assert_eq!(p.registry.names.len(), 0);
     assert_eq!(p.registry.cgroups.get(main.process()), None);
+    assert_eq!(p.registry.exes.len(), 0);
 
     // Its last interval and the summary still have it whole, named.
     for (r, summary) in [(p.interval_report(), false), (p.summary(), true)] {
@@ -339,6 +341,7 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
         assert_eq!(proc.read_by_profiler.is_some(), summary);
         assert_eq!(proc.comm, "api-server");
         assert_eq!(proc.cgroup.as_deref(), Some("/system.slice/api.service"));
+        assert_eq!(proc.exe.as_deref(), Some("/usr/bin/node"));
         assert_eq!(thread(proc, &worker).role, Role::Libuv);
     }
     let summary = p.summary();
@@ -440,12 +443,15 @@ fn an_exec_relabels_the_process_and_keeps_its_counts_whole() {
 fn a_process_gone_before_its_exec_was_read_is_named_after_what_it_execd() {
     let mut p = profile(false);
     let main = process_with_mmaps(&mut p, "runc:[2:INIT]", 2);
+    p.registry.exes.learn(main.process(), "/usr/bin/runc", 0);
     p.collector.notice_exec(&main, "mmap-churn");
     p.collector.take(&main, cause::MMAP, 3);
     p.collector.exit(&main);
     p.poll(false).unwrap();
     let summary = p.summary();
     assert_eq!(process(&summary, &main).comm, "mmap-churn");
+    // Its executable before the exec is not said to be its image's: none was read of that.
+    assert_eq!(process(&summary, &main).exe, None);
     assert_eq!(writes(&summary, &main), 5);
 }
 
