@@ -107,6 +107,49 @@ pub fn ensure_sharp() -> Result<()> {
     )
 }
 
+/// Vitest and the Vite it runs on, pinned by tests/fixtures/vitest/package.json and its
+/// lockfile, for the test that profiles a real test runner's two pools
+/// (tests/tests/vitest.rs). Installed again when the pins change, into a directory of its
+/// own first (a failed install leaves none behind); no install script runs (esbuild's binary
+/// comes in a package of its own).
+pub fn ensure_vitest() -> Result<()> {
+    let dir = cache_dir("vitest");
+    let fixture = crate::workspace_root().join("tests/fixtures/vitest");
+    let files = ["package.json", "package-lock.json"];
+    let same = |f: &str| {
+        matches!(
+            (std::fs::read(fixture.join(f)), std::fs::read(dir.join(f))),
+            (Ok(a), Ok(b)) if a == b
+        )
+    };
+    if dir.join("node_modules/vitest/vitest.mjs").exists() && files.iter().all(|f| same(f)) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Vitest (npm) into {}", dir.display());
+    let tmp = cache_dir(&format!("vitest.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let installed = files
+        .iter()
+        .try_for_each(|f| std::fs::copy(fixture.join(f), tmp.join(f)).map(drop))
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            crate::run(
+                Command::new("npm")
+                    .args(["install", "--no-audit", "--no-fund", "--silent"])
+                    .arg("--ignore-scripts")
+                    .current_dir(&tmp),
+            )
+        });
+    if installed.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir)?;
+    } else {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    installed
+}
+
 /// Go, whose own `go tool pprof` reads the profiles in the pprof tests: Debian's `golang-go`
 /// when no `go` is on PATH nor in Go's own install (/usr/local/go).
 pub fn ensure_go() -> Result<()> {

@@ -46,6 +46,7 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
     packages::ensure_podman()?;
     packages::ensure_k8s_validator()?;
     packages::ensure_sharp()?;
+    packages::ensure_vitest()?;
     // The project's own image, as `cargo xtask image` makes it, from this (debug) build: for
     // the test that runs it (tests/tests/image.rs).
     let test_image = test_image()?;
