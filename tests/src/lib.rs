@@ -20,7 +20,9 @@ mod profiler;
 pub mod scrape;
 mod skip;
 pub mod speed;
+pub mod vitest;
 mod workload;
+pub mod write_count;
 
 pub(crate) use binaries::built;
 pub use binaries::{

@@ -1,0 +1,451 @@
+//! ROOT-ONLY: a real test runner under the profiler, as a user runs it (issue 34). Vitest,
+//! pinned in tests/fixtures/vitest/ and installed by `cargo xtask test`, runs a generated
+//! suite of test files that allocate (a 64 KiB file read again and again, 256 KiB Buffers),
+//! once with `--pool=threads` and once with `--pool=forks`, each under `mmaplock-prof --comm
+//! node`. Vitest renames itself (`process.title`) before it starts its Workers: they are
+//! counted, every write of the runner's process bpftrace's; the forks' children are counted;
+//! the findings stay few and the text report short; `compare --by run` lines the two runs up;
+//! and the profiler's own reads of the processes' locks stay within 1% of their wait. It
+//! prints the figures a user would quote.
+//!
+//! `--comm node` takes any node on the host: what is checked of processes is of this test's
+//! own (the runner, and the children its test files name); a run's totals are the whole run's.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use integration_tests::{
+    bpf_test, check_lost, process, profiler_bin, read_lines, run_json, run_ok, vitest, wait_until,
+    write_count::{WriteCount, Writes},
+};
+use serde_json::{Value, json};
+
+/// A process's wait for its lock from which the profiler's holds of it must stay within 1%
+/// of it (the floor of a material wait, docs/findings.md); under it, where a share says
+/// little, the profiler takes it at most [`FEW_READS`] times.
+const MATERIAL_WAIT_NS: u64 = 10_000_000;
+/// A fork child here takes about 800 writes, 12 of them sampled, each sampled stack's
+/// JavaScript frames named from V8's heap (`process_vm_readv`, the lock taken per range):
+/// 60 to 150 reads today.
+const FEW_READS: u64 = 200;
+/// The text report's bound: the 10 processes it lists when none waited materially, about
+/// 110 lines each in full, and one line for the rest (before issue 34, 47,490 lines for the
+/// forks pool of a 250-file suite).
+const TEXT_LINES: usize = 1500;
+const MS: u64 = 1_000_000;
+
+/// The profiler, started by hand so that its peak memory can be read when it is reaped
+/// (wait4's rusage); killed on drop unless stopped.
+struct Prof {
+    child: Child,
+    reaped: bool,
+    /// Its standard error's lines after "attached in", to its end.
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Prof {
+    /// `mmaplock-prof --comm node -i 0 -o JSON`, attached.
+    fn start(json: &Path) -> Prof {
+        let mut child = Command::new(profiler_bin())
+            .args(["--comm", "node", "-i", "0", "-f", "json", "-o"])
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mmaplock-prof");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("mmaplock-prof: {l}");
+                let _ = tx.send(l);
+            }
+        });
+        // It attaches or ends (stderr then closes): no bound on how long attaching takes.
+        loop {
+            match rx.recv() {
+                Ok(l) if l.contains("attached in") => break,
+                Ok(_) => {}
+                Err(_) => panic!("mmaplock-prof did not attach"),
+            }
+        }
+        Prof {
+            child,
+            reaped: false,
+            stderr: rx,
+        }
+    }
+
+    /// Stops it (SIGINT) and reaps it; it must have succeeded. Its peak resident memory, in
+    /// bytes.
+    fn stop(mut self) -> u64 {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling our own child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let (status, rusage) =
+            wait_until(Duration::from_secs(120), Duration::from_millis(100), || {
+                let mut status = 0;
+                // SAFETY: rusage is plain data, for wait4 to fill.
+                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+                // SAFETY: reaping our own child, with valid pointers to fill.
+                match unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) } {
+                    0 => Err("mmaplock-prof is still writing its summary".to_string()),
+                    p if p == pid => Ok((status, ru)),
+                    e => panic!("wait4: {e} {}", std::io::Error::last_os_error()),
+                }
+            });
+        self.reaped = true;
+        // Its standard error closed as it ended: read to its end.
+        let said: Vec<String> = self.stderr.iter().collect();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "mmaplock-prof: wait status {status}: {said:#?}"
+        );
+        // ru_maxrss is in KiB.
+        rusage.ru_maxrss as u64 * 1024
+    }
+}
+
+impl Drop for Prof {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One pool's run under the profiler.
+struct Ran {
+    pool: &'static str,
+    json: PathBuf,
+    summary: Value,
+    /// The runner's pid (node, renamed `node (vitest)`).
+    runner: u32,
+    /// (pid, threadId) of each test file, as it wrote them.
+    files: Vec<(u32, u64)>,
+    /// The profiler's peak resident memory, bytes.
+    peak: u64,
+}
+
+/// `vitest run --pool=POOL` of the suite in `dir` under the profiler; with `count`, the
+/// runner's writes counted by bpftrace too. None when bpftrace is missing (skipped).
+fn run_pool(dir: &Path, mjs: &Path, pool: &'static str, count: bool) -> Option<(Ran, Writes)> {
+    let json = dir.join(format!("{pool}.json"));
+    let mut run = vitest::Run::start(dir, mjs, pool);
+    let runner = run.shell.pid;
+    let counter = if count {
+        Some(WriteCount::start(runner)?)
+    } else {
+        None
+    };
+    let prof = Prof::start(&json);
+    run.shell.send("exec");
+    let status = run.shell.wait();
+    let peak = prof.stop();
+    let counted = counter.map(WriteCount::counted).unwrap_or_default();
+    let files = run.files(status);
+    let summary = read_lines(&json).pop().expect("a summary line");
+    assert_eq!(summary["type"], "summary");
+    let ran = Ran {
+        pool,
+        json,
+        summary,
+        runner,
+        files,
+        peak,
+    };
+    Some((ran, counted))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// The array `key` of `v`, or none.
+fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// A process's own threads' writes by tid (foreign takers and the profiler's threads apart,
+/// as bpftrace's count by pid has them).
+fn own_writes(p: &Value) -> Writes {
+    let mut m = Writes::new();
+    for t in list(p, "threads") {
+        if t["role"] != "foreign" && t["role"] != "profiler" && u(&t["write"]["count"]) > 0 {
+            *m.entry(u(&t["tid"])).or_default() += u(&t["write"]["count"]);
+        }
+    }
+    m
+}
+
+/// A process's wait for its lock, write and read (ns).
+fn wait(p: &Value) -> u64 {
+    u(&p["write"]["wait_ns"]["sum"]) + u(&p["read"]["wait_ns"]["sum"])
+}
+
+/// A summary's write count and wait per `compare` row (`all`, `role ROLE`), summed here
+/// over its processes, listed and grouped (`minor_processes`).
+fn sums(summary: &Value) -> BTreeMap<(String, String), (u64, u64)> {
+    let mut m: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    let mut add = |group: &str, key: &str, stats: &Value| {
+        let e = m.entry((group.into(), key.into())).or_default();
+        e.0 += u(&stats["count"]);
+        e.1 += u(&stats["wait_ns"]["sum"]);
+    };
+    for p in list(summary, "processes") {
+        add("all", "all", &p["write"]);
+        for t in list(p, "threads") {
+            add("role", t["role"].as_str().unwrap(), &t["write"]);
+        }
+    }
+    if let Some(g) = summary.get("minor_processes") {
+        add("all", "all", &g["write"]);
+        for r in list(g, "roles") {
+            add("role", r["role"].as_str().unwrap(), &r["write"]);
+        }
+    }
+    m
+}
+
+/// The pids of the run that are this test's: the runner and the processes its files ran in.
+fn ours(ran: &Ran) -> BTreeSet<u32> {
+    let mut s: BTreeSet<u32> = ran.files.iter().map(|f| f.0).collect();
+    s.insert(ran.runner);
+    s
+}
+
+/// The threads run: every test file ran on a Worker of the runner's process, each of those a
+/// `worker` row with writes, and the process's writes are bpftrace's, thread by thread.
+fn workers_are_counted(ran: &Ran, counted: &Writes) {
+    let s = &ran.summary;
+    assert_eq!(check_lost(s), 0, "{}", s["lost"]);
+    let p = process(s, ran.runner).expect("the runner's process is listed");
+    assert_eq!(p["selected_by"], json!({"comm": "node", "how": "exec"}));
+    assert!(ran.files.iter().all(|f| f.0 == ran.runner && f.1 > 0));
+    let workers: BTreeSet<u64> = list(p, "threads")
+        .iter()
+        .filter(|t| t["role"] == "worker" && u(&t["write"]["count"]) > 0)
+        .map(|t| u(&t["tid"]))
+        .collect();
+    let threads: BTreeSet<u64> = ran.files.iter().map(|f| f.1).collect();
+    assert!(
+        workers.len() >= threads.len(),
+        "{} Workers ran the files, {} worker rows",
+        threads.len(),
+        workers.len()
+    );
+    assert_eq!(&own_writes(p), counted, "the runner's writes by thread");
+}
+
+/// The forks run: every test file ran in a child of its own; each is listed with writes,
+/// selected at its exec as node, or among the node processes the summary grouped.
+fn children_are_counted(ran: &Ran) {
+    let s = &ran.summary;
+    let children: BTreeSet<u32> = ran.files.iter().map(|f| f.0).collect();
+    assert!(!children.contains(&ran.runner) && ran.files.iter().all(|f| f.1 == 0));
+    let mut unlisted = 0;
+    for &c in &children {
+        match process(s, c) {
+            Some(p) => {
+                assert!(u(&p["write"]["count"]) > 0, "{p}");
+                assert_eq!(p["selected_by"], json!({"comm": "node", "how": "exec"}));
+            }
+            None => unlisted += 1,
+        }
+    }
+    let minor = s.get("minor_processes").unwrap_or(&Value::Null);
+    let grouped: u64 = list(minor, "by_comm")
+        .iter()
+        .filter(|c| c["comm"].as_str().unwrap().starts_with("node"))
+        .map(|c| u(&c["processes"]))
+        .sum();
+    assert!(
+        unlisted <= grouped,
+        "{unlisted} children not listed, {grouped} node processes grouped: {minor}"
+    );
+}
+
+/// A summary's processes, listed or grouped.
+fn processes(s: &Value) -> u64 {
+    list(s, "processes").len() as u64 + s.get("minor_processes").map_or(0, |g| u(&g["processes"]))
+}
+
+/// `compare THREADS FORKS --by run`: one group, each side's processes its run's, and a row
+/// for each of the runs' roles, every one the exact sums of each run (causes are
+/// tests/tests/compare_by.rs's).
+fn lines_up_by_run(threads: &Ran, forks: &Ran) {
+    let c = run_json([
+        "compare".as_ref(),
+        threads.json.as_os_str(),
+        forks.json.as_os_str(),
+        "--by".as_ref(),
+        "run".as_ref(),
+    ]);
+    let groups = list(&c, "groups");
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0]["name"], "run");
+    for (side, ran) in [("before", threads), ("after", forks)] {
+        let n = processes(&ran.summary) as f64;
+        assert_eq!(groups[0][side]["processes"]["mean"].as_f64(), Some(n));
+    }
+    let (b, a) = (sums(&threads.summary), sums(&forks.summary));
+    let rows: Vec<&Value> = list(&c, "rows")
+        .iter()
+        .filter(|r| r["group"] != "cause")
+        .collect();
+    let keys: BTreeSet<_> = b.keys().chain(a.keys()).collect();
+    assert_eq!(
+        rows.len(),
+        keys.len(),
+        "a row per role of either run: {keys:?}"
+    );
+    for r in rows {
+        let key = (
+            r["group"].as_str().unwrap().to_string(),
+            r["key"].as_str().unwrap().to_string(),
+        );
+        for (side, want) in [("before", &b), ("after", &a)] {
+            let (writes, wait) = want.get(&key).copied().unwrap_or_default();
+            let got = |f: &str| r[f][side]["mean"].as_f64().unwrap();
+            assert_eq!(
+                (got("writes"), got("wait_ns")),
+                (writes as f64, wait as f64),
+                "{key:?} {side}"
+            );
+        }
+    }
+    let worker = ("role".to_string(), "worker".to_string());
+    assert!(b.get(&worker).is_some_and(|w| w.0 > 0), "{b:?}");
+}
+
+/// The profiler's own reads of the locks of this test's listed processes: each within 1% of
+/// its process's wait where that is material, else at most [`FEW_READS`]; and of the
+/// grouped processes', at most that many each. Their reads, holds and the processes' wait in
+/// all (ns), and what is wrong.
+fn profiler_reads(ran: &Ran, ours: &BTreeSet<u32>) -> ((u64, u64, u64), Vec<String>) {
+    let s = &ran.summary;
+    let mut wrong = Vec::new();
+    let (mut reads, mut holds, mut waited) = (0, 0, 0);
+    for p in list(s, "processes") {
+        if !ours.contains(&(u(&p["pid"]) as u32)) {
+            continue;
+        }
+        let (n, h) = p.get("profiler").map_or((0, 0), |o| {
+            (u(&o["read"]["count"]), u(&o["read"]["hold_ns"]["sum"]))
+        });
+        let w = wait(p);
+        eprintln!(
+            "  {} {} ({}): {} writes, {:.2} ms waited; the profiler: {n} reads, held {:.3} ms",
+            ran.pool,
+            p["pid"],
+            p["comm"].as_str().unwrap(),
+            u(&p["write"]["count"]),
+            w as f64 / MS as f64,
+            h as f64 / MS as f64,
+        );
+        if (w >= MATERIAL_WAIT_NS && h * 100 > w) || (w < MATERIAL_WAIT_NS && n > FEW_READS) {
+            wrong.push(format!(
+                "{} {}: the profiler's {n} reads held its lock {h} ns; it waited {w} ns",
+                ran.pool, p["pid"]
+            ));
+        }
+        (reads, holds, waited) = (reads + n, holds + h, waited + w);
+    }
+    if let Some(g) = s.get("minor_processes")
+        && u(&g["profiler_reads"]) > FEW_READS * u(&g["processes"])
+    {
+        wrong.push(format!(
+            "{}: the profiler's reads of grouped processes: {g}",
+            ran.pool
+        ));
+    }
+    ((reads, holds, waited), wrong)
+}
+
+/// What a user would quote of one run, printed; and what is wrong of what must hold of any
+/// run (said once both runs' figures are out): few findings of this test's processes, a
+/// bounded text report, and the profiler's reads in bound ([`profiler_reads`]).
+fn figures_and_bounds(ran: &Ran) -> Vec<String> {
+    let s = &ran.summary;
+    let ours = ours(ran);
+    let raw = std::fs::read_to_string(&ran.json).unwrap();
+    let text = run_ok([
+        "report".as_ref(),
+        ran.json.as_os_str(),
+        "-f".as_ref(),
+        "text".as_ref(),
+    ]);
+    let (writes, write_wait) = sums(s)[&("all".to_string(), "all".to_string())];
+    let minor = s.get("minor_processes");
+    let count = |k: &str| minor.map_or(0, |g| u(&g[k]));
+    let listed = list(s, "processes");
+    let all_wait: u64 = listed.iter().map(wait).sum::<u64>() + count("wait_ns");
+    let findings = list(s, "findings");
+    let mine: Vec<String> = findings
+        .iter()
+        .filter(|f| ours.contains(&(u(&f["pid"]) as u32)))
+        .map(|f| format!("{} {}", f["id"].as_str().unwrap(), f["pid"]))
+        .collect();
+    let ((reads, holds, waited), mut wrong) = profiler_reads(ran, &ours);
+    eprintln!(
+        "{}: {} processes ({} listed), {writes} writes, {:.1} ms of write wait, {:.1} ms of \
+         wait in all; {} findings ({} of this test's: {mine:?}); text report {} lines; JSON \
+         {} bytes; profiler peak RSS {:.1} MB; its reads of this test's listed processes' \
+         locks {reads}, held {:.3} ms, {:.2}% of their {:.1} ms of wait; of the grouped \
+         processes' {}",
+        ran.pool,
+        processes(s),
+        listed.len(),
+        write_wait as f64 / MS as f64,
+        all_wait as f64 / MS as f64,
+        findings.len(),
+        mine.len(),
+        text.lines().count(),
+        raw.len(),
+        ran.peak as f64 / (1 << 20) as f64,
+        holds as f64 / MS as f64,
+        holds as f64 * 100.0 / waited.max(1) as f64,
+        waited as f64 / MS as f64,
+        count("profiler_reads"),
+    );
+    if mine.len() > 5 {
+        wrong.push(format!("{}: {} findings: {mine:?}", ran.pool, mine.len()));
+    }
+    if text.lines().count() > TEXT_LINES
+        || (minor.is_some() && !text.contains("none waited materially"))
+    {
+        wrong.push(format!("{}: the text report:\n{text}", ran.pool));
+    }
+    wrong
+}
+
+#[test]
+fn vitest_threads_against_forks_counted_few_findings_and_lined_up() {
+    let Some(dir) = bpf_test() else { return };
+    let Some(mjs) = vitest::installed() else {
+        return;
+    };
+    vitest::write_suite(dir.path());
+    let Some((threads, counted)) = run_pool(dir.path(), &mjs, "threads", true) else {
+        return;
+    };
+    let Some((forks, _)) = run_pool(dir.path(), &mjs, "forks", false) else {
+        return;
+    };
+    workers_are_counted(&threads, &counted);
+    children_are_counted(&forks);
+    let mut wrong = figures_and_bounds(&threads);
+    wrong.extend(figures_and_bounds(&forks));
+    lines_up_by_run(&threads, &forks);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
