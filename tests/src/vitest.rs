@@ -4,13 +4,15 @@
 //! shell that execs it when told, so that the runner's pid is known before it runs.
 
 use std::{
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Command, ExitStatus},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
 };
 
 use serde_json::Value;
 
-use crate::{Workload, installed_or_skip};
+use crate::{Workload, installed_or_skip, profiler_bin};
 
 /// Test files, tests in each, and per test the reads of a 64 KiB file and the 256 KiB
 /// Buffers allocated.
@@ -143,5 +145,83 @@ impl Run {
             .collect();
         assert_eq!(files.len(), FILES, "{files:?}");
         files
+    }
+}
+
+/// The profiler, started by hand so that its peak memory can be read when it is reaped
+/// (wait4's rusage); killed on drop unless stopped.
+pub struct Prof {
+    child: Child,
+    reaped: bool,
+    /// Its standard error's lines after "attached in", to its end.
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Prof {
+    /// `mmaplock-prof --comm node -i 0 -o JSON`, attached.
+    pub fn start(json: &Path) -> Prof {
+        let mut child = Command::new(profiler_bin())
+            .args(["--comm", "node", "-i", "0", "-f", "json", "-o"])
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mmaplock-prof");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("mmaplock-prof: {l}");
+                let _ = tx.send(l);
+            }
+        });
+        // It attaches or ends (stderr then closes): no bound on how long attaching takes.
+        loop {
+            match rx.recv() {
+                Ok(l) if l.contains("attached in") => break,
+                Ok(_) => {}
+                Err(_) => panic!("mmaplock-prof did not attach"),
+            }
+        }
+        Prof {
+            child,
+            reaped: false,
+            stderr: rx,
+        }
+    }
+
+    /// Stops it (SIGINT) and reaps it; it must have succeeded. Its peak resident memory, in
+    /// bytes.
+    pub fn stop(mut self) -> u64 {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling our own child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        // It ends by itself once its summary is written (no bound: the suite's own limit
+        // names a hang).
+        let mut status = 0;
+        // SAFETY: rusage is plain data, for wait4 to fill.
+        let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: reaping our own child, with valid pointers to fill.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut rusage) };
+        assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+        self.reaped = true;
+        // Its standard error closed as it ended: read to its end.
+        let said: Vec<String> = self.stderr.iter().collect();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "mmaplock-prof: wait status {status}: {said:#?}"
+        );
+        // ru_maxrss is in KiB.
+        rusage.ru_maxrss as u64 * 1024
+    }
+}
+
+impl Drop for Prof {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }

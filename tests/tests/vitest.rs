@@ -5,122 +5,42 @@
 //! node`. Vitest renames itself (`process.title`) before it starts its Workers: they are
 //! counted, every write of the runner's process bpftrace's; the forks' children are counted;
 //! the findings stay few and the text report short; `compare --by run` lines the two runs up;
-//! and the profiler's own reads of the processes' locks stay within 1% of their wait. It
-//! prints the figures a user would quote.
+//! and the profiler's own reads of the processes' locks grow with what it samples, not with
+//! the run. It prints the figures a user would quote, the share of the processes' wait the
+//! profiler's holds came to among them.
 //!
 //! `--comm node` takes any node on the host: what is checked of processes is of this test's
 //! own (the runner, and the children its test files name); a run's totals are the whole run's.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    time::Duration,
 };
 
 use integration_tests::{
-    bpf_test, check_lost, process, profiler_bin, read_lines, run_json, run_ok, vitest, wait_until,
+    bpf_test, check_lost, process, read_lines, run_json, run_ok,
+    vitest::{self, Prof},
     write_count::{WriteCount, Writes},
 };
 use serde_json::{Value, json};
 
-/// A process's wait for its lock from which the profiler's holds of it must stay within 1%
-/// of it (the floor of a material wait, docs/findings.md); under it, where a share says
-/// little, the profiler takes it at most [`FEW_READS`] times.
-const MATERIAL_WAIT_NS: u64 = 10_000_000;
-/// A fork child here takes about 800 writes, 12 of them sampled, each sampled stack's
-/// JavaScript frames named from V8's heap (`process_vm_readv`, the lock taken per range):
-/// 60 to 150 reads today.
+/// The heap reads (ranges of `process_vm_readv`, each taking the process's lock) the
+/// profiler may make per sampled JavaScript frame it names: a batch's distinct functions,
+/// then their SharedFunctionInfos, code or bytecode, then their scripts (each read once per
+/// batch, cached and checked after that). Measured: 1.5 to 2.4 beyond the first reads.
+const READS_PER_JS_FRAME: u64 = 4;
+/// A process's first reads, whatever it samples: the memory map, a few queries, V8's
+/// isolate data and the sources of the scripts its sampled frames are in, once each
+/// (measured: 45 to 60 in a fork child with 17 to 24 JavaScript frames sampled).
+const BASE_READS: u64 = 100;
+/// The profiler's reads of a grouped (minor) process: a fork child here takes about 800
+/// writes, 12 of them sampled, each with a few JavaScript frames (60 to 150 reads).
 const FEW_READS: u64 = 200;
 /// The text report's bound: the 10 processes it lists when none waited materially, about
 /// 110 lines each in full, and one line for the rest (before issue 34, 47,490 lines for the
 /// forks pool of a 250-file suite).
 const TEXT_LINES: usize = 1500;
 const MS: u64 = 1_000_000;
-
-/// The profiler, started by hand so that its peak memory can be read when it is reaped
-/// (wait4's rusage); killed on drop unless stopped.
-struct Prof {
-    child: Child,
-    reaped: bool,
-    /// Its standard error's lines after "attached in", to its end.
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Prof {
-    /// `mmaplock-prof --comm node -i 0 -o JSON`, attached.
-    fn start(json: &Path) -> Prof {
-        let mut child = Command::new(profiler_bin())
-            .args(["--comm", "node", "-i", "0", "-f", "json", "-o"])
-            .arg(json)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start mmaplock-prof");
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("mmaplock-prof: {l}");
-                let _ = tx.send(l);
-            }
-        });
-        // It attaches or ends (stderr then closes): no bound on how long attaching takes.
-        loop {
-            match rx.recv() {
-                Ok(l) if l.contains("attached in") => break,
-                Ok(_) => {}
-                Err(_) => panic!("mmaplock-prof did not attach"),
-            }
-        }
-        Prof {
-            child,
-            reaped: false,
-            stderr: rx,
-        }
-    }
-
-    /// Stops it (SIGINT) and reaps it; it must have succeeded. Its peak resident memory, in
-    /// bytes.
-    fn stop(mut self) -> u64 {
-        let pid = self.child.id() as i32;
-        // SAFETY: signalling our own child, not yet reaped.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-        let (status, rusage) =
-            wait_until(Duration::from_secs(120), Duration::from_millis(100), || {
-                let mut status = 0;
-                // SAFETY: rusage is plain data, for wait4 to fill.
-                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-                // SAFETY: reaping our own child, with valid pointers to fill.
-                match unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) } {
-                    0 => Err("mmaplock-prof is still writing its summary".to_string()),
-                    p if p == pid => Ok((status, ru)),
-                    e => panic!("wait4: {e} {}", std::io::Error::last_os_error()),
-                }
-            });
-        self.reaped = true;
-        // Its standard error closed as it ended: read to its end.
-        let said: Vec<String> = self.stderr.iter().collect();
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "mmaplock-prof: wait status {status}: {said:#?}"
-        );
-        // ru_maxrss is in KiB.
-        rusage.ru_maxrss as u64 * 1024
-    }
-}
-
-impl Drop for Prof {
-    fn drop(&mut self) {
-        if !self.reaped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// One pool's run under the profiler.
 struct Ran {
@@ -328,14 +248,18 @@ fn lines_up_by_run(threads: &Ran, forks: &Ran) {
     assert!(b.get(&worker).is_some_and(|w| w.0 > 0), "{b:?}");
 }
 
-/// The profiler's own reads of the locks of this test's listed processes: each within 1% of
-/// its process's wait where that is material, else at most [`FEW_READS`]; and of the
-/// grouped processes', at most that many each. Their reads, holds and the processes' wait in
-/// all (ns), and what is wrong.
+/// The profiler's own reads of the locks of this test's listed processes, which grow with
+/// what it samples and not with the run: the memory map read whole at most 2 + 2 + 1 a
+/// second of the run (tests/tests/maps_reads.rs), and at most [`READS_PER_JS_FRAME`] heap
+/// reads per sampled JavaScript frame; of the grouped processes', at most [`FEW_READS`]
+/// each. Their reads, holds and the processes' wait in all (ns), and what is wrong. (The
+/// holds' share of the wait is a figure, printed: the bound of 1% is for 250 Workers,
+/// `cargo xtask bench --only reads`.)
 fn profiler_reads(ran: &Ran, ours: &BTreeSet<u32>) -> ((u64, u64, u64), Vec<String>) {
     let s = &ran.summary;
     let mut wrong = Vec::new();
     let (mut reads, mut holds, mut waited) = (0, 0, 0);
+    let seconds = s["duration_s"].as_f64().unwrap() as u64;
     for p in list(s, "processes") {
         if !ours.contains(&(u(&p["pid"]) as u32)) {
             continue;
@@ -344,8 +268,15 @@ fn profiler_reads(ran: &Ran, ours: &BTreeSet<u32>) -> ((u64, u64, u64), Vec<Stri
             (u(&o["read"]["count"]), u(&o["read"]["hold_ns"]["sum"]))
         });
         let w = wait(p);
+        let by = &p["read_by_profiler"];
+        let js = &p["js_frames"];
+        let frames = ["v8", "unknown", "agree", "disagree"]
+            .iter()
+            .map(|k| js.get(*k).and_then(Value::as_u64).unwrap_or(0))
+            .sum::<u64>();
         eprintln!(
-            "  {} {} ({}): {} writes, {:.2} ms waited; the profiler: {n} reads, held {:.3} ms",
+            "  {} {} ({}): {} writes, {:.2} ms waited; the profiler: {n} reads, held {:.3} ms \
+             ({by}; {frames} JavaScript frames sampled)",
             ran.pool,
             p["pid"],
             p["comm"].as_str().unwrap(),
@@ -353,9 +284,12 @@ fn profiler_reads(ran: &Ran, ours: &BTreeSet<u32>) -> ((u64, u64, u64), Vec<Stri
             w as f64 / MS as f64,
             h as f64 / MS as f64,
         );
-        if (w >= MATERIAL_WAIT_NS && h * 100 > w) || (w < MATERIAL_WAIT_NS && n > FEW_READS) {
+        let maps = by.get("maps").and_then(Value::as_u64).unwrap_or(0);
+        let ranges = by.get("memory_ranges").and_then(Value::as_u64).unwrap_or(0);
+        if maps > 4 + seconds || ranges > READS_PER_JS_FRAME * frames + BASE_READS {
             wrong.push(format!(
-                "{} {}: the profiler's {n} reads held its lock {h} ns; it waited {w} ns",
+                "{} {}: the profiler read its map whole {maps} times in {seconds} s, and its \
+                 heap in {ranges} ranges for {frames} JavaScript frames",
                 ran.pool, p["pid"]
             ));
         }
