@@ -49,5 +49,9 @@ pub const RESCUED: u32 = 14;
 /// another context (the flush iterator) held it, and went to the thread's spill entry in
 /// `STATS` instead (see [`crate::cause::SPILLED`]): a hash update with the lock held.
 pub const SPILLED: u32 = 15;
+/// Contention mode, lost stacks: the holder's stack of a sampled wait begun behind a writer
+/// of the waiter's own process could not be taken (its saved registers not found, or the
+/// STACKS ring full).
+pub const HOLDER_STACKS_LOST: u32 = 16;
 /// Number of counters.
-pub const COUNT: u32 = 16;
+pub const COUNT: u32 = 17;

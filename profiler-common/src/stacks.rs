@@ -8,12 +8,21 @@ pub const STACK_BYTES: usize = 16384;
 /// mapping is near) still yields what is there.
 pub const STACK_CHUNK: usize = 2048;
 
+/// Set on the sequence number of a sampled contended read (contention mode): only the stack
+/// of the writer it waits behind is taken ([`stack_record::HOLDER`]), none of its own. The
+/// writes' numbers stay below it.
+pub const READ_WAIT_SEQ: u32 = 1 << 16;
+
 /// Records on the `STACKS` ring buffer start with one of these tags.
 pub mod stack_record {
     /// A [`super::StackSample`], sent at `start_locking` (before the lock is held).
     pub const SAMPLE: u32 = 1;
     /// A [`super::SampleDone`], sent when that acquisition is released.
     pub const DONE: u32 = 2;
+    /// A [`super::StackHeader`] and stack of the thread holding the lock for write when a
+    /// sampled wait began (contention mode): `tid`, `tgid` and `kind` are the holder's,
+    /// `seq` and `waiter` the waiter's sample, whose [`DONE`] gives the wait charged to it.
+    pub const HOLDER: u32 = 3;
 }
 
 /// What a sampled write's record says before its stack: a [`stack_record::SAMPLE`] record on
@@ -37,7 +46,8 @@ pub struct StackHeader {
     pub owner_start: u64,
     /// Bytes of stack that follow (from `sp` up; a multiple of `STACK_CHUNK`).
     pub stack_len: u32,
-    pub _pad: u32,
+    /// A [`stack_record::HOLDER`]'s waiting thread (whose sample `seq` is); 0 otherwise.
+    pub waiter: u32,
 }
 
 /// A sample as the eBPF side assembles it (in a per-CPU buffer) before sending the header and

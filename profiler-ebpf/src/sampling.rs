@@ -10,7 +10,7 @@ use profiler_common::{
 };
 
 use crate::{
-    kread::Task,
+    kread::{self, Task},
     maps::{KERNEL, SAMPLE_BUF, SETTINGS, STACKS, bump, konst},
     state::ThreadState,
 };
@@ -69,14 +69,7 @@ pub fn sample(
     let Some(regs) = task.user_regs() else {
         return false;
     };
-    let Some(e) = SAMPLE_BUF.get_ptr_mut(0) else {
-        return false;
-    };
-    // SAFETY: this CPU's buffer; programs do not migrate while they run, and only this
-    // program uses it, which the kernel never runs nested in itself on one CPU.
-    let e = unsafe { &mut *e };
-    let sp = regs.u64_at(sp_off);
-    e.head = StackHeader {
+    let head = StackHeader {
         tag: stack_record::SAMPLE,
         owner,
         tid,
@@ -84,18 +77,63 @@ pub fn sample(
         kind,
         seq: seq as u32,
         ip: regs.u64_at(konst(&KERNEL.regs_ip)),
-        sp,
+        sp: regs.u64_at(sp_off),
         bp: regs.u64_at(konst(&KERNEL.regs_bp)),
         owner_start,
         stack_len: 0,
-        _pad: 0,
+        waiter: 0,
     };
+    let fs_off = konst(&KERNEL.task_fsbase);
+    let fs = if fs_off == 0 { 0 } else { task.u64_at(fs_off) };
+    send::<{ counter::STACKS_LOST }>(&head, fs)
+}
+
+/// The holder of a lock a sampled wait of the current thread begins behind, as
+/// [`stack_record::HOLDER`]: thread `h` (a kernel address) of the current thread's own
+/// process, its user registers saved at `regs` (a kernel address: the holder is in the
+/// kernel, in the syscall or fault that took the lock), its fs base `fs`. Its user stack is
+/// read from the address space the two threads share, without faulting: nothing of the
+/// holder's critical path is paid, only the waiter's.
+#[inline(never)]
+pub fn sample_holder(holder: &HolderSample, head: &StackHeader) -> bool {
+    let sp_off = konst(&KERNEL.regs_sp);
+    if sp_off == 0 || holder.regs == 0 {
+        bump(counter::HOLDER_STACKS_LOST);
+        return false;
+    }
+    let mut head = *head;
+    head.tag = stack_record::HOLDER;
+    head.ip = kread::u64_at(holder.regs + konst(&KERNEL.regs_ip) as u64);
+    head.sp = kread::u64_at(holder.regs + sp_off as u64);
+    head.bp = kread::u64_at(holder.regs + konst(&KERNEL.regs_bp) as u64);
+    send::<{ counter::HOLDER_STACKS_LOST }>(&head, holder.fsbase)
+}
+
+/// What [`sample_holder`] needs of the holder besides the record's header.
+#[repr(C)]
+pub struct HolderSample {
+    /// Its saved user registers (a kernel address; 0: unknown).
+    pub regs: u64,
+    pub fsbase: u64,
+}
+
+/// Sends `head` and the top of the user stack at `head.sp` (of the current address space),
+/// as deep as a thread whose fs base is `fs` has one, to STACKS; counted in `LOST` if the
+/// ring refuses it. Whether it was sent.
+#[inline(always)]
+fn send<const LOST: u32>(head: &StackHeader, fs: u64) -> bool {
+    let Some(e) = SAMPLE_BUF.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer; programs do not migrate while they run, and only this
+    // program uses it, which the kernel never runs nested in itself on one CPU.
+    let e = unsafe { &mut *e };
+    e.head = *head;
+    let sp = head.sp;
     // Only as deep as the stack is: a glibc thread's fs base is its `struct pthread`, at the
     // top of its stack, above the outermost frame (the main thread's is elsewhere: it gets
     // the whole copy). Copying 16 KiB of cold memory above a shallow C stack cost some
     // 9 us a sample.
-    let fs_off = konst(&KERNEL.task_fsbase);
-    let fs = if fs_off == 0 { 0 } else { task.u64_at(fs_off) };
     let depth = if fs > sp && fs - sp < STACK_BYTES as u64 {
         (fs - sp) as usize
     } else {
@@ -126,7 +164,7 @@ pub fn sample(
     };
     let flags = wakeup_before(n as u64);
     if STACKS.output::<[u8]>(record, flags).is_err() {
-        bump(counter::STACKS_LOST);
+        bump(LOST);
         return false;
     }
     true

@@ -19,6 +19,9 @@ use crate::{check_lost, installed_or_skip, require_root_and_tracepoints, skip_be
 /// flags say.
 pub type Counted = BTreeMap<(u32, u32, u32), Wait>;
 
+/// Wait charged to holders, by (pid, holder tid, op), ns.
+pub type Charged = BTreeMap<(u32, u32, u32), u64>;
+
 /// Contended waits of one thread and op: how many, and their wait in all (ns).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Wait {
@@ -126,17 +129,23 @@ impl ContentionCount {
             return None;
         }
         // A wait is the thread's own lock's, from its begin to the end of the same lock: an
-        // rwsem's internal spinlock contends inside the wait, and ends first.
+        // rwsem's internal spinlock contends inside the wait, and ends first. Its holder is
+        // the writer the rwsem's owner word names as it begins (0: readers, or none).
         let script = format!(
             r#"tracepoint:lock:contention_begin
 / (args->flags == 2 || args->flags == 4) && ({filter}) && args->lock_addr == (uint64)curtask->mm + {off} /
-{{ @start[tid] = nsecs; @op[tid] = args->flags; @lock[tid] = args->lock_addr; }}
+{{
+  @start[tid] = nsecs; @op[tid] = args->flags; @lock[tid] = args->lock_addr;
+  $o = ((struct rw_semaphore *)args->lock_addr)->owner.counter;
+  @holder[tid] = ($o & 1) || ($o & ~7) == 0 ? 0 : ((struct task_struct *)($o & ~7))->pid;
+}}
 tracepoint:lock:contention_end
 / @start[tid] && args->lock_addr == @lock[tid] /
 {{
   @n[pid, tid, @op[tid]] = count();
   @w[pid, tid, @op[tid]] = sum(nsecs - @start[tid]);
-  delete(@start[tid]); delete(@op[tid]); delete(@lock[tid]);
+  @hw[pid, @holder[tid], @op[tid]] = sum(nsecs - @start[tid]);
+  delete(@start[tid]); delete(@op[tid]); delete(@lock[tid]); delete(@holder[tid]);
 }}
 "#,
             off = mm_lock_offset()
@@ -155,7 +164,14 @@ tracepoint:lock:contention_end
     }
 
     /// Stops it (SIGINT: it prints its maps) and returns what it counted.
-    pub fn stop(mut self) -> Counted {
+    pub fn stop(self) -> Counted {
+        self.stop_with_holders().0
+    }
+
+    /// [`stop`](Self::stop), with the wait charged to each holder: by (pid, the holder's
+    /// tid, op), the waits of each op that began while that writer held the lock (tid 0:
+    /// readers held it, or the owner word named nobody).
+    pub fn stop_with_holders(mut self) -> (Counted, Charged) {
         // bpftrace prints "Attaching" before its probes are all in, and a SIGINT that comes
         // before its handler was lost now and then (it ran on): asked again until it ends,
         // every few seconds (scaled). No bound on its end: a hang is caught by the suite's
@@ -175,19 +191,19 @@ tracepoint:lock:contention_end
                 break;
             }
         }
-        let mut counted = Counted::new();
+        let (mut counted, mut charged) = (Counted::new(), Charged::new());
         // Every line it printed: the reader ends at its output's end.
         for l in self.out.iter() {
-            if let Some((key, value, is_count)) = parse_entry(&l) {
-                let e = counted.entry(key).or_default();
-                if is_count {
-                    e.count = value;
-                } else {
-                    e.wait_ns = value;
+            match parse_entry(&l) {
+                Some((Entry::Count, key, value)) => counted.entry(key).or_default().count = value,
+                Some((Entry::Wait, key, value)) => counted.entry(key).or_default().wait_ns = value,
+                Some((Entry::Holder, key, value)) => {
+                    charged.insert(key, value);
                 }
+                None => {}
             }
         }
-        counted
+        (counted, charged)
     }
 }
 
@@ -199,11 +215,19 @@ impl Drop for ContentionCount {
 }
 
 /// `@n[12, 13, 4]: 7` -> ((12, 13, 4), 7, true); `@w[...]` -> the wait sum.
-fn parse_entry(line: &str) -> Option<((u32, u32, u32), u64, bool)> {
+/// Which of the script's maps a line is of.
+enum Entry {
+    Count,
+    Wait,
+    Holder,
+}
+
+fn parse_entry(line: &str) -> Option<(Entry, (u32, u32, u32), u64)> {
     let (map, rest) = line.split_once('[')?;
-    let is_count = match map {
-        "@n" => true,
-        "@w" => false,
+    let entry = match map {
+        "@n" => Entry::Count,
+        "@w" => Entry::Wait,
+        "@hw" => Entry::Holder,
         _ => return None,
     };
     let (key, value) = rest.split_once("]:")?;
@@ -212,7 +236,7 @@ fn parse_entry(line: &str) -> Option<((u32, u32, u32), u64, bool)> {
         .map(|x| x.trim().parse().ok())
         .collect::<Option<_>>()?;
     let [pid, tid, op] = k[..] else { return None };
-    Some(((pid, tid, op), value.trim().parse().ok()?, is_count))
+    Some((entry, (pid, tid, op), value.trim().parse().ok()?))
 }
 
 // What a contention-mode report says against what bpftrace counted.

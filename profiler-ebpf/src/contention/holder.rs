@@ -65,27 +65,33 @@ fn regs_delta(task: Task) -> u64 {
 }
 
 /// What task `h` (a kernel address) holds a lock for write for: its exit, its syscall, or a
-/// page fault, as `timing::write_cause` tells it of the current task.
+/// page fault, as `timing::write_cause` tells it of the current task; and where its user
+/// registers are saved (0: a kernel thread, or not known).
 #[inline(always)]
-fn holder_cause(h: u64, delta: u64) -> u32 {
+fn holder_cause(h: u64, delta: u64) -> (u32, u64) {
     let flags = kread::u32_at(h + konst(&KERNEL.task_flags) as u64);
-    if flags & PF_EXITING != 0 {
-        return cause::EXIT;
-    }
-    let orig_ax = konst(&KERNEL.regs_orig_ax);
-    if flags & PF_KTHREAD != 0 || orig_ax == 0 || delta == 0 {
-        return cause::OTHER;
+    if flags & PF_KTHREAD != 0 || delta == 0 {
+        return (cause::OTHER, 0);
     }
     let stack = kread::u64_at(h + konst(&KERNEL.task_stack) as u64);
     if stack == 0 {
-        return cause::OTHER;
+        return (cause::OTHER, 0);
     }
-    cause::of_orig_ax(kread::u64_at(stack + delta + orig_ax as u64))
+    let regs = stack + delta;
+    if flags & PF_EXITING != 0 {
+        return (cause::EXIT, regs);
+    }
+    let orig_ax = konst(&KERNEL.regs_orig_ax);
+    if orig_ax == 0 {
+        return (cause::OTHER, regs);
+    }
+    (cause::of_orig_ax(kread::u64_at(regs + orig_ax as u64)), regs)
 }
 
-/// Who holds `lock` (an rwsem) as its wait begins, from its owner word, into `w`.
+/// Who holds `lock` (an rwsem) as its wait begins, from its owner word, into `w`; where a
+/// writer holds it, where its user registers are saved (0: none or not known).
 #[inline(always)]
-pub fn note_holder(w: &mut Waiter, lock: u64, task: Task) {
+pub fn note_holder(w: &mut Waiter, lock: u64, task: Task) -> u64 {
     let id = &mut w.holder;
     id.tid = 0;
     id.tgid = 0;
@@ -94,24 +100,25 @@ pub fn note_holder(w: &mut Waiter, lock: u64, task: Task) {
     // (0: this kernel's rwsem has no owner word, as under PREEMPT_RT; `count` is first.)
     let owner_off = konst(&KERNEL.rwsem_owner);
     if owner_off == 0 {
-        return;
+        return 0;
     }
     let word = kread::u64_at(lock + owner_off as u64);
     if word & RWSEM_READER_OWNED != 0 {
         id.kind = cause::READ;
-        return;
+        return 0;
     }
     let h = word & !RWSEM_OWNER_FLAGS;
     if h == 0 {
-        return;
+        return 0;
     }
     id.tid = kread::u32_at(h + konst(&KERNEL.task_pid) as u64);
     if id.tid == 0 {
-        return;
+        return 0;
     }
     id.tgid = kread::u32_at(h + konst(&KERNEL.task_tgid) as u64);
     id.tid_start = kread::u64_at(h + konst(&KERNEL.task_start_boottime) as u64);
-    id.kind = holder_cause(h, regs_delta(task));
+    let (kind, regs) = holder_cause(h, regs_delta(task));
+    id.kind = kind;
     let fs_off = konst(&KERNEL.task_fsbase);
     w.holder_fsbase = if fs_off == 0 {
         0
@@ -120,5 +127,6 @@ pub fn note_holder(w: &mut Waiter, lock: u64, task: Task) {
     };
     let comm = kread::comm_at(h + konst(&KERNEL.task_comm) as u64);
     kread::set_comm(&mut w.holder_comm, &comm);
+    regs
 }
 

@@ -38,7 +38,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use profiler_common::{
-    BlockedKey, READ, StatsKey, WRITE, cause, counter,
+    BlockedKey, READ, READ_WAIT_SEQ, StackHeader, StatsKey, WRITE, cause, counter,
 };
 
 use crate::{
@@ -149,7 +149,7 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
     }
     // The holder first: a writer clears the owner word as it releases, without the rwsem's
     // wait_lock, and the stack copy below takes microseconds.
-    note_holder(w, lock, task);
+    let holder_regs = note_holder(w, lock, task);
     let kind = if !write {
         cause::READ
     } else if !own && task.u32_at(konst(&KERNEL.task_flags)) & PF_EXITING != 0 {
@@ -168,12 +168,46 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
     // Made now, not while the lock is held: the end only adds to it (if the map is full,
     // the end counts the wait as lost).
     let _ = accum::stats_entry_of(&key, w.tgid, &w.comm, w.fsbase);
-    let mut seq = 0;
+    let mut seq = 0u32;
     // (The second copy samples no stack: the per-CPU sample buffer may be the first's.)
-    if write && !SECOND {
-        let s = sampling::pick_in(&mut w.writes, &mut w.sample_left);
-        if s != 0 && sampling::sample(task, tid, w.tgid, owner, owner_start, kind, s) {
+    if !SECOND {
+        // One contended write in `--stack-sample` has its stack taken, and one read in as
+        // many (apart: the reads' sequence numbers have bit 16 set) has only its holder's.
+        let s = if write {
+            sampling::pick_in(&mut w.writes, &mut w.sample_left) as u32
+        } else {
+            match sampling::pick_in(&mut w.reads, &mut w.read_left) {
+                0 => 0,
+                s => s as u32 | READ_WAIT_SEQ,
+            }
+        };
+        if s != 0 && write && sampling::sample(task, tid, w.tgid, owner, owner_start, kind, s as u16) {
             seq = s;
+        }
+        // The writer it waits behind, if of its own process (their address space is this
+        // one): the holder's stack, charged the wait at its end.
+        if s != 0 && own && w.holder.tgid == w.tgid && w.holder.tid != 0 && w.holder.tid != tid {
+            let head = StackHeader {
+                tag: 0,
+                owner,
+                tid: w.holder.tid,
+                tgid: w.holder.tgid,
+                kind: w.holder.kind,
+                seq: s,
+                ip: 0,
+                sp: 0,
+                bp: 0,
+                owner_start,
+                stack_len: 0,
+                waiter: tid,
+            };
+            let holder = sampling::HolderSample {
+                regs: holder_regs,
+                fsbase: w.holder_fsbase,
+            };
+            if sampling::sample_holder(&holder, &head) {
+                seq = s;
+            }
         }
     }
     if w.lock == 0
@@ -184,7 +218,7 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
     w.owner = owner;
     w.owner_start = owner_start;
     w.kind = kind;
-    w.sample_seq = seq as u32;
+    w.sample_seq = seq;
     w.lock = lock;
     w.start_ts = now();
 }

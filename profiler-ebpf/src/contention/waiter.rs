@@ -43,6 +43,10 @@ pub struct Waiter {
     /// Contended writes so far, and writes until the next sample (see `sampling::pick_in`).
     pub writes: u32,
     pub sample_left: u32,
+    /// The same for contended reads, one in `--stack-sample` of which has the stack of the
+    /// writer it waits behind taken (not its own: samples are of writes).
+    pub reads: u32,
+    pub read_left: u32,
     /// 1 once its exit was announced: a wait after that (exit_mm, the last thread's
     /// exit_mmap) announces it again, as full mode's releases do.
     pub exiting: u32,
@@ -164,6 +168,8 @@ fn new_waiter(task: Task, tid: u32, tid_start: u64, of: &LockOf) -> Option<&'sta
     init.lock = 0;
     init.writes = 0;
     init.sample_left = 0;
+    init.reads = 0;
+    init.read_left = 0;
     init.exiting = 0;
     init.cpu_reported = 0;
     init.sample_seq = 0;

@@ -327,6 +327,7 @@ mod tests {
                 count: 1,
                 wait_ns_sum: 10,
                 hold_ns_sum: Some(1),
+                holder: false,
             });
         }
         s

@@ -111,6 +111,7 @@ pub struct Counters {
     pub ring_full: u64,
     pub flush_under_lock: u64,
     pub spilled: u64,
+    pub holder_stacks_lost: u64,
     pub exit_flush: u64,
     pub fork_child: u64,
     pub not_acquired_map_full: u64,

@@ -290,6 +290,7 @@ impl Kernel for Collector {
             ring_full: read(counter::RING_FULL)?,
             flush_under_lock: read(counter::FLUSH_UNDER_LOCK)?,
             spilled: read(counter::SPILLED)?,
+            holder_stacks_lost: read(counter::HOLDER_STACKS_LOST)?,
             exit_flush: read(counter::EXIT_FLUSH)?,
             fork_child: read(counter::FORK_CHILD)?,
             not_acquired_map_full: read(counter::NOT_ACQUIRED_MAP_FULL)?,

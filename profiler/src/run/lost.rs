@@ -38,6 +38,9 @@ fn advice(reason: &str, who: Advice) -> &'static str {
             "their reader (a pipe, a slow disk) fell behind and the queue of reports to write was full; the run's counts are all kept, and the summary is written whole"
         }
         "ring_full" => "a thread's pending ring was full while flushed",
+        "holder_stacks" => {
+            "the stacks of some writers that sampled waits began behind could not be taken: the waits are counted and charged to their holders all the same"
+        }
         "no_state" => "the kernel could not allocate a thread's state (memory)",
         "nested" => "a thread took a third mm lock at once",
         "exit_flush" => "a freed thread's last acquisitions could not be reached",
@@ -54,6 +57,7 @@ fn line(reason: &str, n: u64, who: Advice) -> String {
         "stacks" => "sampled stacks",
         "skipped" => "events",
         "output" => "interval reports",
+        "holder_stacks" => "holders' stacks",
         _ => "acquisitions",
     };
     format!(
@@ -97,6 +101,7 @@ mod tests {
             "exit_pending",
             "skipped",
             "output",
+            "holder_stacks",
         ] {
             assert!(reasons.iter().any(|x| x == r), "{r} in {reasons:?}");
         }

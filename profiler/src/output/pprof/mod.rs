@@ -301,6 +301,7 @@ fn profile(s: &dyn Samples) -> proto::Profile {
                 ("comm", row.comm.as_str()),
                 ("cause", row.cause.as_ref()),
                 ("op", row.op.as_ref()),
+                ("side", if row.holder { "holder" } else { "waiter" }),
             ]);
             let writes = if row.op == "write" { row.count } else { 0 };
             let v = values(

@@ -30,6 +30,7 @@ fn samples() -> SampledStacks {
         count,
         wait_ns_sum: wait,
         hold_ns_sum: Some(hold),
+        holder: false,
     };
     SampledStacks {
         frames: vec![
@@ -201,12 +202,31 @@ fn frames_are_functions_with_their_script_or_their_files_mapping() {
             ("comm", "node"),
             ("cause", "mprotect"),
             ("op", "write"),
+            ("side", "waiter"),
         ]
     );
     // What was cut: one sample of its own, with the process's labels.
     let cut = p.sample.last().unwrap();
     assert_eq!(cut.value, [4, 7, 4, 8]);
     assert_eq!(cut.label.len(), 3);
+}
+
+/// A holder's sample (contention mode: the writer a sampled wait began behind) is told from
+/// the waiters' by its `side` label, so that `-tagfocus=side=holder` shows what the lock was
+/// held for.
+#[test]
+fn a_holders_sample_is_labelled_its_side() {
+    let mut r = a_summary();
+    let samples = r.processes[0].samples.as_mut().unwrap();
+    samples.stacks[1].holder = true;
+    let p = decode(&pprof_of(&r));
+    let side = |i: usize| {
+        (p.sample[i].label.iter())
+            .find(|l| string(&p, l.key) == "side")
+            .map(|l| string(&p, l.str).to_string())
+    };
+    assert_eq!(side(0).as_deref(), Some("waiter"));
+    assert_eq!(side(1).as_deref(), Some("holder"));
 }
 
 /// `report RUN.json --pprof` reads the summary back from its JSON line: the same profile.

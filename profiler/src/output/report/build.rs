@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use profiler_common::cause;
 
 use super::{
-    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, Kind, LockReport, Meta,
-    ProcessReport, ProfilerShare, Report, SCHEMA_VERSION, StackReport, Stats, ThreadReport,
-    rfc3339,
+    CauseReport, DsoReport, FlameStack, HolderFunctionReport, JsFramesReport, JsFunctionReport,
+    Kind, LockReport, Meta, ProcessReport, ProfilerShare, Report, SCHEMA_VERSION, StackReport,
+    Stats, ThreadReport, rfc3339,
 };
 use crate::{
     aggregation::{Attribution, SideStats, Window},
@@ -260,6 +260,38 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         );
         flame.truncate(FLAME_STACKS);
         p.flame = Some(flame);
+        if o.is_some_and(|o| !o.holder_samples.is_empty()) {
+            let held = o.map(|o| o.holder_stacks());
+            let mut holders = sorted_rows(
+                held.as_ref().map(|s| s.iter()),
+                |(frames, agg)| StackReport {
+                    frames: frames.clone(),
+                    count: agg.count,
+                    wait_ns_sum: agg.wait_ns_sum,
+                },
+                |a, b| {
+                    (b.wait_ns_sum, b.count, &a.frames).cmp(&(a.wait_ns_sum, a.count, &b.frames))
+                },
+            );
+            holders.truncate(TOP_STACKS);
+            p.holder_stacks = Some(holders);
+            p.holder_functions = Some(sorted_rows(
+                o.map(|o| o.holder_js_functions.iter()),
+                |(f, agg)| HolderFunctionReport {
+                    function: f.name.clone(),
+                    file: f.location.clone(),
+                    waits: agg.count,
+                    wait_ns_sum: agg.wait_ns_sum,
+                },
+                |a, b| {
+                    (b.wait_ns_sum, b.waits, &a.function).cmp(&(
+                        a.wait_ns_sum,
+                        a.waits,
+                        &b.function,
+                    ))
+                },
+            ));
+        }
         p.samples = Some(o.map_or_else(Default::default, |o| super::sampled_stacks(o, &p.threads)));
         p.dsos = Some(dsos);
         p.stacks = Some(top);

@@ -46,6 +46,11 @@ pub struct Lost {
     /// summary, all of them. Not in `events`: the reports' counts are all in the summary.
     #[serde(default)]
     pub output: u64,
+    /// Contention mode: holders' stacks of sampled waits that could not be taken (the
+    /// holder's saved registers not found, the ring full, or its wait's outcome never
+    /// read). Not in `events`: the counts are whole.
+    #[serde(default)]
+    pub holder_stacks: u64,
 }
 
 /// `add`, for structs of counters: field by field, saturating (they may come from files).
@@ -73,6 +78,7 @@ add_counters!(Lost {
     exit_pending,
     skipped,
     output,
+    holder_stacks,
 });
 
 impl Lost {

@@ -30,8 +30,8 @@ pub use build::{add_stacks, build, dso_reports};
 pub use costs::{Lost, Overhead, Uncounted};
 pub use minor::{MinorProcesses, MinorTotals, group};
 pub use process::{
-    CauseReport, DsoReport, FlameStack, JsFramesReport, JsFunctionReport, LockReport,
-    ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
+    CauseReport, DsoReport, FlameStack, HolderFunctionReport, JsFramesReport, JsFunctionReport,
+    LockReport, ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
 };
 pub use samples::{
     FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,

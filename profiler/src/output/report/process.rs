@@ -106,6 +106,16 @@ pub struct FlameStack {
     pub count: u64,
 }
 
+/// Sampled waits begun behind a holder whose innermost JavaScript function is this one.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HolderFunctionReport {
+    pub function: String,
+    /// `script:line:column`, as V8 names it.
+    pub file: String,
+    pub waits: u64,
+    pub wait_ns_sum: u64,
+}
+
 /// One distinct sampled write stack.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StackReport {
@@ -187,6 +197,12 @@ pub struct ProcessReport {
     /// Every distinct sampled stack with its frames in parts and its labels, for pprof
     /// (summary, with stack sampling; the 5,000 that waited longest, the rest counted).
     pub samples: Option<super::SampledStacks>,
+    /// Contention mode, with stack sampling: the stacks of this process's writers that
+    /// sampled write waits began behind, each with the waits (`count`) and the wait
+    /// (`wait_ns_sum`) charged to it while it ran that stack, most wait first (summary).
+    pub holder_stacks: Option<Vec<StackReport>>,
+    /// The same by the holder's innermost JavaScript function of the application.
+    pub holder_functions: Option<Vec<HolderFunctionReport>>,
     /// With blockers: the threads whose holds made this process's threads wait, with the
     /// wait charged to them, largest first.
     pub blockers: Option<Vec<BlockerReport>>,

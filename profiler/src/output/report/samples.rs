@@ -65,6 +65,11 @@ pub struct SampleReport {
     /// Absent where holds are not measured (contention mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_ns_sum: Option<u64>,
+    /// Contention mode: true for a holder's stack, the writer a sampled wait began behind
+    /// (`role`, `comm` and `cause` are the holder's: what it held the lock for; `count` and
+    /// `wait_ns_sum` the waits charged to it); absent for the waiters' own stacks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holder: bool,
 }
 
 /// What was left out past [`MAX_SAMPLED_STACKS`].
@@ -130,15 +135,17 @@ pub fn sampled_stacks(o: &OwnerStacks, threads: &[ThreadReport]) -> SampledStack
 /// [`sampled_stacks`], each thread's role and name told by `thread` (by tid).
 pub fn sampled_stacks_by(o: &OwnerStacks, thread: impl Fn(u32) -> (Role, String)) -> SampledStacks {
     let mut threads: HashMap<u32, (Role, String)> = HashMap::new();
-    for k in o.samples.keys() {
+    for k in o.samples.keys().chain(o.holder_samples.keys()) {
         threads.entry(k.tid).or_insert_with(|| thread(k.tid));
     }
-    type Key<'a> = (&'a [u32], Role, &'a str, u32);
+    type Key<'a> = (&'a [u32], Role, &'a str, u32, bool);
     let mut merged: HashMap<Key<'_>, StackAgg> = HashMap::new();
-    for (k, agg) in &o.samples {
+    let all =
+        (o.samples.iter().map(|s| (s, false))).chain(o.holder_samples.iter().map(|s| (s, true)));
+    for ((k, agg), holder) in all {
         let (role, comm) = &threads[&k.tid];
         merged
-            .entry((&k.frames, *role, comm.as_str(), k.cause))
+            .entry((&k.frames, *role, comm.as_str(), k.cause, holder))
             .or_default()
             .add(agg);
     }
@@ -146,7 +153,7 @@ pub fn sampled_stacks_by(o: &OwnerStacks, thread: impl Fn(u32) -> (Role, String)
     rows.sort_by(|(a, x), (b, y)| (y.wait_ns_sum, y.count, a).cmp(&(x.wait_ns_sum, x.count, b)));
     let mut out = SampledStacks::default();
     let mut index: HashMap<u32, u32> = HashMap::new();
-    for (n, ((frames, role, comm, c), agg)) in rows.into_iter().enumerate() {
+    for (n, ((frames, role, comm, c, holder), agg)) in rows.into_iter().enumerate() {
         let row = SampleReport {
             frames: Vec::new(),
             role,
@@ -156,6 +163,7 @@ pub fn sampled_stacks_by(o: &OwnerStacks, thread: impl Fn(u32) -> (Role, String)
             count: agg.count,
             wait_ns_sum: agg.wait_ns_sum,
             hold_ns_sum: Some(agg.hold_ns_sum),
+            holder,
         };
         if n >= MAX_SAMPLED_STACKS {
             out.cut.add(&row);

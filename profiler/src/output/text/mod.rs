@@ -212,6 +212,7 @@ fn lost_text(l: &Lost) -> String {
         (l.exit_pending, "threads still exiting at the end"),
         (l.skipped, "program runs the kernel skipped"),
         (l.stacks, "stacks dropped: raise --stack-sample"),
+        (l.holder_stacks, "holders' stacks not taken"),
         (
             l.output,
             "interval reports not written: the reader fell behind",
@@ -327,6 +328,7 @@ fn process_text(p: &ProcessReport, mode: Mode) -> String {
         }
     }
     out.push_str(&blockers_text(p));
+    out.push_str(&waits::holders_text(p));
     let _ = writeln!(
         out,
         "\n  top threads by write wait:\n  {:>8} {:<9} {:<15} {:>8} {:>10} {:>9} {:>9} {:>10}",

@@ -120,3 +120,44 @@ pub fn blockers_text(p: &ProcessReport) -> String {
     }
     out
 }
+
+/// Contention mode: what the writers that sampled waits began behind were running (their
+/// stacks and JavaScript functions), most wait first.
+pub fn holders_text(p: &ProcessReport) -> String {
+    let mut out = String::new();
+    let Some(stacks) = p.holder_stacks.as_ref().filter(|s| !s.is_empty()) else {
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\n  held by: what the writers that sampled write waits began behind were running"
+    );
+    if let Some(functions) = p.holder_functions.as_ref().filter(|f| !f.is_empty()) {
+        for f in functions.iter().take(3) {
+            let file = if f.file.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", f.file)
+            };
+            let _ = writeln!(
+                out,
+                "    {}{file}: {} waits behind it, {} waited",
+                f.function,
+                f.waits,
+                fmt_ns(f.wait_ns_sum)
+            );
+        }
+    }
+    for s in stacks.iter().take(2) {
+        let _ = writeln!(
+            out,
+            "    {} waits behind it, {} waited:",
+            s.count,
+            fmt_ns(s.wait_ns_sum)
+        );
+        for f in s.frames.iter().take(8) {
+            let _ = writeln!(out, "      {f}");
+        }
+    }
+    out
+}

@@ -21,6 +21,8 @@ const MAX_DEFER: std::time::Duration = std::time::Duration::from_millis(3);
 pub(super) struct Deferred {
     /// The sample, as [`SampleDone`](profiler_common::SampleDone) names it.
     pub(super) key: (u32, u32),
+    /// The thread whose stack it is (whose isolate its frames are in).
+    pub(super) tid: u32,
     pub(super) actor: ProcId,
     pub(super) slots: Vec<v8::JsSlots>,
 }
@@ -66,7 +68,7 @@ impl StackAttribution {
         let deferred = std::mem::take(&mut self.deferred);
         let mut by_actor: BTreeMap<ProcId, Vec<&Deferred>> = BTreeMap::new();
         for d in &deferred {
-            if thread_lives(d.actor.pid, d.key.0) {
+            if thread_lives(d.actor.pid, d.tid) {
                 by_actor.entry(d.actor).or_default().push(d);
             } else if let Some(p) = self.pending.get_mut(&d.key) {
                 // Its heap is gone: nothing is read, and its V8 frames are not named.

@@ -18,7 +18,7 @@ mod symbolize;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use profiler_common::{SampleDone, StackHeader, read_record, stack_record};
+use profiler_common::{READ_WAIT_SEQ, SampleDone, StackHeader, read_record, stack_record};
 
 use crate::{
     registry::perfmap::JsFunction,
@@ -36,6 +36,10 @@ pub use owner::{JsFrameCounts, OwnerStacks, SampleKey, StackAgg};
 
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
+
+/// Set on the tid of a pending sample's key for a holder's stack (its waiter's tid and
+/// sequence number otherwise: the outcome joins both). Thread ids stay below 2^22.
+const HOLDER_KEY: u32 = 1 << 31;
 
 /// A frame as sampled: its address and, for a V8 frame, its function as resolved then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,12 +62,23 @@ struct Pending {
     owner: ProcId,
     /// The process of the thread that took the lock (see [`actor`]).
     actor: ProcId,
-    /// The thread, and what it took the lock for (`StackHeader::kind`).
+    /// The thread, and what it took the lock for (`StackHeader::kind`): for a holder's
+    /// stack, the holder and what it held the lock for.
     tid: u32,
     cause: u32,
     frames: Vec<RawFrame>,
     dso: String,
     end: StackEnd,
+}
+
+/// A sample's key among those waiting for their outcome: its thread and sequence number, or
+/// for a holder's stack its waiter's, marked.
+fn key_of(s: &StackHeader) -> (u32, u32) {
+    if s.tag == stack_record::HOLDER {
+        (s.waiter | HOLDER_KEY, s.seq)
+    } else {
+        (s.tid, s.seq)
+    }
 }
 
 /// The process whose lock a sample took (its start time in ticks, as [`ProcId`]s have it).
@@ -114,6 +129,9 @@ pub struct StackAttribution {
     pub dropped: u64,
     /// Samples [`discard`](Self::discard)ed, until their outcome is.
     discarded: HashSet<(u32, u32)>,
+    /// Holders' stacks dropped by userspace (their outcome never came, or read at the end
+    /// without being unwound): counted in `lost.holder_stacks` with the kernel's.
+    pub holders_dropped: u64,
     /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
@@ -136,7 +154,7 @@ impl StackAttribution {
             return;
         };
         match tag {
-            stack_record::SAMPLE => {
+            stack_record::SAMPLE | stack_record::HOLDER => {
                 // The header, then as many bytes of stack as it says were read.
                 if let Some(h) = read_record::<StackHeader>(bytes) {
                     let at = std::mem::size_of::<StackHeader>();
@@ -164,12 +182,16 @@ impl StackAttribution {
                     self.dropped += 1;
                 }
             }
+            Some(stack_record::HOLDER) => self.holders_dropped += 1,
             Some(stack_record::DONE) => {
-                if let Some(d) = read_record::<SampleDone>(bytes)
-                    && !self.discarded.remove(&(d.tid, d.seq))
-                {
-                    self.pending.remove(&(d.tid, d.seq));
-                    self.dropped += 1;
+                if let Some(d) = read_record::<SampleDone>(bytes) {
+                    if d.seq & READ_WAIT_SEQ == 0 && !self.discarded.remove(&(d.tid, d.seq)) {
+                        self.pending.remove(&(d.tid, d.seq));
+                        self.dropped += 1;
+                    }
+                    if self.pending.remove(&(d.tid | HOLDER_KEY, d.seq)).is_some() {
+                        self.holders_dropped += 1;
+                    }
                 }
             }
             _ => {}
@@ -235,7 +257,8 @@ impl StackAttribution {
                         .collect();
                     if !slots.is_empty() {
                         deferred = Some(Deferred {
-                            key: (s.tid, s.seq),
+                            key: key_of(s),
+                            tid: s.tid,
                             actor,
                             slots,
                         });
@@ -272,7 +295,7 @@ impl StackAttribution {
             ),
         };
         self.pending.insert(
-            (s.tid, s.seq),
+            key_of(s),
             Pending {
                 owner: owner(s),
                 actor,
@@ -301,8 +324,26 @@ impl StackAttribution {
     }
 
     fn on_done(&mut self, d: &SampleDone) {
+        // The writer the wait began behind, charged the wait while it ran that stack (a read
+        // wait's outcome comes for that alone: reads have no stack of their own).
+        if let Some(h) = self.pending.remove(&(d.tid | HOLDER_KEY, d.seq)) {
+            let key = RawKey {
+                actor: h.actor,
+                tid: h.tid,
+                cause: h.cause,
+                frames: h.frames,
+            };
+            let o = self.owners.entry(h.owner).or_default();
+            o.holder_raw.entry(key).or_default().add(&StackAgg {
+                count: 1,
+                wait_ns_sum: d.wait_ns,
+                hold_ns_sum: 0,
+            });
+        }
         let Some(p) = self.pending.remove(&(d.tid, d.seq)) else {
-            self.dropped += 1;
+            if d.seq & READ_WAIT_SEQ == 0 {
+                self.dropped += 1;
+            }
             return;
         };
         let o = self.owners.entry(p.owner).or_default();
@@ -364,7 +405,7 @@ impl StackAttribution {
     pub fn forget_thread(&mut self, tid: u32) {
         self.flush();
         let before = self.pending.len();
-        self.pending.retain(|&(t, _), _| t != tid);
+        self.pending.retain(|&(t, _), _| t & !HOLDER_KEY != tid);
         self.unmatched += (before - self.pending.len()) as u64;
     }
 

@@ -78,6 +78,14 @@ pub struct OwnerStacks {
     pub samples: HashMap<SampleKey, StackAgg>,
     /// Stacks as addresses in the process that took the lock, not yet symbolized.
     pub(super) raw: HashMap<RawKey, StackAgg>,
+    /// Contention mode: the stacks of the writers that sampled waits began behind (threads
+    /// of this process), by holder thread, what it held the lock for and stack, each with the
+    /// waits (`count`) and the wait (`wait_ns_sum`) charged to it; symbolized as `samples`.
+    pub holder_samples: HashMap<SampleKey, StackAgg>,
+    /// The holders' samples by the innermost JavaScript function of the application on
+    /// their stack.
+    pub holder_js_functions: BTreeMap<JsFunction, StackAgg>,
+    pub(super) holder_raw: HashMap<RawKey, StackAgg>,
 }
 
 impl OwnerStacks {
@@ -100,9 +108,18 @@ impl OwnerStacks {
     /// The distinct stacks as the report shows them (`function (file)`, innermost first),
     /// whatever thread and cause sampled them.
     pub fn stacks(&self) -> HashMap<Vec<String>, StackAgg> {
+        self.labelled(&self.samples)
+    }
+
+    /// The holders' distinct stacks, as [`stacks`](Self::stacks) has the waiters'.
+    pub fn holder_stacks(&self) -> HashMap<Vec<String>, StackAgg> {
+        self.labelled(&self.holder_samples)
+    }
+
+    fn labelled(&self, samples: &HashMap<SampleKey, StackAgg>) -> HashMap<Vec<String>, StackAgg> {
         let mut labels: HashMap<u32, String> = HashMap::new();
         let mut out: HashMap<Vec<String>, StackAgg> = HashMap::new();
-        for (k, agg) in &self.samples {
+        for (k, agg) in samples {
             let frames = (k.frames.iter())
                 .map(|&i| {
                     labels

@@ -29,7 +29,8 @@ impl StackAttribution {
         self.symbolize_where(|_| true);
     }
 
-    /// Names the stacks taken by the processes that `which` selects.
+    /// Names the stacks taken by the processes that `which` selects (and the stacks of the
+    /// holders their waits began behind).
     pub(super) fn symbolize_where(&mut self, which: impl Fn(ProcId) -> bool) {
         for (&owner, o) in self.owners.iter_mut() {
             // What this process's JavaScript frames could be named by.
@@ -39,51 +40,50 @@ impl StackAttribution {
                     o.v8_note.clone_from(&u.v8_note);
                 }
             }
-            let raw: Vec<_> = o.raw.extract_if(|k, _| which(k.actor)).collect();
-            for (key, agg) in raw {
-                let (actor, raw_frames) = (key.actor, key.frames);
-                let unwinder = self.unwinders.get_mut(&actor).and_then(Option::as_mut);
-                // Without an unwinder the ip alone is known, not whether it is JIT code.
-                let known = unwinder.is_some();
-                let addrs: Vec<u64> = raw_frames.iter().map(|f| f.addr).collect();
-                let mut frames = match unwinder {
-                    Some(u) => u.symbolize_stack(&addrs),
-                    None => addrs
-                        .iter()
-                        .map(|&addr| Frame {
-                            addr,
-                            symbol: None,
-                            dso: None,
-                            build_id: None,
-                            jit: None,
-                            v8: None,
-                        })
-                        .collect(),
+            for holders in [false, true] {
+                let from = if holders {
+                    &mut o.holder_raw
+                } else {
+                    &mut o.raw
                 };
-                for (f, r) in frames.iter_mut().zip(&raw_frames) {
-                    f.v8 = match r.js {
-                        JsRef::None => None,
-                        JsRef::Unknown => Some(Resolved::Unknown),
-                        JsRef::Named(i) => Some(Resolved::Named(self.js_names[i as usize].clone())),
+                let raw: Vec<_> = from.extract_if(|k, _| which(k.actor)).collect();
+                for (key, agg) in raw {
+                    let unwinder = self.unwinders.get_mut(&key.actor).and_then(Option::as_mut);
+                    // Without an unwinder the ip alone is known, not whether it is JIT code.
+                    let known = unwinder.is_some();
+                    let frames = name_frames(unwinder, &key.frames, &self.js_names);
+                    let js_frames: Vec<&JsFunction> = frames.iter().filter_map(js_of).collect();
+                    let js = innermost_application(&js_frames).cloned();
+                    if holders {
+                        if let Some(js) = js {
+                            o.holder_js_functions.entry(js).or_default().add(&agg);
+                        }
+                    } else {
+                        for f in &frames {
+                            count_js_frame(&mut o.js_frames, f, agg.count);
+                        }
+                        if let Some(js) = js {
+                            o.js_functions.entry(js).or_default().add(&agg);
+                        } else if known && frames.iter().any(|f| f.dso.is_none() && f.jit.is_none())
+                        {
+                            o.unnamed_jit += agg.count;
+                        }
+                    }
+                    let frames = (frames.iter())
+                        .map(|f| o.frames.intern(SampledFrame::of(f)))
+                        .collect();
+                    let sample = SampleKey {
+                        tid: key.tid,
+                        cause: key.cause,
+                        frames,
                     };
-                    count_js_frame(&mut o.js_frames, f, agg.count);
+                    let to = if holders {
+                        &mut o.holder_samples
+                    } else {
+                        &mut o.samples
+                    };
+                    to.entry(sample).or_default().add(&agg);
                 }
-                let js_frames: Vec<&JsFunction> = frames.iter().filter_map(js_of).collect();
-                let js = innermost_application(&js_frames).cloned();
-                if let Some(js) = js {
-                    o.js_functions.entry(js).or_default().add(&agg);
-                } else if known && frames.iter().any(|f| f.dso.is_none() && f.jit.is_none()) {
-                    o.unnamed_jit += agg.count;
-                }
-                let frames = (frames.iter())
-                    .map(|f| o.frames.intern(SampledFrame::of(f)))
-                    .collect();
-                let sample = SampleKey {
-                    tid: key.tid,
-                    cause: key.cause,
-                    frames,
-                };
-                o.samples.entry(sample).or_default().add(&agg);
             }
         }
     }
@@ -125,4 +125,36 @@ impl StackAttribution {
         }
         out
     }
+}
+
+/// A stack's frames named: on the files of its process (`unwinder`), the address alone
+/// without one, and its V8 frames by the names the heap gave them.
+fn name_frames(
+    unwinder: Option<&mut crate::registry::unwind::ProcessUnwinder>,
+    raw: &[super::RawFrame],
+    js_names: &[JsFunction],
+) -> Vec<Frame> {
+    let addrs: Vec<u64> = raw.iter().map(|f| f.addr).collect();
+    let mut frames = match unwinder {
+        Some(u) => u.symbolize_stack(&addrs),
+        None => addrs
+            .iter()
+            .map(|&addr| Frame {
+                addr,
+                symbol: None,
+                dso: None,
+                build_id: None,
+                jit: None,
+                v8: None,
+            })
+            .collect(),
+    };
+    for (f, r) in frames.iter_mut().zip(raw) {
+        f.v8 = match r.js {
+            JsRef::None => None,
+            JsRef::Unknown => Some(Resolved::Unknown),
+            JsRef::Named(i) => Some(Resolved::Named(js_names[i as usize].clone())),
+        };
+    }
+    frames
 }

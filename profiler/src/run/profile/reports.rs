@@ -28,6 +28,7 @@ fn lost(c: Counters, base: Counters, exit_pending: u64) -> Lost {
         skipped: c.skipped.saturating_sub(base.skipped),
         // What the output could not write: counted by the sink (run/sink.rs).
         output: 0,
+        holder_stacks: c.holder_stacks_lost.saturating_sub(base.holder_stacks_lost),
     }
     .with_total()
 }
@@ -54,6 +55,7 @@ impl<K: Kernel> Profile<K> {
     fn counters_now(&self) -> Counters {
         let mut c = self.counters;
         c.stacks_lost += self.stacks.as_ref().map_or(0, |s| s.dropped);
+        c.holder_stacks_lost += self.stacks.as_ref().map_or(0, |s| s.holders_dropped);
         c
     }
 
