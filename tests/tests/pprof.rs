@@ -389,9 +389,29 @@ fn a_contention_mode_profile_has_the_contended_waits_stacks() {
         "{:?}",
         raw.comments
     );
+    // Each side's totals: the waiters' are the sampled writes; the holders' (the Workers
+    // the sampled waits began behind, `side` holder) the wait the summary charges to them.
+    let side_total = |side: &str, i: usize| -> i64 {
+        (raw.samples.iter())
+            .filter(|x| x.labels["side"] == side)
+            .map(|x| x.values[i])
+            .sum()
+    };
+    assert_eq!(
+        (side_total("waiter", 0), side_total("waiter", 1)),
+        (writes, wait)
+    );
+    let holders: Vec<&Value> = (p["samples"]["stacks"].as_array().unwrap().iter())
+        .filter(|r| r["holder"] == true)
+        .collect();
+    let held = |k: &str| holders.iter().map(|r| r[k].as_i64().unwrap()).sum::<i64>();
+    assert_eq!(
+        (side_total("holder", 0), side_total("holder", 1)),
+        (held("count"), held("wait_ns_sum"))
+    );
     assert_eq!(
         (raw.total("contentions"), raw.total("delay")),
-        (writes, wait)
+        (writes + held("count"), wait + held("wait_ns_sum"))
     );
     let at = raw.locations_of("allocateInWorker");
     assert!(
