@@ -434,6 +434,12 @@ static ZERO: BlockedVal = BlockedVal {
 /// Adds one wait of `ns` to `key`'s entry; true if the entry was made for it.
 #[inline(never)]
 pub fn add_blocked(key: &BlockedKey, ns: u64) -> bool {
+    add_blocked_n(key, 1, ns)
+}
+
+/// [`add_blocked`] of `waits` waits (0: a part of a wait counted with another holder).
+#[inline(always)]
+pub fn add_blocked_n(key: &BlockedKey, waits: u64, ns: u64) -> bool {
     let mut p = BLOCKED.get_ptr_mut(key);
     let mut made = false;
     if p.is_none() {
@@ -450,7 +456,9 @@ pub fn add_blocked(key: &BlockedKey, ns: u64) -> bool {
     // SAFETY: a live map value; waiters of one holder charge it from several CPUs at once,
     // hence the atomics.
     let v = unsafe { &mut *v };
-    atomic_add(&mut v.waits, 1);
+    if waits != 0 {
+        atomic_add(&mut v.waits, waits);
+    }
     atomic_add(&mut v.wait_ns, ns);
     made
 }

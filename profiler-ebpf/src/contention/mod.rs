@@ -21,6 +21,7 @@
 //! registers); with its reader bit set the lock is held by readers, whom it does not name.
 
 mod holder;
+mod queued;
 mod threads;
 mod waiter;
 
@@ -38,7 +39,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use profiler_common::{
-    BlockedKey, READ, READ_WAIT_SEQ, StackHeader, StatsKey, WRITE, cause, counter,
+    BlockedKey, HolderId, READ, READ_WAIT_SEQ, StackHeader, StatsKey, WRITE, cause, counter,
 };
 
 use crate::{
@@ -297,7 +298,12 @@ fn end<const SECOND: bool>(lock: u64, tid: u32, failed: bool) {
         }
         None => accum::count_map_full(w.kind, (!failed) as u64, failed as u64),
     }
-    charge(w, tid, wait);
+    charge(w, tid, wait, lock, now);
+    if !failed && w.kind != cause::READ {
+        // A writer got the lock: the waits it is now ahead of learn of it at their end
+        // (after its own charge, which may be to the writer before it).
+        queued::note_writer(lock, w, tid, now);
+    }
     if w.sample_seq != 0 {
         sampling::done(tid, w.sample_seq, wait, 0);
     }
@@ -316,30 +322,46 @@ fn stats_of(key: &StatsKey) -> Option<&'static mut profiler_common::ThreadStats>
         .map(|p| unsafe { &mut *p })
 }
 
-/// Charges the wait to the writer that held the lock when it began, or to its readers. A
-/// holder first charged is announced, as a waiter is: it may never wait itself, and its role
-/// is told while it lives.
+/// Charges the wait to what it waited behind: the writer that held the lock when it began;
+/// or, begun behind readers (or with nobody named), to the readers until a writer got the
+/// lock in it and to that writer from then on (`queued`: a writer queued ahead of it, as an
+/// rwsem queues a writer ahead of the waiters that come after it). A holder first charged is
+/// announced, as a waiter is: it may never wait itself, and its role is told while it lives.
 #[inline(always)]
-fn charge(w: &Waiter, tid: u32, wait: u64) {
-    if w.holder.kind == HOLDER_UNKNOWN || blockers::ours(w.tgid) {
+fn charge(w: &Waiter, tid: u32, wait: u64, lock: u64, now: u64) {
+    if blockers::ours(w.tgid) {
         return;
     }
-    let key = BlockedKey {
-        owner: w.owner,
-        waiter_tid: tid,
-        holder_tid: w.holder.tid,
-        holder_tgid: w.holder.tgid,
-        holder_kind: w.holder.kind,
-        waiter_op: if w.kind == cause::READ {
-            READ as u32
-        } else {
-            WRITE as u32
-        },
-        owner_start: w.owner_start,
-        waiter_start: w.tid_start,
-        holder_start: w.holder.tid_start,
-    };
-    if blockers::add_blocked(&key, wait) && w.holder.tid != 0 {
+    let behind_readers = w.holder.kind == cause::READ || w.holder.kind == HOLDER_UNKNOWN;
+    if behind_readers && let Some(q) = queued::writer_in(lock, w.start_ts, tid) {
+        let after = now.saturating_sub(q.acquired).min(wait);
+        if w.holder.kind == cause::READ && wait > after {
+            // The part before, the readers' (the wait counted once: with the writer's part).
+            charge_to(w, tid, &w.holder, 0, wait - after);
+        }
+        let holder = HolderId {
+            tid_start: q.tid_start,
+            tid: q.tid,
+            tgid: q.tgid,
+            kind: q.kind,
+            _pad: 0,
+        };
+        let who = Identity {
+            tid: q.tid,
+            tgid: q.tgid,
+            tid_start: q.tid_start,
+            fsbase: q.fsbase,
+            comm: q.comm,
+        };
+        if charge_to(w, tid, &holder, 1, after) {
+            announce::announce_thread(&who, w.owner, w.owner_start, 0);
+        }
+        return;
+    }
+    if w.holder.kind == HOLDER_UNKNOWN {
+        return;
+    }
+    if charge_to(w, tid, &w.holder, 1, wait) && w.holder.tid != 0 {
         let who = Identity {
             tid: w.holder.tid,
             tgid: w.holder.tgid,
@@ -351,3 +373,23 @@ fn charge(w: &Waiter, tid: u32, wait: u64) {
     }
 }
 
+/// Adds `waits` and `ns` of `w`'s wait to `holder`'s entry; whether it was made now.
+#[inline(never)]
+fn charge_to(w: &Waiter, tid: u32, holder: &HolderId, waits: u64, ns: u64) -> bool {
+    let key = BlockedKey {
+        owner: w.owner,
+        waiter_tid: tid,
+        holder_tid: holder.tid,
+        holder_tgid: holder.tgid,
+        holder_kind: holder.kind,
+        waiter_op: if w.kind == cause::READ {
+            READ as u32
+        } else {
+            WRITE as u32
+        },
+        owner_start: w.owner_start,
+        waiter_start: w.tid_start,
+        holder_start: holder.tid_start,
+    };
+    blockers::add_blocked_n(&key, waits, ns)
+}
