@@ -135,7 +135,10 @@ fn a_javascript_holder_is_named(major: u32) {
     let functions = p["holder_functions"].as_array().expect("holder_functions");
     let named: u64 = (functions.iter())
         .filter(|f| f["function"] == "shrinkResizableBuffer")
-        .inspect(|f| assert!(f["file"].as_str().unwrap().contains("holder.js:"), "{f}"))
+        .inspect(|f| {
+            assert!(f["file"].as_str().unwrap().contains("holder.js:"), "{f}");
+            assert_eq!(f["cause"], "mprotect", "{f}");
+        })
         .map(|f| f["wait_ns_sum"].as_u64().unwrap())
         .sum();
     eprintln!(

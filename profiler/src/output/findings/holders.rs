@@ -104,8 +104,26 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
         }
         _ => return None,
     };
+    // Its code, where the holders' stacks name it: the JavaScript function the writers of
+    // this cause were running when the most wait began behind them.
+    let code = (p.holder_functions.iter().flatten())
+        .filter(|h| h.cause == cause_)
+        .max_by_key(|h| h.wait_ns_sum);
+    let title = match code {
+        Some(h) => format!("{title} (running {})", h.function),
+        None => title,
+    };
     let mut f = finding(s, p, title, charged, &roles);
     f.evidence.facts.push(held_fact);
+    if let Some(h) = code {
+        f.evidence.facts.push(format!(
+            "the writers holding it for {cause_} were running {} ({}) when {} of the sampled waits began behind them ({} of wait)",
+            h.function,
+            h.file,
+            h.waits,
+            fmt_ns(h.wait_ns_sum)
+        ));
+    }
     f.evidence.facts.push(match top {
         Some(b) => format!(
             "{} of the others' wait ({} waits) is charged to its holds",

@@ -9,8 +9,8 @@ use crate::{
     output::{
         fixtures::time_share as share,
         report::{
-            BlockerReport, CauseReport, DsoReport, FlameStack, LockReport, ProcessReport,
-            ProfilerShare, Report, RoleBlock, Stats, ThreadReport,
+            BlockerReport, CauseReport, DsoReport, FlameStack, HolderFunctionReport, LockReport,
+            ProcessReport, ProfilerShare, Report, RoleBlock, Stats, ThreadReport,
         },
         share::RoleShare,
     },
@@ -538,4 +538,54 @@ fn long_holds_in_contention_mode_come_from_the_waits_behind_the_holder() {
     assert!(!finds(&s, "long-holds"));
     p.blockers = Some(vec![holder(100, 200_000_000)]);
     assert!(!finds(&summary(vec![p]), "long-holds"));
+}
+
+/// Contention mode with holder stacks: the long-holds finding names the JavaScript function
+/// the writers of its cause were running when the most wait began behind them (another
+/// cause's function is not its).
+#[test]
+fn long_holds_cite_the_holders_javascript_function() {
+    let mut p = with_main(
+        30,
+        vec![writer(
+            32,
+            Role::Worker,
+            &[("mmap", stats(300, 250_000_000))],
+        )],
+    );
+    p.blockers = Some(vec![BlockerReport {
+        tid: 31,
+        pid: 30,
+        role: Role::Worker,
+        comm: "node".into(),
+        cause: "mprotect".into(),
+        waits: 100,
+        wait_ns: 200_000_000,
+        write_wait_ns: 200_000_000,
+    }]);
+    let function = |name: &str, cause: &'static str, wait_ns_sum| HolderFunctionReport {
+        function: name.into(),
+        file: "/srv/app.js:10:3".into(),
+        cause: cause.into(),
+        waits: 40,
+        wait_ns_sum,
+    };
+    p.holder_functions = Some(vec![
+        function("allocate", "mmap", 900_000_000),
+        function("shrinkBuffer", "mprotect", 150_000_000),
+        function("compress", "mprotect", 20_000_000),
+    ]);
+    let mut s = summary(vec![p]);
+    s.mode = crate::vocab::Mode::Contention;
+    s.drop_unmeasured();
+    let f = find(&s, None);
+    let l = f.iter().find(|f| f.id == "long-holds").expect("long-holds");
+    assert!(l.title.ends_with("(running shrinkBuffer)"), "{}", l.title);
+    assert!(
+        (l.evidence.facts.iter()).any(|x| x.starts_with(
+            "the writers holding it for mprotect were running shrinkBuffer (/srv/app.js:10:3) when 40 of the sampled waits began behind them"
+        )),
+        "{:?}",
+        l.evidence.facts
+    );
 }

@@ -263,6 +263,42 @@ fn code_tables(out: &mut String, p: &ProcessReport) {
     if let Some(h) = &p.js_hint {
         let _ = write!(out, r#"<p class="note">{}</p>"#, esc(h));
     }
+    holder_tables(out, p);
+}
+
+/// Contention mode: what the writers that sampled waits began behind were running.
+fn holder_tables(out: &mut String, p: &ProcessReport) {
+    if let Some(f) = p.holder_functions.as_ref().filter(|f| !f.is_empty()) {
+        table(
+            out,
+            "Held by: the JavaScript the writers ran that sampled waits began behind",
+            &["function", "file", "held for", "waits behind it", "wait"],
+            f.iter().take(10).map(|h| {
+                [
+                    esc(&h.function),
+                    esc(&h.file),
+                    esc(&h.cause),
+                    h.waits.to_string(),
+                    fmt_ns(h.wait_ns_sum),
+                ]
+            }),
+        );
+    }
+    if let Some(s) = p.holder_stacks.as_ref().filter(|s| !s.is_empty()) {
+        table(
+            out,
+            "Held by: the holders' stacks (innermost first)",
+            &["stack", "waits behind it", "wait"],
+            s.iter().take(5).map(|h| {
+                let frames: Vec<String> = h.frames.iter().take(8).map(|f| esc(f)).collect();
+                [
+                    frames.join("<br>"),
+                    h.count.to_string(),
+                    fmt_ns(h.wait_ns_sum),
+                ]
+            }),
+        );
+    }
 }
 
 /// `report --html`: the page of a run read from its file, with these findings first.

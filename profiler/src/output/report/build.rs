@@ -277,9 +277,10 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
             p.holder_stacks = Some(holders);
             p.holder_functions = Some(sorted_rows(
                 o.map(|o| o.holder_js_functions.iter()),
-                |(f, agg)| HolderFunctionReport {
+                |((f, c), agg)| HolderFunctionReport {
                     function: f.name.clone(),
                     file: f.location.clone(),
+                    cause: cause::name(*c).into(),
                     waits: agg.count,
                     wait_ns_sum: agg.wait_ns_sum,
                 },

@@ -112,6 +112,8 @@ pub struct HolderFunctionReport {
     pub function: String,
     /// `script:line:column`, as V8 names it.
     pub file: String,
+    /// What the holder held the lock for there (a write cause).
+    pub cause: Cow<'static, str>,
     pub waits: u64,
     pub wait_ns_sum: u64,
 }

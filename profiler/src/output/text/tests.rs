@@ -117,3 +117,37 @@ fn the_blockers_header_names_what_it_adds_up_and_the_shares_base() {
         "{text}"
     );
 }
+
+/// Contention mode's holder stacks: the text says what the writers that sampled waits began
+/// behind were running, their JavaScript function first, then their stacks.
+#[test]
+fn held_by_names_the_holders_function_and_stack() {
+    use crate::output::report::{HolderFunctionReport, StackReport};
+    let mut p = process(1, "node", 5_000_000, false);
+    assert!(waits::holders_text(&p).is_empty());
+    p.holder_functions = Some(vec![HolderFunctionReport {
+        function: "shrinkBuffer".into(),
+        file: "/srv/app.js:10:3".into(),
+        cause: "mprotect".into(),
+        waits: 12,
+        wait_ns_sum: 93_000_000,
+    }]);
+    p.holder_stacks = Some(vec![StackReport {
+        frames: vec![
+            "__mprotect (libc.so.6)".into(),
+            "shrinkBuffer (/srv/app.js:10:3)".into(),
+        ],
+        count: 12,
+        wait_ns_sum: 93_000_000,
+    }]);
+    let text = process_text(&p, crate::vocab::Mode::Contention);
+    let at = text.find("held by:").expect("a held-by section");
+    let held = &text[at..];
+    assert!(
+        held.contains(
+            "shrinkBuffer (/srv/app.js:10:3): 12 waits behind it (held for mprotect), 93.00ms waited"
+        ),
+        "{held}"
+    );
+    assert!(held.contains("      __mprotect (libc.so.6)"), "{held}");
+}

@@ -141,9 +141,10 @@ pub fn holders_text(p: &ProcessReport) -> String {
             };
             let _ = writeln!(
                 out,
-                "    {}{file}: {} waits behind it, {} waited",
+                "    {}{file}: {} waits behind it (held for {}), {} waited",
                 f.function,
                 f.waits,
+                f.cause,
                 fmt_ns(f.wait_ns_sum)
             );
         }

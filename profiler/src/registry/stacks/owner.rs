@@ -83,8 +83,8 @@ pub struct OwnerStacks {
     /// waits (`count`) and the wait (`wait_ns_sum`) charged to it; symbolized as `samples`.
     pub holder_samples: HashMap<SampleKey, StackAgg>,
     /// The holders' samples by the innermost JavaScript function of the application on
-    /// their stack.
-    pub holder_js_functions: BTreeMap<JsFunction, StackAgg>,
+    /// their stack, and what they held the lock for (a write cause).
+    pub holder_js_functions: BTreeMap<(JsFunction, u32), StackAgg>,
     pub(super) holder_raw: HashMap<RawKey, StackAgg>,
 }
 

@@ -56,7 +56,9 @@ impl StackAttribution {
                     let js = innermost_application(&js_frames).cloned();
                     if holders {
                         if let Some(js) = js {
-                            o.holder_js_functions.entry(js).or_default().add(&agg);
+                            (o.holder_js_functions.entry((js, key.cause)))
+                                .or_default()
+                                .add(&agg);
                         }
                     } else {
                         for f in &frames {
