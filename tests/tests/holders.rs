@@ -136,7 +136,9 @@ fn a_javascript_holder_is_named(major: u32) {
     let named: u64 = (functions.iter())
         .filter(|f| f["function"] == "shrinkResizableBuffer")
         .inspect(|f| {
-            assert!(f["file"].as_str().unwrap().contains("holder.js:"), "{f}");
+            // Its script, unless it could not be read at that moment (then the name alone).
+            let file = f["file"].as_str().unwrap();
+            assert!(file.is_empty() || file.contains("holder.js:"), "{f}");
             assert_eq!(f["cause"], "mprotect", "{f}");
         })
         .map(|f| f["wait_ns_sum"].as_u64().unwrap())
