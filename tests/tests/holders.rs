@@ -13,8 +13,10 @@ use integration_tests::{
 use serde_json::Value;
 
 /// Contention mode with every contended write and read sampled, on `w`, beside bpftrace's
-/// charge of each wait to the writer it began behind; what both said.
-fn profile_holders(w: &mut Workload) -> Option<(Finished, Charged)> {
+/// charge of each wait to the writer it began behind; what both said. A Node fixture
+/// (`node`) is told to go, and stopped once it is done and the profiler has ended, so that
+/// its threads' stacks are named while they live.
+fn profile_holders(w: &mut Workload, node: bool) -> Option<(Finished, Charged)> {
     let count = ContentionCount::start(&format!("pid == {}", w.pid))?;
     let prof = Profiler::start(&[
         "-p",
@@ -26,9 +28,14 @@ fn profile_holders(w: &mut Workload) -> Option<(Finished, Charged)> {
         "--stack-sample",
         "1",
     ]);
-    w.go();
-    assert!(w.wait().success());
-    let out = prof.finish_ok();
+    let out = if node {
+        w.send("go");
+        integration_tests::stop_when_done(w, prof)
+    } else {
+        w.go();
+        assert!(w.wait().success());
+        prof.finish_ok()
+    };
     let (_, charged) = count.stop_with_holders();
     assert_contention_summary(out.summary());
     Some((out, charged))
@@ -69,7 +76,7 @@ fn a_native_holder_is_named_by_its_function() {
     }
     let mut w = Workload::helper("long-holder", [40, 3]);
     let pid = w.pid;
-    let Some((out, charged)) = profile_holders(&mut w) else {
+    let Some((out, charged)) = profile_holders(&mut w, false) else {
         return;
     };
     let holder = w.report()["holder_tid"].as_u64().unwrap() as u32;
@@ -108,9 +115,11 @@ fn a_native_holder_is_named_by_its_function() {
 
 /// A JavaScript holder, named with no node flags: one Worker of `holder.js` shrinks a
 /// populated resizable ArrayBuffer in `shrinkResizableBuffer` (V8: an mprotect of 64 MiB, the
-/// lock held for write for milliseconds) while three Workers allocate behind it. The holder's
-/// innermost function of the application is `shrinkResizableBuffer`, charged at least 80% of
-/// the wait bpftrace charges its thread, and no more than it.
+/// lock held for write for milliseconds) while three Workers allocate behind it. Its stacks
+/// are charged at least 80% of the wait bpftrace charges its thread, and no more than it;
+/// their JavaScript frame is `shrinkResizableBuffer` (most of the wait: in 1 run of 12, 4 of
+/// 18 samples, half the wait, had it `[js unknown]`, as V8's heap could not tell it), never
+/// another function.
 fn a_javascript_holder_is_named(major: u32) {
     if !contention_ready() {
         return;
@@ -126,7 +135,7 @@ fn a_javascript_holder_is_named(major: u32) {
     let pid = w.pid;
     let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
     let holder = ids["holder"].as_u64().unwrap() as u32;
-    let Some((out, charged)) = profile_holders(&mut w) else {
+    let Some((out, charged)) = profile_holders(&mut w, true) else {
         return;
     };
     let s = out.summary();
@@ -134,30 +143,59 @@ fn a_javascript_holder_is_named(major: u32) {
     let truth = charged_to(&charged, pid, holder);
     let functions = p["holder_functions"].as_array().expect("holder_functions");
     let named: u64 = (functions.iter())
-        .filter(|f| f["function"] == "shrinkResizableBuffer")
+        .filter(|f| f["function"] == "shrinkResizableBuffer" && f["cause"] == "mprotect")
         .inspect(|f| {
             // Its script, unless it could not be read at that moment (then the name alone).
             let file = f["file"].as_str().unwrap();
             assert!(file.is_empty() || file.contains("holder.js:"), "{f}");
-            assert_eq!(f["cause"], "mprotect", "{f}");
         })
         .map(|f| f["wait_ns_sum"].as_u64().unwrap())
         .sum();
+    // The holder's stacks in V8's resize (`ArrayBuffer.prototype.resize`, its mprotect):
+    // their first JavaScript frame is shrinkResizableBuffer, or `[js unknown]` where V8's
+    // heap could not tell it (a frame of code replaced since, as tiering up does), never
+    // another function. (The holder takes the lock elsewhere too: malloc's arenas, a munmap.)
+    let (mut holders, mut unknown) = (0u64, 0u64);
+    for st in p["holder_stacks"].as_array().expect("holder_stacks") {
+        let frames: Vec<&str> = (st["frames"].as_array().unwrap().iter())
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        if !frames.iter().any(|f| f.contains("Resize")) {
+            continue;
+        }
+        let wait = st["wait_ns_sum"].as_u64().unwrap();
+        holders += wait;
+        let js = (frames.iter())
+            .find(|f| f.contains(".js:") || f.starts_with("[js unknown]"))
+            .copied()
+            .unwrap_or_default();
+        if js.starts_with("[js unknown]") {
+            unknown += wait;
+        } else {
+            assert!(js.starts_with("shrinkResizableBuffer ("), "{frames:?}");
+        }
+    }
     eprintln!(
-        "node {major}: bpftrace charged holder {holder} {truth} ns; shrinkResizableBuffer {named} \
-         ns; holder functions {functions:?}; lost {}",
+        "node {major}: bpftrace charged holder {holder} {truth} ns; its resize stacks {holders} \
+         ns, shrinkResizableBuffer {named} ns, [js unknown] {unknown} ns; holder functions \
+         {functions:?}; lost {}",
         s["lost"]
     );
     assert!(truth > 0, "no wait began behind the holder: {charged:?}");
     assert!(
-        named * 10 >= truth * 8,
-        "node {major}: shrinkResizableBuffer was charged {named} ns of bpftrace's {truth} ns: \
-         {functions:?}; holder stacks {}",
+        holders * 10 >= truth * 8,
+        "node {major}: the holder's stacks were charged {holders} ns of bpftrace's {truth} ns: \
+         holder stacks {}",
         p["holder_stacks"]
     );
     assert!(
-        named as f64 <= truth as f64 * 1.01,
-        "{named} ns, bpftrace {truth} ns"
+        named * 2 >= holders,
+        "node {major}: shrinkResizableBuffer named in {named} ns of its {holders} ns: {}",
+        p["holder_stacks"]
+    );
+    assert!(
+        holders as f64 <= truth as f64 * 1.01,
+        "{holders} ns, bpftrace {truth} ns"
     );
 }
 
@@ -190,7 +228,7 @@ fn a_wait_begun_behind_readers_is_charged_to_the_writer_queued_ahead() {
     }
     let mut w = Workload::helper("queued-writer", [40, 3]);
     let pid = w.pid;
-    let Some((out, charged)) = profile_holders(&mut w) else {
+    let Some((out, charged)) = profile_holders(&mut w, false) else {
         return;
     };
     let writer = w.report()["writer_tid"].as_u64().unwrap() as u32;

@@ -186,8 +186,16 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
             seq = s;
         }
         // The writer it waits behind, if of its own process (their address space is this
-        // one): the holder's stack, charged the wait at its end.
-        if s != 0 && own && w.holder.tgid == w.tgid && w.holder.tid != 0 && w.holder.tid != tid {
+        // one): the holder's stack, charged the wait at its end. (Not for a write whose own
+        // stack was lost: its outcome would then be a lost stack counted twice.)
+        let taken = !write || seq != 0;
+        if s != 0
+            && taken
+            && own
+            && w.holder.tgid == w.tgid
+            && w.holder.tid != 0
+            && w.holder.tid != tid
+        {
             let head = StackHeader {
                 tag: 0,
                 owner,
