@@ -290,6 +290,9 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
                 seq,
             ) {
                 sample_seq = seq;
+                if blockers_on() && owner == (pid_tgid >> 32) as u32 {
+                    own_writer_stack(task, mm, pid_tgid, owner_start, seq);
+                }
             }
         }
         c
@@ -381,4 +384,36 @@ fn released<const SECOND: bool>(ctx: &RawTracePointContext) -> i32 {
         lifecycle::final_flush(st, task, false);
     }
     0
+}
+
+/// `--blockers`: the stack of the writer of the thread's own process that holds `mm`'s lock
+/// (the process's own: its owner is the thread's process) as a sampled write starts waiting
+/// for it (as contention mode takes it), charged that write's wait at its release.
+#[inline(never)]
+fn own_writer_stack(task: Task, mm: u64, pid_tgid: u64, owner_start: u64, seq: u16) {
+    let (tid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
+    let owner = tgid;
+    let lock = mm + konst(&KERNEL.mm_lock) as u64;
+    let Some(h) = crate::contention::holder::own_writer(lock, task, tid, tgid) else {
+        return;
+    };
+    let head = profiler_common::StackHeader {
+        tag: 0,
+        owner,
+        tid: h.tid,
+        tgid,
+        kind: h.kind,
+        seq: seq as u32,
+        ip: 0,
+        sp: 0,
+        bp: 0,
+        owner_start,
+        stack_len: 0,
+        waiter: tid,
+    };
+    let holder = sampling::HolderSample {
+        regs: h.regs,
+        fsbase: h.fsbase,
+    };
+    sampling::sample_holder(&holder, &head);
 }

@@ -130,3 +130,45 @@ pub fn note_holder(w: &mut Waiter, lock: u64, task: Task) -> u64 {
     regs
 }
 
+
+/// Full mode with `--blockers`: the writer holding `lock` (the current thread's own
+/// process's) as a sampled write of thread `tid` starts waiting for it, as
+/// [`stack_record::HOLDER`](profiler_common::stack_record::HOLDER) needs it: its tid,
+/// process, start, what it holds the lock for, and where its registers and fs base are.
+/// None unless a writer of process `tgid` other than `tid` holds it.
+#[inline(always)]
+pub fn own_writer(lock: u64, task: Task, tid: u32, tgid: u32) -> Option<OwnWriter> {
+    let owner_off = konst(&KERNEL.rwsem_owner);
+    if owner_off == 0 {
+        return None;
+    }
+    let word = kread::u64_at(lock + owner_off as u64);
+    let h = word & !RWSEM_OWNER_FLAGS;
+    if word & RWSEM_READER_OWNED != 0 || h == 0 {
+        return None;
+    }
+    let id = kread::u32_at(h + konst(&KERNEL.task_pid) as u64);
+    if id == 0 || id == tid || kread::u32_at(h + konst(&KERNEL.task_tgid) as u64) != tgid {
+        return None;
+    }
+    let (kind, regs) = holder_cause(h, regs_delta(task));
+    let fs_off = konst(&KERNEL.task_fsbase);
+    Some(OwnWriter {
+        tid: id,
+        kind,
+        regs,
+        fsbase: if fs_off == 0 {
+            0
+        } else {
+            kread::u64_at(h + fs_off as u64)
+        },
+    })
+}
+
+/// A writer of the current thread's own process, holding a lock it is about to wait for.
+pub struct OwnWriter {
+    pub tid: u32,
+    pub kind: u32,
+    pub regs: u64,
+    pub fsbase: u64,
+}

@@ -20,7 +20,7 @@
 //! writer holding the lock when the wait begins (with its syscall, read from its saved user
 //! registers); with its reader bit set the lock is held by readers, whom it does not name.
 
-mod holder;
+pub mod holder;
 mod queued;
 mod threads;
 mod waiter;
