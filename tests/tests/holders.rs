@@ -281,7 +281,7 @@ fn a_wait_begun_behind_readers_is_charged_to_the_writer_queued_ahead() {
 /// Full mode's `--blockers` takes the same holder stacks: the long-holder helper under
 /// `--blockers` with every write sampled names the holder's `hold_write_lock` in
 /// `holder_stacks`, charged at least half the write waits bpftrace charges that thread
-/// (measured 78-93%: a sampled write's holder is taken only with its own stack, which the
+/// (measured 78-116%: a sampled write's holder is taken only with its own stack, which the
 /// ring drops by the thousand when every write is sampled) and no more than the other
 /// threads' write waits in all (full mode's waits run from `start_locking`, spinning on the
 /// owner included, which bpftrace's contended waits do not count).
@@ -322,12 +322,16 @@ fn full_mode_with_blockers_takes_the_same_holder_stacks() {
         s["lost"]
     );
     assert!(
-        named > 0,
-        "no holder stack names hold_write_lock: {}",
+        named * 2 >= writes_behind,
+        "{named} ns charged to hold_write_lock, bpftrace's write waits behind it {writes_behind} ns: {}",
         p["holder_stacks"]
     );
+    let others: u64 = (p["threads"].as_array().unwrap().iter())
+        .filter(|t| t["tid"] != holder)
+        .map(|t| t["write"]["wait_ns"]["sum"].as_u64().unwrap())
+        .sum();
     assert!(
-        named as f64 <= writes_behind as f64 * 1.01,
-        "{named} ns charged to hold_write_lock, bpftrace's write waits behind it {writes_behind} ns"
+        named <= others,
+        "{named} ns charged, the others waited {others} ns"
     );
 }
