@@ -107,6 +107,12 @@ fn run(cli: Cli) -> Result<(), Error> {
             repeat: s.repeat,
         }))?,
         Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
+            // Stacks are sampled for what shows them (a capture's before.pb.gz is the ring's).
+            stack_sample: if a.js_functions > 0 || a.pprof || a.escalate_dir.is_some() {
+                a.stack_sample
+            } else {
+                0
+            },
             listen: a.listen,
             selectors: agent::selection::Selectors {
                 comms: a.comms,
@@ -127,11 +133,14 @@ fn run(cli: Cli) -> Result<(), Error> {
             mode: a.mode,
             js_functions: a.js_functions,
             pprof: a.pprof,
-            stack_sample: if a.js_functions > 0 || a.pprof {
-                a.stack_sample
-            } else {
-                0
-            },
+            escalate: a.escalate_dir.map(|dir| agent::EscalateConfig {
+                dir,
+                at_percent: a.escalate_at,
+                window: a.escalate_window,
+                length: a.escalate_for,
+                cooldown: a.escalate_cooldown,
+                budget_bytes: a.escalate_budget_mib << 20,
+            }),
             quiet: a.quiet,
         }))?,
         None => {
@@ -171,6 +180,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 pprof: p.pprof,
                 study: p.study,
                 all_processes: p.all_processes,
+                pid_start_ticks: p.pid_start_ticks,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
             }))?

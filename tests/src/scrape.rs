@@ -293,10 +293,29 @@ pub struct PanelQuery {
     pub full_mode_only: bool,
 }
 
-pub fn dashboard_panels() -> Vec<PanelQuery> {
+fn dashboard() -> Value {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/mmaplock-dashboard.json");
-    let d: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The dashboard's Prometheus annotations: (name, expr with its variables matching all).
+pub fn dashboard_annotations() -> Vec<(String, String)> {
+    let d = dashboard();
+    (d["annotations"]["list"].as_array().into_iter().flatten())
+        .filter_map(|a| {
+            let e = a["expr"].as_str()?;
+            let e = ["$instance", "$process", "$cgroup"]
+                .iter()
+                .fold(e.to_string(), |e, v| e.replace(v, ".*"));
+            assert!(!e.contains('$'), "unsubstituted: {e}");
+            Some((a["name"].as_str()?.to_string(), e))
+        })
+        .collect()
+}
+
+pub fn dashboard_panels() -> Vec<PanelQuery> {
+    let d = dashboard();
     let mut out = Vec::new();
     fn walk(panels: &Value, out: &mut Vec<PanelQuery>) {
         for p in panels.as_array().into_iter().flatten() {

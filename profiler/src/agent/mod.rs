@@ -3,6 +3,7 @@
 //! interval into Prometheus metrics (and, optionally, NDJSON interval reports).
 
 mod endpoint;
+pub mod escalate;
 mod http;
 mod profiles;
 mod runtime;
@@ -31,6 +32,8 @@ use crate::{
     run::{Driver, LoopConfig, Profile, Session, SessionError, Sink},
     vocab::{Format, Mode, ids::ProcId},
 };
+pub use escalate::EscalateConfig;
+use escalate::{Escalator, Named};
 use profiles::{Profiles, SharedProfiles};
 use selection::{Selection, SelectionError, Selectors, cgroup_of};
 
@@ -90,6 +93,8 @@ pub struct AgentConfig {
     pub pprof: bool,
     /// One write's stack in this many per thread (0: none).
     pub stack_sample: u32,
+    /// `--escalate-dir`: bounded full profiles of processes that cross a threshold.
+    pub escalate: Option<EscalateConfig>,
     pub quiet: bool,
 }
 
@@ -116,8 +121,9 @@ struct Agent<'a> {
     /// Whether the kernel matches every selector (else the scans run every interval).
     kernel_complete: bool,
     web: http::Web,
-    /// With --pprof: the last intervals' sampled stacks.
+    /// With --pprof or --escalate-dir: the last intervals' sampled stacks.
     profiles: Option<SharedProfiles>,
+    escalator: Option<Escalator>,
 }
 
 /// Besides the first, a scan of /proc every this many readings: for what the kernel does
@@ -232,6 +238,26 @@ impl Driver for Agent<'_> {
                 ring.push(start, end, processes);
             }
         }
+        if let Some(mut esc) = self.escalator.take() {
+            let readings =
+                escalate::readings(&window, &attribution, |p| self.selection.get(p).is_some());
+            let names = &mut profile.registry.names;
+            let mut name = |p: ProcId| {
+                let comm = match window.processes.get(&p) {
+                    Some(threads) => attribution.name(p, threads),
+                    None => names.get(p, None),
+                };
+                let (process, cgroup) = self.labels(p, comm.clone(), &attribution);
+                Named {
+                    process,
+                    cgroup,
+                    comm,
+                }
+            };
+            esc.interval(readings, &mut name, self.profiles.as_ref());
+            self.metrics.0.lock().expect("metrics lock").escalations = Some(esc.health().clone());
+            self.escalator = Some(esc);
+        }
         if let Some(out) = self.ndjson.as_mut() {
             // A full disk does not stop the agent: /metrics goes on, the next intervals are
             // tried again (an interval report's failure is never the run's).
@@ -287,6 +313,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         )),
         None => None,
     };
+    let mut escalator = match &cfg.escalate {
+        Some(e) => Some(
+            Escalator::new(e.clone(), cfg.quiet)
+                .map_err(|err| AgentError::Output(e.dir.clone(), err))?,
+        ),
+        None => None,
+    };
     let listener = http::bind(cfg.listen)
         .await
         .map_err(|e| AgentError::Listen(cfg.listen, e))?;
@@ -335,11 +368,24 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let (kernel_selectors, kernel_complete) = selectors.kernel();
     collector.set_selectors(&kernel_selectors)?;
     let attach_ms = collector.attach_time.as_secs_f64() * 1e3;
+    let collector_layout = collector.kernel.tracepoints;
     // With --js-functions: sampled stacks, named as they come (whatever selected them).
     let mut session = Session::new(collector, true, &[])?;
     session.profile.forget_history();
     let registry = Arc::new(prometheus::registry(metrics.clone()));
-    let profiles: Option<SharedProfiles> = cfg.pprof.then(|| {
+    if let Some(e) = escalator.as_mut() {
+        e.for_kernel(collector_layout);
+        if !cfg.quiet {
+            eprintln!(
+                "mmaplock-prof agent: escalation on: captures under {} in {}",
+                cfg.escalate
+                    .as_ref()
+                    .map_or(String::new(), |e| e.dir.display().to_string()),
+                e.plan()
+            );
+        }
+    }
+    let profiles: Option<SharedProfiles> = (cfg.pprof || escalator.is_some()).then(|| {
         Arc::new(Mutex::new(Profiles::new(
             cfg.stack_sample,
             mode,
@@ -355,6 +401,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         kernel_complete,
         web: web.clone(),
         profiles: profiles.clone(),
+        escalator,
     };
     // Select at once, not one interval late; only then say so.
     agent.before_poll(&mut session.profile)?;
@@ -375,7 +422,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .run_until(async {
             let server = tokio::task::spawn_local(http::serve(
                 listener,
-                http::Routes { registry, profiles },
+                http::Routes {
+                    registry,
+                    profiles: profiles.filter(|_| cfg.pprof),
+                },
                 web,
                 agent.metrics.clone(),
             ));
@@ -398,6 +448,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .finish()
         .await
         .and_then(|()| agent.after_poll(&mut session.profile));
+    // A capture running ends now, its report complete.
+    if let Some(e) = agent.escalator.as_mut() {
+        e.stop();
+    }
     failure?;
     last?;
     Ok(())

@@ -12,9 +12,12 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::output::{
-    pprof::{Frames, Mode, ProcessSamples, Samples},
-    report::{FrameReport, SampleCut, SampleReport, SampledStacks, rfc3339},
+use crate::{
+    output::{
+        pprof::{Frames, Mode, ProcessSamples, Samples},
+        report::{FrameReport, SampleCut, SampleReport, SampledStacks, rfc3339},
+    },
+    vocab::ids::ProcId,
 };
 
 /// The longest window a scrape may ask for (`?seconds=`), and what the ring keeps.
@@ -86,6 +89,8 @@ impl Frames for Interned {
 
 /// One process's stacks in one interval, frames as indices into the ring's [`Interned`].
 struct ProcessInterval {
+    /// The process (its labels may not tell it apart: no pid unless asked).
+    proc: ProcId,
     labels: Vec<(&'static str, String)>,
     stacks: Vec<SampleReport>,
     cut: SampleCut,
@@ -116,6 +121,12 @@ pub struct Profiles {
     pub dropped: u64,
 }
 
+/// A process's labels, as its metrics carry them.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// One process's sampled stacks of an interval, with its labels.
+pub type ProcessSampled = (ProcId, Labels, SampledStacks);
+
 /// The ring as the agent and its web server share it.
 pub type SharedProfiles = Arc<Mutex<Profiles>>;
 
@@ -134,19 +145,14 @@ impl Profiles {
 
     /// Adds an interval: each process's labels and stacks; then forgets the intervals that
     /// ended more than [`MAX_SECONDS`] before it, and the oldest while over the budget.
-    pub fn push(
-        &mut self,
-        start: SystemTime,
-        end: SystemTime,
-        processes: Vec<(Vec<(&'static str, String)>, SampledStacks)>,
-    ) {
+    pub fn push(&mut self, start: SystemTime, end: SystemTime, processes: Vec<ProcessSampled>) {
         let mut interval = Interval {
             start,
             end,
             processes: Vec::with_capacity(processes.len()),
             bytes: 0,
         };
-        for (labels, s) in processes {
+        for (proc, labels, s) in processes {
             let stacks: Vec<SampleReport> = (s.stacks.into_iter())
                 .map(|mut r| {
                     r.frames = (r.frames.iter())
@@ -158,6 +164,7 @@ impl Profiles {
                 })
                 .collect();
             interval.processes.push(ProcessInterval {
+                proc,
                 labels,
                 stacks,
                 cut: s.cut,
@@ -229,7 +236,19 @@ impl Profiles {
                     .unwrap_or(self.intervals.len())
             }
         };
-        Window { ring: self, from }
+        Window {
+            ring: self,
+            from,
+            only: None,
+        }
+    }
+
+    /// [`window`](Self::window), of one process's stacks only (a capture's `before.pb.gz`).
+    pub fn window_of(&self, seconds: u64, now: SystemTime, p: ProcId) -> Window<'_> {
+        Window {
+            only: Some(p),
+            ..self.window(Some(seconds), now)
+        }
     }
 
     /// Memory held, roughly, and frames kept (for tests and the notes).
@@ -242,6 +261,7 @@ impl Profiles {
 pub struct Window<'a> {
     ring: &'a Profiles,
     from: usize,
+    only: Option<ProcId>,
 }
 
 impl Window<'_> {
@@ -290,6 +310,7 @@ impl Samples for Window<'_> {
     }
     fn processes(&self) -> Vec<ProcessSamples<'_>> {
         (self.intervals().flat_map(|i| &i.processes))
+            .filter(|p| self.only.is_none_or(|only| p.proc == only))
             .map(|p| ProcessSamples {
                 labels: p.labels.clone(),
                 frames: &self.ring.frames,
@@ -356,7 +377,11 @@ mod tests {
     fn a_window_is_the_intervals_that_ended_in_its_seconds() {
         let mut ring = Profiles::new(64, Mode::Full, BUDGET_BYTES);
         for k in 0..5 {
-            ring.push(at(k), at(k + 1), vec![(labels(), stacks(k, 3))]);
+            ring.push(
+                at(k),
+                at(k + 1),
+                vec![(ProcId::new(1, 1), labels(), stacks(k, 3))],
+            );
         }
         let now = at(5);
         assert_eq!(totals(&ring.window(None, now)), (3, 30));
@@ -367,9 +392,36 @@ mod tests {
         // The shared frame is kept once: 5 x 3 of their own, and `main`.
         assert_eq!(ring.held().1, 16);
         // Past MAX_SECONDS, intervals go, and the frames only they referred to.
-        ring.push(at(700), at(701), vec![(labels(), stacks(9, 1))]);
+        ring.push(
+            at(700),
+            at(701),
+            vec![(ProcId::new(1, 1), labels(), stacks(9, 1))],
+        );
         assert_eq!(ring.intervals.len(), 1);
         assert_eq!(ring.held().1, 2);
+    }
+
+    #[test]
+    fn one_process_window_leaves_the_others_out() {
+        let mut ring = Profiles::new(64, Mode::Full, BUDGET_BYTES);
+        for k in 0..5 {
+            let mut v = vec![(ProcId::new(1, 1), labels(), stacks(k, 3))];
+            if k >= 3 {
+                v.push((ProcId::new(2, 1), labels(), stacks(k + 10, 4)));
+            }
+            ring.push(at(k), at(k + 1), v);
+        }
+        assert_eq!(
+            totals(&ring.window_of(3, at(5), ProcId::new(2, 1))),
+            (8, 80)
+        );
+        assert_eq!(
+            totals(&ring.window_of(3, at(5), ProcId::new(1, 1))),
+            (9, 90)
+        );
+        assert_eq!(totals(&ring.window(Some(3), at(5))), (17, 170));
+        // The same pid, started at another time, is another process.
+        assert_eq!(totals(&ring.window_of(3, at(5), ProcId::new(2, 9))), (0, 0));
     }
 
     #[test]
@@ -377,13 +429,21 @@ mod tests {
         let budget = 64 << 10;
         let mut ring = Profiles::new(1, Mode::Full, budget);
         for k in 0..200 {
-            ring.push(at(k), at(k + 1), vec![(labels(), stacks(k, 20))]);
+            ring.push(
+                at(k),
+                at(k + 1),
+                vec![(ProcId::new(1, 1), labels(), stacks(k, 20))],
+            );
             assert!(ring.held().0 <= budget, "{:?} at {k}", ring.held());
         }
         assert!(ring.dropped > 0);
         // An interval larger than the budget alone: its stacks that fit, the rest cut, its
         // totals whole.
-        ring.push(at(300), at(301), vec![(labels(), stacks(300, 2000))]);
+        ring.push(
+            at(300),
+            at(301),
+            vec![(ProcId::new(1, 1), labels(), stacks(300, 2000))],
+        );
         assert!(ring.held().0 <= budget);
         let w = ring.window(None, at(301));
         assert_eq!(totals(&w), (2000, 20_000));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     aggregation::{Attribution, ThreadAgg, Window},
-    output::report::{self, ProcessReport, Report, SampledStacks},
+    output::report::{self, ProcessReport, Report},
     registry::{
         roles::{Role, comm_str},
         stacks::OwnerStacks,
@@ -21,13 +21,13 @@ pub(super) fn interval_samples(
     window: &Window,
     attribution: &Attribution,
     mut labels: impl FnMut(ProcId) -> Vec<(&'static str, String)>,
-) -> Vec<(Vec<(&'static str, String)>, SampledStacks)> {
+) -> Vec<super::profiles::ProcessSampled> {
     (owners.iter())
         .filter(|(_, o)| !o.samples.is_empty())
         .map(|(&p, o)| {
             let threads = window.processes.get(&p);
             let s = report::sampled_stacks_by(o, |tid| thread_of(p, tid, threads, attribution));
-            (labels(p), s)
+            (p, labels(p), s)
         })
         .collect()
 }

@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::Args;
 
 use super::values::{
-    parse_cgroup, parse_comm, parse_glob, parse_max_threads, parse_path, parse_pid,
+    parse_cgroup, parse_comm, parse_glob, parse_max_threads, parse_path, parse_percent, parse_pid,
     parse_positive_secs,
 };
 use super::{Config, OutputArgs};
@@ -225,6 +225,28 @@ pub struct AgentArgs {
     /// one write's stack in --stack-sample per thread.
     #[arg(long)]
     pub pprof: bool,
+    /// Take a bounded full profile of a process whose threads' wait for its lock crosses
+    /// --escalate-at, into a directory of its own under DIR (report.ndjson, report.html,
+    /// profile.pb.gz, and before.pb.gz: this agent's sampled stacks of the window that
+    /// crossed). One capture at a time on the host (docs/agent.md).
+    #[arg(long, value_name = "DIR", value_parser = parse_path)]
+    pub escalate_dir: Option<PathBuf>,
+    /// The threshold: the process's threads' wait for its lock, in percent of their time
+    /// alive, over --escalate-window (at least 20 waits in it).
+    #[arg(long, value_name = "PERCENT", default_value = Config::ESCALATE_AT, value_parser = parse_percent)]
+    pub escalate_at: f64,
+    /// The window the share is measured over.
+    #[arg(long, value_name = "SECS", default_value = Config::ESCALATE_WINDOW, value_parser = parse_positive_secs)]
+    pub escalate_window: Duration,
+    /// The capture's length.
+    #[arg(long, value_name = "SECS", default_value = Config::ESCALATE_FOR, value_parser = parse_positive_secs)]
+    pub escalate_for: Duration,
+    /// No second capture of a process within SECS of its last one's start.
+    #[arg(long, value_name = "SECS", default_value = Config::ESCALATE_COOLDOWN, value_parser = parse_positive_secs)]
+    pub escalate_cooldown: Duration,
+    /// The captures kept under --escalate-dir at most, in MiB: the oldest go first.
+    #[arg(long, value_name = "MIB", default_value_t = Config::ESCALATE_BUDGET_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    pub escalate_budget_mib: u64,
     /// With --js-functions or --pprof: take one write's stack in N per thread.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_sample: u32,

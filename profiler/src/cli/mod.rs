@@ -38,6 +38,14 @@ impl Config {
     /// Three runs per cell: two ranges of three runs of one distribution fail to overlap 1
     /// time in 10 (of two runs, 1 in 3), and `--quick` stays around two minutes.
     pub const STUDY_REPEAT: u32 = 3;
+    /// The agent's `--escalate-*` defaults: left on, a capture of 15 s in full mode once a
+    /// process's threads spent 5% of their time over 30 s waiting for its lock, at most once
+    /// in 10 minutes per process, the captures kept within 512 MiB.
+    pub const ESCALATE_AT: &str = "5";
+    pub const ESCALATE_WINDOW: &str = "30";
+    pub const ESCALATE_FOR: &str = "15";
+    pub const ESCALATE_COOLDOWN: &str = "600";
+    pub const ESCALATE_BUDGET_MIB: u64 = 512;
 }
 
 /// Profile where processes wait on, and hold, the Linux kernel's per-process mmap_lock.
@@ -124,7 +132,7 @@ pub enum Command {
     /// difference: the first thing to run.
     Demo(DemoArgs),
     /// Profile continuously and serve Prometheus metrics (docs/agent.md).
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
     /// Render a run's NDJSON (or a study's results.json) as a self-contained HTML page.
     Report(ReportArgs),
     /// Compare two runs (before and after a fix): writes and write wait per group of processes,
@@ -217,6 +225,11 @@ pub struct ProfileArgs {
     /// from its first acquisition); the run ends when they have all exited too.
     #[arg(long, requires = "pids")]
     pub children: bool,
+    /// The agent's captures only (`--escalate-dir`): the --pid process must have started at
+    /// these clock ticks after boot (/proc/PID/stat), so that a pid reused by another process
+    /// between the agent's decision and this run is refused, not profiled.
+    #[arg(long, hide = true, requires = "pids", value_name = "TICKS")]
+    pub pid_start_ticks: Option<u64>,
     /// Benchmark only (`cargo xtask bench`): attach empty programs to the same tracepoints
     /// instead of the profiler's, to measure the floor cost of any BPF program there.
     #[arg(long, hide = true, conflicts_with_all = ["floor_clock", "floor_storage"])]

@@ -74,10 +74,47 @@ fn bad_values_are_usage_errors() {
         &["-d", "1e-12"],
         &["-i", "nan"],
         &["demo", "--node", ""],
+        &["agent", "--escalate-dir", ""],
+        &["agent", "--escalate-dir", "d", "--escalate-at", "0"],
+        &["agent", "--escalate-dir", "d", "--escalate-at", "101"],
+        &["agent", "--escalate-dir", "d", "--escalate-at", "five"],
+        &["agent", "--escalate-dir", "d", "--escalate-window", "0"],
+        &["agent", "--escalate-dir", "d", "--escalate-for", "-1"],
+        &["agent", "--escalate-dir", "d", "--escalate-cooldown", "x"],
+        &["agent", "--escalate-dir", "d", "--escalate-budget-mib", "0"],
+        &["--pid-start-ticks", "5"],
     ] {
         let e = parse(args).unwrap_err();
         assert_eq!(e.exit_code(), 2, "{args:?}");
     }
+}
+
+#[test]
+fn escalation_defaults_are_the_contracts() {
+    let Some(Command::Agent(a)) = parse(&["agent", "--escalate-dir", "caps"]).unwrap().command
+    else {
+        panic!("the agent");
+    };
+    assert_eq!(
+        a.escalate_dir.as_deref(),
+        Some(std::path::Path::new("caps"))
+    );
+    assert_eq!(a.escalate_at, 5.0);
+    let secs = |d: std::time::Duration| d.as_secs();
+    assert_eq!(
+        (
+            secs(a.escalate_window),
+            secs(a.escalate_for),
+            secs(a.escalate_cooldown)
+        ),
+        (30, 15, 600)
+    );
+    assert_eq!(a.escalate_budget_mib, 512);
+    let Some(Command::Agent(a)) = parse(&["agent", "--escalate-at", "2.5%"]).unwrap().command
+    else {
+        panic!("the agent");
+    };
+    assert_eq!((a.escalate_at, a.escalate_dir), (2.5, None));
 }
 
 #[test]

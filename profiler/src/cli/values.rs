@@ -132,6 +132,14 @@ pub fn parse_cgroup(s: &str) -> Result<String, String> {
     Ok(s.trim_end_matches('/').to_string())
 }
 
+/// A share of time in percent: above 0, at most 100.
+pub(super) fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a percentage above 0 and at most 100")),
+    }
+}
+
 pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() {
         return Err("a path cannot be empty".into());

@@ -150,6 +150,8 @@ pub async fn run_loop(
 pub enum SessionError {
     #[error("no process with pid {0}")]
     NoSuchPid(u32),
+    #[error("pid {0} is not the process it was (started at {1} ticks): not profiled")]
+    PidReused(u32, u64),
     #[error("cannot watch pid {0}: {1}")]
     Watch(u32, io::Error),
     #[error("cannot write {0}: {1}")]
@@ -170,7 +172,10 @@ impl SessionError {
     /// 2 for bad usage, 1 for an environment the tool cannot run in.
     pub fn exit_code(&self) -> u8 {
         match self {
-            SessionError::NoSuchPid(_) | SessionError::OpenOutput(..) | SessionError::Study(_) => 2,
+            SessionError::NoSuchPid(_)
+            | SessionError::PidReused(..)
+            | SessionError::OpenOutput(..)
+            | SessionError::Study(_) => 2,
             SessionError::Collector(
                 CollectorError::TooManyPids
                 | CollectorError::TooManyComms
@@ -199,6 +204,8 @@ pub struct SessionConfig {
     pub study: Option<PathBuf>,
     /// `--all-processes`: the summary lists every process, the text shows each.
     pub all_processes: bool,
+    /// The start time the (one) `--pid` process must have (the agent's captures).
+    pub pid_start_ticks: Option<u64>,
     pub verbose: bool,
     pub quiet: bool,
 }
@@ -237,6 +244,14 @@ fn describe_targets(c: &CollectorConfig) -> String {
 pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
     // Validate everything the user gave before touching the kernel.
     let targets = Targets::open(&cfg.collector.pids)?;
+    // Checked once the pidfds are open: from here they follow that process, not its pid.
+    if let Some(ticks) = cfg.pid_start_ticks {
+        for &pid in &cfg.collector.pids {
+            if ProcId::of_live(pid).is_none_or(|p| p.start != ticks) {
+                return Err(SessionError::PidReused(pid, ticks));
+            }
+        }
+    }
     let study = cfg
         .study
         .as_deref()

@@ -295,6 +295,50 @@ impl Collector for Shared {
                 )?
                 .encode_gauge(&(h.open as i64))?;
         }
+        if let Some(e) = &m.escalations {
+            counters(
+                &mut encoder,
+                "mmaplock_escalations",
+                "Crossings of --escalate-at by a process, by what came of each: captured (a \
+                 capture written under --escalate-dir), cooldown or busy (held back by the \
+                 process's cooldown or by the capture running), exited, no_space, over_budget \
+                 or failed (no capture kept).",
+                e.counts.iter().map(|((process, cgroup, reason), n)| {
+                    (
+                        [
+                            ("process", process.as_str()),
+                            ("cgroup", cgroup.as_str()),
+                            ("reason", *reason),
+                        ],
+                        *n,
+                    )
+                }),
+            )?;
+            // Labelled with the process while a capture runs (a dashboard's annotation of
+            // it), a plain 0 otherwise.
+            let mut f = encoder.encode_descriptor(
+                "mmaplock_escalation_in_progress",
+                "1 while a capture (--escalate-dir) of the process runs: at most one on the \
+                 host; 0, unlabelled, when none does.",
+                None,
+                MetricType::Gauge,
+            )?;
+            match &e.in_progress {
+                Some((process, cgroup)) => f
+                    .encode_family(&[("process", process.as_str()), ("cgroup", cgroup.as_str())])?
+                    .encode_gauge(&1i64)?,
+                None => f.encode_gauge(&0i64)?,
+            }
+            encoder
+                .encode_descriptor(
+                    "mmaplock_escalations_waiting",
+                    "Processes above --escalate-at, out of their cooldown, waiting for the \
+                     capture running to end.",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_gauge(&(e.waiting as i64))?;
+        }
         if !m.selector_matches.is_empty() {
             let mut f = encoder.encode_descriptor(
                 "mmaplock_selector_matches",

@@ -72,6 +72,22 @@ type BlockedKey = (
 /// The labels of `mmaplock_thread_seconds_total` and its CPU twin.
 type ThreadKey = (String, String, &'static str, Option<u32>);
 
+/// `--escalate-dir`'s series: every crossing of the threshold, by what came of it (a capture
+/// written, or why none was), and the captures in progress and waiting now.
+#[derive(Clone, Debug, Default)]
+pub struct Escalations {
+    pub counts: BTreeMap<(String, String, &'static str), u64>,
+    /// The process (and cgroup) captured now.
+    pub in_progress: Option<(String, String)>,
+    pub waiting: u64,
+}
+
+impl Escalations {
+    pub fn count(&mut self, process: String, cgroup: String, reason: &'static str) {
+        *self.counts.entry((process, cgroup, reason)).or_default() += 1;
+    }
+}
+
 /// Everything the agent exports, cumulative over its life: series never go backwards when a
 /// process exits, and their labels are bounded (no pid unless asked).
 #[derive(Default)]
@@ -104,6 +120,8 @@ pub struct Metrics {
     pub selector_matches: Vec<(String, u64)>,
     /// The metrics endpoint's own health.
     pub http: HttpHealth,
+    /// With `--escalate-dir`: the captures taken and held back.
+    pub escalations: Option<Escalations>,
     build: (String, String, String),
     /// What the agent measures: every series carries it as its `mode` label.
     mode: Mode,

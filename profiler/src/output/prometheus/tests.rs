@@ -206,3 +206,46 @@ fn series_say_their_mode_and_the_agent_says_when_it_fell_back() {
     );
     assert!(text.contains(r#"mode="full""#), "{text}");
 }
+
+#[test]
+fn escalations_are_exported_only_when_on_and_name_the_capture_running() {
+    let shared = Shared(Arc::new(Mutex::new(Metrics::new(
+        false,
+        "6.12".into(),
+        "6.14+".into(),
+    ))));
+    let text = encode_text(&registry(shared.clone())).unwrap();
+    assert!(!text.contains("escalation"), "{text}");
+    {
+        let mut m = shared.0.lock().unwrap();
+        let mut e = Escalations::default();
+        e.count("node".into(), "/a".into(), "captured");
+        e.count("node".into(), "/a".into(), "captured");
+        e.count("node".into(), "/b".into(), "cooldown");
+        m.escalations = Some(e);
+    }
+    let text = encode_text(&registry(shared.clone())).unwrap();
+    for line in [
+        r#"mmaplock_escalations_total{process="node",cgroup="/a",reason="captured"} 2"#,
+        r#"mmaplock_escalations_total{process="node",cgroup="/b",reason="cooldown"} 1"#,
+        "mmaplock_escalation_in_progress 0",
+        "mmaplock_escalations_waiting 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    shared
+        .0
+        .lock()
+        .unwrap()
+        .escalations
+        .as_mut()
+        .unwrap()
+        .in_progress = Some(("node".into(), "/a".into()));
+    let text = encode_text(&registry(shared)).unwrap();
+    let line = r#"mmaplock_escalation_in_progress{process="node",cgroup="/a"} 1"#;
+    assert!(text.lines().any(|l| l == line), "{text}");
+    assert!(
+        !text.contains("mmaplock_escalation_in_progress 0"),
+        "{text}"
+    );
+}

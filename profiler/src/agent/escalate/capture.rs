@@ -1,0 +1,386 @@
+//! One capture: the one-shot profiler run as a child process on one process for the capture's
+//! length, writing into a directory of its own. A child, not a second session in the agent:
+//! its full-mode programs are attached only while it runs, its memory goes back when it ends,
+//! nothing it does can stall `/metrics` or take the agent down, and what it writes is exactly
+//! the one-shot's report (its summary complete even when the process exits first).
+
+use std::{
+    fs,
+    io::{self, BufRead, BufReader, Write},
+    os::unix::{fs::DirBuilderExt, process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    thread::JoinHandle,
+    time::{Duration, SystemTime},
+};
+
+use crate::{kernel::btf::TracepointLayout, vocab::ids::ProcId};
+
+/// What the child profiles in, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub args: Vec<&'static str>,
+    pub why: &'static str,
+}
+
+impl Plan {
+    /// Full mode with `--blockers`, except where attaching full mode's tracepoints makes the
+    /// kernel format a cgroup path on every acquisition of every process on the host (their
+    /// `memcg_path` layout, before Linux 6.14): contention mode there, every wait's stack taken.
+    pub fn for_kernel(layout: TracepointLayout) -> Plan {
+        match layout {
+            TracepointLayout::WithMemcgPath => Plan {
+                args: vec!["--mode", "contention", "--stack-sample", "1"],
+                why: "contention mode, every contended wait's stack sampled: in full mode this kernel's mmap_lock tracepoints format a memory cgroup path on every acquisition of every process (before Linux 6.14)",
+            },
+            _ => Plan {
+                args: vec!["--mode", "full", "--blockers"],
+                why: "full mode with --blockers",
+            },
+        }
+    }
+}
+
+/// What came of a crossing that was captured, as `mmaplock_escalations_total`'s `reason`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written whole.
+    Captured,
+    /// The process was gone before the capture could begin (or its pid was another's).
+    Exited,
+    /// The directory could not hold it (a full disk, a quota).
+    NoSpace(String),
+    /// Larger than `--escalate-budget` alone: removed.
+    OverBudget(u64),
+    /// The capture's profiler could not run or failed.
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Outcome::Captured => "captured",
+            Outcome::Exited => "exited",
+            Outcome::NoSpace(_) => "no_space",
+            Outcome::OverBudget(_) => "over_budget",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+
+    fn of_io(e: &io::Error) -> Outcome {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => Outcome::NoSpace(e.to_string()),
+            _ => Outcome::Failed(e.to_string()),
+        }
+    }
+}
+
+/// A capture's directory name: the UTC time it began, the process's name and pid
+/// (`20261128T140502Z-node-1234`); names sort in time order.
+pub fn dir_name(began: SystemTime, comm: &str, pid: u32) -> String {
+    let t: String = humantime::format_rfc3339_seconds(began)
+        .to_string()
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':'))
+        .collect();
+    let comm: String = (comm.chars())
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    format!("{t}-{comm}-{pid}")
+}
+
+/// Whether `name` is a capture's directory (only those are counted and pruned).
+fn is_capture(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() > 17
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'T'
+        && name[15..].starts_with("Z-")
+}
+
+fn size_of_dir(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The captures in `root`, oldest first, with their sizes.
+pub fn captures(root: &Path) -> Vec<(PathBuf, u64)> {
+    let mut v: Vec<(String, PathBuf)> = fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+                .filter(|(n, _)| is_capture(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.into_iter()
+        .map(|(_, p)| {
+            let n = size_of_dir(&p);
+            (p, n)
+        })
+        .collect()
+}
+
+/// Removes the oldest captures (never `keep`) until those left hold at most `budget` bytes
+/// plus `room`; returns how many went.
+pub fn prune(root: &Path, budget: u64, room: u64, keep: Option<&Path>) -> usize {
+    let all = captures(root);
+    let mut held: u64 = all.iter().map(|(_, n)| n).sum();
+    let mut removed = 0;
+    for (p, n) in all {
+        if held.saturating_add(room) <= budget {
+            break;
+        }
+        if Some(p.as_path()) == keep {
+            continue;
+        }
+        if fs::remove_dir_all(&p).is_ok() {
+            held -= n;
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Where and how long captures are written.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub root: PathBuf,
+    pub length: Duration,
+    pub budget: u64,
+    /// The profiler to run (the agent's own executable).
+    pub exe: PathBuf,
+}
+
+/// A capture running.
+pub struct Capture {
+    pub proc: ProcId,
+    /// The process's labels, as its metrics carry them.
+    pub labels: (String, String),
+    pub dir: PathBuf,
+    /// Its window that crossed the threshold.
+    pub crossed: super::Reading,
+    child: Child,
+    /// Reads its profiler's standard error; gives its last line once it is closed.
+    said: Option<JoinHandle<String>>,
+}
+
+/// Room kept for the capture about to be written when pruning before it: a Worker process's
+/// capture of 15 s is a few MB, mostly its HTML page.
+const ROOM: u64 = 16 << 20;
+
+impl Capture {
+    /// Begins a capture of `proc` (named `comm`): prunes the oldest captures to make room,
+    /// makes its directory, writes `before.pb.gz` with `before`, and starts the profiler.
+    pub fn begin(
+        s: &Settings,
+        proc: ProcId,
+        comm: &str,
+        labels: (String, String),
+        crossed: super::Reading,
+        plan: &Plan,
+        before: impl FnOnce(&mut Vec<u8>) -> io::Result<()>,
+    ) -> Result<Capture, Outcome> {
+        prune(&s.root, s.budget, ROOM.min(s.budget / 2), None);
+        let dir = s.root.join(dir_name(SystemTime::now(), comm, proc.pid));
+        let fail = |e: io::Error, dir: &Path| {
+            let _ = fs::remove_dir_all(dir);
+            Outcome::of_io(&e)
+        };
+        fs::DirBuilder::new()
+            .mode(0o750)
+            .create(&dir)
+            .map_err(|e| Outcome::of_io(&e))?;
+        let mut bytes = Vec::new();
+        before(&mut bytes).map_err(|e| fail(e, &dir))?;
+        (fs::File::create(dir.join("before.pb.gz")).and_then(|mut f| f.write_all(&bytes)))
+            .map_err(|e| fail(e, &dir))?;
+        let path = |f: &str| dir.join(f).into_os_string();
+        let mut cmd = Command::new(&s.exe);
+        cmd.arg("--pid")
+            .arg(proc.pid.to_string())
+            .arg("--pid-start-ticks")
+            .arg(proc.start.to_string())
+            .arg("--duration")
+            .arg(s.length.as_secs_f64().to_string())
+            .args(["--interval", "1", "--format", "json", "--quiet"])
+            .arg("--output")
+            .arg(path("report.ndjson"))
+            .arg("--html")
+            .arg(path("report.html"))
+            .arg("--pprof")
+            .arg(path("profile.pb.gz"))
+            .args(&plan.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: prctl in the child between fork and exec, async-signal-safe.
+        unsafe {
+            // The capture ends, its report complete, if the agent dies without stopping it.
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| fail(e, &dir))?;
+        // What it says goes to the agent's own log (not into the directory: a full disk
+        // would stop it saying why), its last line kept for the outcome.
+        let said = child.stderr.take().map(|err| {
+            let pid = proc.pid;
+            std::thread::spawn(move || {
+                let mut last = String::new();
+                for l in BufReader::new(err).lines().map_while(Result::ok) {
+                    eprintln!("mmaplock-prof agent: capture of {pid}: {l}");
+                    last = l;
+                }
+                last
+            })
+        });
+        Ok(Capture {
+            proc,
+            labels,
+            dir,
+            crossed,
+            child,
+            said,
+        })
+    }
+
+    /// Its outcome once the profiler has ended (None while it runs).
+    pub fn poll(&mut self, budget: u64) -> Option<Outcome> {
+        match self.child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(self.settle(status, budget)),
+            Err(e) => Some(Outcome::Failed(e.to_string())),
+        }
+    }
+
+    /// Stops the profiler early (the agent is stopping): it ends as on SIGTERM, its report
+    /// complete.
+    pub fn stop(&mut self, budget: u64) -> Outcome {
+        // SAFETY: plain kill(2) of our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        match self.child.wait() {
+            Ok(status) => self.settle(status, budget),
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+
+    fn settle(&mut self, status: ExitStatus, budget: u64) -> Outcome {
+        // Its standard error closed when it exited: read to its end.
+        let last = (self.said.take())
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let out = if status.success() {
+            match complete(&self.dir.join("report.ndjson")) {
+                Ok(true) => Outcome::Captured,
+                Ok(false) => Outcome::Failed("report.ndjson has no summary".into()),
+                Err(e) => Outcome::of_io(&e),
+            }
+        } else if last.contains("No space left") || last.contains("quota exceeded") {
+            Outcome::NoSpace(last)
+        } else if last.contains("no process with pid") || last.contains("is not the process it was")
+        {
+            Outcome::Exited
+        } else {
+            Outcome::Failed(if last.is_empty() {
+                status.to_string()
+            } else {
+                last
+            })
+        };
+        let size = size_of_dir(&self.dir);
+        match out {
+            Outcome::Captured if size > budget => {
+                let _ = fs::remove_dir_all(&self.dir);
+                Outcome::OverBudget(size)
+            }
+            Outcome::Captured => {
+                prune(
+                    self.dir.parent().unwrap_or(&self.dir),
+                    budget,
+                    0,
+                    Some(&self.dir),
+                );
+                out
+            }
+            // Nothing worth keeping: a capture that did not happen leaves no directory.
+            Outcome::Exited | Outcome::NoSpace(_) => {
+                let _ = fs::remove_dir_all(&self.dir);
+                out
+            }
+            _ => out,
+        }
+    }
+}
+
+/// Whether a run's NDJSON ends with its summary.
+fn complete(path: &Path) -> io::Result<bool> {
+    let text = fs::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .last()
+        .is_some_and(|l| l.starts_with("{\"type\":\"summary\"")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_are_named_in_time_order_and_only_they_are_pruned() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let name = dir_name(t, "node (vitest)", 1234);
+        assert_eq!(name, "20261118T110640Z-node__vitest_-1234");
+        assert!(is_capture(&name));
+        assert!(!is_capture("lost+found") && !is_capture("20261118T082640Z"));
+
+        let root = tempfile::tempdir().unwrap();
+        let mut made = Vec::new();
+        for (i, kib) in [300u64, 200, 100].iter().enumerate() {
+            let d = root
+                .path()
+                .join(dir_name(t + Duration::from_secs(i as u64), "node", 7));
+            fs::create_dir(&d).unwrap();
+            fs::write(d.join("report.html"), vec![0u8; (*kib as usize) << 10]).unwrap();
+            made.push(d);
+        }
+        let other = root.path().join("notes");
+        fs::create_dir(&other).unwrap();
+        fs::write(other.join("x"), vec![0u8; 1 << 20]).unwrap();
+        // 600 KiB held, a budget of 250 KiB: the two oldest go, the newest stays.
+        assert_eq!(prune(root.path(), 250 << 10, 0, None), 2);
+        assert_eq!(captures(root.path()), vec![(made[2].clone(), 100 << 10)]);
+        assert!(other.exists(), "what is not a capture is never removed");
+        // Room for the next: the last goes too, unless it is the one kept.
+        assert_eq!(prune(root.path(), 350 << 10, 300 << 10, Some(&made[2])), 0);
+        assert_eq!(prune(root.path(), 350 << 10, 300 << 10, None), 1);
+    }
+
+    #[test]
+    fn the_plan_avoids_full_mode_where_it_costs_every_process() {
+        assert!(
+            Plan::for_kernel(TracepointLayout::WithMemcgPath)
+                .args
+                .contains(&"contention")
+        );
+        let p = Plan::for_kernel(TracepointLayout::Current);
+        assert!(p.args.contains(&"full") && p.args.contains(&"--blockers"));
+    }
+}

@@ -1,0 +1,306 @@
+//! When a process's lock wait is worth a capture: its threads' wait for the lock over their
+//! time alive, summed over the last `--escalate-window` seconds (the report's `time_share`
+//! arithmetic, on the agent's intervals), against `--escalate-at`. Level-triggered: a process
+//! that stays above the threshold is captured again once its cooldown is over. At most one
+//! capture runs; among the processes above the threshold, the one that waited most of its
+//! time goes first, and the others wait their turn. A crossing that cannot be captured now
+//! (cooldown, or another capture running) is counted once per crossing, not per interval.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use crate::vocab::ids::ProcId;
+
+/// Fewer waits than this in the window never trigger: no capture rests on a handful of waits
+/// (a process's first interval, an exec's teardown).
+pub const MIN_WAITS: u64 = 20;
+
+/// One interval of a process: its own threads' wait for its lock (the profiler's and other
+/// processes' threads excluded, as in `time_share`), their waits, and their time alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reading {
+    pub wait_ns: u64,
+    pub waits: u64,
+    pub alive_ns: u64,
+}
+
+impl Reading {
+    fn add(&mut self, o: &Reading) {
+        self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
+        self.waits = self.waits.saturating_add(o.waits);
+        self.alive_ns = self.alive_ns.saturating_add(o.alive_ns);
+    }
+
+    /// Wait over time alive (0 with no time).
+    pub fn share(&self) -> f64 {
+        if self.alive_ns == 0 {
+            0.0
+        } else {
+            self.wait_ns as f64 / self.alive_ns as f64
+        }
+    }
+}
+
+/// A process's last intervals, and what was said of its current crossing.
+#[derive(Default)]
+struct History {
+    intervals: VecDeque<(Instant, Reading)>,
+    /// Its current crossing was counted as held back (by its cooldown or another capture).
+    held: bool,
+}
+
+/// What a crossing that is not captured now was held back by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    Cooldown,
+    Busy,
+}
+
+impl Held {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Held::Cooldown => "cooldown",
+            Held::Busy => "busy",
+        }
+    }
+}
+
+/// The decision of one interval.
+#[derive(Debug, Default, PartialEq)]
+pub struct Decision {
+    /// The process to capture now, with its window's reading.
+    pub start: Option<(ProcId, Reading)>,
+    /// Crossings newly held back, each counted once.
+    pub held: Vec<(ProcId, Held)>,
+    /// Processes above the threshold, out of their cooldown, waiting for the running
+    /// capture to end (the `waiting` gauge).
+    pub waiting: usize,
+}
+
+pub struct Trigger {
+    /// The threshold, as a fraction of threads' time.
+    at: f64,
+    window: Duration,
+    cooldown: Duration,
+    history: HashMap<ProcId, History>,
+    /// When each process's last capture began.
+    captured: HashMap<ProcId, Instant>,
+}
+
+impl Trigger {
+    pub fn new(at_percent: f64, window: Duration, cooldown: Duration) -> Self {
+        Trigger {
+            at: at_percent / 100.0,
+            window,
+            cooldown,
+            history: HashMap::new(),
+            captured: HashMap::new(),
+        }
+    }
+
+    /// Adds an interval that ended at `now`: a reading per process that took the lock or was
+    /// alive in it. Processes with no interval left in the window are forgotten.
+    pub fn observe(&mut self, now: Instant, readings: impl IntoIterator<Item = (ProcId, Reading)>) {
+        for (p, r) in readings {
+            self.history
+                .entry(p)
+                .or_default()
+                .intervals
+                .push_back((now, r));
+        }
+        let since = now.checked_sub(self.window);
+        self.history.retain(|_, h| {
+            while h
+                .intervals
+                .front()
+                .is_some_and(|(t, _)| since.is_some_and(|s| *t <= s))
+            {
+                h.intervals.pop_front();
+            }
+            !h.intervals.is_empty()
+        });
+        let cooldown = self.cooldown;
+        self.captured
+            .retain(|_, t| now.duration_since(*t) < cooldown);
+    }
+
+    /// A process's reading summed over the window.
+    pub fn window(&self, p: ProcId) -> Reading {
+        let mut sum = Reading::default();
+        if let Some(h) = self.history.get(&p) {
+            h.intervals.iter().for_each(|(_, r)| sum.add(r));
+        }
+        sum
+    }
+
+    fn above(&self, r: &Reading) -> bool {
+        r.waits >= MIN_WAITS && r.alive_ns > 0 && r.share() >= self.at
+    }
+
+    /// Decides at `now`: `busy` when a capture is running.
+    pub fn decide(&mut self, now: Instant, busy: bool) -> Decision {
+        let mut above: Vec<(ProcId, Reading)> = (self.history.keys())
+            .map(|&p| (p, self.window(p)))
+            .filter(|(_, r)| self.above(r))
+            .collect();
+        // The longest share first; equal shares by pid, for a stable order.
+        above.sort_by(|a, b| b.1.share().total_cmp(&a.1.share()).then(a.0.cmp(&b.0)));
+        let mut d = Decision::default();
+        for (p, r) in &above {
+            let cooling =
+                (self.captured.get(p)).is_some_and(|t| now.duration_since(*t) < self.cooldown);
+            let held = if cooling {
+                Some(Held::Cooldown)
+            } else if busy || d.start.is_some() {
+                Some(Held::Busy)
+            } else {
+                None
+            };
+            let h = self.history.get_mut(p).expect("above comes from history");
+            match held {
+                None => {
+                    d.start = Some((*p, *r));
+                    // This crossing is dealt with: not counted as held while it lasts.
+                    h.held = true;
+                    self.captured.insert(*p, now);
+                }
+                Some(why) => {
+                    d.waiting += (why == Held::Busy) as usize;
+                    if !h.held {
+                        h.held = true;
+                        d.held.push((*p, why));
+                    }
+                }
+            }
+        }
+        // A process back under the threshold: its next crossing is a new one.
+        for (p, h) in self.history.iter_mut() {
+            if !above.iter().any(|(q, _)| q == p) {
+                h.held = false;
+            }
+        }
+        d
+    }
+
+    /// Processes with intervals in the window (their memory is bounded by it).
+    #[cfg(test)]
+    pub fn tracked(&self) -> usize {
+        self.history.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(wait_ms: u64, waits: u64, alive_ms: u64) -> Reading {
+        Reading {
+            wait_ns: wait_ms * 1_000_000,
+            waits,
+            alive_ns: alive_ms * 1_000_000,
+        }
+    }
+
+    fn p(pid: u32) -> ProcId {
+        ProcId::new(pid, 1)
+    }
+
+    fn secs(t0: Instant, s: u64) -> Instant {
+        t0 + Duration::from_secs(s)
+    }
+
+    #[test]
+    fn the_share_is_summed_over_the_window_and_needs_its_evidence() {
+        let t0 = Instant::now();
+        let mut t = Trigger::new(5.0, Duration::from_secs(3), Duration::from_secs(600));
+        // 4% in each of 3 intervals: under 5% over the window.
+        for s in 1..=3 {
+            t.observe(secs(t0, s), [(p(1), r(40, 30, 1000))]);
+        }
+        assert_eq!(t.decide(secs(t0, 3), false), Decision::default());
+        // One interval at 11%: (40+40+110)/3000 = 6.3% over the last three.
+        t.observe(secs(t0, 4), [(p(1), r(110, 30, 1000))]);
+        assert_eq!(t.window(p(1)), r(190, 90, 3000));
+        let d = t.decide(secs(t0, 4), false);
+        assert_eq!(d.start.map(|s| s.0), Some(p(1)));
+        // A share far above the threshold on fewer than MIN_WAITS waits triggers nothing.
+        t.observe(secs(t0, 5), [(p(2), r(900, MIN_WAITS - 1, 1000))]);
+        assert!(t.decide(secs(t0, 5), false).start.is_none());
+        t.observe(secs(t0, 6), [(p(2), r(1, 1, 1000))]);
+        assert_eq!(t.decide(secs(t0, 6), false).start.map(|s| s.0), Some(p(2)));
+    }
+
+    #[test]
+    fn one_capture_at_a_time_the_longest_share_first_and_the_rest_counted_once() {
+        let t0 = Instant::now();
+        let mut t = Trigger::new(5.0, Duration::from_secs(30), Duration::from_secs(600));
+        let readings: Vec<_> = (1..=1000)
+            .map(|i| (p(i), r(50 + i as u64 % 7, 100, 1000)))
+            .collect();
+        t.observe(secs(t0, 1), readings.clone());
+        let d = t.decide(secs(t0, 1), false);
+        assert_eq!(
+            d.start.map(|s| s.0),
+            Some(p(6)),
+            "56 ms of 1 s is the longest"
+        );
+        assert_eq!((d.held.len(), d.waiting), (999, 999));
+        assert!(d.held.iter().all(|(_, h)| *h == Held::Busy));
+        // Still above, a capture running: none started, none counted again.
+        t.observe(secs(t0, 2), readings.clone());
+        let d = t.decide(secs(t0, 2), true);
+        assert_eq!((d.start, d.held.len(), d.waiting), (None, 0, 999));
+        // The capture over: the next one, one at a time; the first, still above the
+        // threshold in its cooldown, is the crossing already captured, not counted again.
+        t.observe(secs(t0, 3), readings);
+        let d = t.decide(secs(t0, 3), false);
+        assert_eq!(d.start.map(|s| s.0), Some(p(13)));
+        assert_eq!((d.held.len(), d.waiting), (0, 998));
+    }
+
+    #[test]
+    fn the_cooldown_holds_and_a_process_still_above_is_captured_after_it() {
+        let t0 = Instant::now();
+        let mut t = Trigger::new(5.0, Duration::from_secs(10), Duration::from_secs(60));
+        let mut starts = Vec::new();
+        let mut cooldowns = 0;
+        // Above the threshold every second for 200 s.
+        for s in 1..=200 {
+            t.observe(secs(t0, s), [(p(1), r(500, 100, 1000))]);
+            let d = t.decide(secs(t0, s), false);
+            if let Some((q, _)) = d.start {
+                assert_eq!(q, p(1));
+                starts.push(s);
+            }
+            cooldowns += d.held.len();
+        }
+        assert_eq!(starts, vec![1, 61, 121, 181]);
+        // One crossing, captured: never counted as held, let alone once per second.
+        assert_eq!(cooldowns, 0);
+    }
+
+    #[test]
+    fn a_crossing_after_falling_back_is_counted_again_and_gone_processes_are_forgotten() {
+        let t0 = Instant::now();
+        let mut t = Trigger::new(5.0, Duration::from_secs(2), Duration::from_secs(600));
+        t.observe(secs(t0, 1), [(p(1), r(500, 100, 1000))]);
+        assert!(t.decide(secs(t0, 1), false).start.is_some());
+        t.observe(secs(t0, 2), [(p(1), r(500, 100, 1000))]);
+        assert_eq!(t.decide(secs(t0, 2), false), Decision::default());
+        // Under the threshold over the window from 4 s: the crossing is over.
+        for s in 3..=4 {
+            t.observe(secs(t0, s), [(p(1), r(0, 0, 1000))]);
+            assert!(t.decide(secs(t0, s), false).held.is_empty());
+        }
+        t.observe(secs(t0, 5), [(p(1), r(900, 100, 1000))]);
+        assert_eq!(
+            t.decide(secs(t0, 5), false).held,
+            vec![(p(1), Held::Cooldown)]
+        );
+        // No readings for longer than the window: forgotten.
+        t.observe(secs(t0, 9), []);
+        assert_eq!(t.tracked(), 0);
+    }
+}

@@ -1,0 +1,371 @@
+//! The agent's triggered capture (`--escalate-dir`): a process whose threads' wait for its
+//! lock crosses the threshold gets one bounded full profile, with its diagnosis, written under
+//! the directory; a quiet process, a process outside the selection and a process in its
+//! cooldown get none; two processes crossing at once are captured one after the other; the
+//! directory's budget holds, and a full disk loses the capture, not the agent.
+//!
+//! The contended process is `phases.js`: Workers that `fs.readFileSync` a 64 KiB file in a
+//! named function (`readChunks`) when told to, under `MALLOC_MMAP_THRESHOLD_=65536`, which
+//! keeps glibc from raising its mmap threshold: every read is an mmap and a munmap on the
+//! Workers' one address space, as long as the phase lasts (without it the contention is
+//! glibc's warm-up alone, gone in seconds).
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use integration_tests::{
+    Workload, bpf_test, fixture, installed_or_skip, metric_sum,
+    nodes::{Node, node_or_skip},
+    pprof::{go_bin, top_total},
+    rendered_dom,
+    scrape::{Agent, Prometheus, dashboard_annotations, prometheus_bin},
+    wait_until,
+};
+use serde_json::Value;
+
+/// The threshold the tests use: the contended phase waits a quarter of its threads' time or
+/// more on this machine kind, the quiet one nothing (the default, 5%, is crossed as well).
+const AT: &str = "5";
+/// Short windows and captures, so that a test takes a minute, not ten.
+const WINDOW: &str = "5";
+const LENGTH: &str = "5";
+
+/// `phases.js` with 4 Workers reading `chunk` (idle until "go").
+fn phases(node: &Node, chunk: &Path) -> Workload {
+    let mut cmd = node.command();
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "65536")
+        .arg(fixture("phases.js"))
+        .arg("4")
+        .arg(chunk);
+    Workload::spawn(cmd)
+}
+
+/// Starts the contended phase; returns when it began (the fixture's clock, as the reports
+/// write times: RFC 3339 UTC with milliseconds, which sort as text).
+fn go(w: &mut Workload) -> String {
+    w.send("go");
+    let l = w.read_line();
+    l.strip_prefix("going ").expect("going TIME").to_string()
+}
+
+fn stop(w: &mut Workload) {
+    w.send("stop");
+    assert!(w.read_line().starts_with("stopped"));
+}
+
+fn chunk(dir: &Path) -> PathBuf {
+    let p = dir.join("chunk");
+    fs::write(&p, vec![7u8; 64 << 10]).unwrap();
+    p
+}
+
+fn escalations(agent: &Agent, reason: &str) -> u64 {
+    metric_sum(
+        &agent.metrics(),
+        "mmaplock_escalations_total",
+        &[&format!("reason=\"{reason}\"")],
+    )
+}
+
+/// Waits until the agent has counted `n` crossings for `reason`.
+fn wait_escalations(agent: &Agent, reason: &str, n: u64) {
+    wait_until(
+        Duration::from_secs(240),
+        Duration::from_millis(250),
+        || match escalations(agent, reason) {
+            got if got >= n => Ok(()),
+            got => Err(format!("{got} escalations {reason}, waiting for {n}")),
+        },
+    );
+}
+
+/// The capture directories under `root` of process `pid`, oldest first.
+fn captures_of(root: &Path, pid: u32) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(&format!("-{pid}")))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A capture's summary (the last line of its report.ndjson).
+fn summary(capture: &Path) -> Value {
+    let text = fs::read_to_string(capture.join("report.ndjson")).unwrap();
+    let last = text.lines().last().expect("a report");
+    let v: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(v["type"], "summary", "{}", capture.display());
+    v
+}
+
+/// Starts the agent with escalation on, watching `pids`, plus `extra` arguments.
+fn agent(dir: &Path, pids: &[u32], cooldown: &str, extra: &[&str]) -> Agent {
+    let mut args: Vec<String> = [
+        "--escalate-dir",
+        dir.to_str().unwrap(),
+        "--escalate-at",
+        AT,
+        "--escalate-window",
+        WINDOW,
+        "--escalate-for",
+        LENGTH,
+        "--escalate-cooldown",
+        cooldown,
+        "--stack-sample",
+        "8",
+    ]
+    .map(String::from)
+    .to_vec();
+    for p in pids {
+        args.extend(["--pid".to_string(), p.to_string()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Agent::start_in_its_default_mode(&args)
+}
+
+/// The capture's diagnosis: the malloc finding with the Workers' JavaScript function, the
+/// holders, a page Chromium opens and pprof files `go tool pprof` reads.
+fn check_diagnosis(capture: &Path, pid: u32) {
+    for f in [
+        "report.ndjson",
+        "report.html",
+        "profile.pb.gz",
+        "before.pb.gz",
+    ] {
+        assert!(
+            capture.join(f).is_file(),
+            "{} has no {f}",
+            capture.display()
+        );
+    }
+    let s = summary(capture);
+    let p = (s["processes"].as_array().unwrap().iter())
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("the capture profiles {pid}: {s}"));
+    let findings = s["findings"].as_array().unwrap();
+    let ids: Vec<&str> = findings.iter().filter_map(|f| f["id"].as_str()).collect();
+    let threshold = (findings.iter())
+        .find(|f| f["id"] == "mmap-threshold" && f["pid"] == pid)
+        .unwrap_or_else(|| panic!("the malloc finding is there: {ids:?}"));
+    let named = threshold["evidence"]["js_functions"].as_array().unwrap();
+    assert!(
+        named
+            .iter()
+            .any(|f| f.as_str().unwrap().starts_with("readChunks")),
+        "the finding names the Workers' function: {threshold}"
+    );
+    // Who made whom wait: the holders, by code where their stacks were taken.
+    let holders = p["holder_functions"].as_array().map_or(0, Vec::len);
+    let blockers = p["blockers"].as_array().map_or(0, Vec::len);
+    assert!(holders + blockers > 0, "the holders are named: {p}");
+    eprintln!(
+        "capture {}: findings {ids:?}, {holders} holder functions, {blockers} blockers",
+        capture.display()
+    );
+    if let Some(go) = installed_or_skip(go_bin(), "go (Debian's golang-go)") {
+        let file = capture.join("profile.pb.gz");
+        assert!(top_total(&go, "contentions", file.to_str().unwrap()) > 0);
+        let before = capture.join("before.pb.gz");
+        assert!(
+            top_total(&go, "contentions", before.to_str().unwrap()) > 0,
+            "the window before the trigger"
+        );
+    }
+    if let Some(dom) = rendered_dom(&capture.join("report.html"), None) {
+        assert!(
+            dom.contains("data-finding=\"mmap-threshold\""),
+            "the page shows the finding"
+        );
+    }
+}
+
+#[test]
+fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_holds() {
+    let Some(dir) = bpf_test() else { return };
+    let Some(node) = node_or_skip(22) else { return };
+    let chunk = chunk(dir.path());
+    let root = dir.path().join("captures");
+    let mut busy = phases(&node, &chunk);
+    let quiet = phases(&node, &chunk);
+    // A cooldown that ends within the test, long enough to hold through the first capture
+    // and a second phase on a slower host (scaled by the speed factor).
+    let cooldown = integration_tests::scaled(Duration::from_secs(40)).as_secs();
+    let agent = agent(&root, &[busy.pid, quiet.pid], &cooldown.to_string(), &[]);
+    // Quiet first: several windows of it give no capture.
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(escalations(&agent, "captured"), 0);
+    assert!(
+        fs::read_dir(&root).unwrap().next().is_none(),
+        "nothing captured while quiet"
+    );
+
+    let began = go(&mut busy);
+    wait_escalations(&agent, "captured", 1);
+    let first = captures_of(&root, busy.pid);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let s = summary(&first[0]);
+    assert!(
+        s["start"].as_str().unwrap() >= began.as_str(),
+        "captured in the contended phase: {} < {began}",
+        s["start"]
+    );
+    check_diagnosis(&first[0], busy.pid);
+
+    // A second contended phase inside the cooldown: counted as held back, not captured.
+    stop(&mut busy);
+    std::thread::sleep(Duration::from_secs(7));
+    go(&mut busy);
+    wait_escalations(&agent, "cooldown", 1);
+    assert_eq!(escalations(&agent, "captured"), 1);
+    // Still contended when the cooldown ends: a second capture, after it.
+    wait_escalations(&agent, "captured", 2);
+    let both = captures_of(&root, busy.pid);
+    assert_eq!(both.len(), 2, "{both:?}");
+    let (a, b) = (summary(&both[0]), summary(&both[1]));
+    let secs = |v: &Value| {
+        let t = v.as_str().unwrap();
+        // Seconds of the day are enough here: both captures are minutes apart at most.
+        let hms = &t[11..19];
+        let p: Vec<u64> = hms.split(':').map(|x| x.parse().unwrap()).collect();
+        p[0] * 3600 + p[1] * 60 + p[2]
+    };
+    let apart = (secs(&b["start"]) + 86_400 - secs(&a["start"])) % 86_400;
+    assert!(
+        apart + 1 >= cooldown,
+        "the second capture began {apart} s after the first"
+    );
+    stop(&mut busy);
+    assert!(
+        captures_of(&root, quiet.pid).is_empty(),
+        "the quiet process is never captured"
+    );
+    agent.stop();
+}
+
+#[test]
+fn processes_crossing_at_once_are_captured_in_turn_within_the_selection_and_the_budget() {
+    let Some(dir) = bpf_test() else { return };
+    let Some(node) = node_or_skip(22) else { return };
+    let chunk = chunk(dir.path());
+    let root = dir.path().join("captures");
+    fs::create_dir(&root).unwrap();
+    // Two older captures of 700 KiB each, and something that is not a capture.
+    for (i, name) in ["20200101T000000Z-node-1", "20200101T000001Z-node-2"]
+        .iter()
+        .enumerate()
+    {
+        let d = root.join(name);
+        fs::create_dir(&d).unwrap();
+        fs::write(d.join("report.html"), vec![i as u8; 700 << 10]).unwrap();
+    }
+    fs::write(root.join("notes"), b"kept").unwrap();
+    let mut a = phases(&node, &chunk);
+    let mut b = phases(&node, &chunk);
+    // Contended too, but not selected: never captured.
+    let mut outside = phases(&node, &chunk);
+    let agent = agent(
+        &root,
+        &[a.pid, b.pid],
+        "600",
+        &["--escalate-budget-mib", "2"],
+    );
+    // The dashboard's annotation of captures, on what Prometheus scraped.
+    let prom = installed_or_skip(prometheus_bin(), "prometheus (Debian's package)")
+        .map(|bin| Prometheus::start(&bin, agent.port));
+    go(&mut a);
+    go(&mut b);
+    go(&mut outside);
+    if let Some(prom) = &prom {
+        let (name, expr) = (dashboard_annotations().into_iter())
+            .find(|(n, _)| n.starts_with("Escalations"))
+            .expect("the dashboard annotates captures");
+        prom.wait_for(&expr, Duration::from_secs(120), |v| v == 1.0, &name);
+    }
+    wait_escalations(&agent, "captured", 2);
+    let (ca, cb) = (captures_of(&root, a.pid), captures_of(&root, b.pid));
+    assert_eq!((ca.len(), cb.len()), (1, 1), "{ca:?} {cb:?}");
+    let (sa, sb) = (summary(&ca[0]), summary(&cb[0]));
+    let (first, second) = if sa["start"].as_str() < sb["start"].as_str() {
+        (&sa, &sb)
+    } else {
+        (&sb, &sa)
+    };
+    assert!(
+        second["start"].as_str().unwrap() >= first["end"].as_str().unwrap(),
+        "one capture at a time: {} began before {} ended",
+        second["start"],
+        first["end"]
+    );
+    assert!(
+        captures_of(&root, outside.pid).is_empty(),
+        "a process outside the selection"
+    );
+    // The budget: 2 MiB, so the oldest capture went first; what is not a capture stays.
+    let held: u64 = fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .flat_map(|e| fs::read_dir(e.path()).unwrap().flatten())
+        .map(|f| f.metadata().unwrap().len())
+        .sum();
+    assert!(held <= 2 << 20, "{held} bytes held");
+    assert!(
+        !root.join("20200101T000000Z-node-1").exists(),
+        "the oldest went first"
+    );
+    assert!(root.join("notes").exists());
+    for w in [&mut a, &mut b, &mut outside] {
+        stop(w);
+    }
+    agent.stop();
+}
+
+#[test]
+fn a_full_disk_loses_the_capture_with_its_reason_not_the_agent() {
+    let Some(dir) = bpf_test() else { return };
+    let Some(node) = node_or_skip(22) else { return };
+    let chunk = chunk(dir.path());
+    // A file system of 256 KiB: room for the directory, not for a capture.
+    let root = dir.path().join("small");
+    fs::create_dir(&root).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&root)
+        .status()
+        .expect("run mount");
+    assert!(mounted.success(), "mount a tmpfs");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(root.clone());
+    let mut w = phases(&node, &chunk);
+    let agent = agent(&root, &[w.pid], "600", &[]);
+    go(&mut w);
+    wait_escalations(&agent, "no_space", 1);
+    assert!(
+        captures_of(&root, w.pid).is_empty(),
+        "a capture that could not be written is removed"
+    );
+    // The agent goes on serving its metrics.
+    assert!(
+        agent
+            .metrics()
+            .contains("mmaplock_escalation_in_progress 0")
+    );
+    stop(&mut w);
+    agent.stop();
+}
