@@ -155,6 +155,8 @@ fn the_kubernetes_manifests_pass_schema_validation() {
         "path: /sys/kernel/btf",
         "path: /sys/fs/cgroup",
         "path: /sys/kernel/tracing",
+        "path: /var/lib/mmaplock-prof/captures",
+        "\"--escalate-dir\", \"/var/lib/mmaplock-prof/captures\"",
         "livenessProbe:",
         "operator: Exists",
         "limits:",
