@@ -40,16 +40,28 @@ pub enum Tracer {
     Floor,
     /// `mmaplock-prof --floor-clock`: one clock read per tracepoint run.
     FloorClock,
+    /// The agent in contention mode with `--escalate-dir` and a threshold nothing crosses:
+    /// what leaving the trigger on costs (it samples stacks for `before.pb.gz`).
+    AgentEscalateIdle,
+    /// The same with a threshold every process crosses: captures run (one at a time, one per
+    /// process) during the workload; its slowdown is the cost of captures to the processes.
+    AgentEscalating,
 }
 
+/// Where the capturing agent writes (emptied before each run; its captures' bytes are read
+/// by [`summary`]).
+pub const CAPTURES_DIR: &str = "/tmp/mmaplock-bench-captures";
+
 impl Tracer {
-    pub const ALL: [Tracer; 6] = [
+    pub const ALL: [Tracer; 8] = [
         Tracer::None,
         Tracer::AgentContention,
         Tracer::AgentFull,
         Tracer::NoneAgain,
         Tracer::Floor,
         Tracer::FloorClock,
+        Tracer::AgentEscalateIdle,
+        Tracer::AgentEscalating,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +72,10 @@ impl Tracer {
             Tracer::AgentFull => "agent, full mode",
             Tracer::Floor => "floor (empty programs)",
             Tracer::FloorClock => "clock floor (one clock read)",
+            Tracer::AgentEscalateIdle => "agent, contention mode, --escalate-dir, nothing crossing",
+            Tracer::AgentEscalating => {
+                "agent, contention mode, capturing every process (--escalate-at 0.01)"
+            }
         }
     }
 
@@ -79,6 +95,38 @@ impl Tracer {
             Tracer::FloorClock => {
                 Some((&["--floor-clock", "-i", "0", "-f", "json"], "attached in"))
             }
+            Tracer::AgentEscalateIdle => Some((
+                &[
+                    "agent",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--mode",
+                    "contention",
+                    "--escalate-dir",
+                    "/tmp/mmaplock-bench-escalate",
+                    "--escalate-at",
+                    "100",
+                ],
+                "serving",
+            )),
+            Tracer::AgentEscalating => Some((
+                &[
+                    "agent",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--mode",
+                    "contention",
+                    "--escalate-dir",
+                    CAPTURES_DIR,
+                    "--escalate-at",
+                    "0.01",
+                    "--escalate-window",
+                    "2",
+                    "--escalate-for",
+                    "5",
+                ],
+                "serving",
+            )),
         }
     }
 }
@@ -124,6 +172,8 @@ pub struct Run {
     /// The node processes' CPU and the tracer's, seconds.
     pub cpu_s: f64,
     pub tracer_cpu_s: f64,
+    /// Under [`Tracer::AgentEscalating`]: the captures written, and their bytes.
+    pub captures: (u64, u64),
 }
 
 impl Run {
@@ -146,6 +196,9 @@ fn start(t: Tracer, prof: &Path) -> Result<Option<Started>> {
     let Some((args, attached)) = t.command() else {
         return Ok(None);
     };
+    if t == Tracer::AgentEscalating {
+        let _ = std::fs::remove_dir_all(CAPTURES_DIR);
+    }
     let mut child = procfs::Guard(
         Command::new(prof)
             .args(args)
@@ -273,6 +326,26 @@ fn run_load(load: Load, file: &Path) -> Result<(f64, f64, f64)> {
     Ok((ops, t0.elapsed().as_secs_f64(), cpu))
 }
 
+/// The captures under `dir` that hold a summary, and the bytes of all of them.
+fn captures_written(dir: &Path) -> (u64, u64) {
+    let (mut n, mut bytes) = (0, 0);
+    for d in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let files: Vec<_> = std::fs::read_dir(d.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect();
+        bytes += files
+            .iter()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum::<u64>();
+        let report = std::fs::read_to_string(d.path().join("report.ndjson")).unwrap_or_default();
+        n += report.contains("\"type\":\"summary\"") as u64;
+    }
+    (n, bytes)
+}
+
 /// Every round: each workload under each tracer, the order rotating.
 pub fn run(rounds: usize, prof: &Path, out_dir: &Path) -> Result<Vec<Run>> {
     let file = out_dir.join("data.bin");
@@ -285,6 +358,10 @@ pub fn run(rounds: usize, prof: &Path, out_dir: &Path) -> Result<Vec<Run>> {
                 let started = start(tracer, prof)?;
                 let (ops, wall_s, cpu_s) = run_load(load, &file)?;
                 let tracer_cpu_s = started.map(stop).transpose()?.unwrap_or(0.0);
+                let captures = match tracer {
+                    Tracer::AgentEscalating => captures_written(Path::new(CAPTURES_DIR)),
+                    _ => (0, 0),
+                };
                 let r = Run {
                     round,
                     load,
@@ -293,6 +370,7 @@ pub fn run(rounds: usize, prof: &Path, out_dir: &Path) -> Result<Vec<Run>> {
                     wall_s,
                     cpu_s,
                     tracer_cpu_s,
+                    captures,
                 };
                 eprintln!(
                     "[{:>4.0} s] agent round {}/{rounds}: {:<40} {:<34} {:>8.0} ops/s, {:.2} us CPU/op",

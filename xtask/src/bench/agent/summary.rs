@@ -92,6 +92,15 @@ pub fn summarize(runs: &[Run]) -> (Value, String) {
                 "cpu_per_op_ratio": j(&r.cpu_ratio), "throughput_ratio": j(&r.tput_ratio),
                 "ops_per_s": j(&r.tput), "tracer_cpu_pct": j(&r.tracer_cpu_pct),
             }));
+            if t == Tracer::AgentEscalateIdle {
+                targets.push((
+                    format!(
+                        "{}: the agent with --escalate-dir on and nothing crossing costs at most +1% CPU per op",
+                        load.name()
+                    ),
+                    r.cpu_ratio.is_some_and(|s| s.median <= 1.01),
+                ));
+            }
             if t == Tracer::AgentContention {
                 let cpu_ok = r.cpu_ratio.is_some_and(|s| s.median <= 1.01);
                 let tput_ok = match (r.tput_ratio, aa.tput_ratio) {
@@ -108,6 +117,15 @@ pub fn summarize(runs: &[Run]) -> (Value, String) {
             }
         }
     }
+    // What the capturing agent wrote.
+    let (n, bytes) = (runs.iter()).fold((0, 0), |(n, b), r| (n + r.captures.0, b + r.captures.1));
+    if n > 0 {
+        md.push_str(&format!(
+            "\nCaptures written by the capturing agent: {n} in all, {:.0} KiB each on average \
+             (report.ndjson, report.html, profile.pb.gz and before.pb.gz).\n",
+            bytes as f64 / n as f64 / 1024.0
+        ));
+    }
     md.push_str("\nTargets:\n\n");
     for (what, met) in &targets {
         md.push_str(&format!(
@@ -122,6 +140,7 @@ pub fn summarize(runs: &[Run]) -> (Value, String) {
         "runs": runs.iter().map(|r| json!({
             "round": r.round, "workload": r.load.name(), "tracer": r.tracer.name(),
             "ops": r.ops, "wall_s": r.wall_s, "cpu_s": r.cpu_s, "tracer_cpu_s": r.tracer_cpu_s,
+            "captures": r.captures.0, "capture_bytes": r.captures.1,
         })).collect::<Vec<_>>(),
     });
     (json, md)
