@@ -325,6 +325,12 @@ impl Capture {
                 let _ = fs::remove_dir_all(&self.dir);
                 out
             }
+            // A profiler that failed keeps what it wrote of its report, if anything (its
+            // message is on the agent's standard error).
+            _ if !self.dir.join("report.ndjson").exists() => {
+                let _ = fs::remove_dir_all(&self.dir);
+                out
+            }
             _ => out,
         }
     }
