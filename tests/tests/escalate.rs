@@ -108,24 +108,23 @@ fn summary(capture: &Path) -> Value {
     v
 }
 
-/// Starts the agent with escalation on, watching `pids`, plus `extra` arguments.
+/// Starts the agent with escalation on, watching `pids`, with the tests' settings unless
+/// `extra` (flag, value pairs) gives its own.
 fn agent(dir: &Path, pids: &[u32], cooldown: &str, extra: &[&str]) -> Agent {
-    let mut args: Vec<String> = [
-        "--escalate-dir",
-        dir.to_str().unwrap(),
-        "--escalate-at",
-        AT,
-        "--escalate-window",
-        WINDOW,
-        "--escalate-for",
-        LENGTH,
-        "--escalate-cooldown",
-        cooldown,
-        "--stack-sample",
-        "8",
-    ]
-    .map(String::from)
-    .to_vec();
+    let defaults = [
+        ("--escalate-dir", dir.to_str().unwrap()),
+        ("--escalate-at", AT),
+        ("--escalate-window", WINDOW),
+        ("--escalate-for", LENGTH),
+        ("--escalate-cooldown", cooldown),
+        ("--stack-sample", "8"),
+    ];
+    let mut args: Vec<String> = Vec::new();
+    for (flag, value) in defaults {
+        if !extra.contains(&flag) {
+            args.extend([flag.to_string(), value.to_string()]);
+        }
+    }
     for p in pids {
         args.extend(["--pid".to_string(), p.to_string()]);
     }
@@ -368,4 +367,83 @@ fn a_full_disk_loses_the_capture_with_its_reason_not_the_agent() {
     );
     stop(&mut w);
     agent.stop();
+}
+
+/// Waits until a capture is running.
+fn wait_capturing(agent: &Agent) {
+    wait_until(Duration::from_secs(240), Duration::from_millis(250), || {
+        let m = agent.metrics();
+        match m
+            .lines()
+            .any(|l| l.starts_with("mmaplock_escalation_in_progress{"))
+        {
+            true => Ok(()),
+            false => Err("no capture running".to_string()),
+        }
+    });
+}
+
+/// Waits until the capture of `pid` has written an interval line of it.
+fn wait_profiled(root: &Path, pid: u32) {
+    wait_until(Duration::from_secs(120), Duration::from_millis(250), || {
+        let lines = (captures_of(root, pid).first())
+            .and_then(|d| fs::read_to_string(d.join("report.ndjson")).ok())
+            .unwrap_or_default();
+        match lines.contains(&format!("\"pid\":{pid},")) {
+            true => Ok(()),
+            false => Err(format!("no interval line of {pid} yet")),
+        }
+    });
+}
+
+#[test]
+fn a_capture_ends_complete_when_its_process_exits_or_the_agent_stops() {
+    let Some(dir) = bpf_test() else { return };
+    let Some(node) = node_or_skip(22) else { return };
+    let chunk = chunk(dir.path());
+    let root = dir.path().join("captures");
+    let mut a = phases(&node, &chunk);
+    let mut b = phases(&node, &chunk);
+    let (pa, pb) = (a.pid, b.pid);
+    // Captures far longer than the test: they end by the process's exit, then the agent's.
+    let agent = agent(&root, &[pa, pb], "600", &["--escalate-for", "600"]);
+    go(&mut a);
+    wait_capturing(&agent);
+    // The capture has profiled it for an interval: then it exits.
+    wait_profiled(&root, pa);
+    a.send("exit");
+    a.wait();
+    wait_escalations(&agent, "captured", 1);
+    let ca = captures_of(&root, pa);
+    assert_eq!(ca.len(), 1, "{ca:?}");
+    let s = summary(&ca[0]);
+    assert!(
+        s["duration_s"].as_f64().unwrap() < 600.0,
+        "{}",
+        s["duration_s"]
+    );
+    assert!(
+        s["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == pa)
+    );
+
+    go(&mut b);
+    wait_capturing(&agent);
+    wait_profiled(&root, pb);
+    // SIGTERM to the agent mid-capture: the capture ends with its summary, then the agent.
+    agent.stop();
+    let cb = captures_of(&root, pb);
+    assert_eq!(cb.len(), 1, "{cb:?}");
+    let s = summary(&cb[0]);
+    assert!(
+        s["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == pb)
+    );
+    stop(&mut b);
 }

@@ -368,15 +368,15 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             r
         })
         .await?;
+    // A capture running ends now, its report complete, and none begins.
+    if let Some(e) = agent.escalator.as_mut() {
+        e.close();
+    }
     // The last partial interval still counts, with the records its last flush brought.
     let last = session
         .finish()
         .await
         .and_then(|()| agent.after_poll(&mut session.profile));
-    // A capture running ends now, its report complete.
-    if let Some(e) = agent.escalator.as_mut() {
-        e.stop();
-    }
     failure?;
     last?;
     Ok(())

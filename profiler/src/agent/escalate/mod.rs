@@ -61,6 +61,8 @@ pub struct Escalator {
     running: Option<Capture>,
     health: Escalations,
     quiet: bool,
+    /// The agent is stopping: no capture begins.
+    closed: bool,
 }
 
 /// Each selected process's reading of an interval: its own threads' wait for its lock (write
@@ -112,6 +114,7 @@ impl Escalator {
             running: None,
             health: Escalations::default(),
             quiet,
+            closed: false,
         })
     }
 
@@ -158,7 +161,7 @@ impl Escalator {
         }
         let now = Instant::now();
         self.trigger.observe(now, readings);
-        let d = self.trigger.decide(now, self.running.is_some());
+        let d = (self.trigger).decide(now, self.running.is_some() || self.closed);
         for (p, why) in d.held {
             let n = name(p);
             health.count(n.process, n.cgroup, why.reason());
@@ -179,8 +182,15 @@ impl Escalator {
         health.in_progress = self.running.as_ref().map(|c| c.labels.clone());
     }
 
-    /// Stops a capture running (the agent is stopping): it ends with its report complete.
-    pub fn stop(&mut self) {
+    /// The agent is stopping: the capture running ends, its report complete, and no other
+    /// begins.
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.stop();
+    }
+
+    /// Stops a capture running: it ends with its report complete.
+    fn stop(&mut self) {
         if let Some(mut c) = self.running.take() {
             let out = c.stop(self.cfg.budget_bytes);
             let mut health = std::mem::take(&mut self.health);
