@@ -447,3 +447,34 @@ fn a_capture_ends_complete_when_its_process_exits_or_the_agent_stops() {
     );
     stop(&mut b);
 }
+
+/// The capture's profiler is given the process's start time: a pid that has become another
+/// process's since the agent decided is refused (exit 2, one line), not profiled. Checked
+/// before anything is attached.
+#[test]
+fn a_capture_refuses_a_pid_that_is_another_process_now() {
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Field 22, counted after the command name's closing parenthesis.
+    let ticks: u64 = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split(' ')
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let other = (ticks + 1).to_string();
+    let out =
+        integration_tests::run_profiler(&["--pid", &pid, "--pid-start-ticks", &other, "-d", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is not the process it was") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
