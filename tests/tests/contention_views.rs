@@ -1,7 +1,8 @@
 //! ROOT-ONLY: what contention mode shows besides its counts: side by side with full mode, the
 //! share of the wait it captures; the writer a wait began behind (no `--blockers`); the
 //! contended writes' sampled stacks and JavaScript names; the agent's dashboard and rules on a
-//! real Prometheus; the one-shot's word on kernels that format memcg paths; a bad `--mode`.
+//! real Prometheus; the one-shot's word on kernels that format memcg paths, and how the
+//! agent's captures run there; a bad `--mode`.
 
 use std::{process::Command, time::Duration};
 
@@ -331,4 +332,36 @@ fn full_mode_says_when_the_kernel_formats_memcg_paths() {
     if require_contention_tracepoints() {
         assert!(!said("contention"));
     }
+    // The agent's triggered captures avoid full mode there (docs/agent.md, "Triggered
+    // captures"), and say so as they start.
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Command::new(integration_tests::profiler_bin())
+        .args(["agent", "--listen", "127.0.0.1:0", "--escalate-dir"])
+        .arg(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the agent");
+    let stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
+    let mut plan = None;
+    // It serves or ends (stderr then closes): no bound on how long attaching takes.
+    for l in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+        if let Some(p) = l.split_once("escalation on: ").map(|(_, p)| p.to_string()) {
+            plan = Some(p);
+        }
+        if l.contains("serving") {
+            break;
+        }
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let plan = plan.expect("the agent says how it captures");
+    let contention = plan.contains("in contention mode, every contended wait's stack sampled");
+    let full = plan.contains("in full mode with --blockers");
+    assert_eq!(
+        (contention, full),
+        (formats_paths, !formats_paths),
+        "memcg_path: {formats_paths}; {plan}"
+    );
 }
