@@ -63,6 +63,15 @@ fn chunk(dir: &Path) -> PathBuf {
     p
 }
 
+/// A BPF test's directory, Node 22 and the 64 KiB file in that directory (None: skipped,
+/// which fails the run under CI).
+fn setup() -> Option<(tempfile::TempDir, Node, PathBuf)> {
+    let dir = bpf_test()?;
+    let node = node_or_skip(22)?;
+    let chunk = chunk(dir.path());
+    Some((dir, node, chunk))
+}
+
 fn escalations(agent: &Agent, reason: &str) -> u64 {
     metric_sum(
         &agent.metrics(),
@@ -191,9 +200,9 @@ fn check_diagnosis(capture: &Path, pid: u32) {
 
 #[test]
 fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_holds() {
-    let Some(dir) = bpf_test() else { return };
-    let Some(node) = node_or_skip(22) else { return };
-    let chunk = chunk(dir.path());
+    let Some((dir, node, chunk)) = setup() else {
+        return;
+    };
     let root = dir.path().join("captures");
     let mut busy = phases(&node, &chunk);
     let quiet = phases(&node, &chunk);
@@ -254,9 +263,9 @@ fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_hold
 
 #[test]
 fn processes_crossing_at_once_are_captured_in_turn_within_the_selection_and_the_budget() {
-    let Some(dir) = bpf_test() else { return };
-    let Some(node) = node_or_skip(22) else { return };
-    let chunk = chunk(dir.path());
+    let Some((dir, node, chunk)) = setup() else {
+        return;
+    };
     let root = dir.path().join("captures");
     fs::create_dir(&root).unwrap();
     // Two older captures of 700 KiB each, and something that is not a capture.
@@ -332,9 +341,9 @@ fn processes_crossing_at_once_are_captured_in_turn_within_the_selection_and_the_
 
 #[test]
 fn a_full_disk_loses_the_capture_with_its_reason_not_the_agent() {
-    let Some(dir) = bpf_test() else { return };
-    let Some(node) = node_or_skip(22) else { return };
-    let chunk = chunk(dir.path());
+    let Some((dir, node, chunk)) = setup() else {
+        return;
+    };
     // A file system of 256 KiB: room for the directory, not for a capture.
     let root = dir.path().join("small");
     fs::create_dir(&root).unwrap();
@@ -398,9 +407,9 @@ fn wait_profiled(root: &Path, pid: u32) {
 
 #[test]
 fn a_capture_ends_complete_when_its_process_exits_or_the_agent_stops() {
-    let Some(dir) = bpf_test() else { return };
-    let Some(node) = node_or_skip(22) else { return };
-    let chunk = chunk(dir.path());
+    let Some((dir, node, chunk)) = setup() else {
+        return;
+    };
     let root = dir.path().join("captures");
     let mut a = phases(&node, &chunk);
     let mut b = phases(&node, &chunk);
