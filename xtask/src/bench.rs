@@ -12,6 +12,7 @@
 mod agent;
 mod capture;
 mod cost;
+mod escalate;
 mod json;
 mod load;
 mod markdown;
@@ -80,9 +81,13 @@ pub struct BenchArgs {
     reader_baseline: Option<PathBuf>,
     /// Only these sections: `agent` (what the agent costs), `capture` (what contention mode
     /// captures), `reads` (what the profiler's reads cost), `reader` (a reader that falls
-    /// behind); repeatable. Default: everything.
-    #[arg(long, value_parser = ["agent", "capture", "reads", "reader"])]
+    /// behind), `escalate` (what the agent's triggered capture costs while it runs);
+    /// repeatable. Default: everything but `escalate`.
+    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "escalate"])]
     only: Vec<String>,
+    /// Rounds of `--only escalate` (each 2 runs of 20 s).
+    #[arg(long, default_value_t = 3)]
+    escalate_rounds: usize,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -225,6 +230,10 @@ fn sections_only(
     if args.only.iter().any(|s| s == "reads") {
         let rounds = reads::run(args.reads_rounds.max(1), prof, out_dir)?;
         write("reads", reads::summarize(&rounds))?;
+    }
+    if args.only.iter().any(|s| s == "escalate") {
+        let runs = escalate::run(args.escalate_rounds.max(1), prof, out_dir)?;
+        write("escalate", escalate::summarize(&runs))?;
     }
     if args.only.iter().any(|s| s == "reader") {
         let runs = reader::run(
