@@ -85,7 +85,7 @@ pub struct BenchArgs {
     /// repeatable. Default: everything but `escalate`.
     #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "escalate"])]
     only: Vec<String>,
-    /// Rounds of `--only escalate` (each 2 runs of 20 s).
+    /// Rounds of `--only escalate` (each 3 runs of 20 s: none, the agent capturing, none again).
     #[arg(long, default_value_t = 3)]
     escalate_rounds: usize,
     /// Where results.json and results.md go.

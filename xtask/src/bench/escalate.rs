@@ -79,6 +79,8 @@ impl Phases {
 pub struct Run {
     pub round: usize,
     pub agent: bool,
+    /// The second run with no agent in its round (the A/A).
+    pub again: bool,
     pub captured_reads_per_s: f64,
     pub other_reads_per_s: f64,
     pub capture_bytes: Option<u64>,
@@ -97,7 +99,13 @@ fn dir_bytes(dir: &Path) -> u64 {
     n
 }
 
-fn one(round: usize, agent: bool, prof: &Path, file: &Path, dir: &Path) -> Result<Run> {
+fn one(
+    round: usize,
+    (agent, again): (bool, bool),
+    prof: &Path,
+    file: &Path,
+    dir: &Path,
+) -> Result<Run> {
     let mut captured = Phases::start(file)?;
     let mut other = Phases::start(file)?;
     let _ = std::fs::remove_dir_all(dir);
@@ -145,6 +153,7 @@ fn one(round: usize, agent: bool, prof: &Path, file: &Path, dir: &Path) -> Resul
     Ok(Run {
         round,
         agent,
+        again,
         captured_reads_per_s: a / s,
         other_reads_per_s: b / s,
         capture_bytes,
@@ -157,15 +166,13 @@ pub fn run(rounds: usize, prof: &Path, out_dir: &Path) -> Result<Vec<Run>> {
     let dir = out_dir.join("escalate-captures");
     let mut runs = Vec::new();
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for agent in order {
-            let r = one(round, agent, prof, &file, &dir)?;
+        // No agent, the agent, no agent again: rotating from round to round.
+        let configs = [(false, false), (true, false), (false, true)];
+        for k in 0..configs.len() {
+            let (agent, again) = configs[(round + k) % configs.len()];
+            let r = one(round, (agent, again), prof, &file, &dir)?;
             eprintln!(
-                "escalate round {}/{rounds}: agent {agent}: captured {:.0} reads/s, other {:.0} reads/s, capture {:?} bytes",
+                "escalate round {}/{rounds}: agent {agent} (again {again}): captured {:.0} reads/s, other {:.0} reads/s, capture {:?} bytes",
                 round + 1,
                 r.captured_reads_per_s,
                 r.other_reads_per_s,
@@ -179,17 +186,22 @@ pub fn run(rounds: usize, prof: &Path, out_dir: &Path) -> Result<Vec<Run>> {
 
 pub fn summarize(runs: &[Run]) -> (Value, String) {
     let rounds = runs.iter().map(|r| r.round).max().map_or(0, |m| m + 1);
-    let ratio = |f: fn(&Run) -> f64| {
+    // Against the first run with no agent of the same round.
+    let ratio = |f: fn(&Run) -> f64, agent: bool, again: bool| {
         let v: Vec<f64> = (0..rounds)
             .filter_map(|k| {
-                let of = |agent| runs.iter().find(|r| r.round == k && r.agent == agent);
-                Some(f(of(true)?) / f(of(false)?))
+                let of = |agent, again| {
+                    (runs.iter()).find(|r| r.round == k && r.agent == agent && r.again == again)
+                };
+                Some(f(of(agent, again)?) / f(of(false, false)?))
             })
             .collect();
         Spread::of(v)
     };
-    let captured = ratio(|r| r.captured_reads_per_s);
-    let other = ratio(|r| r.other_reads_per_s);
+    let captured = ratio(|r| r.captured_reads_per_s, true, false);
+    let other = ratio(|r| r.other_reads_per_s, true, false);
+    let aa_captured = ratio(|r| r.captured_reads_per_s, false, true);
+    let aa_other = ratio(|r| r.other_reads_per_s, false, true);
     let bytes: Vec<f64> = runs
         .iter()
         .filter_map(|r| r.capture_bytes.map(|b| b as f64))
@@ -208,12 +220,15 @@ pub fn summarize(runs: &[Run]) -> (Value, String) {
          agent (`--pid` the first, `--escalate-dir`, window 5 s, capture {c} s), the first crosses \
          the threshold in its first seconds and is captured in full mode with `--blockers` for \
          most of the window; the second, on the same host, is not selected. Reads per second \
-         with the agent over the same round's reads with none: median (min - max).\n\n\
-         | process | reads/s with the agent capturing, against none |\n|---|---|\n\
-         | the captured process | {} |\n| another process on the host | {} |\n\n\
+         with the agent over the same round's first run with none, and the second run with \
+         none over the first (A/A: this machine's noise): median (min - max).\n\n\
+         | process | reads/s, the agent capturing | A/A |\n|---|---|---|\n\
+         | the captured process | {} | {} |\n| another process on the host | {} | {} |\n\n\
          Bytes written per capture (report.ndjson, report.html, profile.pb.gz, before.pb.gz): {}.\n",
         pct(&captured),
+        pct(&aa_captured),
         pct(&other),
+        pct(&aa_other),
         bytes.as_ref().map_or("-".into(), |s| format!(
             "{:.0} KiB median ({:.0} - {:.0})",
             s.median / 1024.0,
@@ -227,8 +242,9 @@ pub fn summarize(runs: &[Run]) -> (Value, String) {
     let json = json!({
         "rounds": rounds,
         "captured_ratio": j(&captured), "other_ratio": j(&other), "capture_bytes": j(&bytes),
+        "aa_captured_ratio": j(&aa_captured), "aa_other_ratio": j(&aa_other),
         "runs": runs.iter().map(|r| json!({
-            "round": r.round, "agent": r.agent,
+            "round": r.round, "agent": r.agent, "again": r.again,
             "captured_reads_per_s": r.captured_reads_per_s,
             "other_reads_per_s": r.other_reads_per_s, "capture_bytes": r.capture_bytes,
         })).collect::<Vec<_>>(),
