@@ -232,7 +232,8 @@ fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_hold
 
     // A second contended phase inside the cooldown: counted as held back, not captured.
     stop(&mut busy);
-    std::thread::sleep(Duration::from_secs(7));
+    // A window of quiet intervals and two more (scaled, as the cooldown is): below again.
+    std::thread::sleep(integration_tests::scaled(Duration::from_secs(7)));
     go(&mut busy);
     wait_escalations(&agent, "cooldown", 1);
     assert_eq!(escalations(&agent, "captured"), 1);
