@@ -11,6 +11,7 @@
 
 mod agent;
 mod capture;
+mod cold;
 mod cost;
 mod escalate;
 mod json;
@@ -76,15 +77,20 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     reader_rounds: usize,
     /// Another build of mmaplock-prof (one before a change) run beside this one in the
-    /// reader rounds.
+    /// reader and cold rounds.
     #[arg(long, value_name = "PATH")]
     reader_baseline: Option<PathBuf>,
     /// Only these sections: `agent` (what the agent costs), `capture` (what contention mode
     /// captures), `reads` (what the profiler's reads cost), `reader` (a reader that falls
-    /// behind), `escalate` (what the agent's triggered capture costs while it runs);
-    /// repeatable. Default: everything but `escalate`.
-    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "escalate"])]
+    /// behind), `cold` (the demo's sampled stacks at a cold start, idle and busy host),
+    /// `escalate` (what the agent's triggered capture costs while it runs); repeatable.
+    /// Default: everything but `escalate`.
+    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "cold", "escalate"])]
     only: Vec<String>,
+    /// Rounds of the cold start: the demo on an idle host, then a busy one (about 10 s each;
+    /// 0: skip it).
+    #[arg(long, default_value_t = 5)]
+    cold_rounds: usize,
     /// Rounds of `--only escalate` (each 3 runs of 20 s: none, the agent capturing, none again).
     #[arg(long, default_value_t = 3)]
     escalate_rounds: usize,
@@ -193,6 +199,13 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         results.markdown.push('\n');
         results.markdown.push_str(&md);
     }
+    let colds = cold::run(args.cold_rounds, &prof, args.reader_baseline.as_deref())?;
+    if !colds.is_empty() {
+        let (json, md) = cold::summarize(&colds);
+        results.json["cold"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,
@@ -242,6 +255,14 @@ fn sections_only(
             args.reader_baseline.as_deref(),
         )?;
         write("reader", reader::summarize(&runs))?;
+    }
+    if args.only.iter().any(|s| s == "cold") {
+        let runs = cold::run(
+            args.cold_rounds.max(1),
+            prof,
+            args.reader_baseline.as_deref(),
+        )?;
+        write("cold", cold::summarize(&runs))?;
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ fn advice(reason: &str, who: Advice) -> &'static str {
             "the kernel's statistics map is full: raise --max-threads (4 entries per thread)"
         }
         "stacks" if own => {
-            "sampled stacks were dropped while the profiler fell behind (a process's first stacks wait while its V8 metadata is read): the counts are exact, fewer writes are charged to code"
+            "sampled stacks were dropped while the profiler fell behind (its backlog of stacks to unwind was full): the counts are exact, fewer writes are charged to code"
         }
         "stacks" => {
             "sampled stacks were dropped (the profiler fell behind): raise --stack-sample to sample fewer writes"
@@ -126,7 +126,7 @@ mod tests {
             ),
             "{demo}"
         );
-        assert!(demo.contains("V8 metadata"), "{demo}");
+        assert!(demo.contains("backlog"), "{demo}");
         // The command line's user is told what to set.
         assert!(line("stacks", 401, Advice::CommandLine).contains("raise --stack-sample"));
         assert!(line("map_full", 1, Advice::CommandLine).contains("raise --max-threads"));

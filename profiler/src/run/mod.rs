@@ -16,6 +16,7 @@ use crate::{
     },
 };
 
+mod copier;
 mod heap;
 pub mod lost;
 mod profile;

@@ -1,6 +1,8 @@
-//! The ring buffers the kernel side writes to, drained as records arrive.
+//! The ring buffers the kernel side writes to, drained as records arrive: new threads by
+//! the run loop, sampled stacks copied out by a thread of their own ([`Copier`]) and unwound
+//! by the run loop from the backlog it fills.
 
-use std::io::{self};
+use std::{collections::VecDeque, io};
 
 use tokio::io::{Interest, unix::AsyncFd};
 
@@ -8,7 +10,7 @@ use aya::maps::{MapData, RingBuf};
 
 use crate::kernel::{Kernel, collector::Collector};
 
-use crate::run::{SessionError, profile::Profile};
+use crate::run::{SessionError, copier::Copier, profile::Profile};
 
 /// Stack records handled between two looks at the new threads.
 const STACK_BATCH: usize = 32;
@@ -16,16 +18,23 @@ const STACK_BATCH: usize = 32;
 /// Longest a [`Rings::drain`] works on sampled stacks before handing back to the run loop.
 const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// How often the sampled stacks' ring is drained: the kernel side wakes us only once it is
-/// a quarter full (a wakeup per sample costs the traced thread microseconds).
-const STACKS_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
-
 /// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
 /// stacks. Records are drained as soon as they arrive, so that threads are classified while
 /// they run and the stacks buffer never fills.
 pub struct Rings {
     new_threads: AsyncFd<RingBuf<MapData>>,
-    stacks: Option<AsyncFd<RingBuf<MapData>>>,
+    stacks: Option<Stacks>,
+}
+
+/// The sampled stacks: copied out while the run lasts, then (the copier stopped) read from
+/// the ring directly; and the records copied, not yet unwound.
+struct Stacks {
+    copier: Option<Copier>,
+    ring: Option<RingBuf<MapData>>,
+    backlog: VecDeque<Vec<u8>>,
+    /// The most records the ring holds (of the smallest kind, an outcome): what the end of a
+    /// run reads of it at most once out of time, as records keep coming while programs run.
+    ring_records: usize,
 }
 
 fn register(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, SessionError> {
@@ -35,12 +44,20 @@ fn register(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, Session
 }
 
 impl Rings {
-    /// Takes the collector's ring buffers (stacks only when sampling them); must run inside
-    /// the async runtime.
+    /// Takes the collector's ring buffers (stacks only when sampling them) and starts copying
+    /// the stacks'; must run inside the async runtime.
     pub fn open(collector: &mut Collector) -> Result<Self, SessionError> {
         let new_threads = register(collector.take_new_threads()?)?;
         let stacks = if collector.stack_sample() > 0 {
-            Some(register(collector.take_stacks()?)?)
+            let bytes = crate::kernel::load::stacks_ring_bytes(collector.stack_sample()) as usize;
+            let copier =
+                Copier::start(collector.take_stacks()?, bytes).map_err(SessionError::Events)?;
+            Some(Stacks {
+                copier: Some(copier),
+                ring: None,
+                backlog: VecDeque::new(),
+                ring_records: bytes / size_of::<profiler_common::SampleDone>(),
+            })
         } else {
             None
         };
@@ -50,26 +67,29 @@ impl Rings {
         })
     }
 
-    /// Waits until a ring buffer has records (or, with sampled stacks, [`STACKS_EVERY`]).
-    /// Readiness is cleared before returning, so that records arriving after the following
+    /// Waits until new threads are announced or sampled stacks were copied. Readiness is
+    /// cleared before returning, so that records arriving after the following
     /// [`drain`](Self::drain) wake us again.
-    pub async fn ready(&self) -> io::Result<()> {
+    pub async fn ready(&mut self) -> io::Result<()> {
+        // Records left by the last drain's budget: at once, after the loop's other work.
+        if self.stacks.as_ref().is_some_and(|s| !s.backlog.is_empty()) {
+            tokio::task::yield_now().await;
+            return Ok(());
+        }
+        let copier = self.stacks.as_mut().and_then(|s| s.copier.as_mut());
         let stacks = async {
-            match &self.stacks {
-                Some(s) => s.readable().await,
-                None => std::future::pending().await,
-            }
-        };
-        let every = async {
-            match &self.stacks {
-                Some(_) => tokio::time::sleep(STACKS_EVERY).await,
+            match copier {
+                Some(c) => c.next().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             g = self.new_threads.readable() => g?.clear_ready(),
-            g = stacks => g?.clear_ready(),
-            () = every => {}
+            batch = stacks => {
+                if let Some(s) = self.stacks.as_mut() {
+                    s.backlog.extend(batch);
+                }
+            }
         }
         Ok(())
     }
@@ -77,8 +97,8 @@ impl Rings {
     /// Hands the records available to `profile`, for at most [`DRAIN_BUDGET`]. New threads
     /// come first, and are looked at again between small batches of stacks: a thread must be
     /// classified while it lives, a stack can wait. The budget keeps the run loop turning
-    /// (signals, readings, the end of the run) when the kernel side samples stacks faster than
-    /// they are unwound: the ring then fills and the kernel side counts what it drops
+    /// (signals, readings, the end of the run) when stacks come faster than they are unwound:
+    /// they wait in the backlog, then in the kernel's ring, which drops samples once full
     /// (`lost.stacks`).
     pub fn drain(&mut self, profile: &mut Profile) {
         let t0 = std::time::Instant::now();
@@ -87,13 +107,65 @@ impl Rings {
             let Some(s) = self.stacks.as_mut() else {
                 return;
             };
-            if profile.take_stacks(s.get_mut(), STACK_BATCH) < STACK_BATCH
-                || t0.elapsed() >= DRAIN_BUDGET
-            {
+            if s.take(profile) < STACK_BATCH || t0.elapsed() >= DRAIN_BUDGET {
                 classify_new_threads(self.new_threads.get_mut(), profile);
                 return;
             }
         }
+    }
+}
+
+impl Stacks {
+    /// Unwinds up to [`STACK_BATCH`] records of the backlog (refilled from the copier, or
+    /// from the ring once the copier has stopped); returns how many.
+    fn take(&mut self, profile: &mut Profile) -> usize {
+        if self.backlog.len() < STACK_BATCH {
+            self.refill(STACK_BATCH);
+        }
+        let n = self.backlog.len().min(STACK_BATCH);
+        let bytes: usize = self.backlog.iter().take(n).map(Vec::len).sum();
+        profile.take_stacks(self.backlog.drain(..n));
+        if let Some(c) = &self.copier {
+            c.taken(bytes);
+        }
+        n
+    }
+
+    /// Moves records to the backlog until it holds `want`, or none are left to move.
+    fn refill(&mut self, want: usize) {
+        if let Some(c) = self.copier.as_mut() {
+            while self.backlog.len() < want {
+                let Some(b) = c.try_next() else { break };
+                self.backlog.extend(b);
+            }
+        } else if let Some(ring) = self.ring.as_mut() {
+            while self.backlog.len() < want {
+                let Some(item) = ring.next() else { break };
+                self.backlog.push_back(item.to_vec());
+            }
+        }
+    }
+
+    /// Stops the copier: from now on the ring is read here, after what it copied.
+    fn stop_copier(&mut self) {
+        if let Some(c) = self.copier.take() {
+            let (ring, rest) = c.stop();
+            self.backlog.extend(rest);
+            self.ring = ring;
+        }
+    }
+
+    /// Out of time at the end: what is left of the backlog, and of the ring at most one
+    /// ring's worth of records, read without unwinding (counted as lost stacks).
+    fn discard(&mut self, profile: &mut Profile) {
+        let mut left: Vec<Vec<u8>> = self.backlog.drain(..).collect();
+        if let Some(ring) = self.ring.as_mut() {
+            for _ in 0..self.ring_records {
+                let Some(item) = ring.next() else { break };
+                left.push(item.to_vec());
+            }
+        }
+        profile.discard_stacks(left.into_iter());
     }
 }
 
@@ -102,18 +174,20 @@ impl Rings {
 const END_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Rings {
-    /// The end of a run: every record still in the rings, not only what a
+    /// The end of a run: every record still in the rings and the backlog, not only what a
     /// [`drain`](Self::drain)'s budget allows (a profiler that fell behind a burst of samples
-    /// has a backlog that is part of the run), for at most [`END_BUDGET`].
+    /// has a backlog that is part of the run), for at most [`END_BUDGET`]. The copier is
+    /// stopped first: the ring is read here from then on.
     pub fn drain_all(&mut self, profile: &mut Profile) {
         let t0 = std::time::Instant::now();
         classify_new_threads(self.new_threads.get_mut(), profile);
         let Some(s) = self.stacks.as_mut() else {
             return;
         };
-        while profile.take_stacks(s.get_mut(), STACK_BATCH) == STACK_BATCH {
+        s.stop_copier();
+        while s.take(profile) == STACK_BATCH {
             if t0.elapsed() >= END_BUDGET {
-                profile.discard_stacks(s.get_mut());
+                s.discard(profile);
                 break;
             }
         }

@@ -44,6 +44,8 @@ pub struct ReaderRun {
     /// The profiler's CPU time, all threads, and its writer thread's.
     pub cpu: Duration,
     pub writer_cpu: Option<Duration>,
+    /// The stack copier thread's (`stack-copier`: the sampled stacks' ring copied out).
+    pub copier_cpu: Option<Duration>,
 }
 
 /// The CPU time of the thread named `name` of `pid`, if it has one, in nanoseconds
@@ -97,13 +99,17 @@ fn one(build: &'static str, prof: &Path, pinned: &Path, held: bool) -> Result<Re
     });
     let stop = Arc::new(AtomicBool::new(false));
     let writer_cpu = Arc::new(Mutex::new(None));
+    let copier_cpu = Arc::new(Mutex::new(None));
     let poller = {
-        let (stop, writer_cpu) = (stop.clone(), writer_cpu.clone());
+        let (stop, writer_cpu, copier_cpu) = (stop.clone(), writer_cpu.clone(), copier_cpu.clone());
         std::thread::spawn(move || {
             // Held, the writes come in a burst as the profiler exits, after the last reading.
             while !held && !stop.load(Ordering::Relaxed) {
                 if let Some(t) = thread_cpu(ppid, "output") {
                     *writer_cpu.lock().unwrap() = Some(t);
+                }
+                if let Some(t) = thread_cpu(ppid, "stack-copier") {
+                    *copier_cpu.lock().unwrap() = Some(t);
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -133,6 +139,7 @@ fn one(build: &'static str, prof: &Path, pinned: &Path, held: bool) -> Result<Re
         .map(|d| d["write"]["count"].as_u64().unwrap_or(0))
         .sum();
     let writer_cpu = *writer_cpu.lock().unwrap();
+    let copier_cpu = *copier_cpu.lock().unwrap();
     Ok(ReaderRun {
         build,
         held,
@@ -143,6 +150,7 @@ fn one(build: &'static str, prof: &Path, pinned: &Path, held: bool) -> Result<Re
         lost_lines: s["lost"]["output"].as_u64(),
         cpu,
         writer_cpu,
+        copier_cpu,
     })
 }
 
@@ -184,9 +192,9 @@ pub fn summarize(runs: &[ReaderRun]) -> (Value, String) {
          or left unread for 10 s; median (min - max) over the rounds. The writer's CPU is the \
          thread `output`'s, read every 0.1 s until the profiler exits, with the reader \
          prompt (held, its writes come in a burst as the profiler exits, after the last \
-         reading; none: a build without it). A baseline is another build of the profiler, given by `--reader-baseline`.\n\n\
-         | build | reader | sampled stacks dropped (%) | interval lines received | lost (`lost.output`) | profiler CPU (s) | writer thread CPU (ms) |\n\
-         |---|---|---:|---:|---:|---:|---:|\n",
+         reading; none: a build without it), and so is the stack copier's (`stack-copier`). A baseline is another build of the profiler, given by `--reader-baseline`.\n\n\
+         | build | reader | sampled stacks dropped (%) | interval lines received | lost (`lost.output`) | profiler CPU (s) | writer thread CPU (ms) | stack copier CPU (ms) |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut rows = Vec::new();
     for (build, held) in ["this build", "baseline"]
@@ -205,23 +213,26 @@ pub fn summarize(runs: &[ReaderRun]) -> (Value, String) {
         let lost = sp(&|r| r.lost_lines.map_or(f64::NAN, |n| n as f64));
         let cpu = sp(&|r| r.cpu.as_secs_f64());
         let writer = sp(&|r| r.writer_cpu.map_or(f64::NAN, |t| t.as_secs_f64() * 1e3));
+        let copier = sp(&|r| r.copier_cpu.map_or(f64::NAN, |t| t.as_secs_f64() * 1e3));
         let reader = if held {
             "unread for 10 s"
         } else {
             "read at once"
         };
         md.push_str(&format!(
-            "| {build} | {reader} | {} | {} | {} | {} | {} |\n",
+            "| {build} | {reader} | {} | {} | {} | {} | {} | {} |\n",
             show(dropped, 2),
             show(lines, 0),
             show(lost, 0),
             show(cpu, 2),
-            show(writer, 0)
+            show(writer, 0),
+            show(copier, 0)
         ));
         rows.push(json!({
             "build": build, "reader": reader, "stacks_dropped_pct": json_of(dropped, 2),
             "lines_received": json_of(lines, 0), "lines_lost": json_of(lost, 0),
             "profiler_cpu_s": json_of(cpu, 3), "writer_cpu_ms": json_of(writer, 1),
+            "copier_cpu_ms": json_of(copier, 1),
         }));
     }
     (json!({ "runs": rows }), md)

@@ -11,7 +11,6 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use aya::maps::{MapData, RingBuf};
 use profiler_common::NewThread;
 
 use crate::{
@@ -268,33 +267,25 @@ impl<K: Kernel> Profile<K> {
         self.stacks = Some(stacks);
     }
 
-    /// Folds up to `max` sampled stack records into the stack attribution; returns how many.
-    pub fn take_stacks(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> usize {
-        let Some(stacks) = self.stacks.as_mut() else {
-            return 0;
-        };
-        let mut n = 0;
-        while n < max {
-            let Some(item) = ring.next() else { break };
-            stacks.on_record(&item);
-            n += 1;
-        }
-        stacks.flush();
-        n
-    }
-
-    /// Reads what is left of the sampled stacks' ring without unwinding it (the end of a
-    /// run, out of time): counted as lost stacks. At most one ring's worth of records.
-    pub fn discard_stacks(&mut self, ring: &mut RingBuf<MapData>) {
+    /// Folds sampled stack records into the stack attribution, then ends their batch.
+    pub fn take_stacks(&mut self, records: impl Iterator<Item = Vec<u8>>) {
         let Some(stacks) = self.stacks.as_mut() else {
             return;
         };
-        // The smallest record is an outcome; records keep coming while programs run.
-        let ring_bytes = crate::kernel::load::stacks_ring_bytes(self.collector.stack_sample());
-        let most = ring_bytes as usize / size_of::<profiler_common::SampleDone>();
-        for _ in 0..most {
-            let Some(item) = ring.next() else { break };
-            stacks.discard(&item);
+        for r in records {
+            stacks.on_record(&r);
+        }
+        stacks.flush();
+    }
+
+    /// Takes sampled stack records without unwinding them (the end of a run, out of time):
+    /// counted as lost stacks.
+    pub fn discard_stacks(&mut self, records: impl Iterator<Item = Vec<u8>>) {
+        let Some(stacks) = self.stacks.as_mut() else {
+            return;
+        };
+        for r in records {
+            stacks.discard(&r);
         }
     }
 
