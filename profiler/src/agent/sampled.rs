@@ -15,7 +15,8 @@ use crate::{
 };
 
 /// Each process's sampled stacks of the interval (the threads' roles and names as the window
-/// knows them), with the labels `labels` gives it.
+/// knows them), with the labels `labels` gives it: the waiters' and the holders' (an interval
+/// may have only holders', of read waits, which take no waiter's stack).
 pub(super) fn interval_samples(
     owners: &BTreeMap<ProcId, OwnerStacks>,
     window: &Window,
@@ -23,7 +24,7 @@ pub(super) fn interval_samples(
     mut labels: impl FnMut(ProcId) -> Vec<(&'static str, String)>,
 ) -> Vec<super::profiles::ProcessSampled> {
     (owners.iter())
-        .filter(|(_, o)| !o.samples.is_empty())
+        .filter(|(_, o)| !o.samples.is_empty() || !o.holder_samples.is_empty())
         .map(|(&p, o)| {
             let threads = window.processes.get(&p);
             let s = report::sampled_stacks_by(o, |tid| thread_of(p, tid, threads, attribution));
@@ -69,5 +70,41 @@ pub(super) fn add_sampled_writes(
                 ..ProcessReport::default()
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::stacks::{SampleKey, StackAgg};
+
+    /// Read waits take only their holder's stack: an interval with nothing else still gives
+    /// its holders' samples to `/debug/pprof/mmaplock` (they were dropped with the process).
+    #[test]
+    fn an_interval_with_only_holders_samples_keeps_them() {
+        let p = ProcId::new(100, 7);
+        let mut o = OwnerStacks::default();
+        let key = SampleKey {
+            tid: 101,
+            cause: 1,
+            frames: Vec::new(),
+        };
+        let agg = StackAgg {
+            count: 3,
+            wait_ns_sum: 9_000,
+            hold_ns_sum: 0,
+        };
+        o.holder_samples.insert(key, agg);
+        let owners = BTreeMap::from([(p, o)]);
+        let got = interval_samples(&owners, &Window::default(), &Attribution::default(), |_| {
+            Vec::new()
+        });
+        let [(q, _, s)] = &got[..] else {
+            panic!("{} processes", got.len())
+        };
+        assert_eq!(*q, p);
+        let holders: Vec<_> = s.stacks.iter().filter(|r| r.holder).collect();
+        assert_eq!(holders.len(), 1);
+        assert_eq!((holders[0].count, holders[0].wait_ns_sum), (3, 9_000));
     }
 }
