@@ -14,6 +14,7 @@ mod capture;
 mod cold;
 mod cost;
 mod escalate;
+mod holder;
 mod json;
 mod load;
 mod markdown;
@@ -83,14 +84,19 @@ pub struct BenchArgs {
     /// Only these sections: `agent` (what the agent costs), `capture` (what contention mode
     /// captures), `reads` (what the profiler's reads cost), `reader` (a reader that falls
     /// behind), `cold` (the demo's sampled stacks at a cold start, idle and busy host),
+    /// `holder` (what a holder's stack costs per sampled wait, from the kernel's accounting),
     /// `escalate` (what the agent's triggered capture costs while it runs); repeatable.
     /// Default: everything but `escalate`.
-    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "cold", "escalate"])]
+    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "cold", "holder", "escalate"])]
     only: Vec<String>,
     /// Rounds of the cold start: the demo on an idle host, then a busy one (about 10 s each;
     /// 0: skip it).
     #[arg(long, default_value_t = 5)]
     cold_rounds: usize,
+    /// Rounds of what a holder's stack costs: the long holder without stacks, then with
+    /// every wait sampled (about 15 s each; 0: skip it).
+    #[arg(long, default_value_t = 3)]
+    holder_rounds: usize,
     /// Rounds of `--only escalate` (each 3 runs of 20 s: none, the agent capturing, none again).
     #[arg(long, default_value_t = 3)]
     escalate_rounds: usize,
@@ -199,6 +205,13 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         results.markdown.push('\n');
         results.markdown.push_str(&md);
     }
+    let holders = holder::run(args.holder_rounds, &prof, &out_dir)?;
+    if !holders.is_empty() {
+        let (json, md) = holder::summarize(&holders);
+        results.json["holder"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     let colds = cold::run(args.cold_rounds, &prof, args.reader_baseline.as_deref())?;
     if !colds.is_empty() {
         let (json, md) = cold::summarize(&colds);
@@ -255,6 +268,10 @@ fn sections_only(
             args.reader_baseline.as_deref(),
         )?;
         write("reader", reader::summarize(&runs))?;
+    }
+    if args.only.iter().any(|s| s == "holder") {
+        let runs = holder::run(args.holder_rounds.max(1), prof, out_dir)?;
+        write("holder", holder::summarize(&runs))?;
     }
     if args.only.iter().any(|s| s == "cold") {
         let runs = cold::run(
