@@ -109,6 +109,8 @@ impl Rings {
             };
             if s.take(profile) < STACK_BATCH || t0.elapsed() >= DRAIN_BUDGET {
                 classify_new_threads(self.new_threads.get_mut(), profile);
+                // (Less than a batch taken: nothing was left to copy from the copier.)
+                profile.retire_stacks(s.backlog.is_empty());
                 return;
             }
         }

@@ -37,6 +37,13 @@ pub use owner::{JsFrameCounts, OwnerStacks, SampleKey, StackAgg};
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
 
+/// How long a process gone keeps its unwinder at least: the stacks copier looks at the ring
+/// every 25 ms, so records made before the exit are in the backlog by then.
+const RETIRE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// And at most, however far behind the unwinding is.
+const RETIRE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Set on the tid of a pending sample's key for a holder's stack (its waiter's tid and
 /// sequence number otherwise: the outcome joins both). Thread ids stay below 2^22.
 const HOLDER_KEY: u32 = 1 << 31;
@@ -132,6 +139,9 @@ pub struct StackAttribution {
     /// Holders' stacks dropped by userspace (their outcome never came, or read at the end
     /// without being unwound): counted in `lost.holder_stacks` with the kernel's.
     pub holders_dropped: u64,
+    /// Processes gone, and since when: their unwinders stay until the records queued before
+    /// they went are unwound ([`retire_due`](Self::retire_due)).
+    retiring: Vec<(ProcId, std::time::Instant)>,
     /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
@@ -369,27 +379,70 @@ impl StackAttribution {
         });
     }
 
-    /// A process that exited: its stacks are symbolized now, then its unwinder (the memory
-    /// of this module) is dropped, with its samples still waiting for an outcome (counted
-    /// as `unmatched`: drain the ring buffer first). The unwinder of a foreign taker with
-    /// the same pid, whose start time is not known, goes too. Its totals stay for the report;
-    /// what its unwinders read of it is returned, for the run's summary.
+    /// A process that exited. Its records may still wait in the backlog (the run loop
+    /// unwinds behind the kernel when it is busy): its unwinder stays, so that they are
+    /// unwound and named as the others, until the backlog has been unwound past its exit
+    /// ([`retire_due`](Self::retire_due)). What its unwinders read of it is returned now,
+    /// for the run's summary (a process gone is read no more).
     pub fn forget_process(&mut self, p: ProcId) -> Reads {
+        let read = self.reads(p);
+        self.retiring.retain(|(q, _)| *q != p);
+        self.retiring.push((p, std::time::Instant::now()));
+        read
+    }
+
+    /// A process that exec'd: what was learnt of its old image goes at once (its next
+    /// records are of the new image, under the same [`ProcId`]).
+    pub fn forget_image(&mut self, p: ProcId) -> Reads {
+        let read = self.reads(p);
+        self.retiring.retain(|(q, _)| *q != p);
+        self.forget_now(p);
+        read
+    }
+
+    /// Forgets the processes gone [`RETIRE_AFTER`] ago once the backlog is unwound
+    /// (`caught_up`), or [`RETIRE_AT_MOST`] ago in any case (a run loop that never catches up
+    /// keeps no unwinder for ever).
+    pub fn retire_due(&mut self, caught_up: bool) {
+        self.retire_due_at(caught_up, std::time::Instant::now());
+    }
+
+    fn retire_due_at(&mut self, caught_up: bool, now: std::time::Instant) {
+        let due = |since: std::time::Instant| {
+            let age = now.saturating_duration_since(since);
+            (caught_up && age >= RETIRE_AFTER) || age >= RETIRE_AT_MOST
+        };
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retiring)
+            .into_iter()
+            .partition(|&(_, since)| due(since));
+        self.retiring = kept;
+        for (p, _) in gone {
+            self.forget_now(p);
+        }
+    }
+
+    /// Its stacks are symbolized now, then its unwinder (the memory of this module) is
+    /// dropped, with its samples still waiting for an outcome (counted as `unmatched`). The
+    /// unwinder of a foreign taker with the same pid, whose start time is not known, goes
+    /// too.
+    fn forget_now(&mut self, p: ProcId) {
         self.flush();
         let gone = |a: ProcId| a == p || a == ProcId::new(p.pid, 0);
         self.symbolize_where(gone);
-        let read = self.reads(p);
         self.unwinders.retain(|&a, _| !gone(a));
         let before = self.pending.len();
         self.pending.retain(|_, s| !gone(s.actor));
         self.unmatched += (before - self.pending.len()) as u64;
-        read
     }
 
     /// What the unwinders of `p` (and of a foreign taker with its pid, see
     /// [`forget_process`](Self::forget_process)) have read of it.
     pub fn reads(&self, p: ProcId) -> Reads {
         let mut r = Reads::default();
+        // Handed over when it went.
+        if self.retiring.iter().any(|(q, _)| *q == p) {
+            return r;
+        }
         for (_, u) in
             (self.unwinders.iter()).filter(|(a, _)| **a == p || **a == ProcId::new(p.pid, 0))
         {

@@ -178,7 +178,7 @@ fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
     a.pending.insert((9, 1), pending(q, q, 0x2000));
     assert_eq!((a.cached_processes(), a.pending_samples()), (3, 2));
 
-    a.forget_process(p);
+    a.forget_now(p);
     assert_eq!((a.cached_processes(), a.pending_samples()), (1, 1));
     assert_eq!(a.unmatched, 1);
     // Its stacks were named before the unwinder went, wherever they were charged.
@@ -193,7 +193,7 @@ fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
     // Its outcome, read after: that stack is lost.
     a.on_done(&done(9, 1, 10));
     assert_eq!(a.dropped, 1);
-    a.forget_process(q);
+    a.forget_now(q);
     assert_eq!(a.cached_processes(), 0);
 }
 
@@ -208,9 +208,9 @@ fn unwinders_are_per_process_and_never_of_a_reused_pid() {
     a.prepare(my_predecessor());
     a.prepare(ProcId::new(u32::MAX - 1, 0));
     assert_eq!(a.cached_processes(), 1);
-    a.forget_process(my_predecessor());
+    a.forget_now(my_predecessor());
     assert_eq!(a.cached_processes(), 1);
-    a.forget_process(me());
+    a.forget_now(me());
     assert_eq!(a.cached_processes(), 0);
 }
 
@@ -268,4 +268,36 @@ fn samples_keep_their_thread_cause_and_hold() {
     assert_eq!(o.samples[&key(8, cause::MPROTECT)], agg(1, 5, 100));
     assert_eq!(o.frames.get(0).label(), "[jit]");
     assert_eq!(o.stacks()[&vec!["[jit]".to_string()]], agg(3, 35, 300));
+}
+
+/// A process gone keeps its unwinder while records made before its exit may still wait in
+/// the backlog: a late sample of it is unwound as the others, its reads are handed over once
+/// (not counted again while it retires), and it goes once the backlog is unwound past
+/// `RETIRE_AFTER`, or after `RETIRE_AT_MOST` however far behind.
+#[test]
+fn a_process_gone_keeps_its_unwinder_until_its_records_are_unwound() {
+    use crate::registry::roles::tests::me;
+    let mut a = StackAttribution::default();
+    a.prepare(me());
+    a.forget_process(me());
+    assert_eq!(a.cached_processes(), 1, "kept while it retires");
+    assert!(a.reads(me()).is_empty(), "its reads were handed over");
+    let t0 = std::time::Instant::now();
+    a.retire_due_at(true, t0);
+    assert_eq!(
+        a.cached_processes(),
+        1,
+        "just gone: its records may be on the way"
+    );
+    a.retire_due_at(false, t0 + RETIRE_AFTER);
+    assert_eq!(a.cached_processes(), 1, "the backlog not unwound yet");
+    a.retire_due_at(true, t0 + RETIRE_AFTER);
+    assert_eq!(a.cached_processes(), 0);
+    // Never unwound past it: gone all the same, later.
+    a.prepare(me());
+    a.forget_process(me());
+    a.retire_due_at(false, t0 + RETIRE_AT_MOST);
+    assert_eq!(a.cached_processes(), 1);
+    a.retire_due_at(false, std::time::Instant::now() + RETIRE_AT_MOST);
+    assert_eq!(a.cached_processes(), 0);
 }

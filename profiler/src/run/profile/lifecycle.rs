@@ -170,7 +170,7 @@ impl<K: Kernel> Profile<K> {
         self.registry.exes.exec(p, at_ns);
         self.registry.roles.forget_image(p, at_ns);
         if let Some(stacks) = self.stacks.as_mut() {
-            let read = stacks.forget_process(p);
+            let read = stacks.forget_image(p);
             self.keep_reads(p, read);
         }
     }

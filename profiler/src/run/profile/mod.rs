@@ -278,6 +278,14 @@ impl<K: Kernel> Profile<K> {
         stacks.flush();
     }
 
+    /// The stacks' backlog was unwound (`caught_up`: all of it) : processes gone long enough
+    /// are forgotten by the stack attribution (see `StackAttribution::retire_due`).
+    pub fn retire_stacks(&mut self, caught_up: bool) {
+        if let Some(stacks) = self.stacks.as_mut() {
+            stacks.retire_due(caught_up);
+        }
+    }
+
     /// Takes sampled stack records without unwinding them (the end of a run, out of time):
     /// counted as lost stacks.
     pub fn discard_stacks(&mut self, records: impl Iterator<Item = Vec<u8>>) {
