@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// tracing and the floors (about 35 s each; 0: skip it).
     #[arg(long, default_value_t = 9)]
     agent_rounds: usize,
+    /// Runs of the agent accounted by the kernel's BPF statistics and the scheduler, after
+    /// the interleaved rounds (each workload under each accounted tracer; 0: skip them).
+    #[arg(long, default_value_t = 2)]
+    agent_accounted_rounds: usize,
     /// Rounds of what contention mode captures of the wait, both modes on the same runs
     /// (about 40 s each; 0: skip it).
     #[arg(long, default_value_t = 3)]
@@ -179,7 +183,11 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         [load_at_start.trim(), load_after.trim()],
     );
     if !agent_runs.is_empty() {
-        let (json, md) = agent::summarize(&agent_runs);
+        let (mut json, mut md) = agent::summarize(&agent_runs);
+        let accounted = agent::accounted::run(args.agent_accounted_rounds, &prof, &out_dir)?;
+        let (j, m) = agent::accounted::summarize(&accounted);
+        json["accounted"] = j;
+        md.push_str(&m);
         results.json["agent"] = json;
         results.markdown.push('\n');
         results.markdown.push_str(&md);
@@ -246,8 +254,20 @@ fn sections_only(
         Ok(())
     };
     if args.only.iter().any(|s| s == "agent") {
-        let runs = agent::run(args.agent_rounds.max(1), prof, out_dir)?;
-        write("agent", agent::summarize(&runs))?;
+        let runs = agent::run(args.agent_rounds, prof, out_dir)?;
+        let (mut json, mut md) = if runs.is_empty() {
+            (
+                serde_json::json!({}),
+                "## What the agent costs\n".to_string(),
+            )
+        } else {
+            agent::summarize(&runs)
+        };
+        let accounted = agent::accounted::run(args.agent_accounted_rounds, prof, out_dir)?;
+        let (j, m) = agent::accounted::summarize(&accounted);
+        json["accounted"] = j;
+        md.push_str(&m);
+        write("agent", (json, md))?;
     }
     if args.only.iter().any(|s| s == "capture") {
         let captures = capture::run(args.capture_rounds.max(1), prof, out_dir)?;

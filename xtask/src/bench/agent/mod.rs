@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::procfs;
 
+pub mod accounted;
 mod summary;
 use crate::workspace_root;
 pub use summary::summarize;
