@@ -142,6 +142,8 @@ pub struct StackAttribution {
     /// Processes gone, and since when: their unwinders stay until the records queued before
     /// they went are unwound ([`retire_due`](Self::retire_due)).
     retiring: Vec<(ProcId, std::time::Instant)>,
+    /// Threads gone, and since when (see [`forget_thread`](Self::forget_thread)).
+    retiring_threads: Vec<(u32, std::time::Instant)>,
     /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
@@ -400,7 +402,7 @@ impl StackAttribution {
         read
     }
 
-    /// Forgets the processes gone [`RETIRE_AFTER`] ago once the backlog is unwound
+    /// Forgets the processes and threads gone [`RETIRE_AFTER`] ago once the backlog is unwound
     /// (`caught_up`), or [`RETIRE_AT_MOST`] ago in any case (a run loop that never catches up
     /// keeps no unwinder for ever).
     pub fn retire_due(&mut self, caught_up: bool) {
@@ -416,6 +418,13 @@ impl StackAttribution {
             .into_iter()
             .partition(|&(_, since)| due(since));
         self.retiring = kept;
+        let (threads, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retiring_threads)
+            .into_iter()
+            .partition(|&(_, since)| due(since));
+        self.retiring_threads = kept;
+        for (tid, _) in threads {
+            self.forget_thread_now(tid);
+        }
         for (p, _) in gone {
             self.forget_now(p);
         }
@@ -453,9 +462,17 @@ impl StackAttribution {
         r
     }
 
-    /// A thread that exited: its samples still waiting for an outcome are dropped (counted
-    /// as `unmatched`), so that a reused tid cannot be given them.
+    /// A thread that exited. The outcomes of its last samples may still wait in the
+    /// backlog (the poll that saw it exit ran while the copier had not yet copied them): its
+    /// samples are kept until the backlog is unwound past its exit, as a process's unwinder
+    /// is ([`retire_due`](Self::retire_due)), then those still waiting for an outcome are
+    /// dropped (counted as `unmatched`), so that a reused tid cannot be given them.
     pub fn forget_thread(&mut self, tid: u32) {
+        self.retiring_threads.retain(|(t, _)| *t != tid);
+        self.retiring_threads.push((tid, std::time::Instant::now()));
+    }
+
+    fn forget_thread_now(&mut self, tid: u32) {
         self.flush();
         let before = self.pending.len();
         self.pending.retain(|&(t, _), _| t & !HOLDER_KEY != tid);

@@ -188,7 +188,7 @@ fn forgetting_a_process_symbolizes_then_drops_its_unwinder_and_samples() {
         assert_eq!(o.stacks()[&vec!["[jit]".to_string()]].count, 1);
     }
     // q's thread 9 exits with its sample still waiting.
-    a.forget_thread(9);
+    a.forget_thread_now(9);
     assert_eq!((a.pending_samples(), a.unmatched), (0, 2));
     // Its outcome, read after: that stack is lost.
     a.on_done(&done(9, 1, 10));
@@ -300,4 +300,25 @@ fn a_process_gone_keeps_its_unwinder_until_its_records_are_unwound() {
     assert_eq!(a.cached_processes(), 1);
     a.retire_due_at(false, std::time::Instant::now() + RETIRE_AT_MOST);
     assert_eq!(a.cached_processes(), 0);
+}
+
+/// A thread gone keeps its samples while their outcomes may still wait in the backlog: an
+/// outcome that comes after the thread was seen to exit still finds its sample (it used to be
+/// a lost stack); past the grace, a sample still waiting is dropped as before.
+#[test]
+fn a_thread_gone_keeps_its_samples_until_the_backlog_is_unwound() {
+    let mut a = StackAttribution::default();
+    let p = ProcId::new(5, 77);
+    a.unwinders.insert(p, None);
+    a.pending.insert((7, 1), pending(p, p, 0x1000));
+    a.pending.insert((7, 2), pending(p, p, 0x1000));
+    a.forget_thread(7);
+    // Its first sample's outcome, unwound after the poll that saw it exit.
+    a.on_done(&done(7, 1, 10));
+    assert_eq!((a.dropped, a.unmatched, a.pending_samples()), (0, 0, 1));
+    let t0 = std::time::Instant::now();
+    a.retire_due_at(false, t0 + RETIRE_AFTER);
+    assert_eq!(a.pending_samples(), 1, "the backlog not unwound yet");
+    a.retire_due_at(true, t0 + RETIRE_AFTER);
+    assert_eq!((a.pending_samples(), a.unmatched), (0, 1));
 }
