@@ -49,12 +49,14 @@ fn programs_s(pid: u32) -> f64 {
     procfs::bpf_programs(pid).iter().map(|p| p.ns).sum::<u64>() as f64 * 1e-9
 }
 
-/// One small node process before the measured run: the agent reads node's binary (its
-/// symbols and unwind tables, once per binary) as an agent on a host did long ago, so what is
+/// One node process of the Workers' shape before the measured run: the agent reads node's
+/// binary (its symbols and unwind tables, once per binary) as an agent on a host did long ago, so what is
 /// measured is what each operation and each new process cost it, not its first look at node
 /// (the interleaved rounds' fresh agent pays that in every run).
 fn warm_up(file: &Path) -> Result<()> {
-    let mut n = node(file, 2, 500)?;
+    // Contended enough that stacks are sampled and named: blazesym's index of node's symbols
+    // and the unwind tables are built then, once per binary.
+    let mut n = node(file, 4, 3000)?;
     n.child
         .stdin
         .as_mut()
