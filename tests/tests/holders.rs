@@ -44,6 +44,15 @@ fn profile_holders(w: &mut Workload, node: bool) -> Option<(Finished, Charged)> 
     Some((out, charged))
 }
 
+/// The long-holder helper (40 mprotects of 256 MiB in `hold_write_lock`, 3 churners behind
+/// it), ready, with bpftrace charging each of its waits to the writer it began behind; None
+/// (the test is skipped) without bpftrace.
+fn long_holder_counted() -> Option<(Workload, ContentionCount)> {
+    let w = Workload::helper("long-holder", [40, 3]);
+    let count = ContentionCount::start(&format!("pid == {}", w.pid))?;
+    Some((w, count))
+}
+
 /// What bpftrace charged thread `holder` of `pid`, reads and writes, ns.
 fn charged_to(charged: &Charged, pid: u32, holder: u32) -> u64 {
     (charged.iter())
@@ -373,11 +382,10 @@ fn full_mode_with_blockers_takes_the_same_holder_stacks() {
     if !contention_ready() {
         return;
     }
-    let mut w = Workload::helper("long-holder", [40, 3]);
-    let pid = w.pid;
-    let Some(count) = ContentionCount::start(&format!("pid == {pid}")) else {
+    let Some((mut w, count)) = long_holder_counted() else {
         return;
     };
+    let pid = w.pid;
     let prof = Profiler::start(&[
         "-p",
         &pid.to_string(),
@@ -430,11 +438,10 @@ fn the_agents_profile_charges_the_native_holder() {
     let Some(go) = installed_or_skip(go_bin(), "go (Debian's golang-go)") else {
         return;
     };
-    let mut w = Workload::helper("long-holder", [40, 3]);
-    let pid = w.pid;
-    let Some(count) = ContentionCount::start(&format!("pid == {pid}")) else {
+    let Some((mut w, count)) = long_holder_counted() else {
         return;
     };
+    let pid = w.pid;
     let agent = Agent::start_in_its_default_mode(&[
         "--pid",
         &pid.to_string(),
