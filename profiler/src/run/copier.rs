@@ -19,6 +19,9 @@ use tokio::sync::mpsc;
 
 /// How often the ring is looked at when the kernel side has not woken us (it does so only
 /// once the ring is a quarter full: a wakeup per sample costs the traced thread microseconds).
+/// At most that often otherwise: a ring buffer's fd is readable while it holds a record, so
+/// waiting for readability would wake the copier (and the run loop after it) for every
+/// sample; it waits for the kernel's wakeups (edge-triggered) or this period.
 const EVERY: Duration = Duration::from_millis(25);
 
 /// Records copied before they are handed over, at most (the run loop starts on them sooner).
@@ -106,6 +109,7 @@ fn copy(
     shared: &Shared,
     budget: usize,
 ) -> RingBuf<MapData> {
+    let wakeups = Wakeups::of(&ring);
     loop {
         if shared.stop.load(Ordering::Acquire) {
             return ring;
@@ -139,21 +143,43 @@ fn copy(
             // The run loop is behind: the records wait in the kernel's ring meanwhile.
             std::thread::sleep(Duration::from_millis(1));
         } else {
-            wait_readable(&ring);
+            wakeups.wait();
         }
     }
 }
 
-/// Waits until the ring has records, or [`EVERY`] (a ring buffer's fd is readable while it
-/// holds records).
-fn wait_readable(ring: &RingBuf<MapData>) {
-    let mut fds = [rustix::event::PollFd::new(
-        ring,
-        rustix::event::PollFlags::IN,
-    )];
-    let timeout = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: EVERY.as_nanos() as _,
-    };
-    let _ = rustix::event::poll(&mut fds, Some(&timeout));
+/// The kernel side's wakeups of the ring, edge-triggered: an epoll instance (None if it
+/// could not be made: the copier then sleeps [`EVERY`] between looks).
+struct Wakeups(Option<std::os::fd::OwnedFd>);
+
+impl Wakeups {
+    fn of(ring: &RingBuf<MapData>) -> Self {
+        use rustix::event::epoll;
+        let made = epoll::create(epoll::CreateFlags::CLOEXEC).and_then(|ep| {
+            let flags = epoll::EventFlags::IN | epoll::EventFlags::ET;
+            epoll::add(&ep, ring, epoll::EventData::new_u64(0), flags).map(|()| ep)
+        });
+        Wakeups(
+            made.map_err(|e| log::debug!("stack copier: no epoll ({e})"))
+                .ok(),
+        )
+    }
+
+    /// Waits for a wakeup of the ring by the kernel side, or [`EVERY`].
+    fn wait(&self) {
+        let Some(ep) = &self.0 else {
+            std::thread::sleep(EVERY);
+            return;
+        };
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: EVERY.as_nanos() as _,
+        };
+        let mut events = Vec::with_capacity(1);
+        let _ = rustix::event::epoll::wait(
+            ep,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&timeout),
+        );
+    }
 }
