@@ -3,8 +3,8 @@
 //! through `integration_tests::nodes`).
 //!
 //! Ground truth by construction: a Worker runs nothing but its function once told to go (it
-//! is blocked before and after), so every write its thread makes from then on is made inside
-//! that function. With every write's
+//! is blocked after it), so every write its thread makes from then on is made inside that
+//! function. With every write's
 //! stack sampled (`--stack-sample 1`), the function must be named in at least 90% of them, by
 //! V8's heap alone (no flag), and, with the perf map on, by both sources alike, frame by frame.
 
@@ -132,8 +132,8 @@ fn check_named(run: &Run, what: &str) {
         report.push(format!("{f}: {named}/{writes}"));
         // Unnamed: at most a tenth, or AROUND for a function that writes little (gzip: 26 to
         // 98 writes in 96 calls, one unnamed in 9 runs). The Worker runs nothing else (the
-        // fixture blocks it but for its turn: before, a scavenge V8 had scheduled ran on its
-        // event loop after the function, 3 writes outside it, and failed a clean run).
+        // fixture blocks it once its function has run: before, a scavenge V8 had scheduled ran
+        // on its event loop after the function, 3 writes outside it, and failed a clean run).
         let around = (writes / 10).max(AROUND);
         if writes < 4 || writes - named.min(writes) > around {
             failed.push(f);
