@@ -1,9 +1,10 @@
-//! The sampled stacks' ring, copied out by a thread of its own as records arrive. Whatever
-//! holds up the run loop (a burst of stacks to unwind, a process's V8 metadata read for the
-//! first time, a busy host taking its CPU) then holds up only the unwinding: the records wait
-//! in a bounded backlog in userspace, not in the kernel's ring, which the kernel side drops
-//! samples from once full (`lost.stacks`). The thread does nothing but copy (about a
-//! microsecond per 16 KiB record), so it keeps up where the run loop cannot.
+//! The sampled stacks' ring, copied out by a thread of its own as records come (at the
+//! kernel side's wakeups, and every 25 ms). Whatever holds up the run loop (a burst of stacks
+//! to unwind, a process's V8 metadata read for the first time, a busy host taking its CPU)
+//! then holds up only the unwinding: the records wait in a bounded backlog in userspace, not
+//! in the kernel's ring, which the kernel side drops samples from once full (`lost.stacks`).
+//! The thread does nothing but copy (one or two microseconds a record), so it keeps up where
+//! the run loop cannot.
 
 use std::{
     sync::{
