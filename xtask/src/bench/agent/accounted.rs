@@ -4,17 +4,15 @@
 //! read from the agent's fds before and after (the programs run in the node threads), and the
 //! agent's own CPU from the scheduler. The cost is their sum over what the node processes used
 //! themselves (their CPU less the programs' run time in it), once the agent has seen node
-//! (a warm-up process first: an agent on a host read node's binary long ago). The statistics'
+//! (the Workers' workload once first: an agent on a host read node's binary long ago). The statistics'
 //! own clock reads are counted in the programs' time: an upper bound.
 
 use std::path::Path;
 
-use std::io::{BufRead as _, Write as _};
-
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::{Load, Tracer, cpu_s, node, run_load, start, stop, wait_cpu};
+use super::{Load, Tracer, cpu_s, run_load, start, stop};
 use crate::bench::{
     procfs::{self, BpfStats},
     stats::Spread,
@@ -49,23 +47,14 @@ fn programs_s(pid: u32) -> f64 {
     procfs::bpf_programs(pid).iter().map(|p| p.ns).sum::<u64>() as f64 * 1e-9
 }
 
-/// One node process of the Workers' shape before the measured run: the agent reads node's
-/// binary (its symbols and unwind tables, once per binary) as an agent on a host did long ago, so what is
-/// measured is what each operation and each new process cost it, not its first look at node
-/// (the interleaved rounds' fresh agent pays that in every run).
+/// The Workers' workload once before the measured run (4 processes, contended enough that
+/// stacks are sampled and named): the agent reads node's binary (its V8 layout, its unwind
+/// tables, blazesym's index of its symbols: once per binary, when its first stack is
+/// unwound) as an agent on a host did long ago, so what is measured is what each operation and
+/// each new process cost it, not its first look at node (the interleaved rounds' fresh agent
+/// pays that in every run: 30-40% of its CPU there, `perf record` says).
 fn warm_up(file: &Path) -> Result<()> {
-    // Contended enough that stacks are sampled and named: blazesym's index of node's symbols
-    // and the unwind tables are built then, once per binary.
-    let mut n = node(file, 4, 3000)?;
-    n.child
-        .stdin
-        .as_mut()
-        .context("stdin")?
-        .write_all(b"go\n")?;
-    let mut l = String::new();
-    n.out.read_line(&mut l)?;
-    wait_cpu(&mut n.child)?;
-    Ok(())
+    run_load(Load::Workers, file).map(|_| ())
 }
 
 /// `rounds` rounds: each workload under each accounted tracer.
@@ -119,8 +108,8 @@ pub fn summarize(runs: &[Accounted]) -> (Value, String) {
     let mut md = String::from(
         "\nAccounted by the kernel and the scheduler (`kernel.bpf_stats_enabled` on, in runs \
          of their own): the agent's programs' run time in the node threads plus the agent's \
-         own CPU, over what the node processes used themselves, the agent warm (a node process \
-         run under it first: it has read node's binary); median (min - max) over the runs. The statistics' own clock reads are in the programs' time: an upper \
+         own CPU, over what the node processes used themselves, the agent warm (the Workers' \
+         workload run under it first: it has read node's binary); median (min - max) over the runs. The statistics' own clock reads are in the programs' time: an upper \
          bound.\n\n\
          | workload | tracer | programs (ms per run) | programs per operation (ns) | agent's own CPU (ms per run) | accounted cost |\n\
          |---|---|---:|---:|---:|---:|\n",
