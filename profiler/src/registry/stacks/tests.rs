@@ -1,5 +1,6 @@
 //! Unit tests of the stack attribution.
 use super::labels::frame_label;
+use super::retire::{RETIRE_AFTER, RETIRE_AT_MOST};
 use super::*;
 use crate::registry::perfmap::JitName;
 use bytemuck::Zeroable;
