@@ -6,12 +6,9 @@
 use integration_tests::{
     Finished, Profiler, Workload,
     bpftrace::{Charged, ContentionCount, assert_contention_summary, contention_ready},
-    fixture, installed_or_skip, metric_gauge,
+    fixture,
     nodes::node_or_skip,
-    pprof::{go_bin, raw_profile},
     process,
-    scrape::Agent,
-    wait_until,
 };
 use serde_json::Value;
 
@@ -424,89 +421,5 @@ fn full_mode_with_blockers_takes_the_same_holder_stacks() {
     assert!(
         named <= others,
         "{named} ns charged, the others waited {others} ns"
-    );
-}
-
-/// The agent's `/debug/pprof/mmaplock` carries the same holder stacks (`side=holder`): on the
-/// native holder, the holder samples through `hold_write_lock` a scrape returns are charged
-/// at least 80% of the wait bpftrace charges that thread, and no more than it.
-#[test]
-fn the_agents_profile_charges_the_native_holder() {
-    if !contention_ready() {
-        return;
-    }
-    let Some(go) = installed_or_skip(go_bin(), "go (Debian's golang-go)") else {
-        return;
-    };
-    let Some((mut w, count)) = long_holder_counted() else {
-        return;
-    };
-    let pid = w.pid;
-    let agent = Agent::start_in_its_default_mode(&[
-        "--pid",
-        &pid.to_string(),
-        "--pprof",
-        "--stack-sample",
-        "1",
-        "-i",
-        "0.5",
-    ]);
-    w.go();
-    assert!(w.wait().success());
-    let holder = w.report()["holder_tid"].as_u64().unwrap() as u32;
-    // The agent has read past the helper's exit once it has dropped it from its selection.
-    wait_until(
-        std::time::Duration::from_secs(60),
-        std::time::Duration::from_millis(250),
-        || match metric_gauge(&agent.metrics(), "mmaplock_tracked_processes") {
-            0 => Ok(()),
-            n => Err(format!("{n} processes still tracked")),
-        },
-    );
-    let url = format!(
-        "http://127.0.0.1:{}/debug/pprof/mmaplock?seconds=600",
-        agent.port
-    );
-    let raw = raw_profile(&go, None, &url).unwrap();
-    let metrics = agent.metrics();
-    drop(agent);
-    let (_, charged) = count.stop_with_holders();
-    let truth = charged_to(&charged, pid, holder);
-    let delay = (raw.sample_types.iter())
-        .position(|t| t.starts_with("delay"))
-        .expect("delay");
-    let through = |x: &&&integration_tests::pprof::RawSample| {
-        (x.locations.iter()).any(|l| {
-            raw.locations
-                .get(l)
-                .is_some_and(|s| s.contains("hold_write_lock"))
-        })
-    };
-    let holders: Vec<_> = (raw.samples.iter())
-        .filter(|x| x.labels.get("side").is_some_and(|s| s == "holder"))
-        .collect();
-    let named: i64 = holders
-        .iter()
-        .filter(through)
-        .map(|x| x.values[delay])
-        .sum();
-    let all: i64 = holders.iter().map(|x| x.values[delay]).sum();
-    eprintln!(
-        "bpftrace charged holder {holder} {truth} ns; the scrape's holder samples through \
-         hold_write_lock {named} ns of {all} ns"
-    );
-    assert!(truth > 0, "no wait began behind the holder: {charged:?}");
-    let lost: Vec<&str> = (metrics.lines())
-        .filter(|l| l.starts_with("mmaplock_lost_total") || l.starts_with("mmaplock_stack"))
-        .collect();
-    assert!(
-        named as u64 * 10 >= truth * 8,
-        "the scrape charged hold_write_lock {named} ns of bpftrace's {truth} ns; {} holder samples of {}; {lost:?}",
-        holders.len(),
-        raw.samples.len()
-    );
-    assert!(
-        named as f64 <= truth as f64 * 1.01,
-        "{named} ns against {truth} ns"
     );
 }
