@@ -58,6 +58,15 @@ fn charged_to(charged: &Charged, pid: u32, holder: u32) -> u64 {
         .sum()
 }
 
+/// The most the profiler may charge thread `holder` of `pid`: what bpftrace charged it (its
+/// owner word at `contention_begin`), 1% more (bpftrace attaches before the profiler: a wait
+/// or two that began in between), plus the waits bpftrace charged to readers or to nobody,
+/// which the profiler charges, from the moment a writer queued ahead got the lock, to that
+/// writer (docs/report-format.md, "Blockers: who made whom wait").
+fn most_charged(charged: &Charged, pid: u32, holder: u32) -> f64 {
+    charged_to(charged, pid, holder) as f64 * 1.01 + charged_to(charged, pid, 0) as f64
+}
+
 /// The wait charged to holder stacks in `p`'s `holder_stacks` that run through `function`,
 /// and in all.
 fn holder_wait(p: &Value, function: &str) -> (u64, u64) {
@@ -104,10 +113,9 @@ fn a_native_holder_is_named_by_its_function() {
         "the holder's function was charged {named} ns of bpftrace's {truth} ns: {}",
         p["holder_stacks"]
     );
-    // Never more than it waited behind that thread (bpftrace's count starts as it attaches,
-    // before the profiler: a wait or two that began in between, 1% of the sum).
+    // Never more than it made others wait.
     assert!(
-        named as f64 <= truth as f64 * 1.01,
+        named as f64 <= most_charged(&charged, pid, holder),
         "{named} ns charged to hold_write_lock, bpftrace {truth} ns"
     );
     let rows: Vec<&Value> = p["samples"]["stacks"]
@@ -240,7 +248,9 @@ fn a_javascript_holder_is_named(major: u32) {
         })
         .map(|f| f["wait_ns_sum"].as_u64().unwrap())
         .sum();
-    // The holder's stacks in V8's resize (`ArrayBuffer.prototype.resize`, its mprotect):
+    // The holder's stacks in V8's resize (`ArrayBuffer.prototype.resize`, its mprotect:
+    // `Builtin_ArrayBufferPrototypeResize`, `BackingStore::ResizeInPlace`; not any "Resize",
+    // which a V8 compiler thread's `IdentityMapBase::Resize` under malloc also is):
     // their first JavaScript frame is shrinkResizableBuffer, or `[js unknown]` where V8's
     // heap could not tell it (a frame of code replaced since, as tiering up does), never
     // another function. (The holder takes the lock elsewhere too: malloc's arenas, a munmap.)
@@ -249,7 +259,10 @@ fn a_javascript_holder_is_named(major: u32) {
         let frames: Vec<&str> = (st["frames"].as_array().unwrap().iter())
             .map(|f| f.as_str().unwrap())
             .collect();
-        if !frames.iter().any(|f| f.contains("Resize")) {
+        let resize = |f: &&str| {
+            f.contains("ArrayBufferPrototypeResize") || f.contains("BackingStore::ResizeInPlace")
+        };
+        if !frames.iter().any(resize) {
             continue;
         }
         let wait = st["wait_ns_sum"].as_u64().unwrap();
@@ -283,7 +296,7 @@ fn a_javascript_holder_is_named(major: u32) {
         p["holder_stacks"]
     );
     assert!(
-        holders as f64 <= truth as f64 * 1.01,
+        holders as f64 <= most_charged(&charged, pid, holder),
         "{holders} ns, bpftrace {truth} ns"
     );
 }
