@@ -12,22 +12,28 @@ use integration_tests::{
 };
 use serde_json::Value;
 
-/// Contention mode with every contended write and read sampled, on `w`, beside bpftrace's
-/// charge of each wait to the writer it began behind; what both said. A Node fixture
-/// (`node`) is told to go, and stopped once it is done and the profiler has ended, so that
-/// its threads' stacks are named while they live.
-fn profile_holders(w: &mut Workload, node: bool) -> Option<(Finished, Charged)> {
-    let count = ContentionCount::start(&format!("pid == {}", w.pid))?;
-    let prof = Profiler::start(&[
+/// The profiler on `pid` in contention mode, every contended write and read sampled (its
+/// stack, and its holder's), a summary only.
+fn every_wait_sampled(pid: u32) -> Profiler {
+    Profiler::start(&[
         "-p",
-        &w.pid.to_string(),
+        &pid.to_string(),
         "-i",
         "0",
         "--mode",
         "contention",
         "--stack-sample",
         "1",
-    ]);
+    ])
+}
+
+/// Contention mode with every contended write and read sampled, on `w`, beside bpftrace's
+/// charge of each wait to the writer it began behind; what both said. A Node fixture
+/// (`node`) is told to go, and stopped once it is done and the profiler has ended, so that
+/// its threads' stacks are named while they live.
+fn profile_holders(w: &mut Workload, node: bool) -> Option<(Finished, Charged)> {
+    let count = ContentionCount::start(&format!("pid == {}", w.pid))?;
+    let prof = every_wait_sampled(w.pid);
     let out = if node {
         w.send("go");
         integration_tests::stop_when_done(w, prof)
@@ -142,16 +148,7 @@ fn a_foreign_writer_is_named_with_no_stack() {
     }
     let mut w = Workload::helper("long-holder", [40, 3]);
     let pid = w.pid;
-    let prof = Profiler::start(&[
-        "-p",
-        &pid.to_string(),
-        "-i",
-        "0",
-        "--mode",
-        "contention",
-        "--stack-sample",
-        "1",
-    ]);
+    let prof = every_wait_sampled(pid);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
