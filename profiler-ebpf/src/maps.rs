@@ -179,6 +179,11 @@ pub static NEW_THREADS: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
 #[map]
 pub static STACKS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 
+/// Set by userspace's stack copier before it waits with no period (nothing came for a
+/// while); the next STACKS record wakes it and clears this (`sampling::wakeup_before`).
+#[map]
+pub static STACKS_WAKE: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Where a sample is assembled before the part of it that was read goes to `STACKS` (a
 /// record reserved at full size would take 16 KiB of the ring for a 2 KiB stack).
 #[map]

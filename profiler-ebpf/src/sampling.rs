@@ -1,6 +1,8 @@
 //! Stack sampling (`--stack-sample`): the user registers and the top of the user stack of one
 //! write in N, copied at `start_locking`, before the lock is held, for userspace to unwind.
 
+use core::ptr;
+
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::{bpf_get_prandom_u32, bpf_probe_read_user_buf},
@@ -11,7 +13,7 @@ use profiler_common::{
 
 use crate::{
     kread::{self, Task},
-    maps::{KERNEL, SAMPLE_BUF, SETTINGS, STACKS, bump, konst},
+    maps::{KERNEL, SAMPLE_BUF, SETTINGS, STACKS, STACKS_WAKE, bump, konst},
     state::ThreadState,
 };
 
@@ -192,14 +194,25 @@ pub fn done(tid: u32, seq: u32, wait_ns: u64, hold_ns: u64) {
 }
 
 /// Ring buffer flags for a STACKS record of `len` bytes about to be written with `output`: a
-/// wakeup of userspace only when this record takes the ring past a quarter of its size.
+/// wakeup of userspace only when this record takes the ring past a quarter of its size, or
+/// when userspace asked for one (`STACKS_WAKE`: its copier, idle, waits with no period).
 /// Waking for every record cost far more than copying a sample: a wakeup is an interrupt the
 /// CPU sends itself, which a virtual machine pays dearly for (several microseconds).
-/// Userspace drains the ring every 25 ms in any case; past the quarter it is woken once, not
-/// for every record until it catches up (which cost half of `start_locking` at one write in
-/// 64 on a write-heavy workload).
+/// Userspace drains the ring every 25 ms while records come; past the quarter it is woken
+/// once, not for every record until it catches up (which cost half of `start_locking` at one
+/// write in 64 on a write-heavy workload).
 #[inline(always)]
 pub fn wakeup_before(len: u64) -> u64 {
+    if let Some(p) = STACKS_WAKE.get_ptr_mut(0) {
+        // SAFETY: an array element, valid for the map's life; racing writers may both see
+        // it set and both wake userspace, which costs one spare wakeup.
+        unsafe {
+            if ptr::read_volatile(p) != 0 {
+                ptr::write_volatile(p, 0);
+                return BPF_RB_FORCE_WAKEUP as u64;
+            }
+        }
+    }
     // Records are rounded up to 8 bytes, after an 8-byte header.
     let bytes = len.next_multiple_of(8) + 8;
     let after = STACKS.query(BPF_RB_AVAIL_DATA as u64) + bytes;

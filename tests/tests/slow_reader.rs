@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use integration_tests::{
-    Finished, Profiler, Workload, cause_counts, check_lost, in_matrix_guest, kernel_features,
-    process, require_root_and_tracepoints, scaled,
+    Finished, Profiler, Workload, cause_counts, check_churn_writes, check_lost, in_matrix_guest,
+    kernel_features, process, require_root_and_tracepoints, scaled,
 };
 use serde_json::Value;
 
@@ -170,4 +170,50 @@ fn interrupted_while_its_reader_is_held_the_run_still_ends_with_its_whole_summar
     // Counted until the interrupt: no more than the helper does in all.
     let causes = cause_counts(p);
     assert!(causes["mmap"] <= 400 * 4 * 900, "{causes:?}");
+}
+
+/// The voluntary context switches of a process's thread named `comm` (its wakeups).
+fn wakeups_of(pid: u32, comm: &str) -> u64 {
+    let task = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm))
+        .unwrap_or_else(|| panic!("no thread {comm} in {pid}"));
+    let status = std::fs::read_to_string(task.path().join("status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches")
+}
+
+/// The stack copier of a profiler whose target does nothing sleeps until the kernel side
+/// wakes it at the next record (a look every 25 ms cost the idle profiler about 2 ms of CPU
+/// a second on a virtual machine): over 2 s of nothing it wakes a few times at most (the
+/// backstop is 1 s), not 80; and every stack of the writes that come after is kept, the
+/// count exact. (Its wakeups are counted by the kernel; the window is wall time, which a
+/// slower host does not fill with more of them.)
+#[test]
+fn an_idle_stack_copier_sleeps_until_the_next_stack() {
+    if !require_root_and_tracepoints() {
+        return;
+    }
+    let (threads, n) = (2u32, 500u32);
+    let mut w = Workload::churn(threads, n, None);
+    let pid = w.pid.to_string();
+    let prof = Profiler::start(&["--pid", &pid, "--stack-sample", "1", "-i", "0"]);
+    // Settled: the copier has looked QUIET_LOOKS times and asked to be woken.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = wakeups_of(prof.pid(), "stack-copier");
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = wakeups_of(prof.pid(), "stack-copier") - before;
+    assert!(idle <= 6, "the idle stack copier woke {idle} times in 2 s");
+    w.go();
+    assert!(w.wait().success(), "workload {}", w.pid);
+    let out = prof.finish_ok();
+    let s = out.summary();
+    let p = process(s, w.pid).expect("the target is in the summary");
+    assert_eq!(check_lost(s), 0, "{}", s["lost"]);
+    let writes = check_churn_writes(p, w.pid, threads.into(), n.into(), "churn after idle");
+    assert_eq!(sampled_writes(p), writes, "every write's stack kept");
 }

@@ -157,7 +157,7 @@ pub struct Collector {
     pub(super) _stats_fd: Option<std::os::fd::OwnedFd>,
     pub(super) stack_sample: u32,
     pub(super) batch_supported: bool,
-    pub(super) batch: batch::Buffers,
+    pub(super) batch: batch::Buffers<StatsKey, ThreadStats>,
     pub(super) epoch_map: Array<MapData, u32>,
     pub(super) epoch: u32,
     /// Keys of entries changed in the current epoch.
@@ -330,6 +330,12 @@ impl Collector {
     /// The ring buffer of sampled write stacks; taken once.
     pub fn take_stacks(&mut self) -> Result<RingBuf<MapData>, CollectorError> {
         take(&mut self.ebpf, "STACKS")
+    }
+
+    /// The flag by which the stacks' copier asks the kernel side to wake it at the next
+    /// record (see `run::copier`); taken once.
+    pub fn take_stacks_wake(&mut self) -> Result<Array<MapData, u32>, CollectorError> {
+        take(&mut self.ebpf, "STACKS_WAKE")
     }
 
     /// The ring buffer announcing threads seen for the first time; taken once.

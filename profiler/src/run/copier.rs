@@ -1,12 +1,18 @@
-//! The sampled stacks' ring, copied out by a thread of its own as records come (at the
-//! kernel side's wakeups, and every 25 ms). Whatever holds up the run loop (a burst of stacks
-//! to unwind, a process's V8 metadata read for the first time, a busy host taking its CPU)
-//! then holds up only the unwinding: the records wait in a bounded backlog in userspace, not
-//! in the kernel's ring, which the kernel side drops samples from once full (`lost.stacks`).
-//! The thread does nothing but copy (one or two microseconds a record), so it keeps up where
-//! the run loop cannot.
+//! The sampled stacks' ring, copied out by a thread of its own as records come. Whatever
+//! holds up the run loop (a burst of stacks to unwind, a process's V8 metadata read for the
+//! first time, a busy host taking its CPU) then holds up only the unwinding: the records wait
+//! in a bounded backlog in userspace, not in the kernel's ring, which the kernel side drops
+//! samples from once full (`lost.stacks`). The thread does nothing but copy (one or two
+//! microseconds a record), so it keeps up where the run loop cannot.
+//!
+//! When it looks: every 25 ms while records come (the kernel side wakes it only past a
+//! quarter of the ring: a wakeup per record costs the traced thread microseconds); once
+//! nothing has come for 100 ms, it asks the kernel side to wake it at the next record
+//! (`STACKS_WAKE`) and sleeps until then. A wakeup costs tens of microseconds of CPU on a
+//! virtual machine: a copier looking every 25 ms on an idle host cost about 2 ms a second.
 
 use std::{
+    os::fd::OwnedFd,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -15,15 +21,24 @@ use std::{
     time::Duration,
 };
 
-use aya::maps::{MapData, RingBuf};
+use aya::maps::{Array, MapData, RingBuf};
+use rustix::event::{EventfdFlags, epoll, eventfd};
 use tokio::sync::mpsc;
 
-/// How often the ring is looked at when the kernel side has not woken us (it does so only
-/// once the ring is a quarter full: a wakeup per sample costs the traced thread microseconds).
-/// At most that often otherwise: a ring buffer's fd is readable while it holds a record, so
-/// waiting for readability would wake the copier (and the run loop after it) for every
-/// sample; it waits for the kernel's wakeups (edge-triggered) or this period.
+/// How often the ring is looked at while records come and the kernel side has not woken us
+/// (it does so only once the ring is a quarter full). At most that often otherwise: a ring
+/// buffer's fd is readable while it holds a record, so waiting for readability would wake the
+/// copier (and the run loop after it) for every sample; it waits for the kernel's wakeups
+/// (edge-triggered) or this period.
 const EVERY: Duration = Duration::from_millis(25);
+
+/// Looks in a row that found nothing before the copier waits for the kernel side's wakeup
+/// alone (100 ms quiet).
+const QUIET_LOOKS: u32 = 4;
+
+/// The longest wait for that wakeup (a backstop: the kernel side wakes the copier at the
+/// next record, and `stop` at once).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// Records copied before they are handed over, at most (the run loop starts on them sooner).
 const BATCH: usize = 64;
@@ -45,23 +60,43 @@ pub struct Copier {
     batches: mpsc::UnboundedReceiver<Vec<Vec<u8>>>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<RingBuf<MapData>>>,
+    /// Wakes the thread to stop (None: it looks at least every [`EVERY`]).
+    stop_fd: Option<OwnedFd>,
 }
 
 impl Copier {
-    /// Starts copying `ring`, whose size is `ring_bytes`.
-    pub fn start(ring: RingBuf<MapData>, ring_bytes: usize) -> std::io::Result<Self> {
+    /// Starts copying `ring`, whose size is `ring_bytes`; `wake` is the kernel side's flag
+    /// to wake the copier at its next record.
+    pub fn start(
+        ring: RingBuf<MapData>,
+        wake: Array<MapData, u32>,
+        ring_bytes: usize,
+    ) -> std::io::Result<Self> {
         let (tx, batches) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
         let budget = ring_bytes * BACKLOG_RINGS;
         let s = shared.clone();
+        let stop_fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| log::debug!("stack copier: no eventfd ({e})"))
+            .ok();
+        let wakeups = Wakeups::of(&ring, stop_fd.as_ref(), wake);
         let thread = std::thread::Builder::new()
             .name("stack-copier".into())
-            .spawn(move || copy(ring, &tx, &s, budget))?;
+            .spawn(move || copy(ring, wakeups, &tx, &s, budget))?;
         Ok(Copier {
             batches,
             shared,
             thread: Some(thread),
+            stop_fd,
         })
+    }
+
+    /// Tells the thread to stop, and wakes it.
+    fn tell_stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(fd) = &self.stop_fd {
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
     }
 
     /// The next batch of records copied (cancel-safe). Pending forever once the copier has
@@ -85,7 +120,7 @@ impl Copier {
 
     /// Stops the thread and returns the ring, with the batches it copied before stopping.
     pub fn stop(mut self) -> (Option<RingBuf<MapData>>, Vec<Vec<u8>>) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.tell_stop();
         let ring = self.thread.take().and_then(|t| t.join().ok());
         let mut rest = Vec::new();
         while let Ok(b) = self.batches.try_recv() {
@@ -97,7 +132,7 @@ impl Copier {
 
 impl Drop for Copier {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.tell_stop();
     }
 }
 
@@ -106,78 +141,130 @@ impl Drop for Copier {
 /// or when nobody receives.
 fn copy(
     mut ring: RingBuf<MapData>,
+    mut wakeups: Wakeups,
     tx: &mpsc::UnboundedSender<Vec<Vec<u8>>>,
     shared: &Shared,
     budget: usize,
 ) -> RingBuf<MapData> {
-    let wakeups = Wakeups::of(&ring);
+    let mut quiet = 0;
     loop {
         if shared.stop.load(Ordering::Acquire) {
             return ring;
         }
-        let mut full = false;
-        loop {
-            let mut batch = Vec::new();
-            let mut bytes = 0;
-            while batch.len() < BATCH {
-                if shared.queued.load(Ordering::Acquire) + bytes >= budget {
-                    full = true;
-                    break;
-                }
-                let Some(item) = ring.next() else { break };
-                bytes += item.len();
-                batch.push(item.to_vec());
-            }
-            if batch.is_empty() {
-                break;
-            }
-            shared.queued.fetch_add(bytes, Ordering::AcqRel);
-            let more = batch.len() == BATCH;
-            if tx.send(batch).is_err() {
-                return ring;
-            }
-            if !more {
-                break;
-            }
-        }
+        let Some((copied, full)) = copy_available(&mut ring, tx, shared, budget) else {
+            return ring;
+        };
         if full {
             // The run loop is behind: the records wait in the kernel's ring meanwhile.
             std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        if copied {
+            quiet = 0;
+            wakeups.armed = false;
         } else {
-            wakeups.wait();
+            quiet += 1;
+        }
+        if quiet < QUIET_LOOKS {
+            wakeups.wait(EVERY);
+        } else if !wakeups.armed {
+            // Asked for a wakeup at the next record: look once more before waiting for it
+            // (a record written before the asking woke nobody).
+            wakeups.arm();
+        } else {
+            wakeups.wait(IDLE_WAIT);
         }
     }
 }
 
-/// The kernel side's wakeups of the ring, edge-triggered: an epoll instance (None if it
-/// could not be made: the copier then sleeps [`EVERY`] between looks).
-struct Wakeups(Option<std::os::fd::OwnedFd>);
+/// Copies what the ring holds, in batches, while the backlog has room: whether anything was
+/// copied, and whether the backlog is full (None: nobody receives any more).
+fn copy_available(
+    ring: &mut RingBuf<MapData>,
+    tx: &mpsc::UnboundedSender<Vec<Vec<u8>>>,
+    shared: &Shared,
+    budget: usize,
+) -> Option<(bool, bool)> {
+    let mut copied = false;
+    loop {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        let mut full = false;
+        while batch.len() < BATCH {
+            if shared.queued.load(Ordering::Acquire) + bytes >= budget {
+                full = true;
+                break;
+            }
+            let Some(item) = ring.next() else { break };
+            bytes += item.len();
+            batch.push(item.to_vec());
+        }
+        if batch.is_empty() {
+            return Some((copied, full));
+        }
+        copied = true;
+        shared.queued.fetch_add(bytes, Ordering::AcqRel);
+        let more = batch.len() == BATCH;
+        tx.send(batch).ok()?;
+        if !more || full {
+            return Some((copied, full));
+        }
+    }
+}
+
+/// The kernel side's wakeups of the ring and `stop`'s, edge-triggered: an epoll instance
+/// (None if it could not be made: the copier then sleeps [`EVERY`] between looks, and never
+/// waits longer), and the kernel side's flag to wake the copier at its next record.
+struct Wakeups {
+    epoll: Option<OwnedFd>,
+    wake: Array<MapData, u32>,
+    /// The flag is set (as far as the copier knows: the kernel side clears it when it wakes
+    /// the copier).
+    armed: bool,
+}
 
 impl Wakeups {
-    fn of(ring: &RingBuf<MapData>) -> Self {
-        use rustix::event::epoll;
+    fn of(ring: &RingBuf<MapData>, stop: Option<&OwnedFd>, wake: Array<MapData, u32>) -> Self {
+        let flags = epoll::EventFlags::IN | epoll::EventFlags::ET;
         let made = epoll::create(epoll::CreateFlags::CLOEXEC).and_then(|ep| {
-            let flags = epoll::EventFlags::IN | epoll::EventFlags::ET;
-            epoll::add(&ep, ring, epoll::EventData::new_u64(0), flags).map(|()| ep)
+            epoll::add(&ep, ring, epoll::EventData::new_u64(0), flags)?;
+            if let Some(fd) = stop {
+                epoll::add(&ep, fd, epoll::EventData::new_u64(1), flags)?;
+            }
+            Ok(ep)
         });
-        Wakeups(
-            made.map_err(|e| log::debug!("stack copier: no epoll ({e})"))
-                .ok(),
-        )
+        let epoll = made
+            .map_err(|e| log::debug!("stack copier: no epoll ({e})"))
+            .ok()
+            // Waiting longer than a period needs `stop` to end the wait.
+            .filter(|_| stop.is_some());
+        Wakeups {
+            epoll,
+            wake,
+            armed: false,
+        }
     }
 
-    /// Waits for a wakeup of the ring by the kernel side, or [`EVERY`].
-    fn wait(&self) {
-        let Some(ep) = &self.0 else {
+    /// Asks the kernel side to wake the copier at its next record (if it can be woken).
+    fn arm(&mut self) {
+        self.armed = self.epoll.is_some() && self.wake.set(0, 1, 0).is_ok();
+        if !self.armed {
+            self.wait(EVERY);
+        }
+    }
+
+    /// Waits for a wakeup of the ring by the kernel side, or `stop`'s, or `timeout`.
+    fn wait(&self, timeout: Duration) {
+        let Some(ep) = &self.epoll else {
             std::thread::sleep(EVERY);
             return;
         };
         let timeout = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: EVERY.as_nanos() as _,
+            tv_sec: timeout.as_secs() as _,
+            tv_nsec: timeout.subsec_nanos() as _,
         };
-        let mut events = Vec::with_capacity(1);
-        let _ = rustix::event::epoll::wait(
+        let mut events = Vec::with_capacity(2);
+        let _ = epoll::wait(
             ep,
             rustix::buffer::spare_capacity(&mut events),
             Some(&timeout),

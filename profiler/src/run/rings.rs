@@ -50,8 +50,9 @@ impl Rings {
         let new_threads = register(collector.take_new_threads()?)?;
         let stacks = if collector.stack_sample() > 0 {
             let bytes = crate::kernel::load::stacks_ring_bytes(collector.stack_sample()) as usize;
-            let copier =
-                Copier::start(collector.take_stacks()?, bytes).map_err(SessionError::Events)?;
+            let ring = collector.take_stacks()?;
+            let copier = Copier::start(ring, collector.take_stacks_wake()?, bytes)
+                .map_err(SessionError::Events)?;
             Some(Stacks {
                 copier: Some(copier),
                 ring: None,
