@@ -6,8 +6,10 @@ use std::{
     os::fd::{AsFd, AsRawFd},
 };
 
-use aya::maps::{HashMap as BpfHashMap, IterableMap, MapData};
-use profiler_common::{StatsKey, ThreadStats};
+use aya::{
+    Pod,
+    maps::{HashMap as BpfHashMap, IterableMap, MapData},
+};
 
 /// Entries per syscall.
 pub const CHUNK: usize = 1024;
@@ -28,17 +30,28 @@ struct BatchAttr {
 }
 
 /// Reused between readings.
-#[derive(Default)]
-pub struct Buffers {
-    keys: Vec<StatsKey>,
-    values: Vec<ThreadStats>,
-    pairs: Vec<(StatsKey, ThreadStats)>,
+pub struct Buffers<K, V> {
+    keys: Vec<K>,
+    values: Vec<V>,
+    pairs: Vec<(K, V)>,
 }
 
-pub fn read_all(
-    map: &BpfHashMap<MapData, StatsKey, ThreadStats>,
-    buf: &mut Buffers,
-    f: &mut impl FnMut(&[(StatsKey, ThreadStats)]),
+impl<K, V> Default for Buffers<K, V> {
+    fn default() -> Self {
+        Buffers {
+            keys: Vec::new(),
+            values: Vec::new(),
+            pairs: Vec::new(),
+        }
+    }
+}
+
+/// Hands every entry of the hash map `map` to `f`, a batch at a time (EINVAL: the kernel
+/// cannot, before Linux 5.6).
+pub fn read_all<K: Pod, V: Pod>(
+    map: &BpfHashMap<MapData, K, V>,
+    buf: &mut Buffers<K, V>,
+    f: &mut impl FnMut(&[(K, V)]),
 ) -> io::Result<()> {
     let fd = map.map().fd().as_fd().as_raw_fd();
     // For hash maps the batch cursor is a bucket index.

@@ -249,12 +249,21 @@ impl Kernel for Collector {
     }
 
     /// Every (waiter, holder) entry of the blockers map (small: one per pair of threads
-    /// that made one another wait, deleted with the waiter or the lock).
+    /// that made one another wait, deleted with the waiter or the lock), batched: read at
+    /// every poll, entry by entry it took two syscalls an entry.
     fn read_blocked(&self) -> Result<Vec<(BlockedKey, BlockedVal)>, CollectorError> {
         if !self.blockers {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
+        if self.batch_supported {
+            let mut buf = batch::Buffers::default();
+            match batch::read_all(&self.blocked, &mut buf, &mut |b| out.extend_from_slice(b)) {
+                Ok(()) => return Ok(out),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => out.clear(),
+                Err(e) => return Err(CollectorError::Map("BLOCKED", e.to_string())),
+            }
+        }
         for item in self.blocked.iter() {
             match item {
                 Ok(kv) => out.push(kv),
