@@ -124,6 +124,7 @@ pub struct Shared {
     files: Rc<RefCell<HashMap<FileKey, Option<Arc<ElfUnwindInfo>>>>>,
     symbolizer: Rc<Symbolizer>,
     pub v8: crate::registry::v8::SharedLayouts,
+    pub v8_sources: crate::registry::v8::SharedSources,
 }
 
 impl Default for Shared {
@@ -139,6 +140,7 @@ impl Default for Shared {
                     .build(),
             ),
             v8: Default::default(),
+            v8_sources: Default::default(),
         }
     }
 }
@@ -290,12 +292,16 @@ impl ProcessUnwinder {
             let Some(path) = self.open_file(&m) else {
                 continue;
             };
-            match self.shared.v8.get(key, &path, &shown(&m)) {
+            match self.shared.v8.get(key.clone(), &path, &shown(&m)) {
                 Ok(layout) => {
-                    self.v8 = Some(crate::registry::v8::V8Process::new(
-                        layout,
-                        crate::registry::v8::memory::ProcessMemory::new(self.pid),
-                    ));
+                    let sources = self.shared.v8_sources.of(&key, &path);
+                    self.v8 = Some(
+                        crate::registry::v8::V8Process::new(
+                            layout,
+                            crate::registry::v8::memory::ProcessMemory::new(self.pid),
+                        )
+                        .sharing_sources(sources),
+                    );
                     self.v8_note = None;
                     return;
                 }

@@ -119,7 +119,8 @@ impl<M: Memory> V8Process<M> {
     /// A script's name and line ends. Node's own modules (`node:...`) keep their sources in
     /// node's binary, as external strings of static data: the same bytes at the same address
     /// in every isolate of the process (each Worker has its own Script objects), so their
-    /// line ends are read once per process, by that address and length.
+    /// line ends are read once per process, by that address and length (once per binary
+    /// when its processes share them: `SharedSources`).
     fn read_script(&mut self, script: u64) -> Option<(String, Arc<Vec<i32>>)> {
         let (name, builtin) = {
             let h = self.heap();
@@ -130,17 +131,20 @@ impl<M: Memory> V8Process<M> {
                 .flatten();
             (name, builtin)
         };
-        if let Some(key) = builtin
-            && let Some(ends) = self.builtin_sources.get(&key)
+        let (binary, shared) = &self.builtin_sources;
+        let key = builtin.map(|(at, len, one_byte)| (binary.clone(), at, len, one_byte));
+        if let Some(key) = &key
+            && let Some(ends) = shared.ends.borrow().get(key)
         {
             return Some((name, Arc::clone(ends)));
         }
         let ends = Arc::new(self.heap().script_line_ends(script)?);
-        if let Some(key) = builtin {
-            if self.builtin_sources.len() >= MAX_CACHED {
-                self.builtin_sources.clear();
+        if let Some(key) = key {
+            let mut cached = self.builtin_sources.1.ends.borrow_mut();
+            if cached.len() >= MAX_CACHED {
+                cached.clear();
             }
-            self.builtin_sources.insert(key, Arc::clone(&ends));
+            cached.insert(key, Arc::clone(&ends));
         }
         Some((name, ends))
     }

@@ -69,6 +69,47 @@ impl SharedLayouts {
     }
 }
 
+/// The line ends of node's own modules' sources, by binary and (address, length, one byte),
+/// shared by the processes of one binary: those sources are static data of the binary (see
+/// `cache`), at the same address in every process of a binary linked at a fixed address
+/// (node's official builds, Debian's), so a host's node processes read and count them once,
+/// not each process (about 0.2 ms of CPU and a read of the source under the target's lock
+/// each time). Only binaries linked at a fixed address share them ([`SharedSources::of`]):
+/// elsewhere the same address may hold another module in another process.
+#[derive(Clone, Default)]
+pub struct SharedSources {
+    ends: Rc<RefCell<HashMap<SourceKey, Arc<Vec<i32>>>>>,
+    fixed: Rc<RefCell<HashMap<FileKey, bool>>>,
+}
+
+type SourceKey = (FileKey, u64, usize, bool);
+
+impl SharedSources {
+    /// The sources shared by the processes of the binary `key` (opened at `path`), if it is
+    /// linked at a fixed address (ELF type `ET_EXEC`); else None (each process keeps its
+    /// own).
+    pub fn of(&self, key: &FileKey, path: &Path) -> Option<(FileKey, SharedSources)> {
+        let fixed = *self
+            .fixed
+            .borrow_mut()
+            .entry(key.clone())
+            .or_insert_with(|| is_fixed_address(path));
+        fixed.then(|| (key.clone(), self.clone()))
+    }
+}
+
+/// Whether an ELF file is an executable linked at a fixed address (not position-independent).
+fn is_fixed_address(path: &Path) -> bool {
+    use std::io::Read;
+    const ET_EXEC: u16 = 2;
+    let mut head = [0u8; 18];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && head.starts_with(b"\x7fELF")
+        && u16::from_le_bytes([head[16], head[17]]) == ET_EXEC
+}
+
 /// How a frame's function was (not) named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolved {
@@ -98,8 +139,9 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// A Script's name and line ends, by (name, source).
     scripts: Checked<Option<(String, Arc<Vec<i32>>)>>,
     /// The line ends of node's own modules' sources, by (address, length, one byte): see
-    /// `cache`.
-    builtin_sources: HashMap<(u64, usize, bool), Arc<Vec<i32>>>,
+    /// `cache`; shared by the processes of one binary when it allows ([`SharedSources`]),
+    /// else this process's own (under an empty binary key).
+    builtin_sources: (FileKey, SharedSources),
     pub stats: ResolveStats,
 }
 
@@ -113,9 +155,18 @@ impl<M: Memory> V8Process<M> {
             map_types: RefCell::default(),
             sfis: Checked::new(),
             scripts: Checked::new(),
-            builtin_sources: HashMap::new(),
+            builtin_sources: Default::default(),
             stats: ResolveStats::default(),
         }
+    }
+
+    /// Shares the line ends of node's own modules' sources with the other processes of its
+    /// binary (`SharedSources::of`).
+    pub fn sharing_sources(mut self, shared: Option<(FileKey, SharedSources)>) -> Self {
+        if let Some(shared) = shared {
+            self.builtin_sources = shared;
+        }
+        self
     }
 
     /// The memory it reads (a live process's counts its reads).

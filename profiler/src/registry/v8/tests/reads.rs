@@ -118,6 +118,72 @@ fn node_module_sources_are_read_once_per_process_not_once_per_isolate() {
     }
 }
 
+/// The processes of one binary linked at a fixed address share node's module sources' line
+/// ends: a second process reads none of the source its first did; processes that do not
+/// share (a position-independent binary) read it each.
+#[test]
+fn node_module_sources_are_read_once_per_binary_when_shared() {
+    let w = World::new();
+    let src = 0x70_0000;
+    let text = b"012345678\n012345678\n";
+    let words: Vec<u64> = (text.chunks(8))
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+        .collect();
+    w.heap.put(src, &words);
+    let len = text.len() as u64;
+    let s = script(&w, 0x10_0000, "node:internal/x", src, len);
+    let (f, sfi, code) = (0x11_0000, 0x12_0000, 0x5000_0000);
+    w.function_in(f, sfi, "fn", 12, code, s);
+    let frame = compiled(f, code + 0x10, sfi + 0x300);
+    let binary = ("fe:00".to_string(), 247_580);
+    let shared = SharedSources::default();
+    let reads_by = |sharing: Option<(FileKey, SharedSources)>| {
+        let counting = Counting::new(&w.heap);
+        let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting).sharing_sources(sharing);
+        let named = v8.resolve_all(&[frame]);
+        assert!(
+            matches!(&named[0], Resolved::Named(j) if j.location == "node:internal/x:2:3"),
+            "{named:?}"
+        );
+        counting.of(src, len)
+    };
+    let first = reads_by(Some((binary.clone(), shared.clone())));
+    let second = reads_by(Some((binary.clone(), shared.clone())));
+    let another_binary = reads_by(Some((("fe:00".to_string(), 1), shared.clone())));
+    let unshared = (reads_by(None), reads_by(None));
+    assert_eq!((first, second, another_binary, unshared), (1, 0, 1, (1, 1)));
+}
+
+/// Only an executable linked at a fixed address shares: not a position-independent one
+/// (this test's own binary), nor what is no ELF file.
+#[test]
+fn sources_are_shared_only_by_binaries_linked_at_a_fixed_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut header = b"\x7fELF".to_vec();
+    header.resize(18, 0);
+    let fixed = dir.path().join("fixed");
+    header[16] = 2; // ET_EXEC
+    std::fs::write(&fixed, &header).unwrap();
+    let pie = dir.path().join("pie");
+    header[16] = 3; // ET_DYN
+    std::fs::write(&pie, &header).unwrap();
+    let text = dir.path().join("text");
+    std::fs::write(&text, b"#!/bin/sh\nexit 0\n").unwrap();
+    let shared = SharedSources::default();
+    let key = |i: u64| ("0:1".to_string(), i);
+    assert!(shared.of(&key(1), &fixed).is_some());
+    assert!(shared.of(&key(2), &pie).is_none());
+    assert!(shared.of(&key(3), &text).is_none());
+    assert!(shared.of(&key(4), &dir.path().join("missing")).is_none());
+    // Decided once per binary.
+    std::fs::remove_file(&fixed).unwrap();
+    assert!(shared.of(&key(1), &fixed).is_some());
+}
+
 /// A heap read as a process's is: whole 4 KiB pages, a page missing being unreadable.
 struct Paged(std::collections::BTreeMap<u64, Vec<u8>>);
 
