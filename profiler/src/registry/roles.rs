@@ -27,7 +27,10 @@ use crate::{
     registry::procmaps::{Keep, Lookups, Maps, Proc, readable_path},
     registry::reads::Reads,
     registry::role::{role_from_ids_and_name, role_from_start_routine},
-    registry::threadstart::{LibcIdentity, libc_identity, read_memory, start_routine_offset},
+    registry::threadstart::{
+        KnownLibcs, LibcIdentity, libc_identity, libc_identity_known, read_memory,
+        start_routine_offset,
+    },
     vocab::ids::{self, ProcId, ThreadId},
 };
 
@@ -100,6 +103,8 @@ pub struct Roles {
     /// Our C library, by build id: a process using the same build (a container's copy
     /// included) keeps `start_routine` at the calibrated offset.
     our_libc: Option<LibcIdentity>,
+    /// The C libraries of the processes seen, read once each.
+    libcs: KnownLibcs,
     processes: HashMap<ProcId, ProcessEntry>,
     symbolizer: Symbolizer,
     /// The profiler's own pid: its threads are `profiler` (settable for tests, which use
@@ -128,6 +133,7 @@ impl Default for Roles {
             our_libc: Maps::read(std::process::id())
                 .ok()
                 .and_then(|m| libc_identity(std::process::id(), &m)),
+            libcs: KnownLibcs::new(),
             processes: HashMap::new(),
             symbolizer: Symbolizer::new(),
             profiler: std::process::id(),
@@ -324,7 +330,8 @@ impl Roles {
             None => {
                 let read_ns = ids::boot_ns();
                 let maps = entry.lookups.read(&mut Proc(pid), Keep::Code).ok()?;
-                let same = our_libc.is_some() && libc_identity(pid, &maps) == *our_libc;
+                let same = our_libc.is_some()
+                    && libc_identity_known(pid, &maps, &mut self.libcs) == *our_libc;
                 entry.maps_read_ns = read_ns;
                 entry.maps.insert((maps, same))
             }

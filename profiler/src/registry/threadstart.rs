@@ -21,18 +21,37 @@ pub enum LibcIdentity {
 
 /// The C library mapped into a process, identified by what it is rather than where it lies.
 pub fn libc_identity(pid: u32, maps: &Maps) -> Option<LibcIdentity> {
+    libc_identity_known(pid, maps, &mut KnownLibcs::new())
+}
+
+/// The identities of the C libraries already read, by the (device, inode) they were mapped
+/// from: every process on a host maps the same one or two, and reading one is an open of the
+/// target's file and a read of its notes.
+pub type KnownLibcs = std::collections::HashMap<(String, u64), Option<LibcIdentity>>;
+
+/// [`libc_identity`], read once per file mapped (`known`).
+pub fn libc_identity_known(pid: u32, maps: &Maps, known: &mut KnownLibcs) -> Option<LibcIdentity> {
     let m = maps.iter().find(|m| {
         m.path
             .as_ref()
             .and_then(|p| p.file_name()?.to_str())
             .is_some_and(|name| name.starts_with("libc.so") || name.starts_with("libc-"))
     })?;
+    let key = (m.dev.clone(), m.inode);
+    if let Some(id) = known.get(&key) {
+        return id.clone();
+    }
     let path = m.path.as_ref()?;
     // Through /proc/PID/root, so that a process in another mount namespace (a container) is
     // read from its own file; no link followed on the way (a target's file:
     // registry::untrusted), and it must be the very inode the process mapped.
     let root = format!("/proc/{pid}/root{}", path.display());
-    file_identity(Path::new(&root), &untrusted::Policy::mapped(m.inode))
+    let id = file_identity(Path::new(&root), &untrusted::Policy::mapped(m.inode));
+    // Not known when it could not be read (the process gone first): tried again.
+    if id.is_some() {
+        known.insert(key, id.clone());
+    }
+    id
 }
 
 /// The identity of the ELF file at `path` (opened under `policy`).

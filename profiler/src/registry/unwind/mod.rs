@@ -123,6 +123,10 @@ type FileKey = (String, u64);
 pub struct Shared {
     files: Rc<RefCell<HashMap<FileKey, Option<Arc<ElfUnwindInfo>>>>>,
     symbolizer: Rc<Symbolizer>,
+    /// Names by file and offset, for every process: blazesym's lookup and its C++ demangling
+    /// were a tenth of the agent's CPU with stacks on, naming the same few hundred of node's
+    /// functions again in each stack and each process (`symbolize`).
+    symbols: Rc<RefCell<HashMap<(FileKey, u64), Option<String>>>>,
     pub v8: crate::registry::v8::SharedLayouts,
     pub v8_sources: crate::registry::v8::SharedSources,
 }
@@ -131,6 +135,7 @@ impl Default for Shared {
     fn default() -> Self {
         Shared {
             files: Rc::default(),
+            symbols: Rc::default(),
             // No auto-reload: it would stat() every file on every call. No line info: names
             // are what we report.
             symbolizer: Rc::new(

@@ -7,8 +7,11 @@ use std::path::PathBuf;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
-use super::{Frame, ProcessUnwinder};
+use super::{FileKey, Frame, ProcessUnwinder};
 use crate::registry::perfmap::{JitName, PerfMap};
+
+/// Most names cached (emptied rather than grown past it).
+const MAX_SYMBOLS: usize = 1 << 18;
 
 impl ProcessUnwinder {
     /// Symbolize an unwound stack: return addresses (all but the first) are
@@ -23,25 +26,36 @@ impl ProcessUnwinder {
     }
 
     fn symbolize_lookup(&mut self, addrs: &[u64], lookup: &[u64]) -> Vec<Frame> {
-        // Group by file and symbolize file offsets: works without the process.
-        let mut by_file: HashMap<PathBuf, Vec<(usize, u64)>> = HashMap::new();
+        // Group by file and symbolize file offsets: works without the process. What was
+        // named before, in any process, is named from the cache (by file and offset).
+        let mut by_file: HashMap<PathBuf, (FileKey, Vec<(usize, u64)>)> = HashMap::new();
         let mut frames: Vec<Frame> = Vec::with_capacity(addrs.len());
         for (i, (&addr, &at)) in addrs.iter().zip(lookup).enumerate() {
             let m = self.maps.find(at).cloned();
             let dso = m.as_ref().and_then(|m| m.path.clone());
-            // The file as mapped (a container's, a replaced one), opened while it lived.
-            if let Some(m) = &m
-                && let Some(file) = self.file_path(m)
-            {
-                by_file
-                    .entry(file)
-                    .or_default()
-                    .push((i, m.file_offset(at)));
+            let mut symbol = None;
+            if let Some(m) = &m {
+                let key = (m.dev.clone(), m.inode);
+                let offset = m.file_offset(at);
+                let cached = (self.shared.symbols.borrow())
+                    .get(&(key.clone(), offset))
+                    .cloned();
+                match cached {
+                    Some(name) => symbol = name,
+                    // The file as mapped (a container's, a replaced one), opened while it
+                    // lived.
+                    None => {
+                        if let Some(file) = self.file_path(m) {
+                            (by_file.entry(file).or_insert_with(|| (key, Vec::new())).1)
+                                .push((i, offset));
+                        }
+                    }
+                }
             }
             let build_id = m.as_ref().and_then(|m| self.build_id(m));
             frames.push(Frame {
                 addr,
-                symbol: None,
+                symbol,
                 dso,
                 build_id,
                 jit: None,
@@ -52,7 +66,7 @@ impl ProcessUnwinder {
         for f in frames.iter_mut().filter(|f| f.dso.is_none()) {
             f.jit = self.jit_name(f.addr);
         }
-        for (path, items) in by_file {
+        for (path, (key, items)) in by_file {
             let src = Source::Elf(Elf::new(&path));
             let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
             let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
@@ -75,7 +89,12 @@ impl ProcessUnwinder {
                     })
                     .collect(),
             };
-            for ((i, _), n) in items.into_iter().zip(names) {
+            let mut cache = self.shared.symbols.borrow_mut();
+            if cache.len() >= MAX_SYMBOLS {
+                cache.clear();
+            }
+            for ((i, offset), n) in items.into_iter().zip(names) {
+                cache.insert((key.clone(), offset), n.clone());
                 frames[i].symbol = n;
             }
         }
@@ -105,12 +124,15 @@ impl ProcessUnwinder {
     }
 
     /// V8's name of the JIT code at `addr`, from the perf map (read once more if it does not
-    /// have it yet).
+    /// have it yet). A process with no perf map (node's default) is looked for one at most every 250 ms,
+    /// not at each JIT frame (each look opens and checks a file of the target's).
     fn jit_name(&mut self, addr: u64) -> Option<JitName> {
         if let Some(n) = self.perf_map.as_ref().and_then(|m| m.lookup(addr)) {
             return Some(n);
         }
-        self.perf_map_read = None;
+        if self.perf_map.is_some() {
+            self.perf_map_read = None;
+        }
         self.read_perf_map();
         self.perf_map.as_ref()?.lookup(addr)
     }

@@ -266,3 +266,41 @@ fn falls_back_to_frame_pointers_in_anonymous_code() {
     );
     assert_eq!(jit.dso, None);
 }
+
+/// Names are cached by file and offset for every process sharing `Shared`: a second
+/// unwinder (another process of the same binary, here this one again) names the same stack
+/// alike from the cache, which holds each frame once and grows no more.
+#[test]
+fn names_are_shared_by_file_and_offset() {
+    let c = level_a();
+    let shared = Shared::default();
+    let named = |shared: &Shared| {
+        let mut u = ProcessUnwinder::new(std::process::id(), shared.clone()).unwrap();
+        let unwound = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+        names(&u.symbolize_stack(&unwound.addrs()))
+    };
+    let first = named(&shared);
+    let cached = shared.symbols.borrow().len();
+    assert!(cached >= 5, "{cached} names cached for {first:?}");
+    assert_eq!(named(&shared), first);
+    assert_eq!(shared.symbols.borrow().len(), cached);
+    // A name in the cache is what is given: the cache is used, not only filled.
+    let key = (shared.symbols.borrow().keys())
+        .find(|k| {
+            shared.symbols.borrow()[*k]
+                .as_deref()
+                .is_some_and(|s| s.contains("level_b"))
+        })
+        .cloned()
+        .expect("level_b cached");
+    shared
+        .symbols
+        .borrow_mut()
+        .insert(key, Some("renamed_in_cache".into()));
+    assert!(named(&shared).iter().any(|n| n == "renamed_in_cache"));
+    assert!(
+        !named(&Shared::default())
+            .iter()
+            .any(|n| n == "renamed_in_cache")
+    );
+}
