@@ -1,7 +1,7 @@
 //! ROOT-ONLY: what the profiler reads of a Node process that starts 250 Workers in waves, as
 //! a test runner does (`waves.js`: each Worker a new isolate, new code, new mappings), as the
-//! summary counts it (`read_by_profiler`): its memory map read whole once per reader (thread
-//! roles, stack unwinding), then only as the documented token buckets allow over the run's
+//! summary counts it (`read_by_profiler`): its memory map read whole at most once per reader
+//! (thread roles, stack unwinding; one read may serve both), then only as the documented token buckets allow over the run's
 //! duration (docs/report-format.md), a mapping looked up alone with `PROCMAP_QUERY` where the
 //! kernel has it; and the sampled stacks still named. No time is asserted: the bounds are
 //! counts, derived from the buckets' burst and period and the run's own `duration_s`. The

@@ -5,7 +5,7 @@
 mod live;
 mod query;
 
-pub use live::{Keep, Lookup, Lookups, Proc};
+pub use live::{Keep, Lookup, Lookups, Proc, forget_shared};
 
 use std::{
     collections::HashMap,

@@ -92,16 +92,67 @@ impl Keep {
 pub trait Source {
     /// The whole map.
     fn read_all(&mut self) -> std::io::Result<Maps>;
+    /// The whole map for a reader's first look, and whether it was read now (false: a read
+    /// made moments ago for another reader of the process, see [`Proc`]).
+    fn read_first(&mut self) -> std::io::Result<(Maps, bool)> {
+        Ok((self.read_all()?, true))
+    }
     /// The mapping that covers `addr` (Ok(None): none); None when the kernel cannot say.
     fn query(&mut self, addr: u64) -> Option<std::io::Result<Option<Mapping>>>;
 }
 
 /// `/proc/PID/maps` of a live process.
+///
+/// A reader's first look at a process (thread roles at its first thread, unwinding at its
+/// first sampled stack, often a few hundred milliseconds apart) takes the whole map read for
+/// another within [`SHARED_FOR`], rather than reading it again (on a contended node process
+/// about 0.1-0.3 ms of CPU, and an acquisition of its lock before Linux 6.17). What is
+/// mapped since is found as for any later address ([`Lookups::cover`]).
 pub struct Proc(pub u32);
+
+/// How long a whole map read serves other readers' first look.
+const SHARED_FOR: Duration = Duration::from_secs(1);
+
+/// Most processes whose last whole map is kept for [`SHARED_FOR`].
+const SHARED_MAPS: usize = 64;
+
+thread_local! {
+    /// The last whole map read of the processes read within [`SHARED_FOR`], by pid (the
+    /// registry reads from the run loop's thread only).
+    static RECENT: std::cell::RefCell<Vec<(u32, Instant, Maps)>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// Forgets the map kept of `pid` for other readers: its image is another since (an exec).
+pub fn forget_shared(pid: u32) {
+    RECENT.with_borrow_mut(|r| r.retain(|(p, _, _)| *p != pid));
+}
 
 impl Source for Proc {
     fn read_all(&mut self) -> std::io::Result<Maps> {
-        Maps::read(self.0)
+        let maps = Maps::read(self.0)?;
+        let now = Instant::now();
+        RECENT.with_borrow_mut(|r| {
+            r.retain(|(pid, at, _)| *pid != self.0 && now.duration_since(*at) < SHARED_FOR);
+            if r.len() >= SHARED_MAPS {
+                r.remove(0);
+            }
+            r.push((self.0, now, maps.clone()));
+        });
+        Ok(maps)
+    }
+
+    fn read_first(&mut self) -> std::io::Result<(Maps, bool)> {
+        let recent = RECENT.with_borrow(|r| {
+            (r.iter())
+                .find(|(pid, at, _)| *pid == self.0 && at.elapsed() < SHARED_FOR)
+                .map(|(_, _, m)| m.clone())
+        });
+        match recent {
+            Some(m) => Ok((m, false)),
+            None => Ok((self.read_all()?, true)),
+        }
     }
 
     fn query(&mut self, addr: u64) -> Option<std::io::Result<Option<Mapping>>> {
@@ -168,8 +219,18 @@ impl Lookups {
         }
     }
 
-    /// The whole map at first: what `keep` keeps of it (counted, as every read is).
+    /// The whole map at first: what `keep` keeps of it (counted when read now: see
+    /// [`Source::read_first`]).
     pub fn read(&mut self, source: &mut impl Source, keep: Keep) -> std::io::Result<Maps> {
+        let (maps, fresh) = source.read_first()?;
+        if fresh {
+            self.reads.maps += 1;
+        }
+        Ok(maps.retain(keep))
+    }
+
+    /// The whole map read again (counted, as every read is).
+    fn reread(&mut self, source: &mut impl Source, keep: Keep) -> std::io::Result<Maps> {
         self.reads.maps += 1;
         Ok(source.read_all()?.retain(keep))
     }
@@ -213,7 +274,7 @@ impl Lookups {
         if !self.rereads.take(now) {
             return Lookup::Limited;
         }
-        let Ok(all) = self.read(source, keep) else {
+        let Ok(all) = self.reread(source, keep) else {
             return Lookup::Missing;
         };
         *maps = all;

@@ -275,3 +275,37 @@ fn an_answer_replaces_what_it_overlaps() {
     );
     assert!(maps.find(0x3800).is_none());
 }
+
+/// Two readers' first looks at a live process (this one) within a second share one read of
+/// its map: the second counts none, and has the same mappings; after an exec (forgotten), or
+/// for a later look again, it is read anew; a read again for an address (`cover`) is always
+/// made.
+#[test]
+fn readers_first_looks_share_one_read() {
+    let pid = std::process::id();
+    forget_shared(pid);
+    let (mut unwinding, mut roles) = (Lookups::one_mapping(), Lookups::whole_map());
+    let first = unwinding.read(&mut Proc(pid), Keep::Code).unwrap();
+    let second = roles.read(&mut Proc(pid), Keep::Code).unwrap();
+    assert_eq!((unwinding.reads.maps, roles.reads.maps), (1, 0));
+    assert!(first.iter().count() > 0);
+    assert_eq!(
+        first.iter().map(|m| m.start).collect::<Vec<_>>(),
+        second.iter().map(|m| m.start).collect::<Vec<_>>()
+    );
+    forget_shared(pid);
+    let mut after_exec = Lookups::one_mapping();
+    after_exec.read(&mut Proc(pid), Keep::Code).unwrap();
+    assert_eq!(after_exec.reads.maps, 1);
+    let mut again = Lookups::one_mapping();
+    again.read(&mut Proc(pid), Keep::Code).unwrap();
+    assert_eq!(again.reads.maps, 0);
+    // An address no mapping covers is looked for with a read (or a query) of its own.
+    let mut maps = Maps::default();
+    let before = (again.reads.maps, again.reads.map_queries);
+    again.cover(&mut Proc(pid), &mut maps, 1, Keep::Code, Instant::now());
+    assert_eq!(
+        again.reads.maps + again.reads.map_queries,
+        before.0 + before.1 + 1
+    );
+}

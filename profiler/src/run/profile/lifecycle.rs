@@ -168,6 +168,7 @@ impl<K: Kernel> Profile<K> {
             self.registry.names.learn(p, &comm_str(comm));
         }
         self.registry.exes.exec(p, at_ns);
+        crate::registry::procmaps::forget_shared(p.pid);
         self.registry.roles.forget_image(p, at_ns);
         if let Some(stacks) = self.stacks.as_mut() {
             let read = stacks.forget_image(p);
