@@ -114,6 +114,9 @@ fn shown(m: &Mapping) -> String {
 
 type FileKey = (String, u64);
 
+/// Functions' names by file and offset (None: the file has no symbol there).
+type Names = HashMap<(FileKey, u64), Option<String>>;
+
 /// What the unwinders of all processes share: the parsed unwind information of each file
 /// (`None`: a file that could not be used, whose frames fall back to frame pointers), the
 /// files themselves, opened while a process that maps them lives (so that its frames can be
@@ -126,7 +129,7 @@ pub struct Shared {
     /// Names by file and offset, for every process: blazesym's lookup and its C++ demangling
     /// were a tenth of the agent's CPU with stacks on, naming the same few hundred of node's
     /// functions again in each stack and each process (`symbolize`).
-    symbols: Rc<RefCell<HashMap<(FileKey, u64), Option<String>>>>,
+    symbols: Rc<RefCell<Names>>,
     pub v8: crate::registry::v8::SharedLayouts,
     pub v8_sources: crate::registry::v8::SharedSources,
 }
