@@ -209,6 +209,12 @@ impl Maps {
         Ok(Self::parse(&text))
     }
 
+    /// How many mappings.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// The mappings `keep` keeps.
     pub fn retain(mut self, keep: Keep) -> Self {
         self.0.retain(|m| keep.keeps(m));

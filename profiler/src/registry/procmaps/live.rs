@@ -113,8 +113,9 @@ pub struct Proc(pub u32);
 /// How long a whole map read serves other readers' first look.
 const SHARED_FOR: Duration = Duration::from_secs(1);
 
-/// Most processes whose last whole map is kept for [`SHARED_FOR`].
-const SHARED_MAPS: usize = 64;
+/// Most mappings kept in all for [`SHARED_FOR`] (a process with ten thousand threads has
+/// twenty thousand: a few megabytes).
+const SHARED_MAPPINGS: usize = 50_000;
 
 thread_local! {
     /// The last whole map read of the processes read within [`SHARED_FOR`], by pid (the
@@ -135,18 +136,21 @@ impl Source for Proc {
         let now = Instant::now();
         RECENT.with_borrow_mut(|r| {
             r.retain(|(pid, at, _)| *pid != self.0 && now.duration_since(*at) < SHARED_FOR);
-            if r.len() >= SHARED_MAPS {
+            r.push((self.0, now, maps.clone()));
+            // The oldest go first past the bound (the newest is kept whatever its size).
+            while r.len() > 1 && r.iter().map(|(_, _, m)| m.len()).sum::<usize>() > SHARED_MAPPINGS
+            {
                 r.remove(0);
             }
-            r.push((self.0, now, maps.clone()));
         });
         Ok(maps)
     }
 
     fn read_first(&mut self) -> std::io::Result<(Maps, bool)> {
-        let recent = RECENT.with_borrow(|r| {
+        let recent = RECENT.with_borrow_mut(|r| {
+            r.retain(|(_, at, _)| at.elapsed() < SHARED_FOR);
             (r.iter())
-                .find(|(pid, at, _)| *pid == self.0 && at.elapsed() < SHARED_FOR)
+                .find(|(pid, _, _)| *pid == self.0)
                 .map(|(_, _, m)| m.clone())
         });
         match recent {
