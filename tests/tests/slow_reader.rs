@@ -202,8 +202,9 @@ fn an_idle_stack_copier_sleeps_until_the_next_stack() {
     let mut w = Workload::churn(threads, n, None);
     let pid = w.pid.to_string();
     let prof = Profiler::start(&["--pid", &pid, "--stack-sample", "1", "-i", "0"]);
-    // Settled: the copier has looked QUIET_LOOKS times and asked to be woken.
-    std::thread::sleep(Duration::from_millis(500));
+    // Settled: the copier has looked QUIET_LOOKS times (100 ms) and asked to be woken; a
+    // slower host takes longer to get there (its run loop starting up beside it).
+    std::thread::sleep(scaled(Duration::from_millis(500)));
     let before = wakeups_of(prof.pid(), "stack-copier");
     std::thread::sleep(Duration::from_secs(2));
     let idle = wakeups_of(prof.pid(), "stack-copier") - before;
