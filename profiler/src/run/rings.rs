@@ -2,9 +2,12 @@
 //! the run loop, sampled stacks copied out by a thread of their own ([`Copier`]) and unwound
 //! by the run loop from the backlog it fills.
 
-use std::{collections::VecDeque, io};
+use std::{collections::VecDeque, io, time::Duration};
 
-use tokio::io::{Interest, unix::AsyncFd};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    time::Instant,
+};
 
 use aya::maps::{MapData, RingBuf};
 
@@ -18,12 +21,30 @@ const STACK_BATCH: usize = 32;
 /// Longest a [`Rings::drain`] works on sampled stacks before handing back to the run loop.
 const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Least time between two looks at the new threads that their own ring's wakeups make. A
+/// process starting announces its threads one by one, a few milliseconds apart, and each
+/// announcement into an empty ring wakes the run loop (tens of microseconds of CPU a wakeup
+/// on a virtual machine): announcements that come within this of the last look wait for
+/// the next one together (the ring wakes no one while records wait in it). Isolated ones are
+/// read at once. A thread's start routine and name travel in its announcement; what is read
+/// from /proc for it (its process's name and executable) may be missed for a process living
+/// less than this, as under load.
+const GATHER: Duration = Duration::from_millis(20);
+
 /// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
-/// stacks. Records are drained as soon as they arrive, so that threads are classified while
-/// they run and the stacks buffer never fills.
+/// stacks. Records are drained as they arrive (new threads gathered for at most [`GATHER`]),
+/// so that threads are classified while they run and the stacks buffer never fills.
 pub struct Rings {
-    new_threads: AsyncFd<RingBuf<MapData>>,
+    threads: NewThreads,
     stacks: Option<Stacks>,
+}
+
+/// The threads' announcements: their ring, when it was last read, and when the announcements
+/// waiting in it are read (their ring woke us within [`GATHER`] of the last read).
+struct NewThreads {
+    ring: AsyncFd<RingBuf<MapData>>,
+    read_at: Instant,
+    due: Option<Instant>,
 }
 
 /// The sampled stacks: copied out while the run lasts, then (the copier stopped) read from
@@ -63,36 +84,54 @@ impl Rings {
             None
         };
         Ok(Rings {
-            new_threads,
+            threads: NewThreads {
+                ring: new_threads,
+                read_at: Instant::now(),
+                due: None,
+            },
             stacks,
         })
     }
 
-    /// Waits until new threads are announced or sampled stacks were copied. Readiness is
-    /// cleared before returning, so that records arriving after the following
-    /// [`drain`](Self::drain) wake us again.
+    /// Waits until new threads are announced (at most once in [`GATHER`]) or sampled stacks
+    /// were copied. Readiness is cleared before returning, so that records arriving after
+    /// the following [`drain`](Self::drain) wake us again. Cancel-safe: announcements
+    /// waiting to be gathered are remembered.
     pub async fn ready(&mut self) -> io::Result<()> {
         // Records left by the last drain's budget: at once, after the loop's other work.
         if self.stacks.as_ref().is_some_and(|s| !s.backlog.is_empty()) {
             tokio::task::yield_now().await;
             return Ok(());
         }
-        let copier = self.stacks.as_mut().and_then(|s| s.copier.as_mut());
-        let stacks = async {
-            match copier {
-                Some(c) => c.next().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            g = self.new_threads.readable() => g?.clear_ready(),
-            batch = stacks => {
-                if let Some(s) = self.stacks.as_mut() {
-                    s.backlog.extend(batch);
+        loop {
+            let copier = self.stacks.as_mut().and_then(|s| s.copier.as_mut());
+            let stacks = async {
+                match copier {
+                    Some(c) => c.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let due = self.threads.due;
+            tokio::select! {
+                g = self.threads.ring.readable(), if due.is_none() => {
+                    g?.clear_ready();
+                    let at = self.threads.read_at + GATHER;
+                    if at <= Instant::now() {
+                        return Ok(());
+                    }
+                    self.threads.due = Some(at);
+                }
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    return Ok(());
+                }
+                batch = stacks => {
+                    if let Some(s) = self.stacks.as_mut() {
+                        s.backlog.extend(batch);
+                    }
+                    return Ok(());
                 }
             }
         }
-        Ok(())
     }
 
     /// Hands the records available to `profile`, for at most [`DRAIN_BUDGET`]. New threads
@@ -104,17 +143,31 @@ impl Rings {
     pub fn drain(&mut self, profile: &mut Profile) {
         let t0 = std::time::Instant::now();
         loop {
-            classify_new_threads(self.new_threads.get_mut(), profile);
+            self.threads.read(profile);
             let Some(s) = self.stacks.as_mut() else {
                 return;
             };
             if s.take(profile) < STACK_BATCH || t0.elapsed() >= DRAIN_BUDGET {
-                classify_new_threads(self.new_threads.get_mut(), profile);
+                self.threads.read(profile);
                 // (Less than a batch taken: nothing was left to copy from the copier.)
                 profile.retire_stacks(s.backlog.is_empty());
                 return;
             }
         }
+    }
+}
+
+impl NewThreads {
+    /// Hands the threads announced to `profile`, to be classified while they run; the next
+    /// wakeup of their ring is read no sooner than [`GATHER`] from now.
+    fn read(&mut self, profile: &mut Profile) {
+        while let Some(item) = self.ring.get_mut().next() {
+            if let Some(t) = Collector::parse_new_thread(&item) {
+                profile.note_new_thread(&t);
+            }
+        }
+        self.read_at = Instant::now();
+        self.due = None;
     }
 }
 
@@ -183,7 +236,7 @@ impl Rings {
     /// stopped first: the ring is read here from then on.
     pub fn drain_all(&mut self, profile: &mut Profile) {
         let t0 = std::time::Instant::now();
-        classify_new_threads(self.new_threads.get_mut(), profile);
+        self.threads.read(profile);
         let Some(s) = self.stacks.as_mut() else {
             return;
         };
@@ -194,16 +247,6 @@ impl Rings {
                 break;
             }
         }
-        classify_new_threads(self.new_threads.get_mut(), profile);
-    }
-}
-
-/// Hands the threads announced on the ring buffer to `profile`, to be classified while they
-/// run.
-fn classify_new_threads(ring: &mut RingBuf<MapData>, profile: &mut Profile) {
-    while let Some(item) = ring.next() {
-        if let Some(t) = Collector::parse_new_thread(&item) {
-            profile.note_new_thread(&t);
-        }
+        self.threads.read(profile);
     }
 }
