@@ -161,11 +161,12 @@ impl NewThreads {
     /// Hands the threads announced to `profile`, to be classified while they run; the next
     /// wakeup of their ring is read no sooner than [`GATHER`] from now.
     fn read(&mut self, profile: &mut Profile) {
-        while let Some(item) = self.ring.get_mut().next() {
-            if let Some(t) = Collector::parse_new_thread(&item) {
-                profile.note_new_thread(&t);
-            }
+        let ring = self.ring.get_mut();
+        let mut threads = Vec::new();
+        while let Some(item) = ring.next() {
+            threads.extend(Collector::parse_new_thread(&item));
         }
+        profile.note_new_threads(&threads);
         self.read_at = Instant::now();
         self.due = None;
     }

@@ -235,8 +235,22 @@ impl<K: Kernel> Profile<K> {
         self.retire_freeing()
     }
 
-    /// Classifies a thread announced on the ring buffer, while it runs.
-    pub fn note_new_thread(&mut self, t: &NewThread) {
+    /// Classifies the threads announced on the ring buffer, while they run. The exit
+    /// notices are taken first, after the announcements were read: an exec's notice is
+    /// sent before any announcement of the new image's threads, so a thread of a process
+    /// that exec'd (a container's runtime into node) is placed in the new image's maps,
+    /// never in the old one's read before the exec (whose C library may not be ours).
+    pub fn note_new_threads(&mut self, threads: &[NewThread]) {
+        if threads.is_empty() {
+            return;
+        }
+        self.take_exit_notices();
+        for t in threads {
+            self.note_new_thread(t);
+        }
+    }
+
+    fn note_new_thread(&mut self, t: &NewThread) {
         let owner = ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start));
         self.registry.names.prime(owner);
         // Its executable now, before a short process is gone, or again if the process may
