@@ -13,6 +13,10 @@
 //! the 2-core machine this was written on: one in 70 to 200 under the agent, one in 10 to 20
 //! under the one-shot); with it, none. No assertion depends on timing: a run in which no exec
 //! happened to end inside a reading would pass with or without the fix.
+//!
+//! And a process whose first image has no C library (a container runtime's init) exec'ing
+//! node: the new image's threads are placed in its maps, not the old image's (see the last
+//! test).
 
 use std::{
     collections::BTreeMap,
@@ -21,7 +25,10 @@ use std::{
     time::Duration,
 };
 
-use integration_tests::{Profiler, bpf_test, churn_bin, metric_gauge, scrape::Agent, wait_until};
+use integration_tests::{
+    Profiler, Workload, assert_main_and_workers, bpf_test, churn_bin, fixture, installed_or_skip,
+    metric_gauge, pprof::go_bin, process, scrape::Agent, wait_until,
+};
 use serde_json::Value;
 
 /// How many processes at once.
@@ -186,4 +193,57 @@ fn agent_exec_writes(text: &str) -> ExecWrites {
         *out.entry(pid).or_default().entry(role).or_default() += n as u64;
     }
     out
+}
+
+/// The image a process exec'd from has no C library (a container runtime's init, runc, a
+/// Go program, before it execs the container's node): its threads were classified against
+/// its maps (another C library than ours: no start routine read), and the new image's
+/// threads, announced before the reading that brought the exec's notice, were placed in
+/// those old maps too, every one of node's threads `other` (the image test, once the
+/// announcements were read together). Here a static Go program (`fixtures/prelude`) grows
+/// its heap from several goroutines under the profiler, then execs `roles.js`: its main
+/// thread is `main` and its Workers `worker`. Without the fix this failed unless a reading
+/// happened to fall between the exec and the Workers' start.
+#[test]
+fn a_node_execd_from_a_binary_without_c_library_has_its_workers_roles() {
+    let Some(dir) = bpf_test() else { return };
+    let Some(go) = installed_or_skip(go_bin(), "go (Debian's golang-go)") else {
+        return;
+    };
+    let prelude = dir.path().join("prelude");
+    let built = Command::new(go)
+        .arg("build")
+        .arg("-o")
+        .arg(&prelude)
+        .arg(fixture("prelude/main.go"))
+        .env("CGO_ENABLED", "0")
+        .current_dir(dir.path())
+        .status()
+        .expect("run go build");
+    assert!(built.success(), "go build of the prelude");
+    let file = dir.path().join("data.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    let mut cmd = Command::new(&prelude);
+    cmd.env("UV_THREADPOOL_SIZE", "2")
+        .args(["node", "--v8-pool-size=2"])
+        .arg(fixture("roles.js"))
+        .args(["3", "300"])
+        .arg(&file);
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid;
+    let prof = Profiler::start(&["--pid", &pid.to_string(), "-i", "0"]);
+    // The prelude's heap, then the exec: roles.js's tids, then its "ready".
+    w.send("exec");
+    let tids: Value = serde_json::from_str(&w.read_line()).expect("roles.js's tids line");
+    let workers: Vec<u64> = (tids["workers"].as_array().expect("workers").iter())
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert!(w.read_line().starts_with("ready"));
+    w.go();
+    let status = w.wait();
+    assert!(status.success(), "roles.js: {status:?}");
+    // The target exited: the profiler ends by itself.
+    let out = prof.finish_ok();
+    let p = process(out.summary(), pid).expect("the process in the summary");
+    assert_main_and_workers(p, pid, &workers);
 }
