@@ -223,8 +223,13 @@ fn a_node_execd_from_a_binary_without_c_library_has_its_workers_roles() {
     assert!(built.success(), "go build of the prelude");
     let file = dir.path().join("data.bin");
     std::fs::write(&file, vec![7u8; 64 * 1024]).unwrap();
+    // Its threads classified before the exec: 200 ms on the reference machine, scaled by
+    // the suite's speed factor (a shorter wait only weakens the test: the old image's maps
+    // unread, nothing to mislead the new image's threads).
+    let wait = integration_tests::scaled(Duration::from_millis(200));
     let mut cmd = Command::new(&prelude);
     cmd.env("UV_THREADPOOL_SIZE", "2")
+        .arg(wait.as_millis().to_string())
         .args(["node", "--v8-pool-size=2"])
         .arg(fixture("roles.js"))
         .args(["3", "300"])
