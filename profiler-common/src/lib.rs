@@ -87,6 +87,7 @@ mod user {
         LockAcc,
         BlockedKey,
         BlockedVal,
+        V8Frames,
     );
 }
 
@@ -140,7 +141,13 @@ mod tests {
         assert!(used.iter().filter(|&&n| n > 0).count() >= 10, "{used:?}");
         assert_ne!(holder_slot(7, cause::READ), holder_slot(7, cause::MUNMAP));
         assert_eq!(size_of::<StackHeader>(), 64);
-        assert_eq!(size_of::<StackSample>(), 64 + STACK_BYTES);
+        assert_eq!(
+            size_of::<StackSample>(),
+            64 + STACK_BYTES + V8_COPY_SLOTS * 80
+        );
+        assert!(V8_COPY_SLOTS.is_power_of_two() && V8_COPY_SLOTS >= MAX_V8_COPIES);
+        assert_eq!(size_of::<V8Copy>(), 8 + V8_COPY_BYTES);
+        assert_eq!(size_of::<V8Frames>(), 24);
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);
         assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN + 8);

@@ -27,7 +27,8 @@ pub mod stack_record {
 
 /// What a sampled write's record says before its stack: a [`stack_record::SAMPLE`] record on
 /// the ring is this header followed by `stack_len` bytes of stack (not `STACK_BYTES`: a
-/// record as long as the stack is deep keeps eight times more shallow samples in the ring).
+/// record as long as the stack is deep keeps eight times more shallow samples in the ring),
+/// then to the record's end the [`V8Copy`]s of its V8 frames' objects.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct StackHeader {
@@ -50,13 +51,51 @@ pub struct StackHeader {
     pub waiter: u32,
 }
 
-/// A sample as the eBPF side assembles it (in a per-CPU buffer) before sending the header and
-/// the `stack_len` bytes of `stack` that were read.
+/// A sample as the eBPF side assembles it (in a per-CPU buffer) before sending the header,
+/// the `stack_len` bytes of `stack` that were read, and right after them the [`V8Copy`]s
+/// taken. The copies are made past `STACK_BYTES` ([`V8_COPY_SLOTS`] of room, a power of two:
+/// the verifier is shown their offsets' bounds by a mask), then moved to follow the stack.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct StackSample {
     pub head: StackHeader,
-    pub stack: [u8; STACK_BYTES],
+    pub stack: [u8; STACK_BYTES + V8_COPY_SLOTS * size_of::<V8Copy>()],
+}
+
+/// Where a process's V8 frames keep their slots, and its JSFunctions their fields (offsets
+/// from node's own `v8dbg_*` symbols), set by userspace in `V8_FRAMES` for each process whose
+/// V8 it has read: with it, the eBPF side copies the objects of a sample's V8 frames at the
+/// sample ([`V8Copy`]), from the thread's own memory and without the lock that a later read
+/// by userspace takes (`process_vm_readv` takes the target's `mmap_lock`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct V8Frames {
+    /// The context (or a frame type's marker) slot, from the frame pointer.
+    pub fp_context: i32,
+    pub fp_function: i32,
+    pub fp_bytecode_array: i32,
+    pub fp_bytecode_offset: i32,
+    /// A JSFunction's SharedFunctionInfo and code fields, from its start (8-byte words
+    /// below 64).
+    pub function_shared: u32,
+    pub function_code: u32,
+}
+
+/// Bytes of an object's start copied: the headers userspace checks and names from.
+pub const V8_COPY_BYTES: usize = 72;
+/// Most objects copied per sample (four per frame: its function, SharedFunctionInfo, code and
+/// bytecode).
+pub const MAX_V8_COPIES: usize = 48;
+/// Room for copies in a [`StackSample`] (at least [`MAX_V8_COPIES`]).
+pub const V8_COPY_SLOTS: usize = 64;
+
+/// An object's first [`V8_COPY_BYTES`] as the sampled thread's memory held them at the
+/// sample (`addr`: the untagged address).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct V8Copy {
+    pub addr: u64,
+    pub bytes: [u8; V8_COPY_BYTES],
 }
 
 /// The outcome of a sampled acquisition: its wait and hold.

@@ -13,7 +13,8 @@
 //! lock, and is it profiled), [`timing`] (the three tracepoints), [`accum`] (pending
 //! acquisitions into per-thread accumulators, and those into `STATS`), [`blockers`] (who made
 //! whom wait), [`sampling`] (user stacks), [`lifecycle`] (exit, fork, the flush iterator),
-//! [`selection`] (the agent's selectors, matched at exec and fork), [`contention`] (contention
+//! [`v8copy`] (the objects of sampled V8 frames), [`selection`] (the agent's selectors, matched
+//! at exec and fork), [`contention`] (contention
 //! mode: `lock:contention_begin/end` instead of the three tracepoints), [`diag`] (rare
 //! diagnostics, logged with aya-log when asked for) and [`floors`] (the benchmark's reference
 //! programs).
@@ -39,7 +40,7 @@ macro_rules! bpf_modules {
 
 bpf_modules!(
     accum, announce, blockers, contention, diag, floors, kread, lifecycle, maps, owner, sampling,
-    selection, slots, state, timing,
+    selection, slots, state, timing, v8copy,
 );
 
 #[cfg(not(target_arch = "bpf"))]

@@ -5,10 +5,11 @@ use core::ptr;
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
-    helpers::{bpf_get_prandom_u32, bpf_probe_read_user_buf},
+    helpers::{bpf_get_prandom_u32, bpf_probe_read_kernel_buf, bpf_probe_read_user_buf},
 };
 use profiler_common::{
-    SampleDone, STACK_BYTES, STACK_CHUNK, StackHeader, counter, stack_record,
+    SampleDone, STACK_BYTES, STACK_CHUNK, StackHeader, StackSample, V8_COPY_SLOTS, V8Copy,
+    counter, stack_record,
 };
 
 use crate::{
@@ -156,10 +157,41 @@ fn send<const LOST: u32>(head: &StackHeader, fs: u64) -> bool {
         }
         chunks = i + 1;
     }
-    let len = chunks * STACK_CHUNK;
-    e.head.stack_len = len as u32;
-    // The header and the stack read, as one record: they are contiguous in the buffer.
-    let n = size_of::<StackHeader>() + len;
+    e.head.stack_len = (chunks * STACK_CHUNK) as u32;
+    // From here on the stack's length is read back from the buffer, not kept: the loop's
+    // paths (one per length) then join, and what follows, the V8 copies above all, is
+    // verified once instead of once per length (6.1's verifier went past its million
+    // instructions so).
+    let Some(len) = stack_len(e) else {
+        return false;
+    };
+    // The objects of its V8 frames, copied past the stack's room, then moved to follow the
+    // stack read (a masked size: the verifier sees it bounded).
+    let copies = crate::v8copy::copy_objects(head.tgid, sp, len as u32) as usize;
+    let size = (copies & (V8_COPY_SLOTS - 1)) * size_of::<V8Copy>();
+    if size > 0 {
+        let Some(len) = stack_len(e) else {
+            return false;
+        };
+        if len < STACK_BYTES {
+            let base = e.stack.as_mut_ptr();
+            // SAFETY: both ranges lie within the buffer's array (`len + size` is at most
+            // STACK_BYTES + V8_COPY_SLOTS entries); they may overlap with the destination
+            // first, which a forward copy (the helper's) handles.
+            let moved = unsafe {
+                let dst = core::slice::from_raw_parts_mut(base.add(len), size);
+                bpf_probe_read_kernel_buf(base.add(STACK_BYTES), dst)
+            };
+            if moved.is_err() {
+                return false;
+            }
+        }
+    }
+    let Some(len) = stack_len(e) else {
+        return false;
+    };
+    // The header, the stack read and the copies, as one record: contiguous in the buffer.
+    let n = size_of::<StackHeader>() + len + size;
     let bytes = bytemuck::bytes_of(e);
     let Some(record) = bytes.get(..n) else {
         return false;
@@ -170,6 +202,15 @@ fn send<const LOST: u32>(head: &StackHeader, fs: u64) -> bool {
         return false;
     }
     true
+}
+
+/// The length of the stack copied into the sample buffer, as `send` wrote it there, read
+/// back (a fresh load, bounded by the check right before its use).
+#[inline(always)]
+fn stack_len(e: &StackSample) -> Option<usize> {
+    // SAFETY: a field of this CPU's buffer, a valid map value.
+    let len = unsafe { ptr::read_volatile(&e.head.stack_len) } as usize;
+    (len <= STACK_BYTES).then_some(len)
 }
 
 /// A sampled acquisition's outcome (its wait and hold), joined by userspace to the sample

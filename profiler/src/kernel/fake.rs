@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use profiler_common::{
-    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, StatsKey, ThreadCpu, ThreadStats, bucket_index,
-    exit_record,
+    BlockedKey, BlockedVal, COMM_LEN, ExitedThread, StatsKey, ThreadCpu, ThreadStats, V8Frames,
+    bucket_index, exit_record,
 };
 
 use super::{
@@ -86,6 +86,8 @@ pub struct FakeKernel {
     pub removed_blocked: Vec<BlockedKey>,
     /// Processes the profile took out of the kernel's selection (pid, start ticks).
     pub deselected: Vec<(u32, u64)>,
+    /// V8 frame layouts set (and, None, unset) for the kernel side, in order.
+    pub v8_frames: Vec<(u32, Option<V8Frames>)>,
     /// The kernel's selection (`SELECTED`), as the test's kernel made it.
     pub selection: Vec<Selected>,
     /// Readings of the stats map so far.
@@ -113,6 +115,7 @@ impl FakeKernel {
             removed: Vec::new(),
             removed_blocked: Vec::new(),
             deselected: Vec::new(),
+            v8_frames: Vec::new(),
             selection: Vec::new(),
             readings: 0,
         }
@@ -348,6 +351,10 @@ impl Kernel for FakeKernel {
     fn remove_blocked(&mut self, key: &BlockedKey) {
         self.blocked.remove(key);
         self.removed_blocked.push(*key);
+    }
+
+    fn set_v8_frames(&mut self, pid: u32, frames: Option<V8Frames>) {
+        self.v8_frames.push((pid, frames));
     }
 
     fn deselect(&mut self, pid: u32, ticks: u64) {

@@ -8,7 +8,9 @@
 //! (no copy of a map of tens of thousands of threads), and retiring a thread needs the kernel
 //! between two steps (its entries read one last time, then deleted).
 
-use profiler_common::{BlockedKey, BlockedVal, ExitedThread, StatsKey, ThreadCpu, ThreadStats};
+use profiler_common::{
+    BlockedKey, BlockedVal, ExitedThread, StatsKey, ThreadCpu, ThreadStats, V8Frames,
+};
 
 use std::io;
 
@@ -83,6 +85,11 @@ pub trait Kernel {
     /// Drops process (`pid`, start `ticks`) from the kernel's selection, if it is there under
     /// that start time.
     fn deselect(&mut self, pid: u32, ticks: u64);
+
+    /// Sets (None: unsets) where process `pid`'s V8 frames keep their slots: its samples then
+    /// carry copies of their frames' objects (see `profiler_common::V8Frames`). Best effort:
+    /// without it, those objects are read from the process.
+    fn set_v8_frames(&mut self, pid: u32, frames: Option<V8Frames>);
 
     /// The processes in the kernel's selection now, with how each came in (none when the
     /// run selects none: system-wide, or by `--pid` alone).
@@ -317,6 +324,23 @@ impl Kernel for Collector {
 
     fn deselect(&mut self, pid: u32, ticks: u64) {
         Collector::deselect(self, pid, ticks)
+    }
+
+    fn set_v8_frames(&mut self, pid: u32, frames: Option<V8Frames>) {
+        let set = super::collector::map_of(&mut self.ebpf, "V8_FRAMES").and_then(
+            |mut m: aya::maps::HashMap<&mut aya::maps::MapData, u32, V8Frames>| {
+                let r = match frames {
+                    Some(f) => m.insert(pid, f, 0),
+                    // Already gone is fine.
+                    None => m.remove(&pid).or(Ok(())),
+                };
+                r.map_err(|e| CollectorError::Map("V8_FRAMES", super::collector::error_chain(&e)))
+            },
+        );
+        // Full (8,192 processes at once): that process's objects are read, as without it.
+        if let Err(e) = set {
+            log::debug!("V8 frames of {pid} not set: {e}");
+        }
     }
 
     fn selection(&self) -> Vec<Selected> {

@@ -20,6 +20,15 @@ pub struct Reads {
     /// The ranges those calls read: the kernel takes the lock for each (more than once for a
     /// range of many pages).
     pub memory_ranges: u64,
+    /// V8 objects not read but taken from the copies the eBPF side made at the samples, from
+    /// the sampled thread's own memory (no acquisition): what `memory_ranges` would have
+    /// been higher by, about.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub v8_copied: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Reads {
@@ -34,5 +43,6 @@ impl AddAssign for Reads {
         self.map_queries += o.map_queries;
         self.memory += o.memory;
         self.memory_ranges += o.memory_ranges;
+        self.v8_copied += o.v8_copied;
     }
 }

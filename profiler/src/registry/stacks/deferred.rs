@@ -25,6 +25,9 @@ pub(super) struct Deferred {
     pub(super) tid: u32,
     pub(super) actor: ProcId,
     pub(super) slots: Vec<v8::JsSlots>,
+    /// The copies of its V8 frames' objects the kernel side made at the sample (whole
+    /// `profiler_common::V8Copy`s).
+    pub(super) copies: Vec<u8>,
 }
 
 /// The index of `js` in the interned names, adding it if new.
@@ -87,7 +90,11 @@ impl StackAttribution {
                 continue;
             };
             let all: Vec<v8::JsSlots> = samples.iter().flat_map(|d| d.slots.clone()).collect();
-            let mut resolved = heap.resolve_all(&all).into_iter();
+            let mut copies = v8::Copies::default();
+            for d in &samples {
+                copies.add(&d.copies);
+            }
+            let mut resolved = heap.resolve_all(&all, &copies).into_iter();
             for d in samples {
                 let named: Vec<Resolved> = resolved.by_ref().take(d.slots.len()).collect();
                 let Some(p) = self.pending.get_mut(&d.key) else {

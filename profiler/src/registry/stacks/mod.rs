@@ -142,6 +142,10 @@ pub struct StackAttribution {
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
     pub v8_work: std::time::Duration,
+    /// The V8 frame layouts of processes (by pid) for the kernel side, which copies their
+    /// frames' objects at the samples ([`take_v8_frames`](Self::take_v8_frames)); None for a
+    /// process forgotten.
+    v8_frames: Vec<(u32, Option<profiler_common::V8Frames>)>,
 }
 
 /// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
@@ -154,6 +158,13 @@ fn still_there(p: ProcId) -> bool {
 }
 
 impl StackAttribution {
+    /// The V8 frame layouts to set (or, None, to unset) for the kernel side since the last
+    /// call, by pid: with one, the samples of a process carry copies of their V8 frames'
+    /// objects, which are then not read from the process (each read takes its lock).
+    pub fn take_v8_frames(&mut self) -> Vec<(u32, Option<profiler_common::V8Frames>)> {
+        std::mem::take(&mut self.v8_frames)
+    }
+
     /// One ring buffer record. A batch of records ends with [`flush`](Self::flush).
     pub fn on_record(&mut self, bytes: &[u8]) {
         let Some(tag) = read_record::<u32>(bytes) else {
@@ -163,9 +174,11 @@ impl StackAttribution {
             stack_record::SAMPLE | stack_record::HOLDER => {
                 // The header, then as many bytes of stack as it says were read.
                 if let Some(h) = read_record::<StackHeader>(bytes) {
+                    // Then the copies of its V8 frames' objects, to the record's end.
                     let at = std::mem::size_of::<StackHeader>();
-                    let stack = bytes.get(at..).unwrap_or_default();
-                    self.on_sample(&h, &stack[..stack.len().min(h.stack_len as usize)]);
+                    let rest = bytes.get(at..).unwrap_or_default();
+                    let (stack, copies) = rest.split_at(rest.len().min(h.stack_len as usize));
+                    self.on_sample(&h, stack, copies);
                 }
             }
             stack_record::DONE => {
@@ -231,12 +244,18 @@ impl StackAttribution {
                     return None;
                 }
             };
+            if let Some(frames) = (u.as_ref())
+                .and_then(|u| u.v8.as_ref())
+                .and_then(|v8| v8.layout.frames())
+            {
+                self.v8_frames.push((p.pid, Some(frames)));
+            }
             self.unwinders.insert(p, u);
         }
         self.unwinders.get_mut(&p)?.as_mut()
     }
 
-    fn on_sample(&mut self, s: &StackHeader, stack: &[u8]) {
+    fn on_sample(&mut self, s: &StackHeader, stack: &[u8], copies: &[u8]) {
         let t0 = std::time::Instant::now();
         let actor = actor(s);
         let mut deferred = None;
@@ -267,6 +286,7 @@ impl StackAttribution {
                             tid: s.tid,
                             actor,
                             slots,
+                            copies: copies.to_vec(),
                         });
                     }
                 }

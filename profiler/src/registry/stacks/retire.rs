@@ -69,7 +69,13 @@ impl StackAttribution {
         self.flush();
         let gone = |a: ProcId| a == p || a == ProcId::new(p.pid, 0);
         self.symbolize_where(gone);
+        let had_v8 =
+            (self.unwinders.get(&p)).is_some_and(|u| u.as_ref().is_some_and(|u| u.v8.is_some()));
         self.unwinders.retain(|&a, _| !gone(a));
+        // Its layout goes from the kernel side, unless a later process has its pid.
+        if had_v8 && !self.unwinders.keys().any(|a| a.pid == p.pid) {
+            self.v8_frames.push((p.pid, None));
+        }
         let before = self.pending.len();
         self.pending.retain(|_, s| !gone(s.actor));
         self.unmatched += (before - self.pending.len()) as u64;

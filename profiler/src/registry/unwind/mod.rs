@@ -432,6 +432,7 @@ impl ProcessUnwinder {
         let mut r = self.lookups.reads;
         if let Some(v8) = &self.v8 {
             r += v8.memory().reads();
+            r.v8_copied += v8.stats.copied;
         }
         r
     }

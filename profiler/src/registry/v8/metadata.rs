@@ -138,6 +138,21 @@ impl Lookup<'_> {
 }
 
 impl Layout {
+    /// What the eBPF side needs to copy the objects of this V8's frames at a sample
+    /// (`profiler_common::V8Frames`); None if a JSFunction's fields lie past what it copies
+    /// (the eBPF side takes them below 64 bytes, 8-byte words).
+    pub fn frames(&self) -> Option<profiler_common::V8Frames> {
+        let within = |off: u64| (off < 64 && off.is_multiple_of(8)).then_some(off as u32);
+        Some(profiler_common::V8Frames {
+            fp_context: i32::try_from(self.fp_marker).ok()?,
+            fp_function: i32::try_from(self.fp_function).ok()?,
+            fp_bytecode_array: i32::try_from(self.fp_bytecode_array).ok()?,
+            fp_bytecode_offset: i32::try_from(self.fp_bytecode_offset).ok()?,
+            function_shared: within(self.js_function_shared)?,
+            function_code: within(self.js_function_code)?,
+        })
+    }
+
     /// The layout described by a binary's symbols, or why it cannot be used.
     pub fn from_symbols(syms: &Symbols, file: &str) -> Result<Layout, LayoutError> {
         let version = version_of(syms).unwrap_or((0, 0, 0));

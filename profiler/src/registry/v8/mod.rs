@@ -45,6 +45,8 @@ use heap::{Heap, is_heap_object};
 use memory::{Memory, Prefetched, ProcessMemory};
 use metadata::{Layout, LayoutError};
 
+use profiler_common::{V8_COPY_BYTES, V8Copy};
+
 use crate::registry::perfmap::JsFunction;
 
 type FileKey = (String, u64);
@@ -123,6 +125,30 @@ pub enum Resolved {
 pub struct ResolveStats {
     pub named: u64,
     pub unknown: u64,
+    /// Objects taken from the copies made at the samples (not read from the process).
+    pub copied: u64,
+}
+
+/// Objects of V8 frames as the eBPF side copied them at the samples of a batch
+/// (`profiler_common::V8Copy`: the first [`V8_COPY_BYTES`] of each), by address. Where two
+/// samples copied one object, the later copy is kept: as a read at the batch's end would,
+/// every frame of the batch is checked against one version of each object.
+#[derive(Default)]
+pub struct Copies(HashMap<u64, [u8; V8_COPY_BYTES]>);
+
+impl Copies {
+    /// Adds the copies at the end of a sample's record (whole [`V8Copy`]s, in order).
+    pub fn add(&mut self, records: &[u8]) {
+        for c in records.chunks_exact(size_of::<V8Copy>()) {
+            let c: V8Copy = bytemuck::pod_read_unaligned(c);
+            self.0.insert(c.addr, c.bytes);
+        }
+    }
+
+    /// The first `len` bytes of the object at `addr`, if it was copied that far.
+    pub fn get(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        self.0.get(&addr)?.get(..len)
+    }
 }
 
 /// The V8 heap of one process, and what was read from it.
@@ -188,15 +214,18 @@ impl<M: Memory> V8Process<M> {
     /// Code objects (of compiled frames) and BytecodeArrays (of interpreted ones), for the
     /// functions still there (see the module doc for what is checked). Each distinct object
     /// is read once, however many frames hold it.
-    pub fn resolve_all(&mut self, slots: &[JsSlots]) -> Vec<Resolved> {
-        const HEADER: usize = 72;
+    ///
+    /// `copies` are objects the eBPF side copied at the samples (see [`Copies`]): an object
+    /// found there is not read.
+    pub fn resolve_all(&mut self, slots: &[JsSlots], copies: &Copies) -> Vec<Resolved> {
+        const HEADER: usize = V8_COPY_BYTES;
         let untag = |p: u64| p.wrapping_sub(heap::HEAP_OBJECT_TAG);
         let functions: BTreeMap<u64, usize> = slots
             .iter()
             .filter(|s| is_heap_object(s.function))
             .map(|s| (untag(s.function), HEADER))
             .collect();
-        let first = self.prefetch(functions);
+        let first = self.fetch(functions, copies);
         let word = |b: &[u8], off: u64| {
             b.get(off as usize..off as usize + 8)
                 .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
@@ -234,7 +263,7 @@ impl<M: Memory> V8Process<M> {
                 *len = (*len).max(24);
             }
         }
-        let second = self.prefetch(second);
+        let second = self.fetch(second, copies);
         {
             let mut blocks = self.blocks.borrow_mut();
             blocks.clear();
@@ -246,6 +275,19 @@ impl<M: Memory> V8Process<M> {
         // The heap moves on: nothing read is kept past the batch (but names, checked).
         self.blocks.borrow_mut().clear();
         self.pages.borrow_mut().clear();
+        out
+    }
+
+    /// The ranges `(address, length)`: those copied at the sample taken from `copies`, the
+    /// others read ([`prefetch`](Self::prefetch)); those there, by address.
+    fn fetch(&mut self, ranges: BTreeMap<u64, usize>, copies: &Copies) -> Vec<(u64, Vec<u8>)> {
+        let (copied, read): (BTreeMap<u64, usize>, BTreeMap<u64, usize>) = ranges
+            .into_iter()
+            .partition(|(a, n)| copies.get(*a, *n).is_some());
+        let mut out = self.prefetch(read);
+        self.stats.copied += copied.len() as u64;
+        out.extend((copied.into_iter()).filter_map(|(a, n)| Some((a, copies.get(a, n)?.to_vec()))));
+        out.sort_unstable_by_key(|(a, _)| *a);
         out
     }
 

@@ -279,6 +279,7 @@ impl<K: Kernel> Profile<K> {
             stacks.prepare(p);
         }
         self.stacks = Some(stacks);
+        self.share_v8_frames();
     }
 
     /// Folds sampled stack records into the stack attribution, then ends their batch.
@@ -290,6 +291,17 @@ impl<K: Kernel> Profile<K> {
             stacks.on_record(&r);
         }
         stacks.flush();
+        self.share_v8_frames();
+    }
+
+    /// Gives the kernel side the V8 frame layouts of the processes whose unwinders were made
+    /// or forgotten since (see `StackAttribution::take_v8_frames`).
+    pub fn share_v8_frames(&mut self) {
+        if let Some(stacks) = self.stacks.as_mut() {
+            for (pid, frames) in stacks.take_v8_frames() {
+                self.collector.set_v8_frames(pid, frames);
+            }
+        }
     }
 
     /// The stacks' backlog was unwound (`caught_up`: all of it) : processes gone long enough

@@ -321,6 +321,7 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
         map_queries: 2,
         memory: 1,
         memory_ranges: 1,
+        v8_copied: 0,
     };
     p.registry.roles.note_reads(main.process(), read);
 

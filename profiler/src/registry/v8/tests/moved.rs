@@ -204,21 +204,30 @@ fn a_function_moved_and_another_at_its_address_is_never_named_for_it() {
     };
     // Line 2 (ends 9, 99), column 12 - 10 + 1.
     assert_eq!(
-        v8.resolve_all(&[hot_frame]),
+        v8.resolve_all(&[hot_frame], &Default::default()),
         vec![named("hot", "app.js:2:3")]
     );
     // The GC moved it and made another function (of other code, in another context) at its
     // address: the frame's return address is not in that function's code, and the frame's
     // context is not its context.
     w.put_other();
-    assert_eq!(v8.resolve_all(&[hot_frame]), vec![Resolved::Unknown]);
+    assert_eq!(
+        v8.resolve_all(&[hot_frame], &Default::default()),
+        vec![Resolved::Unknown]
+    );
     // A frame of `other` running code that is not its current one (on-stack replacement):
     // named, its context being the function's own.
     let osr = compiled(F, 0x5800_0010, OTHER + 0x300);
-    assert_eq!(v8.resolve_all(&[osr]), vec![named("other", "app.js:2:31")]);
+    assert_eq!(
+        v8.resolve_all(&[osr], &Default::default()),
+        vec![named("other", "app.js:2:31")]
+    );
     // Its function's memory gone: unknown.
     w.heap.0.borrow_mut().remove(&F);
-    assert_eq!(v8.resolve_all(&[osr]), vec![Resolved::Unknown]);
+    assert_eq!(
+        v8.resolve_all(&[osr], &Default::default()),
+        vec![Resolved::Unknown]
+    );
 }
 
 #[test]
@@ -233,10 +242,15 @@ fn an_interpreted_frame_is_named_only_with_its_own_bytecode() {
         },
         ..compiled(F, 0x1234, HOT + 0x300)
     };
-    assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "hot"));
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot")
+    );
     // Another function at its address: its bytecode is not the frame's.
     w.put_other();
-    assert_eq!(v8.resolve_all(&[frame]), vec![Resolved::Unknown]);
+    assert_eq!(
+        v8.resolve_all(&[frame], &Default::default()),
+        vec![Resolved::Unknown]
+    );
     // An offset outside the bytecode: not an interpreted frame of it.
     w.put_hot();
     let outside = JsSlots {
@@ -246,7 +260,10 @@ fn an_interpreted_frame_is_named_only_with_its_own_bytecode() {
         },
         ..frame
     };
-    assert_eq!(v8.resolve_all(&[outside]), vec![Resolved::Unknown]);
+    assert_eq!(
+        v8.resolve_all(&[outside], &Default::default()),
+        vec![Resolved::Unknown]
+    );
 }
 
 #[test]
@@ -256,7 +273,9 @@ fn a_cached_name_is_dropped_when_its_sfi_address_holds_another() {
     w.function(F, sfi, "first", 12, 0x5000_0000);
     let mut v8 = w.v8();
     let frame = compiled(F, 0x5000_0010, sfi + 0x300);
-    assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "first"));
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "first")
+    );
     // Another SharedFunctionInfo at the same address (its scope info elsewhere).
     w.function(F, sfi, "second", 12, 0x5000_0000);
     let scope = w.heap.0.borrow()[&(sfi + 0x500)].clone();
@@ -265,5 +284,7 @@ fn a_cached_name_is_dropped_when_its_sfi_address_holds_another() {
         sfi,
         &[M_SFI + 1, sfi + 0x100 + 1, sfi + 0x600 + 1, 0, 0x9000 + 1],
     );
-    assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "second"));
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "second")
+    );
 }

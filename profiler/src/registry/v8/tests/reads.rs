@@ -100,7 +100,10 @@ fn node_module_sources_are_read_once_per_process_not_once_per_isolate() {
         );
         // Defined at 12: line 2, column 3.
         w.function_in(f, sfi, "fn", 12, code, s);
-        let named = v8.resolve_all(&[compiled(f, code + 0x10, sfi + 0x300)]);
+        let named = v8.resolve_all(
+            &[compiled(f, code + 0x10, sfi + 0x300)],
+            &Default::default(),
+        );
         assert_eq!(
             named,
             [Resolved::Named(JsFunction {
@@ -144,7 +147,7 @@ fn node_module_sources_are_read_once_per_binary_when_shared() {
     let reads_by = |sharing: Option<(FileKey, SharedSources)>| {
         let counting = Counting::new(&w.heap);
         let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting).sharing_sources(sharing);
-        let named = v8.resolve_all(&[frame]);
+        let named = v8.resolve_all(&[frame], &Default::default());
         assert!(
             matches!(&named[0], Resolved::Named(j) if j.location == "node:internal/x:2:3"),
             "{named:?}"
@@ -232,13 +235,15 @@ fn an_unreadable_page_is_read_once_per_batch() {
     {
         let counting = Counting::new(&paged);
         let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
-        assert!(matches!(&v8.resolve_all(&[frame])[0], Resolved::Named(j) if j.name == "hot"));
+        assert!(
+            matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot")
+        );
     }
     paged.0.remove(&F);
     let counting = Counting::new(&paged);
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
     assert_eq!(
-        v8.resolve_all(&[frame, frame]),
+        v8.resolve_all(&[frame, frame], &Default::default()),
         [Resolved::Unknown, Resolved::Unknown]
     );
     assert_eq!(counting.of(F, PAGE), 1, "{:x?}", counting.reads.borrow());
@@ -270,7 +275,9 @@ fn only_what_the_checks_use_is_read() {
     let code = HOT + 0x200;
     let counting = Counting::new(&w.heap);
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
-    assert!(matches!(&v8.resolve_all(&[interpreted])[0], Resolved::Named(j) if j.name == "hot"));
+    assert!(
+        matches!(&v8.resolve_all(&[interpreted], &Default::default())[0], Resolved::Named(j) if j.name == "hot")
+    );
     assert_eq!(counting.of(code, 8), 0, "{:x?}", counting.reads.borrow());
     // Moved: the map word is the new copy's address (no heap object tag).
     let mut header = w
@@ -287,11 +294,85 @@ fn only_what_the_checks_use_is_read() {
     w.heap.put(F, &words);
     counting.reads.borrow_mut().clear();
     let moved = compiled(F, 0x5000_0010, HOT + 0x300);
-    assert_eq!(v8.resolve_all(&[moved]), [Resolved::Unknown]);
+    assert_eq!(
+        v8.resolve_all(&[moved], &Default::default()),
+        [Resolved::Unknown]
+    );
     assert_eq!(
         counting.of(HOT, 0x1000),
         0,
         "{:x?}",
         counting.reads.borrow()
+    );
+}
+
+/// The objects the eBPF side copied at the sample (a function, its SharedFunctionInfo and
+/// code) are taken from the copies, not read; and a copy is what the frame is checked
+/// against, not the heap as it is by the time the batch is named: a function the GC moved
+/// since the sample is still named, as it was when the stack held it.
+#[test]
+fn objects_copied_at_the_sample_are_not_read() {
+    let w = World::new();
+    w.put_hot();
+    for (at, mut bytes) in w.heap.objects() {
+        bytes.resize(bytes.len().max(72), 0);
+        let words: Vec<u64> = (bytes.chunks(8))
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        w.heap.put(at, &words);
+    }
+    let word = |at: u64| {
+        let mut b = [0u8; 8];
+        assert!(w.heap.read(at, &mut b));
+        u64::from_le_bytes(b) - 1
+    };
+    let (sfi, code) = (
+        word(F + w.layout.js_function_shared),
+        word(F + w.layout.js_function_code),
+    );
+    // As the kernel side sends them, after the stack.
+    let mut record = Vec::new();
+    for at in [F, sfi, code] {
+        let mut c = V8Copy {
+            addr: at,
+            bytes: [0; V8_COPY_BYTES],
+        };
+        assert!(w.heap.read(at, &mut c.bytes));
+        record.extend_from_slice(bytemuck::bytes_of(&c));
+    }
+    let mut copies = Copies::default();
+    copies.add(&record);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    let counting = Counting::new(&w.heap);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+    let named = |r: &[Resolved]| matches!(&r[0], Resolved::Named(j) if j.name == "hot");
+    assert!(named(&v8.resolve_all(&[frame], &copies)));
+    let untouched = |c: &Counting<_>| [F, sfi, code].map(|at| c.of(at, 72));
+    assert_eq!(
+        untouched(&counting),
+        [0; 3],
+        "{:x?}",
+        counting.reads.borrow()
+    );
+    assert_eq!(v8.stats.copied, 3);
+    // Moved since the sample: the heap's map word is now a forwarding address.
+    let mut header = [0u8; 72];
+    assert!(w.heap.read(F, &mut header));
+    header[..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
+    let words: Vec<u64> = (header.chunks(8))
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    w.heap.put(F, &words);
+    assert!(named(&v8.resolve_all(&[frame], &copies)));
+    assert_eq!(
+        untouched(&counting),
+        [0; 3],
+        "{:x?}",
+        counting.reads.borrow()
+    );
+    // Without the copies, the heap as it is now: moved, so unknown.
+    assert_eq!(
+        v8.resolve_all(&[frame], &Copies::default()),
+        [Resolved::Unknown]
     );
 }
