@@ -205,6 +205,16 @@ fn names_with_no_flags(major: u32) {
     let js = &run.p["js_frames"];
     assert_eq!(js["perf_map"], 0, "no perf map: {js}");
     assert!(js["v8"].as_u64().unwrap() > 0, "{js}");
+    // The sampled frames' objects were copied by the kernel side at the samples, from the
+    // threads' own memory: few were read from the process (each range read takes its lock),
+    // those of functions named for the first time (their names and scripts).
+    let read = &run.p["read_by_profiler"];
+    let count = |k: &str| read.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let (copied, ranges) = (count("v8_copied"), count("memory_ranges"));
+    assert!(
+        copied > 0 && ranges * 2 <= copied,
+        "{copied} objects copied at the samples, {ranges} ranges read: {read}"
+    );
 }
 
 /// With the perf map as well: the same, and both sources name every frame they both name
