@@ -12,9 +12,11 @@
 //! did not have, so the lookups are exercised throughout the run, not only at its start.
 //!
 //! Not in the kernel matrix: under TCG every hold is lengthened by the emulated tracing, and a
-//! one-vCPU guest's threads rarely wait on each other, so the same run measured 2.8-3.6% on
-//! 6.1 (24 Workers; the map read whole 5 times, about 13 of some 800-900 acquisitions: the
-//! rest are V8 heap reads, which take the lock on every kernel).
+//! one-vCPU guest's threads rarely wait on each other. Run by hand in the matrix's 6.1 guest
+//! with 24 Workers (2026-11-29, three runs each): 0.73-0.90% of the process's wait, 850-1,149
+//! acquisitions (the map read whole 6-7 times; 576-1,096 V8 objects copied at the samples);
+//! 0.72-1.08% before the copies (921-1,266 acquisitions). The rest are V8 heap reads, which
+//! take the lock on every kernel: the names of each new isolate's functions.
 
 use std::{path::Path, process::Command};
 
