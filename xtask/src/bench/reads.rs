@@ -35,11 +35,13 @@ pub struct Round {
     /// The profiler's read acquisitions of the lock, and their holds, ns.
     pub acquisitions: u64,
     pub hold_ns: u64,
-    /// `read_by_profiler`: maps read whole, mappings asked for, memory reads and ranges.
+    /// `read_by_profiler`: maps read whole, mappings asked for, memory reads and ranges, and
+    /// the V8 objects taken from the copies made at the samples instead of read.
     pub maps: u64,
     pub map_queries: u64,
     pub memory: u64,
     pub memory_ranges: u64,
+    pub v8_copied: u64,
 }
 
 impl Round {
@@ -72,6 +74,7 @@ fn figures(summary: &Value, pid: u64) -> Result<Round> {
         map_queries: n(read, "map_queries"),
         memory: n(read, "memory"),
         memory_ranges: n(read, "memory_ranges"),
+        v8_copied: n(read, "v8_copied"),
     })
 }
 
@@ -125,7 +128,8 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Vec<Round>> {
         let r = round(prof, dir)?;
         eprintln!(
             "reads round {}/{rounds}: {:.2}% ({:.2} ms held over {:.1} ms of wait, {} read \
-             acquisitions); map read whole {}, {} mappings asked for, {} memory reads ({} ranges)",
+             acquisitions); map read whole {}, {} mappings asked for, {} memory reads ({} ranges), \
+             {} V8 objects copied at the samples",
             i + 1,
             r.share_pct(),
             r.hold_ns as f64 / 1e6,
@@ -134,7 +138,8 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Vec<Round>> {
             r.maps,
             r.map_queries,
             r.memory,
-            r.memory_ranges
+            r.memory_ranges,
+            r.v8_copied
         );
         out.push(r);
     }
@@ -144,7 +149,7 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Vec<Round>> {
 /// The section's JSON and markdown.
 pub fn summarize(rounds: &[Round]) -> (Value, String) {
     let sp = |f: &dyn Fn(&Round) -> f64| Spread::of(rounds.iter().map(f));
-    let rows: [(&str, Option<Spread>, usize, &str); 9] = [
+    let rows: [(&str, Option<Spread>, usize, &str); 10] = [
         ("run (s)", sp(&|r| r.duration_s), 1, "duration_s"),
         (
             "process's wait (ms)",
@@ -189,6 +194,12 @@ pub fn summarize(rounds: &[Round]) -> (Value, String) {
             0,
             "memory_ranges",
         ),
+        (
+            "V8 objects copied at the samples (not read)",
+            sp(&|r| r.v8_copied as f64),
+            0,
+            "v8_copied",
+        ),
     ];
     let mut md = format!(
         "## What the profiler's reads cost the process's lock\n\n\
@@ -219,7 +230,7 @@ mod tests {
             {"pid": 7, "write": stats(1, 999, 0), "read": stats(1, 999, 0)},
             {"pid": 42, "write": stats(10, 3_000_000, 0), "read": stats(5, 1_000_000, 0),
              "profiler": {"read": stats(40, 0, 20_000), "write": stats(0, 0, 0)},
-             "read_by_profiler": {"maps": 2, "map_queries": 9, "memory": 30, "memory_ranges": 40}},
+             "read_by_profiler": {"maps": 2, "map_queries": 9, "memory": 30, "memory_ranges": 40, "v8_copied": 12}},
             {"pid": 43, "write": stats(1, 5, 0), "read": stats(0, 0, 0)}
         ]});
         let r = figures(&summary, 42).unwrap();
@@ -234,7 +245,7 @@ mod tests {
             ),
             (4_000_000, 40, 20_000, 2, 9, 30)
         );
-        assert_eq!((r.memory_ranges, r.duration_s), (40, 6.5));
+        assert_eq!((r.memory_ranges, r.v8_copied, r.duration_s), (40, 12, 6.5));
         assert!((r.share_pct() - 0.5).abs() < 1e-9);
         let bare = figures(&summary, 43).unwrap();
         assert_eq!((bare.acquisitions, bare.maps, bare.wait_ns), (0, 0, 5));
