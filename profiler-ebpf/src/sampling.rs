@@ -163,6 +163,7 @@ fn send<const LOST: u32>(head: &StackHeader, fs: u64) -> bool {
     // verified once instead of once per length (6.1's verifier went past its million
     // instructions so).
     let Some(len) = stack_len(e) else {
+        bump(LOST);
         return false;
     };
     // The objects of its V8 frames, copied past the stack's room, then moved to follow the
@@ -171,6 +172,7 @@ fn send<const LOST: u32>(head: &StackHeader, fs: u64) -> bool {
     let size = (copies & (V8_COPY_SLOTS - 1)) * size_of::<V8Copy>();
     if size > 0 {
         let Some(len) = stack_len(e) else {
+            bump(LOST);
             return false;
         };
         if len < STACK_BYTES {
@@ -183,11 +185,13 @@ fn send<const LOST: u32>(head: &StackHeader, fs: u64) -> bool {
                 bpf_probe_read_kernel_buf(base.add(STACK_BYTES), dst)
             };
             if moved.is_err() {
+                bump(LOST);
                 return false;
             }
         }
     }
     let Some(len) = stack_len(e) else {
+        bump(LOST);
         return false;
     };
     // The header, the stack read and the copies, as one record: contiguous in the buffer.

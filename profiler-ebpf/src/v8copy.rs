@@ -54,7 +54,7 @@ const ENTRY: usize = size_of::<V8Copy>();
 /// per value the scan could hold (on the stack, the two loops went past a million checked
 /// instructions).
 struct Walk {
-    /// The stack copy's address (its first byte is the word at `sp`) and length.
+    /// The stack copy: the user address of its first byte, and its length.
     sp: u64,
     len: u64,
     l: V8Frames,
