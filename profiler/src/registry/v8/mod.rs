@@ -1,11 +1,12 @@
 //! JavaScript function names with no node flags: the JSFunction (and, for interpreted frames,
 //! the BytecodeArray and bytecode offset) that each V8 frame holds at fixed slots below its
 //! frame pointer, taken from the stack copy the kernel made before the lock was taken, and
-//! resolved soon after the sample from the process's memory with the offsets of its own
-//! binary's `v8dbg_*` symbols (`metadata`).
+//! resolved soon after the sample with the offsets of its own binary's `v8dbg_*` symbols
+//! (`metadata`): from the headers of those objects the kernel side copied at the sample
+//! ([`Copies`]) where it did, else, and for names and scripts, from the process's memory.
 //!
 //! Objects move (the scavenger moves every young object at each minor GC; compaction moves
-//! old ones) and die, and the stack copy is older than the heap read. A name is therefore
+//! old ones) and die, and what is read is younger than the stack copy. A name is therefore
 //! given only when what the frame held still fits together when it is read:
 //! - every object is checked by its map's instance type;
 //! - an interpreted frame's function must have, as its bytecode, the very BytecodeArray the
