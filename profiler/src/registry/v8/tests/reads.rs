@@ -249,6 +249,29 @@ fn an_unreadable_page_is_read_once_per_batch() {
     assert_eq!(counting.of(F, PAGE), 1, "{:x?}", counting.reads.borrow());
 }
 
+/// Objects at least a header long, as a real heap's are: the headers are read ahead.
+fn pad_headers(w: &World) {
+    for (at, mut bytes) in w.heap.objects() {
+        bytes.resize(bytes.len().max(72), 0);
+        w.heap.put(at, &words_of(&bytes));
+    }
+}
+
+/// The object at `at` moved by the GC: its map word is now the new copy's address (no heap
+/// object tag), the rest of its header unchanged.
+fn forward(w: &World, at: u64) {
+    let mut header = [0u8; 72];
+    assert!(w.heap.read(at, &mut header));
+    header[..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
+    w.heap.put(at, &words_of(&header));
+}
+
+fn words_of(bytes: &[u8]) -> Vec<u64> {
+    (bytes.chunks(8))
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
 /// A function moved by the GC since the sample (its old copy's map word now a forwarding
 /// address) is read no further: its frame is unknown whatever its SharedFunctionInfo says.
 /// An interpreted frame's function has its Code object left unread (only a compiled frame's
@@ -257,14 +280,7 @@ fn an_unreadable_page_is_read_once_per_batch() {
 fn only_what_the_checks_use_is_read() {
     let w = World::new();
     w.put_hot();
-    // Objects at least a header long, as a real heap's are: the headers are read ahead.
-    for (at, mut bytes) in w.heap.objects() {
-        bytes.resize(bytes.len().max(72), 0);
-        let words: Vec<u64> = (bytes.chunks(8))
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        w.heap.put(at, &words);
-    }
+    pad_headers(&w);
     let interpreted = JsSlots {
         kind: SlotKind::Interpreted {
             bytecode_array: HOT + 0x100 + 1,
@@ -280,18 +296,7 @@ fn only_what_the_checks_use_is_read() {
     );
     assert_eq!(counting.of(code, 8), 0, "{:x?}", counting.reads.borrow());
     // Moved: the map word is the new copy's address (no heap object tag).
-    let mut header = w
-        .heap
-        .objects()
-        .into_iter()
-        .find(|(a, _)| *a == F)
-        .unwrap()
-        .1;
-    header[..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
-    let words: Vec<u64> = (header.chunks(8))
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    w.heap.put(F, &words);
+    forward(&w, F);
     counting.reads.borrow_mut().clear();
     let moved = compiled(F, 0x5000_0010, HOT + 0x300);
     assert_eq!(
@@ -314,13 +319,7 @@ fn only_what_the_checks_use_is_read() {
 fn objects_copied_at_the_sample_are_not_read() {
     let w = World::new();
     w.put_hot();
-    for (at, mut bytes) in w.heap.objects() {
-        bytes.resize(bytes.len().max(72), 0);
-        let words: Vec<u64> = (bytes.chunks(8))
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        w.heap.put(at, &words);
-    }
+    pad_headers(&w);
     let word = |at: u64| {
         let mut b = [0u8; 8];
         assert!(w.heap.read(at, &mut b));
@@ -356,13 +355,7 @@ fn objects_copied_at_the_sample_are_not_read() {
     );
     assert_eq!(v8.stats.copied, 3);
     // Moved since the sample: the heap's map word is now a forwarding address.
-    let mut header = [0u8; 72];
-    assert!(w.heap.read(F, &mut header));
-    header[..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
-    let words: Vec<u64> = (header.chunks(8))
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    w.heap.put(F, &words);
+    forward(&w, F);
     assert!(named(&v8.resolve_all(&[frame], &copies)));
     assert_eq!(
         untouched(&counting),
