@@ -215,26 +215,9 @@ fn a_foreign_writer_is_named_with_no_stack() {
 /// 18 samples, half the wait, had it `[js unknown]`, as V8's heap could not tell it), never
 /// another function.
 fn a_javascript_holder_is_named(major: u32) {
-    if !contention_ready() {
-        return;
-    }
-    let Some(node) = node_or_skip(major) else {
+    let Some((p, truth, holder)) = profile_javascript_holder(major, false) else {
         return;
     };
-    let mut cmd = node.command();
-    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
-        .arg(fixture("holder.js"))
-        .args(["3", "20"]);
-    let mut w = Workload::spawn(cmd);
-    let pid = w.pid;
-    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
-    let holder = ids["holder"].as_u64().unwrap() as u32;
-    let Some((out, charged)) = profile_holders(&mut w, true) else {
-        return;
-    };
-    let s = out.summary();
-    let p = process(s, pid).expect("node in the summary");
-    let truth = charged_to(&charged, pid, holder);
     let functions = p["holder_functions"].as_array().expect("holder_functions");
     let named: u64 = (functions.iter())
         .filter(|f| f["function"] == "shrinkResizableBuffer" && f["cause"] == "mprotect")
@@ -245,13 +228,66 @@ fn a_javascript_holder_is_named(major: u32) {
         })
         .map(|f| f["wait_ns_sum"].as_u64().unwrap())
         .sum();
+    eprintln!(
+        "node {major}: bpftrace charged holder {truth} ns; its resize stacks {} ns, \
+         shrinkResizableBuffer {named} ns, [js unknown] {} ns; holder functions {functions:?}",
+        holder.charged, holder.unknown
+    );
+    assert!(
+        holder.charged * 10 >= truth * 8,
+        "node {major}: the holder's stacks were charged {} ns of bpftrace's {truth} ns: \
+         holder stacks {}",
+        holder.charged,
+        p["holder_stacks"]
+    );
+    assert!(
+        named * 2 >= holder.charged,
+        "node {major}: shrinkResizableBuffer named in {named} ns of its {} ns: {}",
+        holder.charged,
+        p["holder_stacks"]
+    );
+}
+
+/// The wait charged to the holder's stacks in V8's resize, and of it to `[js unknown]`.
+struct ResizeStacks {
+    charged: u64,
+    unknown: u64,
+}
+
+/// Runs `holder.js` under the profiler (its Workers ending as soon as done if
+/// `workers_end`): the node process's summary, the wait bpftrace charged the holder thread,
+/// and its resize stacks. Each of those stacks' JavaScript frame (the resize builtin's
+/// caller) is checked: `shrinkResizableBuffer`, with its script or alone, or `[js unknown]`
+/// where V8's heap could not tell it (a frame of code replaced since, as tiering up does; an
+/// isolate torn down since), never another name. (The holder takes the lock elsewhere too:
+/// malloc's arenas, a munmap.)
+fn profile_javascript_holder(major: u32, workers_end: bool) -> Option<(Value, u64, ResizeStacks)> {
+    if !contention_ready() {
+        return None;
+    }
+    let node = node_or_skip(major)?;
+    let mut cmd = node.command();
+    cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
+        .arg(fixture("holder.js"))
+        .args(["3", "20"]);
+    if workers_end {
+        cmd.env("HOLDER_WORKERS_END", "1");
+    }
+    let mut w = Workload::spawn(cmd);
+    let pid = w.pid;
+    let ids: Value = serde_json::from_str(&w.preamble[0]).expect("tids line");
+    let holder = ids["holder"].as_u64().unwrap() as u32;
+    let (out, charged) = profile_holders(&mut w, true)?;
+    let s = out.summary();
+    let p = process(s, pid).expect("node in the summary").clone();
+    let truth = charged_to(&charged, pid, holder);
     // The holder's stacks in V8's resize (`ArrayBuffer.prototype.resize`, its mprotect:
     // `Builtin_ArrayBufferPrototypeResize`, `BackingStore::ResizeInPlace`; not any "Resize",
-    // which a V8 compiler thread's `IdentityMapBase::Resize` under malloc also is):
-    // their first JavaScript frame is shrinkResizableBuffer, or `[js unknown]` where V8's
-    // heap could not tell it (a frame of code replaced since, as tiering up does), never
-    // another function. (The holder takes the lock elsewhere too: malloc's arenas, a munmap.)
-    let (mut holders, mut unknown) = (0u64, 0u64);
+    // which a V8 compiler thread's `IdentityMapBase::Resize` under malloc also is).
+    let mut stacks = ResizeStacks {
+        charged: 0,
+        unknown: 0,
+    };
     for st in p["holder_stacks"].as_array().expect("holder_stacks") {
         let frames: Vec<&str> = (st["frames"].as_array().unwrap().iter())
             .map(|f| f.as_str().unwrap())
@@ -263,39 +299,31 @@ fn a_javascript_holder_is_named(major: u32) {
             continue;
         }
         let wait = st["wait_ns_sum"].as_u64().unwrap();
-        holders += wait;
-        let js = (frames.iter())
-            .find(|f| f.contains(".js:") || f.starts_with("[js unknown]"))
-            .copied()
-            .unwrap_or_default();
+        stacks.charged += wait;
+        let entry = (frames.iter())
+            .position(|f| f.starts_with("Builtins_CEntry"))
+            .unwrap_or_else(|| panic!("no CEntry frame under the resize: {frames:?}"));
+        let js = frames.get(entry + 1).copied().unwrap_or_default();
         if js.starts_with("[js unknown]") {
-            unknown += wait;
+            stacks.unknown += wait;
         } else {
-            assert!(js.starts_with("shrinkResizableBuffer ("), "{frames:?}");
+            let file = js.strip_prefix("shrinkResizableBuffer").unwrap_or_else(|| {
+                panic!("node {major}: the resize's caller named {js:?}: {frames:?}")
+            });
+            assert!(
+                file.is_empty() || file.contains("holder.js:"),
+                "node {major}: {frames:?}"
+            );
         }
     }
-    eprintln!(
-        "node {major}: bpftrace charged holder {holder} {truth} ns; its resize stacks {holders} \
-         ns, shrinkResizableBuffer {named} ns, [js unknown] {unknown} ns; holder functions \
-         {functions:?}; lost {}",
-        s["lost"]
-    );
+    eprintln!("lost {}", s["lost"]);
     assert!(truth > 0, "no wait began behind the holder: {charged:?}");
     assert!(
-        holders * 10 >= truth * 8,
-        "node {major}: the holder's stacks were charged {holders} ns of bpftrace's {truth} ns: \
-         holder stacks {}",
-        p["holder_stacks"]
+        stacks.charged as f64 <= most_charged(&charged, pid, holder),
+        "{} ns, bpftrace {truth} ns",
+        stacks.charged
     );
-    assert!(
-        named * 2 >= holders,
-        "node {major}: shrinkResizableBuffer named in {named} ns of its {holders} ns: {}",
-        p["holder_stacks"]
-    );
-    assert!(
-        holders as f64 <= most_charged(&charged, pid, holder),
-        "{holders} ns, bpftrace {truth} ns"
-    );
+    Some((p, truth, stacks))
 }
 
 #[test]
@@ -311,6 +339,21 @@ fn node24_names_a_javascript_holder() {
 #[test]
 fn node26_names_a_javascript_holder() {
     a_javascript_holder_is_named(26);
+}
+
+/// A JavaScript holder whose Worker ends as soon as it is done: the profiler may name its
+/// last stacks while its isolate is being torn down (the thread still there, its heap partly
+/// freed). Its resize stacks' JavaScript frame is then still `shrinkResizableBuffer` or
+/// `[js unknown]`, never "(anonymous)" or a name read from freed memory (before what is read
+/// at naming time was checked, 9 of 30 runs on Node 24 misnamed it so). Five runs, as the
+/// teardown's moment is the Worker's.
+#[test]
+fn a_javascript_holder_whose_worker_ended_is_never_misnamed() {
+    for _ in 0..5 {
+        if profile_javascript_holder(24, true).is_none() {
+            return;
+        }
+    }
 }
 
 /// Waits queued behind a writer: the queued-writer helper's reader holds the lock for read

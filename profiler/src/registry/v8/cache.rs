@@ -57,6 +57,12 @@ impl<M: Memory> V8Process<M> {
         self.sfi_function(sfi)
     }
 
+    /// Whether the name of the SharedFunctionInfo `sfi` (tagged) holding `fields` (its name
+    /// or scope info, and script) is cached.
+    pub(super) fn sfi_cached(&self, sfi: u64, fields: (u64, u64)) -> bool {
+        self.sfis.get(sfi, fields).is_some()
+    }
+
     /// The name and definition of a SharedFunctionInfo, cached and checked on each use.
     pub(super) fn sfi_function(&mut self, sfi: u64) -> Option<JsFunction> {
         let l = Arc::clone(&self.layout);

@@ -1,8 +1,12 @@
 //! Whether what a frame held still fits together when the heap is read, as the module doc of
 //! `v8` lists the checks: the frame's SharedFunctionInfo, or none (never another function's).
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use profiler_common::V8_COPY_BYTES;
+
 use super::{
-    JsSlots, SlotKind, V8Process,
+    Copies, JsSlots, SlotKind, V8Process,
     heap::{self, is_heap_object, smi},
     memory::Memory,
 };
@@ -53,6 +57,47 @@ impl<M: Memory> V8Process<M> {
                     }
                 }
                 unchanged.then_some(sfi)
+            }
+        }
+    }
+
+    /// A SharedFunctionInfo copied at the sample points to its name and script as they were
+    /// then, but they are read now: a GC since may have moved them (and put other objects
+    /// there), or the Worker's isolate may have ended. Where its name is cached, the cache's
+    /// check settles it (see `cache`); else it is read again now, and its frames are named
+    /// only if it still holds the map, name and script its copy holds. Of `fetched` (untagged
+    /// addresses and what was found there), those in `sfis` that came from `copies`.
+    pub(super) fn recheck_copied_sfis(
+        &mut self,
+        fetched: &[(u64, Vec<u8>)],
+        sfis: &HashSet<u64>,
+        copies: &Copies,
+    ) {
+        let l = &*self.layout;
+        let fields = |b: &[u8]| {
+            [0, l.sfi_name_or_scope_info, l.sfi_script].map(|o| {
+                (b.get(o as usize..o as usize + 8))
+                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+            })
+        };
+        let unsure: BTreeMap<u64, [Option<u64>; 3]> = (fetched.iter())
+            .filter(|(a, b)| sfis.contains(a) && copies.get(*a, b.len()).is_some())
+            .map(|(a, b)| (*a, fields(b)))
+            .filter(|(a, f)| match f {
+                [_, Some(nosi), Some(script)] => {
+                    !self.sfi_cached(a + heap::HEAP_OBJECT_TAG, (*nosi, *script))
+                }
+                _ => true,
+            })
+            .collect();
+        if unsure.is_empty() {
+            return;
+        }
+        let ranges = unsure.keys().map(|a| (*a, V8_COPY_BYTES)).collect();
+        let now: HashMap<u64, Vec<u8>> = self.prefetch(ranges).into_iter().collect();
+        for (a, copied) in unsure {
+            if now.get(&a).map(|b| fields(b)) != Some(copied) {
+                self.stale.insert(a + heap::HEAP_OBJECT_TAG);
             }
         }
     }

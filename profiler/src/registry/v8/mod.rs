@@ -3,7 +3,9 @@
 //! frame pointer, taken from the stack copy the kernel made before the lock was taken, and
 //! resolved soon after the sample with the offsets of its own binary's `v8dbg_*` symbols
 //! (`metadata`): from the headers of those objects the kernel side copied at the sample
-//! ([`Copies`]) where it did, else, and for names and scripts, from the process's memory.
+//! ([`Copies`]) where it did, else, and for names and scripts, from the process's memory (a
+//! copied SharedFunctionInfo whose name is not cached is read again, to check that the name
+//! and script it points to are still its own: `checks`).
 //!
 //! Objects move (the scavenger moves every young object at each minor GC; compaction moves
 //! old ones) and die, and what is read is younger than the stack copy. A name is therefore
@@ -161,6 +163,9 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// Pages read for the batch being resolved.
     pages: RefCell<HashMap<u64, Option<Box<[u8]>>>>,
     map_types: RefCell<HashMap<u64, u16>>,
+    /// SharedFunctionInfos (tagged) copied at the sample that no longer hold what the copy
+    /// holds: their frames of the batch being resolved are unknown (see `checks`).
+    stale: HashSet<u64>,
     /// A SharedFunctionInfo's name, by (name or scope info, script).
     sfis: Checked<Option<JsFunction>>,
     /// A Script's name and line ends, by (name, source).
@@ -180,6 +185,7 @@ impl<M: Memory> V8Process<M> {
             blocks: RefCell::default(),
             pages: RefCell::default(),
             map_types: RefCell::default(),
+            stale: HashSet::new(),
             sfis: Checked::new(),
             scripts: Checked::new(),
             builtin_sources: Default::default(),
@@ -238,6 +244,7 @@ impl<M: Memory> V8Process<M> {
             .map(|s| untag(s.function))
             .collect();
         let mut second: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut sfis = HashSet::new();
         for (at, b) in &first {
             // What is no function any more is not followed (its frames stay unknown): a map
             // word that is no heap object (a forwarding address: moved by the GC since), or
@@ -250,10 +257,12 @@ impl<M: Memory> V8Process<M> {
                 continue;
             }
             let code = compiled.contains(at).then_some(l.js_function_code);
-            for off in std::iter::once(l.js_function_shared).chain(code) {
-                if let Some(p) = word(b, off).filter(|p| is_heap_object(*p)) {
-                    second.insert(untag(p), HEADER);
-                }
+            if let Some(p) = word(b, l.js_function_shared).filter(|p| is_heap_object(*p)) {
+                second.insert(untag(p), HEADER);
+                sfis.insert(untag(p));
+            }
+            if let Some(p) = code.and_then(|o| word(b, o)).filter(|p| is_heap_object(*p)) {
+                second.insert(untag(p), HEADER);
             }
         }
         for s in slots {
@@ -265,6 +274,7 @@ impl<M: Memory> V8Process<M> {
             }
         }
         let second = self.fetch(second, copies);
+        self.recheck_copied_sfis(&second, &sfis, copies);
         {
             let mut blocks = self.blocks.borrow_mut();
             blocks.clear();
@@ -274,6 +284,7 @@ impl<M: Memory> V8Process<M> {
         }
         let out = slots.iter().map(|s| self.resolve(s)).collect();
         // The heap moves on: nothing read is kept past the batch (but names, checked).
+        self.stale.clear();
         self.blocks.borrow_mut().clear();
         self.pages.borrow_mut().clear();
         out
@@ -346,6 +357,9 @@ impl<M: Memory> V8Process<M> {
 
     fn try_resolve(&mut self, s: &JsSlots) -> Option<JsFunction> {
         let sfi = self.checked_sfi(s)?;
+        if self.stale.contains(&sfi) {
+            return None;
+        }
         self.sfi_function(sfi)
     }
 }

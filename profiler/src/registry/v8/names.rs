@@ -51,21 +51,13 @@ impl<M: Memory> Heap<'_, M> {
         if flags & (1 << 10) != 0 {
             idx += 1;
         }
-        let string = |v: u64| {
-            (is_heap_object(v)
-                && self
-                    .instance_type(v)
-                    .is_some_and(|t| t < self.layout.strings.first_nonstring_type))
-            .then(|| self.name(v))
-            .flatten()
-        };
         let mut out = ScopeNames::default();
         if (flags >> 12) & 3 != 0 {
-            out.name = string(self.slot(si, idx)?).filter(|n| !n.is_empty());
+            out.name = self.optional_string(self.slot(si, idx)?)?;
             idx += 2;
         }
         if flags & (1 << 14) != 0 {
-            out.inferred = string(self.slot(si, idx)?).filter(|n| !n.is_empty());
+            out.inferred = self.optional_string(self.slot(si, idx)?)?;
             idx += 1;
         }
         let position = if sil.fixed_position_info {
@@ -84,6 +76,19 @@ impl<M: Memory> Heap<'_, M> {
         Some(out)
     }
 
+    /// A slot that holds a name or nothing: Some(None) for no name (a Smi, another object,
+    /// an empty string), None if it cannot be told: an object whose map or characters cannot
+    /// be read (gone since, as when a Worker's isolate has ended) is not taken for no name.
+    fn optional_string(&self, v: u64) -> Option<Option<String>> {
+        if !is_heap_object(v) {
+            return Some(None);
+        }
+        if self.instance_type(v)? >= self.layout.strings.first_nonstring_type {
+            return Some(None);
+        }
+        Some(Some(self.name(v)?).filter(|n| !n.is_empty()))
+    }
+
     /// The function's name as V8 prints it (its own, else the inferred one, else none) and
     /// its start position, from a SharedFunctionInfo (already checked to be one).
     pub fn sfi_name(&self, sfi: u64) -> Option<(String, Option<i32>)> {
@@ -96,24 +101,21 @@ impl<M: Memory> Heap<'_, M> {
             Some((name, s.start))
         } else if ty.is_some_and(|t| t < l.strings.first_nonstring_type) {
             Some((self.name(nosi)?, None))
-        } else {
-            // No name (a Smi sentinel) and no scope info.
+        } else if !is_heap_object(nosi) {
+            // No name (V8's sentinel, a Smi) and no scope info.
             Some((String::new(), None))
+        } else {
+            // Another object, or none readable: not what the SharedFunctionInfo held (moved
+            // or gone since), so no name rather than an anonymous one.
+            None
         }
     }
 
-    /// A script's name: its file or URL, empty for an unnamed one.
+    /// A script's name: its file or URL, empty for an unnamed one (None if it cannot be
+    /// told, as `optional_string` says).
     pub fn script_name(&self, script: u64) -> Option<String> {
-        let l = self.layout;
-        let name = self.field(script, l.script_name)?;
-        if self
-            .instance_type(name)
-            .is_some_and(|t| t < l.strings.first_nonstring_type)
-        {
-            self.name(name)
-        } else {
-            Some(String::new())
-        }
+        let name = self.field(script, self.layout.script_name)?;
+        Some(self.optional_string(name)?.unwrap_or_default())
     }
 
     /// A script's line ends (the position of each line's last character, as V8 computes

@@ -1,8 +1,10 @@
 //! Names read from a live node's heap against V8's own perf map, for functions of every shape
 //! (declared, arrow, method, class constructor, getter, closure with context, anonymous with an
 //! inferred name, async, generator, and one with more context locals than V8 inlines).
-//! Objects moved and replaced under a frame, on a heap of the tests' own making: `moved`.
+//! Objects moved and replaced under a frame, on a heap of the tests' own making: `moved`;
+//! gone by the time a batch is named: `gone`; what naming reads: `reads`.
 
+mod gone;
 mod moved;
 mod reads;
 

@@ -36,6 +36,11 @@ impl FakeHeap {
             .collect()
     }
 
+    /// The object at `addr` gone (its memory unmapped).
+    pub(super) fn remove(&self, addr: u64) {
+        self.0.borrow_mut().remove(&addr);
+    }
+
     /// An object at `addr` (untagged) made of 8-byte words.
     pub(super) fn put(&self, addr: u64, words: &[u64]) {
         let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();

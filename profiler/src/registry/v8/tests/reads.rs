@@ -250,7 +250,7 @@ fn an_unreadable_page_is_read_once_per_batch() {
 }
 
 /// Objects at least a header long, as a real heap's are: the headers are read ahead.
-fn pad_headers(w: &World) {
+pub(super) fn pad_headers(w: &World) {
     for (at, mut bytes) in w.heap.objects() {
         bytes.resize(bytes.len().max(72), 0);
         w.heap.put(at, &words_of(&bytes));
@@ -266,7 +266,7 @@ fn forward(w: &World, at: u64) {
     w.heap.put(at, &words_of(&header));
 }
 
-fn words_of(bytes: &[u8]) -> Vec<u64> {
+pub(super) fn words_of(bytes: &[u8]) -> Vec<u64> {
     (bytes.chunks(8))
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect()
@@ -346,20 +346,23 @@ fn objects_copied_at_the_sample_are_not_read() {
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
     let named = |r: &[Resolved]| matches!(&r[0], Resolved::Named(j) if j.name == "hot");
     assert!(named(&v8.resolve_all(&[frame], &copies)));
+    // The SharedFunctionInfo, whose name is not cached yet, is read once to check it still
+    // holds what its copy holds (its name and script are read now).
     let untouched = |c: &Counting<_>| [F, sfi, code].map(|at| c.of(at, 72));
     assert_eq!(
         untouched(&counting),
-        [0; 3],
+        [0, 1, 0],
         "{:x?}",
         counting.reads.borrow()
     );
     assert_eq!(v8.stats.copied, 3);
-    // Moved since the sample: the heap's map word is now a forwarding address.
+    // Moved since the sample: the heap's map word is now a forwarding address. Its name is
+    // cached by now: nothing is read.
     forward(&w, F);
     assert!(named(&v8.resolve_all(&[frame], &copies)));
     assert_eq!(
         untouched(&counting),
-        [0; 3],
+        [0, 1, 0],
         "{:x?}",
         counting.reads.borrow()
     );

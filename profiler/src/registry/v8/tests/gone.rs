@@ -1,0 +1,111 @@
+//! Objects gone by the time a batch is named: moved by the GC since the sample, or freed with
+//! a Worker's isolate that ended (its memory unmapped or reused): a frame is then unknown,
+//! never "(anonymous)" or a name read from whatever now lies at the old address.
+
+use super::super::*;
+use super::moved::{F, HOT, World, compiled};
+use super::reads::{pad_headers, words_of};
+
+/// The copies of a function and its SharedFunctionInfo, and the SharedFunctionInfo's
+/// address.
+fn copies_of_hot(w: &World) -> (Copies, u64) {
+    let word = |at: u64| {
+        let mut b = [0u8; 8];
+        assert!(w.heap.read(at, &mut b));
+        u64::from_le_bytes(b) - 1
+    };
+    let sfi = word(F + w.layout.js_function_shared);
+    let code = word(F + w.layout.js_function_code);
+    let mut record = Vec::new();
+    for at in [F, sfi, code] {
+        let mut c = V8Copy {
+            addr: at,
+            bytes: [0; V8_COPY_BYTES],
+        };
+        assert!(w.heap.read(at, &mut c.bytes));
+        record.extend_from_slice(bytemuck::bytes_of(&c));
+    }
+    let mut copies = Copies::default();
+    copies.add(&record);
+    (copies, sfi)
+}
+
+/// A SharedFunctionInfo copied at the sample whose name the GC moved since (the object now
+/// at its address points elsewhere), or that is gone (its isolate ended): what its copy
+/// points to is not its name any more, so its frame is unknown, never "(anonymous)" or a
+/// name read from whatever now lies at the old address.
+#[test]
+fn a_copied_function_whose_name_moved_since_is_unknown() {
+    let w = World::new();
+    w.put_hot();
+    pad_headers(&w);
+    let (copies, sfi) = copies_of_hot(&w);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    // Its name or scope info moved: the live object's field changed, the old address now
+    // holds a string of another name.
+    let mut header = [0u8; 72];
+    assert!(w.heap.read(sfi, &mut header));
+    let at = w.layout.sfi_name_or_scope_info as usize;
+    let old = u64::from_le_bytes(header[at..at + 8].try_into().unwrap());
+    header[at..at + 8].copy_from_slice(&0x7_0001u64.to_le_bytes());
+    w.heap.put(sfi, &words_of(&header));
+    w.string(old - 1, "another");
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert_eq!(v8.resolve_all(&[frame], &copies), [Resolved::Unknown]);
+    // Gone: the SharedFunctionInfo cannot be read any more.
+    w.heap.remove(sfi);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert_eq!(v8.resolve_all(&[frame], &copies), [Resolved::Unknown]);
+}
+
+/// A name or scope info that is another object (what lies at a stale address) gives no
+/// name, not an anonymous one; V8's sentinel (a Smi) is an anonymous function.
+#[test]
+fn a_name_of_another_type_is_no_name() {
+    let w = World::new();
+    w.put_hot();
+    pad_headers(&w);
+    let (_, sfi) = copies_of_hot(&w);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    let set_name = |v: u64| {
+        let mut header = [0u8; 72];
+        assert!(w.heap.read(sfi, &mut header));
+        let at = w.layout.sfi_name_or_scope_info as usize;
+        header[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        w.heap.put(sfi, &words_of(&header));
+    };
+    // The function itself: an object of a type that is no name.
+    set_name(F + 1);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert_eq!(
+        v8.resolve_all(&[frame], &Default::default()),
+        [Resolved::Unknown]
+    );
+    set_name(0);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "(anonymous)"),
+    );
+}
+
+/// The name of a function whose ScopeInfo is still readable but whose name string is not
+/// (freed with its isolate): unknown, not anonymous. A script whose name cannot be read
+/// leaves the function's name alone, with no location.
+#[test]
+fn an_unreadable_name_is_no_name_at_all() {
+    let w = World::new();
+    w.put_hot();
+    pad_headers(&w);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    w.heap.remove(0x9200);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot" && j.location.is_empty()),
+    );
+    w.heap.remove(HOT + 0x400);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert_eq!(
+        v8.resolve_all(&[frame], &Default::default()),
+        [Resolved::Unknown]
+    );
+}
