@@ -228,9 +228,11 @@ fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_hold
         "captured in the contended phase: {} < {began}",
         s["start"]
     );
-    check_diagnosis(&first[0], busy.pid);
 
-    // A second contended phase inside the cooldown: counted as held back, not captured.
+    // A second contended phase inside the cooldown: counted as held back, not captured. (It
+    // starts at once: the first capture's diagnosis is checked at the end, as Chromium and
+    // `go tool pprof` take many seconds on a slow host, which the cooldown is not scaled
+    // for.)
     stop(&mut busy);
     // A window of quiet intervals and two more (scaled, as the cooldown is): below again.
     std::thread::sleep(integration_tests::scaled(Duration::from_secs(7)));
@@ -260,6 +262,7 @@ fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_hold
         "the quiet process is never captured"
     );
     agent.stop();
+    check_diagnosis(&first[0], busy.pid);
 }
 
 #[test]
