@@ -146,7 +146,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         blockers: spec.blockers,
         mode: crate::vocab::Mode::Full,
     })?;
-    let mut session = Session::new(collector, false, &pids)?;
+    let mut session = Session::new(collector, None, &pids)?;
     // The command set the profiler's options, not its user: no advice names one.
     session.advice = crate::run::lost::Advice::OwnWorkload;
     // Start everyone together.

@@ -295,7 +295,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let attach_ms = collector.attach_time.as_secs_f64() * 1e3;
     let collector_layout = collector.kernel.tracepoints;
     // With --js-functions: sampled stacks, named as they come (whatever selected them).
-    let mut session = Session::new(collector, true, &[])?;
+    let mut session = Session::new(collector, Some(cfg.interval), &[])?;
     session.profile.forget_history();
     let registry = Arc::new(prometheus::registry(metrics.clone()));
     if let Some(e) = escalator.as_mut() {

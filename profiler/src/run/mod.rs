@@ -308,7 +308,7 @@ pub async fn run(cfg: SessionConfig) -> Result<(), SessionError> {
             eprintln!("mmaplock-prof: {w}");
         }
     }
-    let mut session = Session::new(collector, cfg.interval.is_some(), &cfg.collector.pids)?;
+    let mut session = Session::new(collector, cfg.interval, &cfg.collector.pids)?;
     let live: Vec<ProcId> = (cfg.collector.pids.iter())
         .filter_map(|&pid| ProcId::of_live(pid))
         .collect();

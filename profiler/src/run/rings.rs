@@ -66,13 +66,14 @@ fn register(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, Session
 
 impl Rings {
     /// Takes the collector's ring buffers (stacks only when sampling them) and starts copying
-    /// the stacks'; must run inside the async runtime.
-    pub fn open(collector: &mut Collector) -> Result<Self, SessionError> {
+    /// the stacks', looking at their ring `every` so often while records come; must run
+    /// inside the async runtime.
+    pub fn open(collector: &mut Collector, every: Duration) -> Result<Self, SessionError> {
         let new_threads = register(collector.take_new_threads()?)?;
         let stacks = if collector.stack_sample() > 0 {
             let bytes = crate::kernel::load::stacks_ring_bytes(collector.stack_sample()) as usize;
             let ring = collector.take_stacks()?;
-            let copier = Copier::start(ring, collector.take_stacks_wake()?, bytes)
+            let copier = Copier::start(ring, collector.take_stacks_wake()?, bytes, every)
                 .map_err(SessionError::Events)?;
             Some(Stacks {
                 copier: Some(copier),

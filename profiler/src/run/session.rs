@@ -4,9 +4,11 @@
 //! opening the rings and the end of a run (drain, last flush and reading, drain again) are
 //! written once.
 
+use std::time::Duration;
+
 use crate::{
     kernel::collector::Collector,
-    run::{Driver, LoopConfig, Profile, Rings, SessionError, lost, run_loop},
+    run::{Driver, LoopConfig, Profile, Rings, SessionError, copier::look_every, lost, run_loop},
 };
 
 /// The collector, its rings and the profile, owned together until the run is over.
@@ -21,14 +23,14 @@ pub struct Session {
 impl Session {
     /// Takes an attached and configured collector: opens its ring buffers (inside the async
     /// runtime) and prepares sampled stacks for `stack_pids` (empty: whatever is selected).
-    /// `intervals`: interval reports will be asked for.
+    /// `interval`: how often interval reports will be asked for, if they will.
     pub fn new(
         mut collector: Collector,
-        intervals: bool,
+        interval: Option<Duration>,
         stack_pids: &[u32],
     ) -> Result<Self, SessionError> {
-        let rings = Rings::open(&mut collector)?;
-        let mut profile = Profile::new(collector, intervals);
+        let rings = Rings::open(&mut collector, look_every(interval))?;
+        let mut profile = Profile::new(collector, interval.is_some());
         profile.prepare_stacks(stack_pids);
         Ok(Session {
             profile,
