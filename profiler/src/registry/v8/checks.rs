@@ -1,9 +1,7 @@
 //! Whether what a frame held still fits together when the heap is read, as the module doc of
 //! `v8` lists the checks: the frame's SharedFunctionInfo, or none (never another function's).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-
-use profiler_common::V8_COPY_BYTES;
+use std::collections::{BTreeMap, HashSet};
 
 use super::{
     Copies, JsSlots, SlotKind, V8Process,
@@ -65,8 +63,11 @@ impl<M: Memory> V8Process<M> {
     /// then, but they are read now: a GC since may have moved them (and put other objects
     /// there), or the Worker's isolate may have ended. Where its name is cached, the cache's
     /// check settles it (see `cache`); else it is read again now, and its frames are named
-    /// only if it still holds the map, name and script its copy holds. Of `fetched` (untagged
-    /// addresses and what was found there), those in `sfis` that came from `copies`.
+    /// only if it still holds the map, name and script its copy holds. It is read by the
+    /// page, as its name is next: V8 allocates a function's SharedFunctionInfo and ScopeInfo
+    /// together, so the page read for the check is mostly the one the name is read from.
+    /// Of `fetched` (untagged addresses and what was found there), those in `sfis` that came
+    /// from `copies`.
     pub(super) fn recheck_copied_sfis(
         &mut self,
         fetched: &[(u64, Vec<u8>)],
@@ -90,16 +91,19 @@ impl<M: Memory> V8Process<M> {
                 _ => true,
             })
             .collect();
-        if unsure.is_empty() {
-            return;
-        }
-        let ranges = unsure.keys().map(|a| (*a, V8_COPY_BYTES)).collect();
-        let now: HashMap<u64, Vec<u8>> = self.prefetch(ranges).into_iter().collect();
-        for (a, copied) in unsure {
-            if now.get(&a).map(|b| fields(b)) != Some(copied) {
-                self.stale.insert(a + heap::HEAP_OBJECT_TAG);
-            }
-        }
+        // The blocks are the batch's copies and reads once this returns: none yet, so that
+        // what is read here is the heap as it is now.
+        debug_assert!(self.blocks.borrow().is_empty());
+        let h = self.heap();
+        let stale: Vec<u64> = (unsure.into_iter())
+            .filter(|(a, copied)| {
+                let tagged = a + heap::HEAP_OBJECT_TAG;
+                let now = [0, l.sfi_name_or_scope_info, l.sfi_script].map(|o| h.field(tagged, o));
+                now != *copied
+            })
+            .map(|(a, _)| a + heap::HEAP_OBJECT_TAG)
+            .collect();
+        self.stale.extend(stale);
     }
 
     /// Whether the SharedFunctionInfo's function data is `bytecode` (directly, or through

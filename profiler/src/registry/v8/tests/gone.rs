@@ -8,7 +8,7 @@ use super::reads::{pad_headers, words_of};
 
 /// The copies of a function and its SharedFunctionInfo, and the SharedFunctionInfo's
 /// address.
-fn copies_of_hot(w: &World) -> (Copies, u64) {
+pub(super) fn copies_of_hot(w: &World) -> (Copies, u64) {
     let word = |at: u64| {
         let mut b = [0u8; 8];
         assert!(w.heap.read(at, &mut b));
