@@ -12,6 +12,7 @@ pub mod reads;
 pub mod role;
 pub mod roles;
 pub mod stacks;
+pub mod start_names;
 pub mod threadstart;
 pub mod untrusted;
 pub mod unwind;

@@ -15,10 +15,6 @@ use std::{
     sync::Arc,
 };
 
-use blazesym::symbolize::{
-    Input, Symbolized, Symbolizer,
-    source::{Elf, Source},
-};
 use profiler_common::COMM_LEN;
 
 pub use crate::registry::role::{Decided, Role, comm_str};
@@ -27,6 +23,7 @@ use crate::{
     registry::procmaps::{Keep, Lookups, Maps, Proc, readable_path},
     registry::reads::Reads,
     registry::role::{role_from_ids_and_name, role_from_start_routine},
+    registry::start_names::{FileId, StartNames},
     registry::threadstart::{
         KnownLibcs, LibcIdentity, libc_identity, libc_identity_known, read_memory,
         start_routine_offset,
@@ -55,6 +52,8 @@ type StartSite = Option<(Site, u64)>;
 
 #[derive(Clone, Debug)]
 struct Site {
+    /// The file (device, inode), which its start routines' names are kept by.
+    file: FileId,
     mapped: PathBuf,
     readable: PathBuf,
     /// The addon, when the file is one or a library behind one: decided while the process
@@ -106,7 +105,7 @@ pub struct Roles {
     /// The C libraries of the processes seen, read once each.
     libcs: KnownLibcs,
     processes: HashMap<ProcId, ProcessEntry>,
-    symbolizer: Symbolizer,
+    symbolizer: StartNames,
     /// The profiler's own pid: its threads are `profiler` (settable for tests, which use
     /// their own process as a target).
     pub(super) profiler: u32,
@@ -135,7 +134,7 @@ impl Default for Roles {
                 .and_then(|m| libc_identity(std::process::id(), &m)),
             libcs: KnownLibcs::new(),
             processes: HashMap::new(),
-            symbolizer: Symbolizer::new(),
+            symbolizer: StartNames::default(),
             profiler: std::process::id(),
         }
     }
@@ -352,6 +351,7 @@ impl Roles {
             Some((
                 m.start,
                 Site {
+                    file: (m.dev.clone(), m.inode),
                     mapped,
                     readable,
                     origin,
@@ -390,7 +390,7 @@ impl Roles {
 }
 
 /// Decides a thread's role from its start routine if that is pending, and remembers it.
-fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) -> Decided {
+fn resolve(symbolizer: &StartNames, thread: ThreadId, known: &mut ThreadRole) -> Decided {
     let d = match known {
         ThreadRole::Known(d) => return d.clone(),
         ThreadRole::Pending(None) => role_from_start_routine("[anonymous]", None).into(),
@@ -422,15 +422,8 @@ fn resolve(symbolizer: &Symbolizer, thread: ThreadId, known: &mut ThreadRole) ->
 
 /// The function at `offset` in the start routine's ELF file (the file, not the process: this
 /// works after the process is gone).
-fn symbolize(symbolizer: &Symbolizer, site: &Site, offset: u64) -> String {
-    let src = Source::Elf(Elf::new(&site.readable));
-    match symbolizer.symbolize_single(&src, Input::FileOffset(offset)) {
-        Ok(Symbolized::Sym(sym)) => sym.name.to_string(),
-        other => {
-            log::debug!("{}+{offset:#x}: {other:?}", site.mapped.display());
-            format!("{}+{offset:#x}", site.mapped.display())
-        }
-    }
+fn symbolize(symbolizer: &StartNames, site: &Site, offset: u64) -> String {
+    symbolizer.name(&site.file, &site.readable, &site.mapped, offset)
 }
 
 #[cfg(test)]

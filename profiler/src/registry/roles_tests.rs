@@ -277,6 +277,7 @@ fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
     let pending = |origin: Option<Arc<AddonOrigin>>| {
         ThreadRole::Pending(Some((
             Site {
+                file: (m.dev.clone(), m.inode),
                 mapped: "/app/libspawner.so".into(),
                 readable: readable.clone(),
                 origin,
@@ -284,7 +285,7 @@ fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
             m.file_offset(addr),
         )))
     };
-    let symbolizer = Symbolizer::new();
+    let symbolizer = StartNames::default();
     let t = ThreadId::new(1, 1);
     let mut behind = pending(Some(origin.clone()));
     let d = resolve(&symbolizer, t, &mut behind);
@@ -305,6 +306,7 @@ fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
     let m = maps.find(named).unwrap();
     let mut inspector = ThreadRole::Pending(Some((
         Site {
+            file: (m.dev.clone(), m.inode),
             mapped: "/app/libspawner.so".into(),
             readable: readable_path(me, m).unwrap(),
             origin: Some(origin),
@@ -320,4 +322,32 @@ fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
 #[inline(never)]
 extern "C" fn mlp_inspector_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
     std::ptr::null_mut()
+}
+
+/// Start routines are named once per file and offset: a second thread started in the same
+/// function of the same file (another process's mapping of it) is named from what was given
+/// before, not symbolized again; another offset is named for itself.
+#[test]
+fn start_routines_are_named_once_per_file_and_offset() {
+    let me = std::process::id();
+    let maps = Maps::read(me).unwrap().retain(Keep::Code);
+    let names = StartNames::default();
+    let site = |f: u64| {
+        let m = maps.find(f).unwrap();
+        (
+            (m.dev.clone(), m.inode),
+            readable_path(me, m).unwrap(),
+            m.file_offset(f),
+        )
+    };
+    let (file, readable, offset) = site(mlp_inspector_thread_body as *const () as u64);
+    let first = names.name(&file, &readable, &readable, offset);
+    assert!(first.contains("mlp_inspector_thread_body"), "{first}");
+    // The same file and offset, as another process maps it (here a path that no longer
+    // opens): the name given before.
+    let gone = std::path::Path::new("/nonexistent/binary");
+    assert_eq!(names.name(&file, gone, gone, offset), first);
+    let (file, readable, offset) = site(mlp_library_thread_body as *const () as u64);
+    let other = names.name(&file, &readable, &readable, offset);
+    assert!(other.contains("mlp_library_thread_body"), "{other}");
 }
