@@ -239,8 +239,10 @@ pub struct ProcessUnwinder {
     /// V8's perf map, read while samples through JIT code arrive (the process, and for a
     /// container its root, may be gone when stacks are named), and kept.
     perf_map: Option<PerfMap>,
-    /// When the perf map was last looked for or read again.
+    /// When the perf map was last looked for or read again, and how long until the next look
+    /// (see `read_perf_map`).
     perf_map_read: Option<std::time::Instant>,
+    perf_map_wait: std::time::Duration,
     /// The process's V8 heap, when a binary it maps has a usable V8 layout.
     pub v8: Option<crate::registry::v8::V8Process>,
     /// Why V8 frames cannot be named from the heap (an unknown layout), if so.
@@ -261,6 +263,7 @@ impl ProcessUnwinder {
             lookups: Lookups::one_mapping(),
             perf_map: None,
             perf_map_read: None,
+            perf_map_wait: symbolize::PERF_MAP_EVERY,
             v8: None,
             v8_note: None,
         };

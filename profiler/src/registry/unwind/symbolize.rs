@@ -13,6 +13,11 @@ use crate::registry::perfmap::{JitName, PerfMap};
 /// Most names cached (emptied rather than grown past it).
 const MAX_SYMBOLS: usize = 1 << 18;
 
+/// Least time between two reads of a process's perf map (or looks for one).
+pub(super) const PERF_MAP_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// Longest time between two looks for a perf map not found.
+const PERF_MAP_LONGEST: std::time::Duration = std::time::Duration::from_secs(4);
+
 impl ProcessUnwinder {
     /// Symbolize an unwound stack: return addresses (all but the first) are
     /// looked up at `addr - 1`, i.e. inside the call instruction, so a call
@@ -101,20 +106,32 @@ impl ProcessUnwinder {
         frames
     }
 
-    /// Looks for the perf map, or reads what was appended to it, at most every 250 ms: called
-    /// when a sample's stack goes through JIT code, while the process (probably) lives.
+    /// Reads what was appended to the perf map at most every [`PERF_MAP_EVERY`], or looks for
+    /// one: called when a sample's stack goes through JIT code, while the process (probably)
+    /// lives. A process found with none is looked at again after twice as long each time, up
+    /// to [`PERF_MAP_LONGEST`]: node writes its map from its start when asked to
+    /// (`--perf-basic-prof`), so one missing at the first JIT frame is missing for good,
+    /// unless the process turns it on itself (`v8.setFlagsFromString`), which is then seen
+    /// within that much. Each look opens and checks a file of the target's (2.7% of the
+    /// agent's CPU with stacks on, looking every 250 ms).
     pub fn read_perf_map(&mut self) {
         let now = std::time::Instant::now();
         if self
             .perf_map_read
-            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_millis(250))
+            .is_some_and(|t| now.duration_since(t) < self.perf_map_wait)
         {
             return;
         }
         self.perf_map_read = Some(now);
         match self.perf_map.as_mut() {
             Some(m) => m.refresh(),
-            None => self.perf_map = PerfMap::open(self.pid),
+            None => {
+                self.perf_map = PerfMap::open(self.pid);
+                self.perf_map_wait = match self.perf_map {
+                    Some(_) => PERF_MAP_EVERY,
+                    None => (self.perf_map_wait * 2).min(PERF_MAP_LONGEST),
+                };
+            }
         }
     }
 
@@ -124,8 +141,8 @@ impl ProcessUnwinder {
     }
 
     /// V8's name of the JIT code at `addr`, from the perf map (read once more if it does not
-    /// have it yet). A process with no perf map (node's default) is looked for one at most every 250 ms,
-    /// not at each JIT frame (each look opens and checks a file of the target's).
+    /// have it yet). A process with no perf map (node's default) is not looked for one at
+    /// each JIT frame (see `read_perf_map`).
     fn jit_name(&mut self, addr: u64) -> Option<JitName> {
         if let Some(n) = self.perf_map.as_ref().and_then(|m| m.lookup(addr)) {
             return Some(n);
