@@ -6,9 +6,9 @@ use super::super::*;
 use super::moved::{F, HOT, World, compiled};
 use super::reads::{pad_headers, words_of};
 
-/// The copies of a function and its SharedFunctionInfo, and the SharedFunctionInfo's
-/// address.
-pub(super) fn copies_of_hot(w: &World) -> (Copies, u64) {
+/// The copies of `hot`'s function, SharedFunctionInfo and code, as the kernel side sends them
+/// after the stack; and the SharedFunctionInfo's and code's addresses.
+pub(super) fn copies_of_hot(w: &World) -> (Copies, u64, u64) {
     let word = |at: u64| {
         let mut b = [0u8; 8];
         assert!(w.heap.read(at, &mut b));
@@ -27,7 +27,19 @@ pub(super) fn copies_of_hot(w: &World) -> (Copies, u64) {
     }
     let mut copies = Copies::default();
     copies.add(&record);
-    (copies, sfi)
+    (copies, sfi, code)
+}
+
+/// Sets the name-or-scope-info field of the SharedFunctionInfo at `sfi` to `v` (what the GC
+/// does when it moves the object the field points to); returns the field's old value.
+fn set_name_or_scope_info(w: &World, sfi: u64, v: u64) -> u64 {
+    let mut header = [0u8; 72];
+    assert!(w.heap.read(sfi, &mut header));
+    let at = w.layout.sfi_name_or_scope_info as usize;
+    let old = u64::from_le_bytes(header[at..at + 8].try_into().unwrap());
+    header[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    w.heap.put(sfi, &words_of(&header));
+    old
 }
 
 /// A SharedFunctionInfo copied at the sample whose name the GC moved since (the object now
@@ -39,16 +51,11 @@ fn a_copied_function_whose_name_moved_since_is_unknown() {
     let w = World::new();
     w.put_hot();
     pad_headers(&w);
-    let (copies, sfi) = copies_of_hot(&w);
+    let (copies, sfi, _) = copies_of_hot(&w);
     let frame = compiled(F, 0x5000_0010, HOT + 0x300);
     // Its name or scope info moved: the live object's field changed, the old address now
     // holds a string of another name.
-    let mut header = [0u8; 72];
-    assert!(w.heap.read(sfi, &mut header));
-    let at = w.layout.sfi_name_or_scope_info as usize;
-    let old = u64::from_le_bytes(header[at..at + 8].try_into().unwrap());
-    header[at..at + 8].copy_from_slice(&0x7_0001u64.to_le_bytes());
-    w.heap.put(sfi, &words_of(&header));
+    let old = set_name_or_scope_info(&w, sfi, 0x7_0001);
     w.string(old - 1, "another");
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
     assert_eq!(v8.resolve_all(&[frame], &copies), [Resolved::Unknown]);
@@ -65,14 +72,10 @@ fn a_name_of_another_type_is_no_name() {
     let w = World::new();
     w.put_hot();
     pad_headers(&w);
-    let (_, sfi) = copies_of_hot(&w);
+    let (_, sfi, _) = copies_of_hot(&w);
     let frame = compiled(F, 0x5000_0010, HOT + 0x300);
     let set_name = |v: u64| {
-        let mut header = [0u8; 72];
-        assert!(w.heap.read(sfi, &mut header));
-        let at = w.layout.sfi_name_or_scope_info as usize;
-        header[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        w.heap.put(sfi, &words_of(&header));
+        set_name_or_scope_info(&w, sfi, v);
     };
     // The function itself: an object of a type that is no name.
     set_name(F + 1);

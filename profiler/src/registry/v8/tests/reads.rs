@@ -320,27 +320,7 @@ fn objects_copied_at_the_sample_are_not_read() {
     let w = World::new();
     w.put_hot();
     pad_headers(&w);
-    let word = |at: u64| {
-        let mut b = [0u8; 8];
-        assert!(w.heap.read(at, &mut b));
-        u64::from_le_bytes(b) - 1
-    };
-    let (sfi, code) = (
-        word(F + w.layout.js_function_shared),
-        word(F + w.layout.js_function_code),
-    );
-    // As the kernel side sends them, after the stack.
-    let mut record = Vec::new();
-    for at in [F, sfi, code] {
-        let mut c = V8Copy {
-            addr: at,
-            bytes: [0; V8_COPY_BYTES],
-        };
-        assert!(w.heap.read(at, &mut c.bytes));
-        record.extend_from_slice(bytemuck::bytes_of(&c));
-    }
-    let mut copies = Copies::default();
-    copies.add(&record);
+    let (copies, sfi, code) = super::gone::copies_of_hot(&w);
     let frame = compiled(F, 0x5000_0010, HOT + 0x300);
     let counting = Counting::new(&w.heap);
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
@@ -384,7 +364,7 @@ fn the_check_of_a_copied_function_reads_no_page_more_than_its_name() {
     let w = World::new();
     w.put_hot();
     pad_headers(&w);
-    let (copies, sfi) = super::gone::copies_of_hot(&w);
+    let (copies, sfi, _) = super::gone::copies_of_hot(&w);
     let paged = Paged::of(&w);
     let counting = Counting::new(&paged);
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
