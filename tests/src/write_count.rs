@@ -24,7 +24,7 @@ pub type Writes = BTreeMap<u64, u64>;
 
 /// The pid the script is asked about when it is to say what it counted: above any `pid_max`
 /// (2^22), so no process's.
-const STOP: i32 = 0x7fff_0000;
+pub(crate) const STOP: i32 = 0x7fff_0000;
 
 /// bpftrace counting, by tid, the writes process `pid`'s threads made on its own mm (or on
 /// none: the last thread's exit_mmap, after exit_mm), once their name is no longer `sh`;
