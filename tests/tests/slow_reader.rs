@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use integration_tests::{
     Finished, Profiler, Workload, cause_counts, check_churn_writes, check_lost, in_matrix_guest,
-    kernel_features, process, require_root_and_tracepoints, scaled,
+    kernel_features, process, require_root_and_tracepoints, scaled, speed,
 };
 use serde_json::Value;
 
@@ -145,7 +145,12 @@ fn interrupted_while_its_reader_is_held_the_run_still_ends_with_its_whole_summar
     // Long enough to be running still when interrupted: waves 20 ms apart.
     let mut w = Workload::helper("thread-waves", [400u64, 4, 900, 20]);
     let pid = w.pid.to_string();
-    let mut prof = Profiler::start_unread(&["--pid", &pid, "-i", "0.1"]);
+    // Sampled in proportion to this host's speed (1 write in 64 on the reference machine):
+    // the run is interrupted after a scaled 3 s, and its end unwinds what is left for at most
+    // 5 s of wall-clock time whatever the host, so a slower host must not be handed more
+    // stacks per second than its unwinding keeps up with.
+    let every = ((64.0 * speed::factor()).round() as u64).to_string();
+    let mut prof = Profiler::start_unread(&["--pid", &pid, "-i", "0.1", "--stack-sample", &every]);
     w.go();
     std::thread::sleep(scaled(Duration::from_secs(3)));
     prof.signal(libc::SIGINT);
