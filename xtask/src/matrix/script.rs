@@ -9,12 +9,14 @@ use anyhow::{Context as _, Result};
 use super::watch::{KILL_AFTER_S, SPEED_ENV, STEP_BASE_S, TEST_BASE_S};
 
 /// The script for `tests`, with `binaries` (test file -> executable); `default_factor` is the
-/// speed factor its limits take when the guest cannot measure its own.
+/// speed factor its limits take when the guest cannot measure its own, and `test_most_s` the
+/// longest a test's limit may be, however slow the guest says it is.
 pub fn guest_script(
     rwdir: &Path,
     tests: &[(&str, &str)],
     binaries: &[(String, PathBuf)],
     default_factor: f64,
+    test_most_s: u64,
 ) -> Result<String> {
     let root = crate::workspace_root();
     let rw = rwdir.display();
@@ -51,7 +53,7 @@ pub fn guest_script(
          fi\n\
          step probe-kernel $(lim {STEP_BASE_S})\n\
          timeout -k {KILL_AFTER_S} $(lim {STEP_BASE_S}) {profiler} --probe-kernel > {rw}/probe.txt 2>&1\n\
-         t() {{ l=$(lim {TEST_BASE_S}); step \"$1\" \"$l\"; s=$(date +%s); \
+         t() {{ l=$(lim {TEST_BASE_S}); [ \"$l\" -gt {test_most_s} ] && l={test_most_s}; step \"$1\" \"$l\"; s=$(date +%s); \
          timeout -k {KILL_AFTER_S} \"$l\" \"$2\" --exact \"$3\" --test-threads=1 > {rw}/logs/$1.log 2>&1; \
          printf '%s\\t%s\\t%s\\n' \"$1\" $? $(( $(date +%s) - s )) >> {rw}/results.tsv; }}\n",
         profiler = root.join("target/debug/mmaplock-prof").display(),
@@ -83,12 +85,12 @@ mod tests {
             ("profiler".to_string(), PathBuf::from("/t/profiler-2")),
         ];
         let tests = [("kernel", "a"), ("profiler", "b")];
-        let s = guest_script(Path::new("/rw"), &tests, &bins, 40.0).unwrap();
+        let s = guest_script(Path::new("/rw"), &tests, &bins, 40.0, 900).unwrap();
         assert!(s.contains("t kernel::a /t/kernel-1 a\n"), "{s}");
         assert!(s.contains("t profiler::b /t/profiler-2 b\n"), "{s}");
         assert!(s.contains("--probe-kernel > /rw/probe.txt"), "{s}");
         assert!(s.contains("f=40\n"), "{s}");
-        assert!(guest_script(Path::new("/rw"), &[("jsnames", "x")], &bins, 40.0).is_err());
+        assert!(guest_script(Path::new("/rw"), &[("jsnames", "x")], &bins, 40.0, 900).is_err());
     }
 
     /// The script's own shell code, run here in a scratch directory with stand-ins for the
@@ -115,7 +117,7 @@ mod tests {
         }
         let bins = vec![("kernel".to_string(), test.clone())];
         let root = crate::workspace_root();
-        let script = guest_script(&dir, &[("kernel", "a")], &bins, 40.0)
+        let script = guest_script(&dir, &[("kernel", "a")], &bins, 40.0, 900)
             .unwrap()
             .replace(
                 &root.join("target/debug/speed-factor").display().to_string(),
@@ -159,13 +161,14 @@ mod tests {
     }
 
     /// No `speed-factor` (or one that printed no number): the tests measure for themselves,
-    /// and the limits take the default factor.
+    /// and the limits take the default factor (60 s × 40), up to the longest a test's may be.
     #[test]
     fn without_a_factor_the_limits_take_the_default() {
         for speed in [None, Some("fast")] {
-            let (ran, written, _) = run_script(speed);
-            assert_eq!(ran, "a \nkernel::a\t2400\n", "{speed:?}");
+            let (ran, written, last) = run_script(speed);
+            assert_eq!(ran, "a \nkernel::a\t900\n", "{speed:?}");
             assert_eq!(written, None);
+            assert_eq!(last, "power-off\t800\n");
         }
     }
 }

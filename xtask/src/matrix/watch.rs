@@ -22,6 +22,17 @@ pub const SPEED_ENV: &str = "MMAPLOCK_PROF_TEST_SPEED";
 /// costs (Node's start, an attach) weigh more than the factor says; 60 s leaves room for
 /// them and still ends a hung test.
 pub const TEST_BASE_S: u32 = 60;
+/// The longest a test's limit may be at host factor 1, in seconds, whatever the guest's
+/// factor: the guests' factors (15-72 here) say how much slower process starts and syscalls
+/// are under TCG, not how much longer a test takes (10-80 s at every factor), and a hung test
+/// must end in a fraction of the suite's budget (at factor 72, 60 s scaled is 72 minutes).
+pub const TEST_MOST_S: u32 = 600;
+
+/// [`TEST_MOST_S`] on this host.
+pub fn test_most_s(host: f64) -> u64 {
+    (f64::from(TEST_MOST_S) * host).round() as u64
+}
+
 /// The probes', the speed measurement's and the power-off's limit at factor 1 (each took
 /// under a second's worth in the guests).
 pub const STEP_BASE_S: u32 = 20;
