@@ -20,6 +20,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+pub use guest::Priority;
 pub use report::{KernelRun, Outcome};
 
 /// A kernel of the matrix.
@@ -143,8 +144,12 @@ pub fn select(names: &[String]) -> Result<Vec<Kernel>> {
 /// (`binaries`: test file -> executable). A kernel that cannot be fetched or booted has its
 /// tests skipped, with the reason. The kernels are fetched one after another (one apt), then
 /// their guests run side by side, one vCPU each (`guests()` at once); the runs come back in
-/// `kernels`' order.
-pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<KernelRun>> {
+/// `kernels`' order; `priority` is the guests' claim on the host's CPU.
+pub fn run(
+    kernels: &[Kernel],
+    binaries: &[(String, PathBuf)],
+    priority: guest::Priority,
+) -> Result<Vec<KernelRun>> {
     let venv_bin = guest::ensure_virtme_ng()?;
     let work = crate::workspace_root().join("target/matrix");
     let mut accel = None;
@@ -173,7 +178,13 @@ pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<Ker
     let Some(accel) = accel else {
         return Ok(runs.into_iter().flatten().collect());
     };
-    let host = watch::host_factor();
+    let shared = Guests {
+        accel,
+        host: watch::host_factor(),
+        priority,
+        venv_bin: &venv_bin,
+        work: &work,
+    };
     let queue = Mutex::new(ready.into_iter());
     let done = Mutex::new(runs);
     std::thread::scope(|scope| -> Result<()> {
@@ -186,7 +197,7 @@ pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<Ker
                         };
                         let k = &kernels[i];
                         let started = Instant::now();
-                        let mut run = run_kernel(k, &f, accel, host, &venv_bin, &work, binaries)?;
+                        let mut run = run_kernel(k, &f, &shared, binaries)?;
                         run.wall = fetching + started.elapsed();
                         let (p, fl, s) = run.counts();
                         eprintln!(
@@ -217,16 +228,31 @@ fn guests(kernels: usize) -> usize {
         .clamp(1, kernels.max(1))
 }
 
+/// What every kernel's guest shares: the accelerator, the host's speed factor (for the
+/// limits), the guests' priority, virtme-ng and the matrix's work directory.
+#[derive(Clone, Copy)]
+struct Guests<'a> {
+    accel: guest::Accel,
+    host: f64,
+    priority: guest::Priority,
+    venv_bin: &'a Path,
+    work: &'a Path,
+}
+
 /// One kernel's guest, booted again if its kernel crashed (`CRASH_REBOOTS`).
 fn run_kernel(
     k: &Kernel,
     fetched: &fetch::Fetched,
-    accel: guest::Accel,
-    host: f64,
-    venv_bin: &Path,
-    work: &Path,
+    guests: &Guests,
     binaries: &[(String, PathBuf)],
 ) -> Result<KernelRun> {
+    let Guests {
+        accel,
+        host,
+        priority,
+        venv_bin,
+        work,
+    } = *guests;
     let tests = tests_of(k);
     let rwdir = work.join(k.name);
     let _ = std::fs::remove_dir_all(&rwdir);
@@ -235,7 +261,13 @@ fn run_kernel(
     let default_factor = watch::default_factor(accel, host);
     std::fs::write(
         &script,
-        script::guest_script(&rwdir, tests, binaries, default_factor)?,
+        script::guest_script(
+            &rwdir,
+            tests,
+            binaries,
+            default_factor,
+            watch::test_most_s(host),
+        )?,
     )?;
     eprintln!(
         "xtask: kernel matrix [{}]: Linux {} ({}), {} test(s)",
@@ -261,8 +293,11 @@ fn run_kernel(
         let ended = guest::run(
             venv_bin,
             fetched,
-            accel,
-            k.cpus,
+            guest::Vm {
+                accel,
+                cpus: k.cpus,
+                priority,
+            },
             &rwdir,
             &format!("sh {}", script.display()),
             &mut |now| w.check(now),
@@ -303,10 +338,12 @@ fn run_kernel(
 /// The integration tests' executables, as cargo built them: (test file, path).
 pub fn test_binaries(linker_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let out = crate::cargo(linker_dir)?
+        // The whole workspace, as the suite's `cargo test` builds it: with `-p` alone, cargo
+        // unifies the dependencies' features for that package only and builds many of them
+        // again (70 s on 2 cores); built so, every unit is fresh.
         .args([
             "test",
-            "-p",
-            "integration-tests",
+            "--workspace",
             "--tests",
             "--no-run",
             "--message-format=json",
@@ -323,6 +360,9 @@ pub fn test_binaries(linker_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
         };
         if v["reason"] == "compiler-artifact"
             && v["target"]["kind"][0] == "test"
+            && v["package_id"]
+                .as_str()
+                .is_some_and(|id| id.contains("integration-tests"))
             && let (Some(name), Some(exe)) =
                 (v["target"]["name"].as_str(), v["executable"].as_str())
         {
