@@ -227,24 +227,37 @@ impl Stacks {
     }
 }
 
-/// Longest the end of a run unwinds the sampled stacks still in their ring: past it, the
-/// rest is read without unwinding and counted as lost (`lost.stacks`).
+/// Longest the end of a run unwinds the sampled stacks still in their ring, in the run
+/// loop's own CPU time: past it, the rest is read without unwinding and counted as lost
+/// (`lost.stacks`). CPU time, not wall time: on a busy host (where contention happens) a
+/// wall-clock budget would turn the host's load into lost stacks; [`END_WAIT_MOST`] bounds
+/// the wait.
 const END_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Longest the end of a run waits on the unwinding, in wall time, however little CPU it got.
+const END_WAIT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The calling thread's CPU time (user and system).
+fn thread_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
 
 impl Rings {
     /// The end of a run: every record still in the rings and the backlog, not only what a
     /// [`drain`](Self::drain)'s budget allows (a profiler that fell behind a burst of samples
-    /// has a backlog that is part of the run), for at most [`END_BUDGET`]. The copier is
-    /// stopped first: the ring is read here from then on.
+    /// has a backlog that is part of the run), for at most [`END_BUDGET`] of CPU and
+    /// [`END_WAIT_MOST`] of waiting. The copier is stopped first: the ring is read here from
+    /// then on.
     pub fn drain_all(&mut self, profile: &mut Profile) {
-        let t0 = std::time::Instant::now();
+        let (t0, cpu0) = (std::time::Instant::now(), thread_cpu());
         self.threads.read(profile);
         let Some(s) = self.stacks.as_mut() else {
             return;
         };
         s.stop_copier();
         while s.take(profile) == STACK_BATCH {
-            if t0.elapsed() >= END_BUDGET {
+            if thread_cpu().saturating_sub(cpu0) >= END_BUDGET || t0.elapsed() >= END_WAIT_MOST {
                 s.discard(profile);
                 break;
             }
