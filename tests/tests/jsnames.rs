@@ -93,15 +93,31 @@ fn profile_with(
     let out = stop_when_done(&mut w, prof);
     assert!(out.status.success(), "{}", out.stderr);
     let summary = out.summary();
-    // (A Worker's start is a burst of writes of its own, whose stacks may not all fit.)
-    assert!(
-        late || summary["lost"]["stacks"] == 0,
-        "stacks lost: the workload outran the profiler: {}",
-        summary["lost"]
-    );
     let p = process(summary, w.pid)
         .expect("node is in the summary")
         .clone();
+    // (A Worker's start is a burst of writes of its own, whose stacks may not all fit.) In a
+    // kernel matrix guest, a few in a hundred: the run's end unwinds for 5 s of the profiler's
+    // CPU, which a guest counts as its own while the host's tests hold the host's cores (the
+    // guests run beside them, taking only idle CPU).
+    let lost = summary["lost"]["stacks"].as_u64().unwrap();
+    // Every sampled stack kept is charged to one DSO.
+    let kept: u64 = p["dsos"]
+        .as_array()
+        .expect("dsos with stack sampling")
+        .iter()
+        .map(|d| d["write"]["count"].as_u64().unwrap())
+        .sum();
+    let allowed = if integration_tests::in_matrix_guest() {
+        (lost + kept) / 20
+    } else {
+        0
+    };
+    assert!(
+        late || lost <= allowed,
+        "stacks lost: the workload outran the profiler ({lost} lost, {kept} kept): {}",
+        summary["lost"]
+    );
     let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
     Run { p, workers, folded }
 }
