@@ -1,6 +1,6 @@
-//! `cargo xtask test`: the whole suite (layers, fmt, clippy on both targets, every test), and
-//! its closing line, in which a BPF test that could not run counts as skipped, never as passed
-//! (and fails the run under CI).
+//! `cargo xtask test`: the whole suite (layers, fmt, clippy on both targets, every test, the
+//! kernel matrix beside the host's tests), and its closing line, in which a BPF test that
+//! could not run counts as skipped, never as passed (and fails the run under CI).
 
 use std::{path::Path, process::Command};
 
