@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::{V8Process, memory::Memory, names::line_column};
+use super::{V8Process, heap::is_heap_object, memory::Memory, names::line_column};
 use crate::registry::perfmap::JsFunction;
 
 /// Most SharedFunctionInfos and Scripts cached per process (a process that compiles without
@@ -38,6 +38,12 @@ impl<V: Clone> Checked<V> {
         }
         self.entries.insert(addr, (fields, v));
     }
+}
+
+/// What a read of heap objects gave: done (cached), or not possible now (not cached).
+enum Read<T> {
+    Done(T),
+    Unreadable,
 }
 
 impl<M: Memory> V8Process<M> {
@@ -76,53 +82,79 @@ impl<M: Memory> V8Process<M> {
         if let Some(function) = self.sfis.get(sfi, (nosi, script)) {
             return function;
         }
-        let function = self.read_function(sfi, script);
-        self.sfis.insert(sfi, (nosi, script), function.clone());
-        function
+        match self.read_function(sfi, script) {
+            Read::Done(function) => {
+                self.sfis.insert(sfi, (nosi, script), function.clone());
+                function
+            }
+            Read::Unreadable => None,
+        }
     }
 
-    fn read_function(&mut self, sfi: u64, script: u64) -> Option<JsFunction> {
-        let (name, start) = self.heap().sfi_name(sfi)?;
+    /// The function's name and location; [`Read::Unreadable`] when its Script cannot be read
+    /// now (not cached: read again at its next frame). A function whose Script's objects were
+    /// readable when its own fields were, and are not now, is most likely in an isolate being
+    /// torn down: its name is not trusted either.
+    fn read_function(&mut self, sfi: u64, script: u64) -> Read<Option<JsFunction>> {
+        let Some((name, start)) = self.heap().sfi_name(sfi) else {
+            return Read::Done(None);
+        };
         let name = if name.is_empty() {
             "(anonymous)".to_string()
         } else {
             name
         };
         let location = match self.script(script) {
-            Some((script_name, ends)) => match start.and_then(|p| line_column(&ends, p)) {
-                // As V8 writes it in its perf map: no column before V8 11.
-                Some((line, _)) if self.layout.version < (11, 0, 0) => {
-                    format!("{script_name}:{line}")
+            Read::Done(Some((script_name, ends))) => {
+                match start.and_then(|p| line_column(&ends, p)) {
+                    // As V8 writes it in its perf map: no column before V8 11.
+                    Some((line, _)) if self.layout.version < (11, 0, 0) => {
+                        format!("{script_name}:{line}")
+                    }
+                    Some((line, column)) => format!("{script_name}:{line}:{column}"),
+                    None => script_name,
                 }
-                Some((line, column)) => format!("{script_name}:{line}:{column}"),
-                None => script_name,
-            },
-            None => String::new(),
+            }
+            Read::Done(None) => String::new(),
+            Read::Unreadable => return Read::Unreadable,
         };
-        Some(JsFunction { name, location })
+        Read::Done(Some(JsFunction { name, location }))
     }
 
-    /// A script's name and line ends, cached and checked on each use.
-    fn script(&mut self, script: u64) -> Option<(String, Arc<Vec<i32>>)> {
+    /// A script's name and line ends, cached and checked on each use: `Done(None)` when the
+    /// field holds no Script (a builtin's), [`Read::Unreadable`] when it does (or its type
+    /// cannot be read) and the Script cannot be read now (not cached).
+    fn script(&mut self, script: u64) -> Read<Option<(String, Arc<Vec<i32>>)>> {
         let l = Arc::clone(&self.layout);
-        let (name, source) = {
+        let fields = {
             let h = self.heap();
-            h.typed(script, l.script_type)?;
-            (
-                h.field(script, l.script_name)?,
-                h.field(script, l.script_source)?,
-            )
+            if !is_heap_object(script) {
+                return Read::Done(None);
+            }
+            match h.instance_type(script) {
+                None => return Read::Unreadable,
+                Some(t) if t != l.script_type => return Read::Done(None),
+                Some(_) => {}
+            }
+            h.field(script, l.script_name)
+                .zip(h.field(script, l.script_source))
         };
-        if let Some(resolved) = self.scripts.get(script, (name, source)) {
-            return resolved;
+        let Some(fields) = fields else {
+            return Read::Unreadable;
+        };
+        if let Some(resolved) = self.scripts.get(script, fields) {
+            return Read::Done(Some(resolved));
         }
-        let resolved = self.read_script(script);
-        self.scripts
-            .insert(script, (name, source), resolved.clone());
-        resolved
+        match self.read_script(script) {
+            Some(resolved) => {
+                self.scripts.insert(script, fields, resolved.clone());
+                Read::Done(Some(resolved))
+            }
+            None => Read::Unreadable,
+        }
     }
 
-    /// A script's name and line ends. Node's own modules (`node:...`) keep their sources in
+    /// A script's name and line ends (None if its name cannot be read). Node's own modules (`node:...`) keep their sources in
     /// node's binary, as external strings of static data: the same bytes at the same address
     /// in every isolate of the process (each Worker has its own Script objects), so their
     /// line ends are read once per process, by that address and length (once per binary
@@ -144,8 +176,12 @@ impl<M: Memory> V8Process<M> {
         {
             return Some((name, Arc::clone(ends)));
         }
-        let ends = Arc::new(self.heap().script_line_ends(script)?);
-        if let Some(key) = key {
+        // Line ends that cannot be read (a source in a representation not read here) leave
+        // the script's name alone as the location.
+        let ends = Arc::new(self.heap().script_line_ends(script).unwrap_or_default());
+        if let Some(key) = key
+            && !ends.is_empty()
+        {
             let mut cached = self.builtin_sources.1.ends.borrow_mut();
             if cached.len() >= MAX_CACHED {
                 cached.clear();

@@ -169,7 +169,7 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// A SharedFunctionInfo's name, by (name or scope info, script).
     sfis: Checked<Option<JsFunction>>,
     /// A Script's name and line ends, by (name, source).
-    scripts: Checked<Option<(String, Arc<Vec<i32>>)>>,
+    scripts: Checked<(String, Arc<Vec<i32>>)>,
     /// The line ends of node's own modules' sources, by (address, length, one byte): see
     /// `cache`; shared by the processes of one binary when it allows ([`SharedSources`]),
     /// else this process's own (under an empty binary key).

@@ -92,8 +92,9 @@ fn a_name_of_another_type_is_no_name() {
 }
 
 /// The name of a function whose ScopeInfo is still readable but whose name string is not
-/// (freed with its isolate): unknown, not anonymous. A script whose name cannot be read
-/// leaves the function's name alone, with no location.
+/// (freed with its isolate): unknown, not anonymous. A function whose script's name cannot be
+/// read (the isolate being torn down as it is named) is unknown too, and not remembered so:
+/// once the script reads again, the function is named with its file.
 #[test]
 fn an_unreadable_name_is_no_name_at_all() {
     let w = World::new();
@@ -102,13 +103,34 @@ fn an_unreadable_name_is_no_name_at_all() {
     let frame = compiled(F, 0x5000_0010, HOT + 0x300);
     w.heap.remove(0x9200);
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert_eq!(
+        v8.resolve_all(&[frame], &Default::default()),
+        [Resolved::Unknown]
+    );
+    w.string(0x9200, "app.js");
     assert!(
-        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot" && j.location.is_empty()),
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot" && j.location.starts_with("app.js:")),
     );
     w.heap.remove(HOT + 0x400);
     let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
     assert_eq!(
         v8.resolve_all(&[frame], &Default::default()),
         [Resolved::Unknown]
+    );
+}
+
+/// A script whose name reads but whose line ends cannot be (neither computed by V8 nor read
+/// from its source): the function is named, its location the script's name alone.
+#[test]
+fn a_script_without_readable_lines_is_named_by_its_file_alone() {
+    let w = World::new();
+    w.put_hot();
+    pad_headers(&w);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    w.heap.remove(0x9100);
+    w.heap.remove(0x9300);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot" && j.location == "app.js"),
     );
 }
