@@ -147,7 +147,7 @@ fn interrupted_while_its_reader_is_held_the_run_still_ends_with_its_whole_summar
     let pid = w.pid.to_string();
     // Sampled in proportion to this host's speed (1 write in 64 on the reference machine):
     // the run is interrupted after a scaled 3 s, and its end unwinds what is left for at most
-    // 5 s of wall-clock time whatever the host, so a slower host must not be handed more
+    // 5 s of the profiler's CPU whatever the host, so a slower host must not be handed more
     // stacks per second than its unwinding keeps up with.
     let every = ((64.0 * speed::factor()).round() as u64).to_string();
     let mut prof = Profiler::start_unread(&["--pid", &pid, "-i", "0.1", "--stack-sample", &every]);

@@ -1,6 +1,6 @@
-//! `cargo xtask test`: the whole suite (layers, fmt, clippy on both targets, every test, the
-//! kernel matrix beside the host's tests), and its closing line, in which a BPF test that
-//! could not run counts as skipped, never as passed (and fails the run under CI).
+//! `cargo xtask test`: the whole suite (layers, fmt, clippy on both targets, every test), and
+//! its closing line, in which a BPF test that could not run counts as skipped, never as passed
+//! (and fails the run under CI).
 
 use std::{path::Path, process::Command};
 
@@ -55,18 +55,6 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
             "xtask: the integration tests load eBPF programs and need root: run `sudo -E cargo xtask test`"
         );
     }
-    // The kernel matrix, beside the host's tests: its guests (CPU-bound emulators) take only
-    // the CPU the host's tests leave idle, about half of it (they wait on their children),
-    // and run on with all of it once those end; its test binaries are built first, and its
-    // guests run them (not when the run was narrowed to some tests).
-    let matrix = if args.is_empty() {
-        let binaries = matrix::test_binaries(linker_dir)?;
-        Some(std::thread::spawn(move || {
-            kernel_matrix(&binaries, &[], matrix::Priority::Idle)
-        }))
-    } else {
-        None
-    };
     // One test at a time: the integration tests measure lock waits, which concurrent tests
     // would distort, and every test filters events to its own processes.
     let skip_file = workspace_root()
@@ -91,12 +79,13 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
     let mut skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
     let _ = std::fs::remove_file(&skip_file);
     tally.apply_skips(&skips);
-    match matrix {
-        Some(m) => {
-            let runs = m.join().expect("the kernel matrix's thread panicked")?;
-            tally.add_matrix(&runs, &mut skips);
-        }
-        None => println!("kernel matrix: not run (the run was narrowed to {args:?})"),
+    // The kernel matrix, after the host's tests (its guests run the binaries they built);
+    // not when the run was narrowed to some tests.
+    if args.is_empty() {
+        let runs = kernel_matrix(linker_dir, &[])?;
+        tally.add_matrix(&runs, &mut skips);
+    } else {
+        println!("kernel matrix: not run (the run was narrowed to {args:?})");
     }
     for s in &skips {
         println!("skipped: {} ({})", s.test, s.reason);
@@ -126,11 +115,7 @@ pub fn run_matrix_alone(linker_dir: &Path, kernels: &[String]) -> Result<()> {
     packages::ensure_bpftrace()?;
     let mut tally = Tally::default();
     let mut skips = Vec::new();
-    let runs = kernel_matrix(
-        &matrix::test_binaries(linker_dir)?,
-        kernels,
-        matrix::Priority::Normal,
-    )?;
+    let runs = kernel_matrix(linker_dir, kernels)?;
     tally.add_matrix(&runs, &mut skips);
     println!("{}", tally.closing_line());
     if tally.failed > 0 {
@@ -139,13 +124,8 @@ pub fn run_matrix_alone(linker_dir: &Path, kernels: &[String]) -> Result<()> {
     ci_verdict(under_ci(), &skips)
 }
 
-/// Runs the kernel matrix (root only: its guests load BPF) on the test `binaries`, and
-/// prints each kernel's block.
-fn kernel_matrix(
-    binaries: &[(String, std::path::PathBuf)],
-    names: &[String],
-    priority: matrix::Priority,
-) -> Result<Vec<matrix::KernelRun>> {
+/// Runs the kernel matrix (root only: its guests load BPF) and prints each kernel's block.
+fn kernel_matrix(linker_dir: &Path, names: &[String]) -> Result<Vec<matrix::KernelRun>> {
     let kernels = matrix::select(names)?;
     if !is_root() {
         let why = "not root (its guests load eBPF programs)".to_string();
@@ -154,8 +134,9 @@ fn kernel_matrix(
             .map(|k| matrix::KernelRun::skipped(k, matrix::tests_of(k), why.clone()))
             .collect());
     }
+    let binaries = matrix::test_binaries(linker_dir)?;
     let started = std::time::Instant::now();
-    let runs = matrix::run(&kernels, binaries, priority)?;
+    let runs = matrix::run(&kernels, &binaries)?;
     for r in &runs {
         print!("{}", r.render());
     }

@@ -61,25 +61,6 @@ pub fn ensure_virtme_ng() -> Result<PathBuf> {
 /// a quarter of it.
 const MEMORY: &str = "2G";
 
-/// The CPU the guests may take from the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Priority {
-    /// As any process (the matrix alone).
-    Normal,
-    /// Only what the host's other work leaves idle (`SCHED_IDLE`): the suite runs the matrix
-    /// beside the host's tests, which wait on their children about half of their time and
-    /// must not lose the CPU to an emulator when they want it.
-    Idle,
-}
-
-/// What a guest is given: its accelerator, its vCPUs and its claim on the host's CPU.
-#[derive(Clone, Copy, Debug)]
-pub struct Vm {
-    pub accel: Accel,
-    pub cpus: u32,
-    pub priority: Priority,
-}
-
 /// How a guest run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ended {
@@ -89,21 +70,17 @@ pub enum Ended {
     Killed(Killed),
 }
 
-/// A guest run: `command` inside `kernel` on `vm`, `rwdir` shared read-write; `watch` is
-/// asked every 200 ms whether the guest must be killed.
+/// A guest run: `command` inside `kernel`, `rwdir` shared read-write, on one vCPU; `watch`
+/// is asked every 200 ms whether the guest must be killed.
 pub fn run(
     venv_bin: &Path,
     kernel: &Fetched,
-    vm: Vm,
+    accel: Accel,
+    cpus: u32,
     rwdir: &Path,
     command: &str,
     watch: &mut dyn FnMut(Instant) -> Option<Killed>,
 ) -> Result<Ended> {
-    let Vm {
-        accel,
-        cpus,
-        priority,
-    } = vm;
     let log = std::fs::File::create(rwdir.join("console.log"))?;
     let mut cmd = Command::new(venv_bin.join("vng"));
     let path = std::env::var("PATH").unwrap_or_default();
@@ -131,19 +108,6 @@ pub fn run(
         .process_group(0);
     if accel == Accel::Tcg {
         cmd.arg("--disable-kvm");
-    }
-    if priority == Priority::Idle {
-        // SAFETY: only sched_setscheduler, async-signal-safe, between fork and exec; QEMU
-        // and its threads inherit the policy.
-        unsafe {
-            cmd.pre_exec(|| {
-                let param = libc::sched_param { sched_priority: 0 };
-                if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
     }
     let mut child = cmd.spawn().context("cannot run vng")?;
     loop {
@@ -206,23 +170,12 @@ pub fn choose_accel(venv_bin: &Path, kernel: &Fetched, scratch: &Path) -> Result
     let _ = std::fs::remove_file(&marker);
     let cmd = format!("uname -r > {}", marker.display());
     let deadline = Instant::now() + Duration::from_secs(30);
-    let ended = run(
-        venv_bin,
-        kernel,
-        Vm {
-            accel: Accel::Kvm,
-            cpus: 1,
-            priority: Priority::Normal,
-        },
-        scratch,
-        &cmd,
-        &mut |now| {
-            (now > deadline).then(|| Killed {
-                step: None,
-                why: "no KVM guest within 30 s".into(),
-            })
-        },
-    )?;
+    let ended = run(venv_bin, kernel, Accel::Kvm, 1, scratch, &cmd, &mut |now| {
+        (now > deadline).then(|| Killed {
+            step: None,
+            why: "no KVM guest within 30 s".into(),
+        })
+    })?;
     let up = ended == Ended::Exited
         && std::fs::read_to_string(&marker).is_ok_and(|r| r.trim() == kernel.release);
     let accel = if up { Accel::Kvm } else { Accel::Tcg };

@@ -20,7 +20,6 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-pub use guest::Priority;
 pub use report::{KernelRun, Outcome};
 
 /// A kernel of the matrix.
@@ -144,12 +143,8 @@ pub fn select(names: &[String]) -> Result<Vec<Kernel>> {
 /// (`binaries`: test file -> executable). A kernel that cannot be fetched or booted has its
 /// tests skipped, with the reason. The kernels are fetched one after another (one apt), then
 /// their guests run side by side, one vCPU each (`guests()` at once); the runs come back in
-/// `kernels`' order; `priority` is the guests' claim on the host's CPU.
-pub fn run(
-    kernels: &[Kernel],
-    binaries: &[(String, PathBuf)],
-    priority: guest::Priority,
-) -> Result<Vec<KernelRun>> {
+/// `kernels`' order.
+pub fn run(kernels: &[Kernel], binaries: &[(String, PathBuf)]) -> Result<Vec<KernelRun>> {
     let venv_bin = guest::ensure_virtme_ng()?;
     let work = crate::workspace_root().join("target/matrix");
     let mut accel = None;
@@ -178,13 +173,7 @@ pub fn run(
     let Some(accel) = accel else {
         return Ok(runs.into_iter().flatten().collect());
     };
-    let shared = Guests {
-        accel,
-        host: watch::host_factor(),
-        priority,
-        venv_bin: &venv_bin,
-        work: &work,
-    };
+    let host = watch::host_factor();
     let queue = Mutex::new(ready.into_iter());
     let done = Mutex::new(runs);
     std::thread::scope(|scope| -> Result<()> {
@@ -197,7 +186,7 @@ pub fn run(
                         };
                         let k = &kernels[i];
                         let started = Instant::now();
-                        let mut run = run_kernel(k, &f, &shared, binaries)?;
+                        let mut run = run_kernel(k, &f, accel, host, &venv_bin, &work, binaries)?;
                         run.wall = fetching + started.elapsed();
                         let (p, fl, s) = run.counts();
                         eprintln!(
@@ -228,31 +217,16 @@ fn guests(kernels: usize) -> usize {
         .clamp(1, kernels.max(1))
 }
 
-/// What every kernel's guest shares: the accelerator, the host's speed factor (for the
-/// limits), the guests' priority, virtme-ng and the matrix's work directory.
-#[derive(Clone, Copy)]
-struct Guests<'a> {
-    accel: guest::Accel,
-    host: f64,
-    priority: guest::Priority,
-    venv_bin: &'a Path,
-    work: &'a Path,
-}
-
 /// One kernel's guest, booted again if its kernel crashed (`CRASH_REBOOTS`).
 fn run_kernel(
     k: &Kernel,
     fetched: &fetch::Fetched,
-    guests: &Guests,
+    accel: guest::Accel,
+    host: f64,
+    venv_bin: &Path,
+    work: &Path,
     binaries: &[(String, PathBuf)],
 ) -> Result<KernelRun> {
-    let Guests {
-        accel,
-        host,
-        priority,
-        venv_bin,
-        work,
-    } = *guests;
     let tests = tests_of(k);
     let rwdir = work.join(k.name);
     let _ = std::fs::remove_dir_all(&rwdir);
@@ -293,11 +267,8 @@ fn run_kernel(
         let ended = guest::run(
             venv_bin,
             fetched,
-            guest::Vm {
-                accel,
-                cpus: k.cpus,
-                priority,
-            },
+            accel,
+            k.cpus,
             &rwdir,
             &format!("sh {}", script.display()),
             &mut |now| w.check(now),
