@@ -154,11 +154,11 @@ impl<M: Memory> V8Process<M> {
         }
     }
 
-    /// A script's name and line ends (None if its name cannot be read). Node's own modules (`node:...`) keep their sources in
-    /// node's binary, as external strings of static data: the same bytes at the same address
-    /// in every isolate of the process (each Worker has its own Script objects), so their
-    /// line ends are read once per process, by that address and length (once per binary
-    /// when its processes share them: `SharedSources`).
+    /// A script's name and line ends (None if its name cannot be read). Node's own modules
+    /// (`node:...`) keep their sources in node's binary, as external strings of static data: the
+    /// same bytes at the same address in every isolate of the process (each Worker has its own
+    /// Script objects), so their line ends are read once per process, by that address and length
+    /// (once per binary when its processes share them: `SharedSources`).
     fn read_script(&mut self, script: u64) -> Option<(String, Arc<Vec<i32>>)> {
         let (name, builtin) = {
             let h = self.heap();
