@@ -99,7 +99,7 @@ fn profile_with(
     // (A Worker's start is a burst of writes of its own, whose stacks may not all fit.) In a
     // kernel matrix guest, a few in a hundred: the run's end unwinds for 5 s of the profiler's
     // CPU, which a guest counts as its own while the host runs other guests' vCPUs (five on
-    // two cores) or other work (67 lost of some 1,300 once, on 6.12).
+    // two cores) or other work (67 lost once, on 6.12).
     let lost = summary["lost"]["stacks"].as_u64().unwrap();
     // Every sampled stack kept is charged to one DSO.
     let kept: u64 = p["dsos"]
