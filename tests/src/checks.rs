@@ -187,6 +187,16 @@ pub fn shortfall<K: Ord>(
     )
 }
 
+/// Sampled writes kept in a process's `dsos` (every sampled stack kept is charged to one DSO).
+pub fn sampled_writes(p: &Value) -> u64 {
+    p["dsos"]
+        .as_array()
+        .expect("dsos with stack sampling")
+        .iter()
+        .map(|d| d["write"]["count"].as_u64().unwrap())
+        .sum()
+}
+
 #[cfg(test)]
 mod shortfall_tests {
     use super::shortfall;

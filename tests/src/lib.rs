@@ -33,7 +33,8 @@ pub use browser::{
 };
 pub use checks::{
     LOST_EVENT_REASONS, assert_churn_total, assert_main_and_workers, assert_mmaps_named,
-    check_churn_writes, check_lost, check_stats, churn_slack, mmap_samples, shortfall,
+    check_churn_writes, check_lost, check_stats, churn_slack, mmap_samples, sampled_writes,
+    shortfall,
 };
 pub use ground_truth::{
     RawThreads, exit_now, map_anon, map_anon_populated, map_touch_unmap, numeric_args,

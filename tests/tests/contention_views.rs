@@ -278,12 +278,7 @@ fn contended_writes_are_sampled_and_named_by_their_javascript_function() {
     // stack counted as lost (only node is profiled, so every lost stack is its own): a
     // burst of contended writes, every one sampled, can fill the ring faster than a debug
     // build unwinds (some 600 stacks of 16 KiB fit; up to half were lost in 1 run in 3).
-    let sampled: u64 = p["dsos"]
-        .as_array()
-        .expect("dsos with stack sampling")
-        .iter()
-        .map(|d| d["write"]["count"].as_u64().unwrap())
-        .sum();
+    let sampled = integration_tests::sampled_writes(p);
     let lost = s["lost"]["stacks"].as_u64().unwrap();
     assert_eq!(sampled + lost, writes, "lost {}: {}", s["lost"], p["dsos"]);
     assert!(

@@ -101,13 +101,7 @@ fn profile_with(
     // CPU, which a guest counts as its own while the host runs other guests' vCPUs (five on
     // two cores) or other work (67 lost once, on 6.12).
     let lost = summary["lost"]["stacks"].as_u64().unwrap();
-    // Every sampled stack kept is charged to one DSO.
-    let kept: u64 = p["dsos"]
-        .as_array()
-        .expect("dsos with stack sampling")
-        .iter()
-        .map(|d| d["write"]["count"].as_u64().unwrap())
-        .sum();
+    let kept = integration_tests::sampled_writes(&p);
     let allowed = if integration_tests::in_matrix_guest() {
         (lost + kept) / 20
     } else {

@@ -13,19 +13,8 @@ use std::time::Duration;
 
 use integration_tests::{
     Finished, Profiler, Workload, cause_counts, check_churn_writes, check_lost, in_matrix_guest,
-    kernel_features, process, require_root_and_tracepoints, scaled, speed,
+    kernel_features, process, require_root_and_tracepoints, sampled_writes, scaled, speed,
 };
-use serde_json::Value;
-
-/// Sampled writes in a process's `dsos` (every sampled stack is charged to one DSO).
-fn sampled_writes(p: &Value) -> u64 {
-    p["dsos"]
-        .as_array()
-        .expect("dsos with stack sampling")
-        .iter()
-        .map(|d| d["write"]["count"].as_u64().unwrap())
-        .sum()
-}
 
 /// Every interval line the run made was received, or counted in `lost.output`: a line says
 /// how many were lost just before it, so the lines' `lost.output` add up to the summary's.
