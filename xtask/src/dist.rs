@@ -7,7 +7,7 @@
 //! ```text
 //! bin/mmaplock-prof
 //! install.sh
-//! README.md, LICENSE* (if any)
+//! README.md, CHANGELOG.md, LICENSE* (if any)
 //! docs/*.md
 //! deploy/...            (every file under deploy/: systemd/, grafana/, prometheus/, ...)
 //! ```
@@ -130,7 +130,7 @@ pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
 
 /// The files to ship besides the binary and install.sh: (source, path in the tarball), sorted
 /// by the latter. Everything under deploy/ (whatever the dashboards and rules are called by
-/// then), docs/*.md, README.md and any LICENSE, COPYING or NOTICE file; no hidden files nor
+/// then), docs/*.md, README.md, CHANGELOG.md and any LICENSE, COPYING or NOTICE file; no hidden files nor
 /// editor leftovers.
 pub fn payload(root: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     let mut out = Vec::new();
@@ -139,6 +139,7 @@ pub fn payload(root: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         let name = e.file_name().to_string_lossy().into_owned();
         let upper = name.to_ascii_uppercase();
         let wanted = name == "README.md"
+            || name == "CHANGELOG.md"
             || ["LICENSE", "LICENCE", "COPYING", "NOTICE"]
                 .iter()
                 .any(|p| upper.starts_with(p));
@@ -290,10 +291,11 @@ mod tests {
     }
 
     #[test]
-    fn the_payload_is_deploy_docs_readme_and_licenses() {
+    fn the_payload_is_deploy_docs_readme_changelog_and_licenses() {
         let w = Scratch::new("payload");
         for f in [
             "README.md",
+            "CHANGELOG.md",
             "LICENSE-MIT",
             "LICENSE-APACHE",
             "Cargo.toml",
@@ -315,6 +317,7 @@ mod tests {
         assert_eq!(
             dests(&w.0),
             [
+                "CHANGELOG.md",
                 "LICENSE-APACHE",
                 "LICENSE-MIT",
                 "README.md",
