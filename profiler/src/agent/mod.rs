@@ -333,8 +333,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if !cfg.quiet {
         let tls = agent.web.read().is_ok_and(|w| w.tls.is_some());
         eprintln!(
-            "mmaplock-prof agent: attached in {attach_ms:.1} ms ({mode} mode), {} processes selected, serving {}://{}/metrics",
-            agent.selection.len(),
+            "mmaplock-prof agent: attached in {attach_ms:.1} ms ({mode} mode), {} selected, serving {}://{}/metrics",
+            crate::output::text::count_of(agent.selection.len() as u64, "process", "processes"),
             if tls { "https" } else { "http" },
             listening
         );

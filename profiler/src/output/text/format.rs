@@ -120,6 +120,12 @@ pub fn fmt_per_cpu(ratio: f64) -> String {
     format!("{ratio:.digits$} s")
 }
 
+/// A count with its noun, singular or plural as the count asks: `1 process`, `3 processes`,
+/// `0 threads`.
+pub fn count_of(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A file size given in KiB, in the unit a person would say it in: `128 B`, `64 KiB`, `1 MiB`.
 pub fn size_name(kib: f64) -> String {
     if kib < 1.0 {

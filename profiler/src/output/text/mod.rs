@@ -14,13 +14,16 @@ use crate::{
 
 mod format;
 pub mod listing;
+mod stack_ends;
 #[cfg(test)]
 mod tests;
 mod waits;
 
 use format::{BAR_WIDTH, fmt_f};
 
-pub use format::{fit, fmt_ns, fmt_per_cpu, fmt_share, histogram_lines, side_by_side, size_name};
+pub use format::{
+    count_of, fit, fmt_ns, fmt_per_cpu, fmt_share, histogram_lines, side_by_side, size_name,
+};
 pub use waits::{blockers_text, time_share_text};
 
 /// A file's name alone when its path does not fit a table column.
@@ -123,7 +126,9 @@ fn roles_text(p: &ProcessReport) -> String {
     for (what, threads, writes) in libraries {
         let _ = writeln!(
             out,
-            "  {threads} addon thread(s) started in {what}: {writes} writes"
+            "  {} started in {what}: {}",
+            count_of(threads, "addon thread", "addon threads"),
+            count_of(writes, "write", "writes")
         );
     }
     out
@@ -306,9 +311,8 @@ fn process_text(p: &ProcessReport, mode: Mode) -> String {
     if let Some(note) = &p.v8_note {
         let _ = writeln!(out, "\n  JavaScript frames unnamed from the heap: {note}");
     }
-    if let Some(ends) = p.stack_ends.as_ref().filter(|e| !e.is_empty()) {
-        let parts: Vec<String> = ends.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = writeln!(out, "\n  sampled stacks end at: {}", parts.join(", "));
+    if let Some(ends) = &p.stack_ends {
+        out.push_str(&stack_ends::stack_ends_text(ends));
     }
     if let Some(hint) = &p.js_hint {
         let _ = writeln!(out, "\n  {hint}");

@@ -62,7 +62,7 @@ fn the_roles_name_the_library_behind_an_addon() {
     let writes = t.lock.write.count;
     let text = roles_text(&p);
     let line = format!(
-        "  1 addon thread(s) started in libvips-cpp.so.42, which sharp.node needs: {writes} writes"
+        "  1 addon thread started in libvips-cpp.so.42, which sharp.node needs: {writes} writes"
     );
     assert!(text.lines().any(|l| l == line), "{text}");
     // An addon thread started in the addon itself: nothing more to say.
