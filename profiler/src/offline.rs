@@ -91,7 +91,9 @@ fn run_text(
         } else {
             findings::group_minor(&mut s);
         }
-        let _ = Text.emit(&s, &mut bytes);
+        // With the processes' waits over time, from the file's interval lines.
+        let text = crate::output::text::to_text_with(&s, &|pid, start| run.series(pid, start));
+        bytes.extend_from_slice(text.as_bytes());
     }
     bytes
 }

@@ -105,7 +105,7 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
         &[
             "wait-histogram",
             "hold-histogram",
-            "write-wait-over-time",
+            "wait-over-time",
             "writes-over-time",
             "writes-by-role",
             "wait-by-role",
@@ -215,12 +215,12 @@ fn the_html_page_is_written_after_sigint() {
     assert_eq!(
         charts(&html)
             .iter()
-            .filter(|c| *c == "write-wait-over-time")
+            .filter(|c| *c == "wait-over-time")
             .count(),
         1
     );
     assert!(
-        html.matches("class=\"line\"").count() >= 3,
+        html.matches("class=\"line\"").count() >= 5,
         "interval lines drawn"
     );
 }

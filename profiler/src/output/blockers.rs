@@ -170,8 +170,8 @@ pub struct RoleBlock {
     pub write_wait_ns: u64,
 }
 
-/// A lock's charged waits by (waiter role, holder role, holder cause), largest write wait
-/// first (the profiler's own waits left out, as in [`lock_blockers`]).
+/// A lock's charged waits by (waiter role, holder role, holder cause), largest wait (write
+/// and read) first (the profiler's own waits left out, as in [`lock_blockers`]).
 pub fn by_role(
     owner: ProcId,
     pairs: &BTreeMap<Pair, Charged>,
@@ -204,8 +204,23 @@ pub fn by_role(
             write_wait_ns: writes,
         })
         .collect();
-    v.sort_by_key(|r| std::cmp::Reverse((r.write_wait_ns, r.wait_ns)));
+    v.sort_by_key(|r| std::cmp::Reverse((r.wait_ns, r.write_wait_ns)));
     v
+}
+
+/// The rows of "who made whom wait" a view shows: the `top` that waited longest (write and
+/// read), then, for every waiting role not among them, its largest row: no role's wait is
+/// out of sight, however small beside the others'. Largest first; rows of no wait left out.
+pub fn shown_rows(roles: &[RoleBlock], top: usize) -> Vec<&RoleBlock> {
+    let mut rows: Vec<&RoleBlock> = roles.iter().filter(|r| r.wait_ns > 0).collect();
+    rows.sort_by_key(|r| std::cmp::Reverse((r.wait_ns, r.write_wait_ns)));
+    let mut shown: Vec<&RoleBlock> = rows.iter().take(top).copied().collect();
+    for r in rows.iter().skip(top) {
+        if !shown.iter().any(|s| s.waiter_role == r.waiter_role) {
+            shown.push(r);
+        }
+    }
+    shown
 }
 
 #[cfg(test)]
@@ -258,6 +273,34 @@ mod tests {
                 wait_ns: 17_000,
                 write_wait_ns: 17_000
             }
+        );
+    }
+
+    /// The rows shown are the longest waits, reads' as writes', and every waiting role's
+    /// largest, past the top ones.
+    #[test]
+    fn every_waiting_role_has_a_row_shown_the_longest_wait_first() {
+        let row = |w: Role, h: Role, cause: &'static str, wait_ns, write_wait_ns| RoleBlock {
+            waiter_role: w,
+            holder_role: h,
+            cause: cause.into(),
+            wait_ns,
+            write_wait_ns,
+        };
+        let roles = vec![
+            // Addon threads' reads behind addon writes: the largest, no write wait at all.
+            row(Role::Addon, Role::Libuv, "mmap", 1_940, 0),
+            row(Role::Libuv, Role::Addon, "read", 900, 900),
+            row(Role::Libuv, Role::Libuv, "mprotect", 800, 800),
+            row(Role::Main, Role::Libuv, "mmap", 5, 5),
+            row(Role::Worker, Role::Libuv, "mmap", 0, 0),
+        ];
+        let shown = shown_rows(&roles, 2);
+        let got: Vec<(Role, u64)> = shown.iter().map(|r| (r.waiter_role, r.wait_ns)).collect();
+        assert_eq!(
+            got,
+            [(Role::Addon, 1_940), (Role::Libuv, 900), (Role::Main, 5)],
+            "the top two, then main's one row; libuv's smaller row and a row of no wait left out"
         );
     }
 

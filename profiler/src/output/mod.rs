@@ -19,6 +19,7 @@ pub mod prometheus;
 pub mod reading;
 pub mod report;
 pub mod rotate;
+pub mod series;
 pub mod share;
 pub mod stats;
 pub mod text;

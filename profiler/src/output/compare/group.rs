@@ -98,10 +98,18 @@ impl By {
     }
 }
 
-/// Write acquisitions of one group in one run: the figures are its count, its total and
-/// mean wait, and its p99 ([`DurationHist::quantiles`](crate::aggregation::DurationHist),
-/// as everywhere else).
+/// Acquisitions of one side (write or read) of one group in one run: the figures are its
+/// count, its total and mean wait, and its p99
+/// ([`DurationHist::quantiles`](crate::aggregation::DurationHist), as everywhere else).
 pub type Fig = SideStats;
+
+/// A row's acquisitions in one run: its writes and its reads (none for a cause's row: causes
+/// are the writes').
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Figs {
+    pub write: Fig,
+    pub read: Fig,
+}
 
 /// (group, `all`|`role`|`cause`, the role or cause).
 pub type Key = (String, &'static str, String);
@@ -116,7 +124,7 @@ pub struct RunMembers {
 /// One run, its processes grouped.
 #[derive(Clone)]
 pub struct Grouped {
-    pub figures: BTreeMap<Key, Fig>,
+    pub figures: BTreeMap<Key, Figs>,
     pub members: BTreeMap<String, RunMembers>,
     /// Listed processes whose report does not say their group (in the group `By::unknown`).
     pub unknown: u64,
@@ -154,18 +162,24 @@ impl Grouped {
             let m = g.members.entry(group.clone()).or_default();
             m.processes += 1;
             m.comms.insert(p.comm.clone());
-            let mut add = |kind, key: String, s: &Stats| {
-                g.figures
-                    .entry((group.clone(), kind, key))
-                    .or_default()
-                    .merge(&s.side())
+            let mut add = |kind, key: String, write: &Stats, read: Option<&Stats>| {
+                let f = g.figures.entry((group.clone(), kind, key)).or_default();
+                f.write.merge(&write.side());
+                if let Some(r) = read {
+                    f.read.merge(&r.side());
+                }
             };
-            add("all", "all".into(), &p.lock.write);
+            add("all", "all".into(), &p.lock.write, Some(&p.lock.read));
             for t in &p.threads {
-                add("role", t.role.as_str().into(), &t.lock.write);
+                add(
+                    "role",
+                    t.role.as_str().into(),
+                    &t.lock.write,
+                    Some(&t.lock.read),
+                );
             }
             for c in &p.lock.causes {
-                add("cause", c.cause.to_string(), &c.write);
+                add("cause", c.cause.to_string(), &c.write, None);
             }
             group_of_pid.entry(p.pid).or_insert(group);
         }
@@ -193,11 +207,13 @@ impl Grouped {
         self.members.values().map(|m| m.processes).sum()
     }
 
-    fn add(&mut self, group: &str, kind: &'static str, key: &str, s: &Fig) {
-        self.figures
+    fn add(&mut self, group: &str, kind: &'static str, key: &str, write: &Fig, read: &Fig) {
+        let f = self
+            .figures
             .entry((group.to_string(), kind, key.to_string()))
-            .or_default()
-            .merge(s);
+            .or_default();
+        f.write.merge(write);
+        f.read.merge(read);
     }
 
     /// The processes the summary grouped: each command's (or executable's) in its group
@@ -234,25 +250,33 @@ impl Grouped {
                 Some(g) if g != RUN => self.grouped_apart += t.processes,
                 Some(_) => {}
             }
+            // No STATS (an earlier build's summary): the counts and wait sums, which were
+            // always kept, and no histogram.
+            let bare = |count: u64, wait: u64| Fig {
+                count,
+                wait: DurationHist::from_upper_bounds(wait, 0, []),
+                ..Fig::default()
+            };
             let write = if t.write.count == t.writes {
                 t.write.side()
             } else {
-                // No STATS: the counts, which were always kept, and no histogram.
                 self.grouped_without_stats += t.processes;
-                Fig {
-                    count: t.writes,
-                    wait: DurationHist::from_upper_bounds(t.write_wait_ns, 0, []),
-                    ..Fig::default()
-                }
+                bare(t.writes, t.write_wait_ns)
             };
-            self.add(&group, "all", "all", &write);
+            let read = if t.read.count == t.reads {
+                t.read.side()
+            } else {
+                bare(t.reads, t.wait_ns.saturating_sub(t.write_wait_ns))
+            };
+            self.add(&group, "all", "all", &write, &read);
         }
         if let Some(group) = whole {
             for r in &m.roles {
-                self.add(&group, "role", r.role.as_str(), &r.write.side());
+                let read = r.read.as_ref().map(Stats::side).unwrap_or_default();
+                self.add(&group, "role", r.role.as_str(), &r.write.side(), &read);
             }
             for c in &m.causes {
-                self.add(&group, "cause", &c.cause, &c.write.side());
+                self.add(&group, "cause", &c.cause, &c.write.side(), &Fig::default());
             }
         }
     }

@@ -12,7 +12,7 @@ pub mod text;
 use std::{collections::BTreeMap, path::Path};
 
 pub use group::By;
-use group::{Fig, Grouped, Key};
+use group::{Fig, Figs, Grouped, Key};
 use serde::{Deserialize, Serialize};
 pub use text::{CompareText, runs_label, value};
 
@@ -100,6 +100,18 @@ pub struct Row {
     pub wait_ns: Change,
     pub mean_wait_ns: Change,
     pub p99_wait_ns: Change,
+    /// The same of the reads (`all` and `role` rows: a cause is the writes').
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<ReadChanges>,
+}
+
+/// A row's reads before and after: as many figures as its writes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReadChanges {
+    pub reads: Change,
+    pub read_wait_ns: Change,
+    pub mean_read_wait_ns: Change,
+    pub p99_read_wait_ns: Change,
 }
 
 impl Row {
@@ -111,6 +123,18 @@ impl Row {
             (&self.mean_wait_ns, true),
             (&self.p99_wait_ns, true),
         ]
+    }
+
+    /// Its reads' figures likewise, when it has reads.
+    pub fn read_figures(&self) -> Option<[(&Change, bool); 4]> {
+        self.reads.as_ref().map(|r| {
+            [
+                (&r.reads, false),
+                (&r.read_wait_ns, true),
+                (&r.mean_read_wait_ns, true),
+                (&r.p99_read_wait_ns, true),
+            ]
+        })
     }
 }
 
@@ -361,8 +385,8 @@ pub fn compare(
         group::notes(by, (after.0, &a)),
     ]
     .concat();
-    let runs_b: Vec<BTreeMap<Key, Fig>> = b.iter().map(|r| r.grouped.figures.clone()).collect();
-    let runs_a: Vec<BTreeMap<Key, Fig>> = a.iter().map(|r| r.grouped.figures.clone()).collect();
+    let runs_b: Vec<BTreeMap<Key, Figs>> = b.iter().map(|r| r.grouped.figures.clone()).collect();
+    let runs_a: Vec<BTreeMap<Key, Figs>> = a.iter().map(|r| r.grouped.figures.clone()).collect();
     let findings_b: Vec<RunFindings> = b.into_iter().map(|r| r.grouped.findings).collect();
     let findings_a: Vec<RunFindings> = a.into_iter().map(|r| r.grouped.findings).collect();
     let mut keys: Vec<Key> = runs_b
@@ -372,20 +396,27 @@ pub fn compare(
         .collect();
     keys.sort();
     keys.dedup();
-    let series = |runs: &[BTreeMap<Key, Fig>], k: &Key, f: &dyn Fn(&Fig) -> f64| -> Vec<f64> {
+    let series = |runs: &[BTreeMap<Key, Figs>], k: &Key, f: &dyn Fn(&Figs) -> f64| -> Vec<f64> {
         runs.iter().map(|m| m.get(k).map_or(0.0, f)).collect()
     };
     let rows = keys
         .into_iter()
         .map(|k| {
-            let change = |f: &dyn Fn(&Fig) -> f64| {
+            let change = |f: &dyn Fn(&Figs) -> f64| {
                 Change::of(&series(&runs_b, &k, f), &series(&runs_a, &k, f))
             };
+            let reads = (k.1 != "cause").then(|| ReadChanges {
+                reads: change(&|f| f.read.count as f64),
+                read_wait_ns: change(&|f| f.read.wait.sum as f64),
+                mean_read_wait_ns: change(&|f| mean(&f.read)),
+                p99_read_wait_ns: change(&|f| p99(&f.read)),
+            });
             Row {
-                writes: change(&|f| f.count as f64),
-                wait_ns: change(&|f| f.wait.sum as f64),
-                mean_wait_ns: change(&mean),
-                p99_wait_ns: change(&p99),
+                writes: change(&|f| f.write.count as f64),
+                wait_ns: change(&|f| f.write.wait.sum as f64),
+                mean_wait_ns: change(&|f| mean(&f.write)),
+                p99_wait_ns: change(&|f| p99(&f.write)),
+                reads,
                 process: k.0.clone(),
                 group: k.1,
                 key: k.2.clone(),

@@ -213,3 +213,44 @@ fn the_two_modes_are_never_compared() {
         !to_text(&compare(("b", &full), ("a", &full), None).unwrap()).contains("contention mode")
     );
 }
+
+/// Reads have columns of their own, in the JSON, the text and the page: the process's and
+/// each role's (a cause is the writes' and has none).
+#[test]
+fn reads_are_compared_beside_writes() {
+    let with_reads = |reads: u64, wait: u64| {
+        let mut s = summary("node", 100, 5000);
+        let r = stats(reads, wait, wait, &[(1 << 20, reads)]);
+        s.processes[0].lock.read = r.clone();
+        s.processes[0].threads[0].lock.read = r;
+        s
+    };
+    let c = compare(
+        ("b", &runs([Line::Summary(with_reads(400, 8_000_000))])),
+        ("a", &runs([Line::Summary(with_reads(100, 1_000_000))])),
+        None,
+    )
+    .unwrap();
+    let row = |group: &str| c.rows.iter().find(|r| r.group == group).unwrap();
+    for group in ["all", "role"] {
+        let r = row(group).reads.as_ref().expect("read figures");
+        assert_eq!((r.reads.before.mean, r.reads.after.mean), (400.0, 100.0));
+        assert_eq!(r.read_wait_ns.ratio, Some(0.125));
+        assert_eq!(r.mean_read_wait_ns.before.mean, 20_000.0);
+    }
+    assert!(row("cause").reads.is_none());
+    let json = serde_json::to_value(&c).unwrap();
+    let all = &json["rows"][0];
+    assert_eq!(all["reads"]["read_wait_ns"]["before"]["mean"], 8_000_000.0);
+    let text = to_text(&c);
+    assert!(text.contains("verdict: reads / wait"), "{text}");
+    let reads_line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("role worker") && l.contains("8.00ms"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(reads_line.contains("1.00ms"), "{reads_line}");
+    let page = crate::output::html::compare::compare_page(&c);
+    assert!(
+        page.contains("data-table=\"reads\"") && page.contains("data-chart=\"read-wait-by-role\"")
+    );
+}

@@ -115,16 +115,44 @@ pub fn to_text(c: &Comparison) -> String {
         "p99", "after", "ratio",
         "verdict: writes / wait"
     ));
+    let label = |r: &super::Row| match r.group {
+        "all" => fit_group(&r.process, 28),
+        g => fit(&format!("  {g} {}", r.key), 28),
+    };
     for r in &c.rows {
-        let label = match r.group {
-            "all" => fit_group(&r.process, 28),
-            g => fit(&format!("  {g} {}", r.key), 28),
-        };
         let figures = r.figures().map(|(c, ns)| show(c, ns)).join("  ");
         out.push_str(&format!(
-            "  {label:<28} {figures}  {} / {}\n",
-            r.writes.verdict, r.wait_ns.verdict
+            "  {:<28} {figures}  {} / {}\n",
+            label(r),
+            r.writes.verdict,
+            r.wait_ns.verdict
         ));
+    }
+    // The reads beside: a process may wait most on them (page faults behind writers).
+    let reads: Vec<_> = c
+        .rows
+        .iter()
+        .filter_map(|r| Some((r, r.read_figures()?)))
+        .collect();
+    if !reads.is_empty() {
+        out.push_str(&format!(
+            "\n  {:<28} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n",
+            format!("{} / role", c.by.name()),
+            "reads", "after", "ratio",
+            "wait", "after", "ratio",
+            "mean", "after", "ratio",
+            "p99", "after", "ratio",
+            "verdict: reads / wait"
+        ));
+        for (r, figures) in reads {
+            let f = figures.map(|(c, ns)| show(c, ns)).join("  ");
+            out.push_str(&format!(
+                "  {:<28} {f}  {} / {}\n",
+                label(r),
+                figures[0].0.verdict,
+                figures[1].0.verdict
+            ));
+        }
     }
     out.push_str(&compare_findings::to_text(&c.findings));
     if c.before.runs < 2 || c.after.runs < 2 {

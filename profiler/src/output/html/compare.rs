@@ -135,7 +135,21 @@ pub fn compare_page(c: &Comparison) -> String {
                     pair(&|r| (r.wait_ns.before.mean, r.wait_ns.after.mean)),
                     Unit::Ns,
                 ),
+                (
+                    "Read wait",
+                    "read-wait",
+                    pair(&|r| {
+                        r.reads.as_ref().map_or((0.0, 0.0), |x| {
+                            (x.read_wait_ns.before.mean, x.read_wait_ns.after.mean)
+                        })
+                    }),
+                    Unit::Ns,
+                ),
             ] {
+                // (Causes are the writes': no read wait by cause.)
+                if chart == "read-wait" && group == "cause" {
+                    continue;
+                }
                 let _ = write!(
                     body,
                     r#"<div class="panel"><h3>{what} by {group}</h3>{}</div>"#,
@@ -145,7 +159,7 @@ pub fn compare_page(c: &Comparison) -> String {
             body.push_str("</div>");
         }
         body.push_str("<h3>Figures</h3><table><tr><th></th><th>writes</th><th>after</th><th>ratio</th><th>write wait</th><th>after</th><th>ratio</th><th>mean</th><th>after</th><th>ratio</th><th>p99</th><th>after</th><th>ratio</th><th>verdict: writes</th><th>wait</th></tr>");
-        for r in rows {
+        for r in &rows {
             let label = if r.group == "all" {
                 "all".to_string()
             } else {
@@ -160,7 +174,31 @@ pub fn compare_page(c: &Comparison) -> String {
                 r.wait_ns.verdict
             );
         }
-        body.push_str("</table></section>");
+        body.push_str("</table>");
+        let reads: Vec<_> = rows
+            .iter()
+            .filter_map(|r| Some((r, r.read_figures()?)))
+            .collect();
+        if !reads.is_empty() {
+            body.push_str("<h3>Reads</h3><table data-table=\"reads\"><tr><th></th><th>reads</th><th>after</th><th>ratio</th><th>read wait</th><th>after</th><th>ratio</th><th>mean</th><th>after</th><th>ratio</th><th>p99</th><th>after</th><th>ratio</th><th>verdict: reads</th><th>wait</th></tr>");
+            for (r, figures) in reads {
+                let label = if r.group == "all" {
+                    "all".to_string()
+                } else {
+                    format!("{} {}", r.group, r.key)
+                };
+                let cells: String = figures.map(|(c, ns)| cell(c, ns)).concat();
+                let _ = write!(
+                    body,
+                    "<tr><td>{}</td>{cells}<td>{}</td><td>{}</td></tr>",
+                    esc(&label),
+                    figures[0].0.verdict,
+                    figures[1].0.verdict
+                );
+            }
+            body.push_str("</table>");
+        }
+        body.push_str("</section>");
     }
     if c.before.runs < 2 || c.after.runs < 2 {
         body.push_str(r#"<p class="note">One run per side: run-to-run noise cannot be judged. Concatenate several runs per side to have it judged.</p>"#);

@@ -2,7 +2,7 @@
 //! (from the interval lines), writes and wait by role and by cause, who made whom wait, the
 //! code that asked for memory and the flame graph of the sampled writes.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::fmt::Write as _;
 
 use super::{
     RunLines,
@@ -25,22 +25,22 @@ fn panel(out: &mut String, title: &str, chart: &str) {
 }
 
 /// Per point of the process's series (an interval line, or past a thousand a run of them):
-/// seconds from the start, write wait per line, mean write wait, writes per line.
-fn over_time(series: Option<&Series>, t0: Option<f64>) -> [Vec<f64>; 4] {
-    let mut v: [Vec<f64>; 4] = Default::default();
+/// seconds from the start, then per line write wait and read wait, mean write wait and mean
+/// read wait, writes.
+fn over_time(series: Option<&Series>, t0: Option<f64>) -> [Vec<f64>; 6] {
+    let mut v: [Vec<f64>; 6] = Default::default();
     let (Some(series), Some(t0)) = (series, t0) else {
         return v;
     };
+    let mean = |wait: u64, n: u64| if n == 0 { 0.0 } else { wait as f64 / n as f64 };
     for p in series.points() {
         let lines = f64::from(p.lines);
         v[0].push(p.end_s - t0);
         v[1].push(p.wait_ns as f64 / lines);
-        v[2].push(if p.writes == 0 {
-            0.0
-        } else {
-            p.wait_ns as f64 / p.writes as f64
-        });
-        v[3].push(p.writes as f64 / lines);
+        v[2].push(p.read_wait_ns as f64 / lines);
+        v[3].push(mean(p.wait_ns, p.writes));
+        v[4].push(mean(p.read_wait_ns, p.reads));
+        v[5].push(p.writes as f64 / lines);
     }
     v
 }
@@ -91,73 +91,95 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
             ),
         );
     }
-    // The three over time in a row of their own.
+    // The three over time in a row of their own: reads beside writes, as they wait too.
     out.push_str(r#"</div><div class="grid">"#);
-    let [xs, sum, mean, count] = over_time(series, t0);
-    for (title, name, line, values, unit) in [
+    let [xs, wait, read_wait, mean, read_mean, count] = over_time(series, t0);
+    for (title, name, drawn, unit) in [
         (
-            "Write wait over time",
-            "write-wait-over-time",
-            "write wait per interval",
-            sum,
+            "Wait over time",
+            "wait-over-time",
+            vec![
+                ("write wait per interval", wait),
+                ("read wait per interval", read_wait),
+            ],
             Unit::Ns,
         ),
         (
-            "Mean write wait over time",
-            "mean-write-wait-over-time",
-            "mean write wait per interval",
-            mean,
+            "Mean wait over time",
+            "mean-wait-over-time",
+            vec![
+                ("mean write wait per interval", mean),
+                ("mean read wait per interval", read_mean),
+            ],
             Unit::Ns,
         ),
         (
             "Writes over time",
             "writes-over-time",
-            "writes per interval",
-            count,
+            vec![("writes per interval", count)],
             Unit::Count,
         ),
     ] {
-        panel(&mut out, title, &lines(name, &xs, &[(line, values)], unit));
+        panel(&mut out, title, &lines(name, &xs, &drawn, unit));
     }
     out.push_str("</div>");
     // By role (threads pooled) and by cause: writes and their wait.
-    let mut roles: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
-    for t in &p.threads {
-        let e = roles.entry(t.role.as_str()).or_default();
-        e.0 += t.lock.write.count as f64;
-        e.1 += t.lock.write.wait_ns.sum as f64;
-    }
-    let by_role = (
-        roles.keys().map(|r| r.to_string()).collect::<Vec<_>>(),
-        roles.values().map(|v| v.0).collect(),
-        roles.values().map(|v| v.1).collect(),
-    );
-    let by_cause = (
-        p.lock.causes.iter().map(|c| c.cause.to_string()).collect(),
-        p.lock.causes.iter().map(|c| c.write.count as f64).collect(),
-        p.lock
-            .causes
-            .iter()
-            .map(|c| c.write.wait_ns.sum as f64)
-            .collect(),
-    );
+    // By role, the reads' wait beside the writes': a role's threads may wait most on reads.
+    let roles = crate::output::report::role_totals(p);
+    let labels: Vec<String> = roles.iter().map(|r| r.role.as_str().to_string()).collect();
     out.push_str(r#"<div class="grid">"#);
-    for (key, title, (labels, writes, wait)) in [
-        ("role", "thread role", by_role),
-        ("cause", "cause", by_cause),
+    panel(
+        &mut out,
+        "Writes by thread role",
+        &bars(
+            "writes-by-role",
+            &labels,
+            &[("writes", roles.iter().map(|r| r.writes as f64).collect())],
+            Unit::Count,
+        ),
+    );
+    panel(
+        &mut out,
+        "Wait by thread role",
+        &bars(
+            "wait-by-role",
+            &labels,
+            &[
+                (
+                    "write wait",
+                    roles.iter().map(|r| r.write_wait_ns as f64).collect(),
+                ),
+                (
+                    "read wait",
+                    roles.iter().map(|r| r.read_wait_ns as f64).collect(),
+                ),
+            ],
+            Unit::Ns,
+        ),
+    );
+    let causes = &p.lock.causes;
+    let labels: Vec<String> = causes.iter().map(|c| c.cause.to_string()).collect();
+    for (name, heading, series, values, unit) in [
+        (
+            "writes-by-cause",
+            "Writes by cause",
+            "writes",
+            causes.iter().map(|c| c.write.count as f64).collect(),
+            Unit::Count,
+        ),
+        (
+            "wait-by-cause",
+            "Write wait by cause",
+            "write wait",
+            causes.iter().map(|c| c.write.wait_ns.sum as f64).collect(),
+            Unit::Ns,
+        ),
     ] {
-        for (name, series, heading, values, unit) in [
-            ("writes", "writes", "Writes", writes, Unit::Count),
-            ("wait", "write wait", "Write wait", wait, Unit::Ns),
-        ] {
-            let chart = bars(
-                &format!("{name}-by-{key}"),
-                &labels,
-                &[(series, values)],
-                unit,
-            );
-            panel(&mut out, &format!("{heading} by {title}"), &chart);
-        }
+        panel(
+            &mut out,
+            heading,
+            &bars(name, &labels, &[(series, values)], unit),
+        );
     }
     out.push_str("</div>");
     // Who made whom wait, by role and by holder, side by side.
@@ -167,18 +189,28 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
         table(
             &mut out,
             "Who made whom wait",
-            &["waiter", "holder", "its hold", "write wait", "all wait"],
-            roles.iter().take(12).map(|r| {
-                [
-                    r.waiter_role.as_str().to_string(),
-                    r.holder_role.as_str().to_string(),
-                    esc(&r.cause),
-                    fmt_ns(r.write_wait_ns),
-                    fmt_ns(r.wait_ns),
-                ]
-            }),
+            &[
+                "waiter",
+                "holder",
+                "its hold",
+                "wait",
+                "write wait",
+                "read wait",
+            ],
+            crate::output::blockers::shown_rows(roles, 12)
+                .into_iter()
+                .map(|r| {
+                    [
+                        r.waiter_role.as_str().to_string(),
+                        r.holder_role.as_str().to_string(),
+                        esc(&r.cause),
+                        fmt_ns(r.wait_ns),
+                        fmt_ns(r.write_wait_ns),
+                        fmt_ns(r.wait_ns - r.write_wait_ns),
+                    ]
+                }),
         );
-        out.push_str("</div>");
+        out.push_str("<p class=\"note\">Largest wait (write and read) first; every waiting role has its largest row here.</p></div>");
     }
     blockers_table(&mut out, p);
     out.push_str(&super::verdict::time_share_table(p));

@@ -86,8 +86,8 @@ fn the_run_page_draws_every_chart_per_process_largest_wait_first() {
         "wait-by-role",
         "writes-by-cause",
         "wait-by-cause",
-        "write-wait-over-time",
-        "mean-write-wait-over-time",
+        "wait-over-time",
+        "mean-wait-over-time",
         "writes-over-time",
     ] {
         assert_eq!(charts(&page, chart), 2, "{chart}");
@@ -102,8 +102,16 @@ fn the_run_page_draws_every_chart_per_process_largest_wait_first() {
             .count(),
         2
     );
-    // The over-time lines exist only for the process in the interval lines (pid 1).
-    assert_eq!(page.matches("class=\"line\"").count(), 3);
+    // The over-time lines exist only for the process in the interval lines (pid 1): write
+    // and read wait, their means, writes.
+    assert_eq!(page.matches("class=\"line\"").count(), 5);
+    // Wait by role: the reads' beside the writes', a bar per role and side.
+    let wait = &section[section.find("data-chart=\"wait-by-role\"").unwrap()..];
+    let wait = &wait[..wait.find("</svg>").unwrap()];
+    assert!(
+        wait.contains(">read wait<") && wait.contains(">write wait<"),
+        "{wait}"
+    );
     // One flame graph, for the process with stacks, its document escaped into the attribute.
     assert_eq!(charts(&page, "flame-graph"), 1);
     let frame = &page[page.find("<iframe").unwrap()..];

@@ -30,6 +30,9 @@ pub struct MinorTotals {
     /// `hold_ns`), so that `compare` sets the same mean and p99 beside the listed processes'
     /// as if each were listed. Empty from a build before it was kept.
     pub write: Stats,
+    /// Their read STATS merged, likewise (`compare`'s read columns). Empty from a build
+    /// before it was kept.
+    pub read: Stats,
 }
 
 /// `a` and `b` merged, as STATS of waits only: the group keeps no holds, which nothing reads
@@ -46,6 +49,7 @@ impl MinorTotals {
     fn add(&mut self, p: &ProcessReport) {
         let (w, r) = (&p.lock.write, &p.lock.read);
         self.write = merged(&self.write, w);
+        self.read = merged(&self.read, r);
         self.processes += 1;
         self.writes = self.writes.saturating_add(w.count);
         self.reads = self.reads.saturating_add(r.count);
@@ -86,11 +90,15 @@ pub struct MinorExe {
     pub totals: MinorTotals,
 }
 
-/// The writes of the group's threads of one role (their `threads[].write` merged).
+/// The writes and reads of the group's threads of one role (their `threads[].write` and
+/// `threads[].read` merged).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MinorRole {
     pub role: Role,
     pub write: Stats,
+    /// Absent from a build before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<Stats>,
 }
 
 /// The group's writes for one cause (their `causes[].write` merged).
@@ -161,8 +169,11 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
         .drain(..)
         .map(|c| (c.comm, c.totals))
         .collect();
-    let mut roles: BTreeMap<Role, Stats> =
-        minor.roles.drain(..).map(|r| (r.role, r.write)).collect();
+    let mut roles: BTreeMap<Role, (Stats, Option<Stats>)> = minor
+        .roles
+        .drain(..)
+        .map(|r| (r.role, (r.write, r.read)))
+        .collect();
     let mut causes: BTreeMap<String, Stats> =
         minor.causes.drain(..).map(|c| (c.cause, c.write)).collect();
     // Not begun by executable (an earlier build's group): not begun now, it would miss some.
@@ -195,8 +206,14 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
         minor.profiler_reads += p.profiler.as_ref().map_or(0, |o| o.read.count);
         minor.sampled_writes += p.dsos.iter().flatten().map(|d| d.write.count).sum::<u64>();
         for t in &p.threads {
-            let into = roles.entry(t.role).or_default();
-            *into = merged(into, &t.lock.write);
+            let (write, read) = roles
+                .entry(t.role)
+                .or_insert_with(|| (Stats::default(), Some(Stats::default())));
+            *write = merged(write, &t.lock.write);
+            // (Kept only while every process of the role had it: not from an earlier group.)
+            if let Some(read) = read {
+                *read = merged(read, &t.lock.read);
+            }
         }
         for c in &p.lock.causes {
             let into = causes.entry(c.cause.to_string()).or_default();
@@ -206,7 +223,7 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
     });
     minor.roles = roles
         .into_iter()
-        .map(|(role, write)| MinorRole { role, write })
+        .map(|(role, (write, read))| MinorRole { role, write, read })
         .collect();
     minor.causes = causes
         .into_iter()

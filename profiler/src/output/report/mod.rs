@@ -18,6 +18,7 @@ mod build;
 mod costs;
 mod minor;
 mod process;
+mod roles;
 mod samples;
 mod selected;
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub use process::{
     CauseReport, DsoReport, FlameStack, HolderFunctionReport, JsFramesReport, JsFunctionReport,
     LockReport, ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
 };
+pub use roles::role_totals;
 pub use samples::{
     FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
 };

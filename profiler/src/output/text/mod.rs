@@ -8,12 +8,16 @@
 use std::fmt::Write as _;
 
 use crate::{
-    output::report::{Kind, Lost, ProcessReport, Report, Stats},
+    output::{
+        report::{Kind, Lost, ProcessReport, Report, Stats},
+        series::Series,
+    },
     vocab::Mode,
 };
 
 mod format;
 pub mod listing;
+mod over_time;
 mod stack_ends;
 #[cfg(test)]
 mod tests;
@@ -80,31 +84,28 @@ pub fn mode_note(mode: Mode) -> Option<&'static str> {
 /// How many threads (and roles) a process's text lists.
 const TOP_THREADS: usize = 8;
 
-/// Writes by the role of the thread that made them (count and total wait, most waited
-/// first).
+/// Acquisitions by the role of the threads that made them: writes and reads, and their wait
+/// (the longest wait first: a role may wait most on reads).
 fn roles_text(p: &ProcessReport) -> String {
-    let mut by_role: Vec<(&str, u64, u64)> = Vec::new();
-    for t in &p.threads {
-        let role = t.role.as_str();
-        match by_role.iter_mut().find(|r| r.0 == role) {
-            Some(r) => {
-                r.1 += t.lock.write.count;
-                r.2 += t.lock.write.wait_ns.sum;
-            }
-            None => by_role.push((role, t.lock.write.count, t.lock.write.wait_ns.sum)),
-        }
-    }
-    by_role.retain(|r| r.1 > 0);
-    if by_role.is_empty() {
+    let roles = crate::output::report::role_totals(p);
+    if roles.is_empty() {
         return String::new();
     }
-    by_role.sort_by_key(|r| std::cmp::Reverse((r.2, r.1)));
     let mut out = format!(
-        "\n  writes by thread role:\n  {:<10} {:>9} {:>10}\n",
-        "role", "writes", "wait sum"
+        "\n  by thread role:\n  {:<10} {:>7} {:>9} {:>10} {:>9} {:>10}\n",
+        "role", "threads", "writes", "write wait", "reads", "read wait"
     );
-    for (role, n, wait) in by_role {
-        let _ = writeln!(out, "  {role:<10} {n:>9} {:>10}", fmt_ns(wait));
+    for r in &roles {
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>7} {:>9} {:>10} {:>9} {:>10}",
+            r.role.as_str(),
+            r.threads,
+            r.writes,
+            fmt_ns(r.write_wait_ns),
+            r.reads,
+            fmt_ns(r.read_wait_ns)
+        );
     }
     // Addon threads that a library behind the addon started: which library, whose addon.
     let mut libraries: Vec<(String, u64, u64)> = Vec::new();
@@ -134,8 +135,17 @@ fn roles_text(p: &ProcessReport) -> String {
     out
 }
 
+/// A process's figures over time, by (pid, start_ticks), when the text is of a file whose
+/// interval lines were read (`report FILE`).
+pub type OverTime<'a> = &'a dyn Fn(u32, u64) -> Option<&'a Series>;
+
 /// The text rendering of a report.
 pub fn to_text(r: &Report) -> String {
+    to_text_with(r, &|_, _| None)
+}
+
+/// The text rendering of a report, with its processes' figures over time where known.
+pub fn to_text_with(r: &Report, over_time: OverTime<'_>) -> String {
     let mut out = String::new();
     match r.kind {
         Kind::Interval => {
@@ -187,7 +197,11 @@ pub fn to_text(r: &Report) -> String {
                 out.push_str(&listing::minor_line(m));
             }
             for p in shown {
-                out.push_str(&process_text(p, r.mode));
+                out.push_str(&process_text_with(
+                    p,
+                    r.mode,
+                    over_time(p.pid, p.start_ticks),
+                ));
             }
             if !rest.is_empty() {
                 out.push('\n');
@@ -235,7 +249,12 @@ fn lost_text(l: &Lost) -> String {
     }
 }
 
+#[cfg(test)]
 fn process_text(p: &ProcessReport, mode: Mode) -> String {
+    process_text_with(p, mode, None)
+}
+
+fn process_text_with(p: &ProcessReport, mode: Mode, series: Option<&Series>) -> String {
     let mut out = String::new();
     let _ = write!(out, "\nprocess {} ({})", p.pid, p.comm);
     if let Some(by) = &p.selected_by {
@@ -274,6 +293,9 @@ fn process_text(p: &ProcessReport, mode: Mode) -> String {
         );
     }
     out.push_str(&time_share_text(p));
+    if let Some(series) = series {
+        out.push_str(&over_time::over_time_text(series));
+    }
     if !p.lock.causes.is_empty() {
         let _ = writeln!(out, "\n  writes by cause:");
         for c in &p.lock.causes {

@@ -108,14 +108,32 @@ fn the_blockers_header_names_what_it_adds_up_and_the_shares_base() {
         "{text}"
     );
     assert!(
-        text.contains("(share: of all the write wait of the waiter's role)"),
+        text.contains("share: of all the wait, write and read, of the waiter's role)"),
         "{text}"
     );
-    // The worker's write wait is the process's less its main thread's: half of it charged.
-    assert!(
-        text.contains("worker    worker    read            2.50ms      50%"),
-        "{text}"
+    // The worker's wait is the process's write wait less its main thread's: 80% of it
+    // charged, of which the reads' part is said too.
+    let row = format!(
+        "    {:<9} {:<9} {:<11} {:>10} {:>10} {:>10} {:>6}",
+        "worker", "worker", "read", "4.00ms", "2.50ms", "1.50ms", "80%"
     );
+    assert!(text.lines().any(|l| l == row), "{row}\n{text}");
+}
+
+/// The roles table has the reads and their wait beside the writes', the longest wait first.
+#[test]
+fn the_roles_table_has_reads_beside_writes() {
+    let mut p = process(1, "node", 5000, false);
+    // The main thread: few writes, but the longest wait, on reads.
+    p.threads[0].lock.read = stats(40, 9_000_000, 1_000_000, &[(1 << 20, 40)]);
+    let text = roles_text(&p);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[1], "  by thread role:", "{text}");
+    let row = |role: &str, threads: u64, writes: u64, ww: &str, reads: u64, rw: &str| {
+        format!("  {role:<10} {threads:>7} {writes:>9} {ww:>10} {reads:>9} {rw:>10}")
+    };
+    assert_eq!(lines[3], row("main", 1, 4, "1ns", 40, "9.00ms"), "{text}");
+    assert_eq!(lines[4], row("worker", 1, 6, "5.0us", 0, "0ns"), "{text}");
 }
 
 /// Contention mode's holder stacks: the text says what the writers that sampled waits began

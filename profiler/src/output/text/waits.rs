@@ -3,7 +3,10 @@
 use std::fmt::Write as _;
 
 use super::{TOP_THREADS, fmt_ns, fmt_per_cpu, fmt_share};
-use crate::output::report::ProcessReport;
+use crate::{
+    output::report::{ProcessReport, role_totals},
+    registry::roles::Role,
+};
 
 /// What the lock cost the process's threads: `worker threads spent 6.1% of their time
 /// waiting for mmap_lock (0.180 s of wait per CPU-second)`, per role, then for the process.
@@ -43,8 +46,8 @@ pub fn time_share_text(p: &ProcessReport) -> String {
     out
 }
 
-/// "Who made whom wait": write waits by waiter role, charged to holder role and cause, as a
-/// share of that role's write wait; then the threads that held the lock the longest while
+/// "Who made whom wait": waits (write and read) by waiter role, charged to holder role and
+/// cause, as a share of that role's wait, every waiting role shown; then the threads that held the lock the longest while
 /// others waited. The header says what is added up (the process's threads' waits, write and
 /// read, the profiler's own left out as everywhere else) and why it never exceeds them.
 pub fn blockers_text(p: &ProcessReport) -> String {
@@ -63,40 +66,43 @@ pub fn blockers_text(p: &ProcessReport) -> String {
     out.push_str(
         "    (each wait is split among the holds it overlapped, overlapping read holds in proportion, so no wait is charged more than it lasted; the rest overlapped no hold seen)\n",
     );
-    if roles.iter().all(|r| r.write_wait_ns == 0) {
-        out.push_str("    no write waited behind another thread's hold\n");
+    let shown = crate::output::blockers::shown_rows(roles, TOP_THREADS);
+    if shown.is_empty() {
+        out.push_str("    no wait was charged to another thread's hold\n");
     } else {
         let _ = writeln!(
             out,
-            "    {:<9} {:<9} {:<11} {:>10} {:>8}",
-            "waiter", "holder", "its hold", "write wait", "share"
+            "    {:<9} {:<9} {:<11} {:>10} {:>10} {:>10} {:>6}",
+            "waiter", "holder", "its hold", "wait", "write wait", "read wait", "share"
         );
-        let mut role_wait: std::collections::BTreeMap<&str, u64> = Default::default();
-        for t in &p.threads {
-            *role_wait.entry(t.role.as_str()).or_default() += t.lock.write.wait_ns.sum;
-        }
-        for r in roles
+        let role_wait: Vec<(Role, u64)> = role_totals(p)
             .iter()
-            .filter(|r| r.write_wait_ns > 0)
-            .take(TOP_THREADS)
-        {
-            let of = role_wait.get(r.waiter_role.as_str()).copied().unwrap_or(0);
+            .map(|r| (r.role, r.wait_ns()))
+            .collect();
+        for r in shown {
+            let of = role_wait
+                .iter()
+                .find(|w| w.0 == r.waiter_role)
+                .map_or(0, |w| w.1);
             let share = if of == 0 {
-                0.0
+                "-".to_string()
             } else {
-                100.0 * r.write_wait_ns as f64 / of as f64
+                format!("{:.0}%", 100.0 * r.wait_ns as f64 / of as f64)
             };
             let _ = writeln!(
                 out,
-                "    {:<9} {:<9} {:<11} {:>10} {:>7.0}%",
+                "    {:<9} {:<9} {:<11} {:>10} {:>10} {:>10} {share:>6}",
                 r.waiter_role.as_str(),
                 r.holder_role.as_str(),
                 r.cause,
+                fmt_ns(r.wait_ns),
                 fmt_ns(r.write_wait_ns),
-                share
+                fmt_ns(r.wait_ns.saturating_sub(r.write_wait_ns)),
             );
         }
-        out.push_str("    (share: of all the write wait of the waiter's role)\n");
+        out.push_str(
+            "    (largest wait first, and every waiting role's largest row; share: of all the wait, write and read, of the waiter's role)\n",
+        );
     }
     if !blockers.is_empty() {
         let _ = writeln!(
