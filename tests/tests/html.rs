@@ -89,7 +89,20 @@ fn the_html_report_renders_its_plots_and_fetches_nothing() {
     let cut_page = dir.path().join("cut.html");
     report_html(&cut, &cut_page);
     let c = std::fs::read_to_string(&cut_page).unwrap();
-    assert!(c.contains("No summary line"));
+    assert!(
+        c.contains("no summary yet: "),
+        "the page says it is no summary"
+    );
+    // And the text, with the lines' span.
+    let text = run_ok(["report", cut.to_str().unwrap(), "-f", "text"]);
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("no summary yet: ")
+                && l.contains("the run is still going or was cut")),
+        "{text}"
+    );
+    assert!(!text.lines().next().unwrap().contains("(0.0s)"), "{text}");
     let writes = process(summary, pid).unwrap()["write"]["count"]
         .as_u64()
         .unwrap();

@@ -159,7 +159,9 @@ impl Summed {
         }
     }
 
-    /// The sum as a summary (no `duration_s`: the run's end is not known).
+    /// The sum as a summary, marked as such (`summed_lines`): its `duration_s` is the span
+    /// of the lines, from the first's start to the last's end (the run's own end is not
+    /// known).
     pub fn report(&self) -> Report {
         let processes = self
             .procs
@@ -199,14 +201,23 @@ impl Summed {
                 }
             })
             .collect();
+        let start = self.start.clone().unwrap_or_default();
+        let span = |t: &str| {
+            humantime::parse_rfc3339(t)
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        };
+        let duration_s = span(&start)
+            .zip(span(&self.end))
+            .map(|(a, b)| (b.saturating_sub(a).as_secs_f64() * 1000.0).round() / 1000.0);
         let mut r = Report {
             kind: Kind::Summary,
             schema_version: SCHEMA_VERSION,
             mode: self.mode,
-            start: self.start.clone().unwrap_or_default(),
+            start,
             end: self.end.clone(),
             interval_s: None,
-            duration_s: None,
+            duration_s,
             intervals: None,
             processes,
             lost: self.lost,
@@ -217,6 +228,7 @@ impl Summed {
             findings: None,
             minor_processes: None,
             show_all: false,
+            summed_lines: Some(self.lines),
         };
         r.drop_unmeasured();
         r
@@ -254,6 +266,8 @@ mod tests {
             (r.start.as_str(), r.end.as_str()),
             ("2026-01-01T00:00:00.000Z", "2026-01-01T00:00:02.000Z")
         );
+        // The lines' span and count, which the text and the page say.
+        assert_eq!((r.duration_s, r.summed_lines), (Some(2.0), Some(2)));
         let p = &r.processes[0];
         assert_eq!(r.processes.len(), 1);
         assert_eq!(p.lock.write.count, 6);

@@ -369,12 +369,12 @@ fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding], all:
         .or_else(|| run.first_start.as_deref().and_then(seconds_of));
     // A demo line holds two runs (Worker threads, then processes): both are shown.
     let sources = run.shown();
-    if summary.is_none() && !sources.is_empty() {
-        let _ = write!(
-            body,
-            r#"<p class="note partial">No summary line (the run was cut short): the figures below are the sums of its {} interval lines, percentiles at the resolution of the log2 buckets.</p>"#,
-            run.intervals
+    if let Some(s) = sources.iter().find(|s| s.summed_lines.is_some()) {
+        let note = crate::output::text::partial_note(
+            s.summed_lines.unwrap_or(0),
+            s.duration_s.unwrap_or(0.0),
         );
+        let _ = write!(body, r#"<p class="note partial">{}.</p>"#, esc(&note));
     }
     // What the numbers are, before any of them: contention mode's are not full mode's.
     if let Some(note) = sources

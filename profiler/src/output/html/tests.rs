@@ -132,7 +132,19 @@ fn the_run_page_draws_every_chart_per_process_largest_wait_first() {
 fn a_run_without_summary_is_summed_from_its_interval_lines() {
     let run = two_seconds_then(&[]);
     let page = run_page("run.json", &run);
-    assert!(page.contains("No summary line"));
+    assert!(
+        page.contains(
+            "no summary yet: 2 interval lines over 2.0 s; the run is still going or was cut"
+        ),
+        "{page}"
+    );
+    // The text too, with the lines' span (not 0.0 s) and their sums.
+    let text = crate::output::text::to_text(&run.shown()[0]);
+    assert!(
+        text.starts_with("═══ mmaplock-prof summary: 2026-01-01T00:00:00.000Z to 2026-01-01T00:00:02.000Z (2.0s) ═══\nno summary yet: 2 interval lines over 2.0 s;"),
+        "{text}"
+    );
+    assert!(text.contains("  write             20 "), "{text}");
     // 10 writes in each line: 20 in all, and 100 ns of wait.
     assert!(
         page.contains("<b>20</b><span>write acquisitions</span>"),

@@ -194,6 +194,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         findings: None,
         minor_processes: None,
         show_all: false,
+        summed_lines: None,
     };
     r.drop_unmeasured();
     r

@@ -113,6 +113,10 @@ pub struct Report {
     /// (`--all-processes`), which the text and the page then show each in full.
     #[serde(skip)]
     pub show_all: bool,
+    /// Not part of the report: it is no summary line but the sum of this many interval lines
+    /// of a file without one (a run still going, or cut), which the text and the page say.
+    #[serde(skip)]
+    pub summed_lines: Option<usize>,
 }
 
 impl Report {
@@ -137,6 +141,7 @@ impl Report {
             findings: None,
             minor_processes: None,
             show_all: false,
+            summed_lines: None,
         }
     }
 }

@@ -183,6 +183,10 @@ pub fn to_text_with(r: &Report, over_time: OverTime<'_>) -> String {
                 r.end,
                 r.duration_s.unwrap_or(0.0)
             );
+            if let Some(lines) = r.summed_lines {
+                out.push_str(&partial_note(lines, r.duration_s.unwrap_or(0.0)));
+                out.push('\n');
+            }
             if let Some(note) = mode_note(r.mode) {
                 let _ = writeln!(out, "{note}");
             }
@@ -218,6 +222,17 @@ pub fn to_text_with(r: &Report, over_time: OverTime<'_>) -> String {
         }
     }
     out
+}
+
+/// What a summary summed from a file's interval lines is (the run had not written its
+/// summary line: still going, or cut), and what it holds, said before any figure.
+pub fn partial_note(lines: usize, seconds: f64) -> String {
+    format!(
+        "no summary yet: {} over {seconds:.1} s; the run is still going or was cut. The figures \
+         below are the interval lines' sums (percentiles at the resolution of their log2 \
+         buckets; no sampled stacks, which only a summary carries)",
+        count_of(lines as u64, "interval line", "interval lines")
+    )
 }
 
 /// One line naming every non-zero reason, or nothing when nothing was lost.
