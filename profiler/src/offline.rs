@@ -6,7 +6,7 @@ use std::{io::Write as _, path::Path};
 use crate::{
     cli::{CompareArgs, Format, ReportArgs},
     output::{
-        JsonLines, Output, Text,
+        JsonLines, Output,
         compare::{self, CompareText, Comparison, Runs},
         findings::{self, FindingsText, StudyEffects, StudyFileError},
         html::{RunLines, RunPage, compare::ComparePage},
@@ -178,7 +178,7 @@ mod tests {
     use super::*;
     use crate::{
         cli::{Cli, Command, one_line},
-        output::{compare::By, fixtures, reading::Keep, report::Report},
+        output::{Text, compare::By, fixtures, reading::Keep, report::Report},
     };
 
     /// `compare`'s `--by`: `run` unless given, and a value it does not take is bad usage, in
