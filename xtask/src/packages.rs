@@ -166,6 +166,13 @@ pub fn ensure_chromium() -> Result<()> {
     ensure("chromium", &["/usr/bin/chromium"])
 }
 
+/// Debian's `libc6-dbg`, the C library's separate debug files (by build id, under
+/// /usr/lib/debug/.build-id): the profiler names libc's internal functions from them (the
+/// join path, `start_thread`), which the tests check (registry/unwind/tests.rs).
+pub fn ensure_libc_debug() -> Result<()> {
+    ensure("libc6-dbg", &["/usr/share/doc/libc6-dbg/copyright"])
+}
+
 /// Debian's `libjemalloc2`, for the study's `jemalloc` scenario (LD_PRELOAD).
 pub fn ensure_jemalloc() -> Result<()> {
     ensure(

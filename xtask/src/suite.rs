@@ -42,6 +42,7 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
     packages::ensure_chromium()?;
     packages::ensure_go()?;
     packages::ensure_jemalloc()?;
+    packages::ensure_libc_debug()?;
     packages::ensure_nodes()?;
     packages::ensure_podman()?;
     packages::ensure_k8s_validator()?;

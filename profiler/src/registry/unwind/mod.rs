@@ -31,6 +31,7 @@ use crate::registry::perfmap::{JitName, PerfMap};
 use crate::registry::procmaps::{Keep, Lookup, Lookups, Mapping, Maps, Proc, readable_path};
 use crate::registry::reads::Reads;
 
+mod debugfile;
 mod elf;
 mod symbolize;
 #[cfg(test)]
@@ -130,6 +131,8 @@ pub struct Shared {
     /// were a tenth of the agent's CPU with stacks on, naming the same few hundred of node's
     /// functions again in each stack and each process (`symbolize`).
     symbols: Rc<RefCell<Names>>,
+    /// Each file's separate debug file (`debugfile`), looked for once per file.
+    debug_files: Rc<RefCell<HashMap<FileKey, Option<PathBuf>>>>,
     pub v8: crate::registry::v8::SharedLayouts,
     pub v8_sources: crate::registry::v8::SharedSources,
 }
@@ -139,6 +142,7 @@ impl Default for Shared {
         Shared {
             files: Rc::default(),
             symbols: Rc::default(),
+            debug_files: Rc::default(),
             // No auto-reload: it would stat() every file on every call. No line info: names
             // are what we report.
             symbolizer: Rc::new(

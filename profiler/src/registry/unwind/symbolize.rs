@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
-use super::{FileKey, Frame, ProcessUnwinder};
+use super::{FileKey, Frame, ModuleKey, ProcessUnwinder, debugfile};
 use crate::registry::perfmap::{JitName, PerfMap};
 
 /// Most names cached (emptied rather than grown past it).
@@ -33,7 +33,12 @@ impl ProcessUnwinder {
     fn symbolize_lookup(&mut self, addrs: &[u64], lookup: &[u64]) -> Vec<Frame> {
         // Group by file and symbolize file offsets: works without the process. What was
         // named before, in any process, is named from the cache (by file and offset).
-        let mut by_file: HashMap<PathBuf, (FileKey, Vec<(usize, u64)>)> = HashMap::new();
+        // Per file: its key, and each frame's index, file offset and virtual address (known
+        // when its module was placed: what a separate debug file is looked up by).
+        type Item = (usize, u64, Option<u64>);
+        let mut by_file: HashMap<PathBuf, (FileKey, Vec<Item>)> = HashMap::new();
+        // Each file's build id, for its debug file.
+        let mut build_ids: HashMap<FileKey, Vec<u8>> = HashMap::new();
         let mut frames: Vec<Frame> = Vec::with_capacity(addrs.len());
         for (i, (&addr, &at)) in addrs.iter().zip(lookup).enumerate() {
             let m = self.maps.find(at).cloned();
@@ -50,9 +55,14 @@ impl ProcessUnwinder {
                     // The file as mapped (a container's, a replaced one), opened while it
                     // lived.
                     None => {
+                        let placed = self.modules.get(&ModuleKey::of(m)).cloned().flatten();
+                        let vaddr = placed.as_ref().map(|(bias, _)| at.wrapping_sub(*bias));
+                        if let Some(id) = placed.and_then(|(_, info)| info.build_id.clone()) {
+                            build_ids.insert(key.clone(), id);
+                        }
                         if let Some(file) = self.file_path(m) {
                             (by_file.entry(file).or_insert_with(|| (key, Vec::new())).1)
-                                .push((i, offset));
+                                .push((i, offset, vaddr));
                         }
                     }
                 }
@@ -73,10 +83,10 @@ impl ProcessUnwinder {
         }
         for (path, (key, items)) in by_file {
             let src = Source::Elf(Elf::new(&path));
-            let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
+            let offsets: Vec<u64> = items.iter().map(|&(_, o, _)| o).collect();
             let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
             // One unreadable section fails a whole batch in blazesym: retry one by one then.
-            let names: Vec<Option<String>> = match self
+            let mut names: Vec<Option<String>> = match self
                 .shared
                 .symbolizer
                 .symbolize(&src, Input::FileOffset(&offsets))
@@ -94,16 +104,63 @@ impl ProcessUnwinder {
                     })
                     .collect(),
             };
+            // What the file's own symbols do not name (a stripped library's internal
+            // functions), its separate debug file may.
+            if names.iter().any(Option::is_none)
+                && let Some(debug) = build_ids.get(&key).and_then(|id| self.debug_file(&key, id))
+            {
+                self.name_from_debug_file(&debug, &items, &mut names);
+            }
             let mut cache = self.shared.symbols.borrow_mut();
             if cache.len() >= MAX_SYMBOLS {
                 cache.clear();
             }
-            for ((i, offset), n) in items.into_iter().zip(names) {
+            for ((i, offset, _), n) in items.into_iter().zip(names) {
                 cache.insert((key.clone(), offset), n.clone());
                 frames[i].symbol = n;
             }
         }
         frames
+    }
+
+    /// The separate debug file of the file `key` whose build id is `id`, looked for once.
+    fn debug_file(&self, key: &FileKey, id: &[u8]) -> Option<PathBuf> {
+        let mut files = self.shared.debug_files.borrow_mut();
+        files
+            .entry(key.clone())
+            .or_insert_with(|| debugfile::by_build_id(id, &debugfile::DEBUG_DIRS))
+            .clone()
+    }
+
+    /// Names from the debug file `debug`, by virtual address, the frames of `items` that
+    /// `names` has none for.
+    fn name_from_debug_file(
+        &self,
+        debug: &std::path::Path,
+        items: &[(usize, u64, Option<u64>)],
+        names: &mut [Option<String>],
+    ) {
+        let wanted: Vec<(usize, u64)> = (items.iter().zip(names.iter()).enumerate())
+            .filter_map(|(j, ((_, _, vaddr), n))| Some((j, (*vaddr).filter(|_| n.is_none())?)))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let mut elf = Elf::new(debug);
+        // Its ELF symbols only (`.symtab`): no DWARF is read.
+        elf.debug_syms = false;
+        let src = Source::Elf(elf);
+        let addrs: Vec<u64> = wanted.iter().map(|&(_, a)| a).collect();
+        let Ok(found) = self
+            .shared
+            .symbolizer
+            .symbolize(&src, Input::VirtOffset(&addrs))
+        else {
+            return;
+        };
+        for ((j, _), s) in wanted.into_iter().zip(found) {
+            names[j] = s.as_sym().map(|s| s.name.to_string());
+        }
     }
 
     /// Reads what was appended to the perf map at most every [`PERF_MAP_EVERY`], or looks for

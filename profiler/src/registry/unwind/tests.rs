@@ -205,6 +205,31 @@ fn unwinds_through_glibc_without_frame_pointers() {
             .as_deref()
             .is_some_and(|s| s.contains("qsort") || s.contains("msort"))
     }));
+    // glibc's sort calls the comparator from a function of its own (`msort_with_tmp`), which
+    // its stripped `.dynsym` does not name: its separate debug file does, when installed
+    // (Debian's libc6-dbg; `cargo xtask test` installs it).
+    let id = frames[libc[0]].build_id.clone().expect("libc's build id");
+    let bytes: Vec<u8> = (0..id.len() / 2)
+        .map(|i| u8::from_str_radix(&id[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    if super::debugfile::by_build_id(&bytes, &super::debugfile::DEBUG_DIRS).is_some() {
+        let unnamed: Vec<&Frame> = libc
+            .iter()
+            .map(|&i| &frames[i])
+            .filter(|f| f.symbol.is_none())
+            .collect();
+        assert!(unnamed.is_empty(), "libc frames left unnamed: {unnamed:?}");
+        assert!(
+            libc.iter().any(|&i| frames[i]
+                .symbol
+                .as_deref()
+                .is_some_and(|s| s.starts_with("msort_with_tmp"))),
+            "{:?}",
+            libc.iter().map(|&i| &frames[i].symbol).collect::<Vec<_>>()
+        );
+    } else {
+        eprintln!("no debug file for libc {id}: its internal functions stay unnamed");
+    }
 }
 
 thread_local! {
