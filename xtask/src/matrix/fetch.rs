@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{KERNELS, Kernel, apt_sources};
+use super::{Arch, KERNELS, Kernel, apt_sources};
 
 /// A kernel ready to boot: its image, and the tree whose `lib/modules` virtme-ng uses.
 #[derive(Clone, Debug)]
@@ -18,6 +18,8 @@ pub struct Fetched {
     pub vmlinuz: PathBuf,
     /// `uname -r` of that kernel.
     pub release: String,
+    /// Its modules (`lib/modules/RELEASE` or `usr/lib/modules/RELEASE` in the unpacked tree).
+    pub modules: PathBuf,
 }
 
 pub fn kernels_dir() -> PathBuf {
@@ -30,16 +32,28 @@ pub fn fetch(k: &Kernel) -> Result<Fetched> {
     if let Some(f) = cached(&dir) {
         return Ok(f);
     }
-    let apt = PrivateApt::new(&kernels_dir().join("apt"))?;
+    let suites: Vec<&str> = KERNELS
+        .iter()
+        .filter(|o| o.arch == k.arch)
+        .map(|o| o.suite)
+        .collect();
+    // One apt per architecture: its package lists are of that architecture alone.
+    let apt_dir = match k.arch {
+        Arch::X86_64 => kernels_dir().join("apt"),
+        other => kernels_dir().join(format!("apt-{}", other.debian())),
+    };
+    let apt = PrivateApt::new(&apt_dir, &suites, k.arch)?;
     let update_errors = apt.update()?;
-    let version = apt.suite_version("linux-image-amd64", k.suite, &update_errors)?;
+    let meta = format!("linux-image-{}", k.arch.debian());
+    let version = apt.suite_version(&meta, k.suite, &update_errors)?;
     // The meta package names the image; newer packaging splits it into image, binary and
-    // modules packages, all of one version.
+    // modules packages, all of one version (trixie-backports' amd64 kernel; its arm64 6.12
+    // is one package).
     let image = apt
-        .depends("linux-image-amd64", &version)?
+        .depends(&meta, &version)?
         .into_iter()
         .find(|d| d.starts_with("linux-image-"))
-        .context("linux-image-amd64 depends on no linux-image-*")?;
+        .with_context(|| format!("{meta} depends on no linux-image-*"))?;
     let mut packages = vec![image.clone()];
     packages.extend(
         apt.depends(&image, &version)?
@@ -91,6 +105,7 @@ fn unpacked(dir: &Path) -> Option<Fetched> {
             Some(Fetched {
                 vmlinuz: e.path(),
                 release,
+                modules: PathBuf::new(),
             })
         });
     let in_modules = || {
@@ -101,26 +116,31 @@ fn unpacked(dir: &Path) -> Option<Fetched> {
             .find_map(|e| {
                 let vmlinuz = e.path().join("vmlinuz");
                 let release = e.file_name().into_string().ok()?;
-                vmlinuz.exists().then_some(Fetched { vmlinuz, release })
+                vmlinuz.exists().then_some(Fetched {
+                    vmlinuz,
+                    release,
+                    modules: PathBuf::new(),
+                })
             })
     };
-    let f = in_boot.or_else(in_modules)?;
-    let modules = ["lib/modules", "usr/lib/modules"]
+    let mut f = in_boot.or_else(in_modules)?;
+    f.modules = ["lib/modules", "usr/lib/modules"]
         .iter()
-        .any(|m| root.join(m).join(&f.release).join("kernel").exists());
-    modules.then_some(f)
+        .map(|m| root.join(m).join(&f.release))
+        .find(|m| m.join("kernel").exists())?;
+    Some(f)
 }
 
-/// apt with lists, cache and sources of its own, under `dir`: the suites of `KERNELS` from
-/// the Debian archives the machine's apt configuration names.
-struct PrivateApt {
+/// apt with lists, cache and sources of its own, under `dir`: Debian suites of one
+/// architecture from the Debian archives the machine's apt configuration names.
+pub struct PrivateApt {
     options: Vec<String>,
     /// The archives' URIs, for messages.
     uris: String,
 }
 
 impl PrivateApt {
-    fn new(dir: &Path) -> Result<Self> {
+    pub fn new(dir: &Path, suites: &[&str], arch: Arch) -> Result<Self> {
         let archives = apt_sources::host_archives()?;
         for d in [
             "lists/partial",
@@ -129,7 +149,7 @@ impl PrivateApt {
         ] {
             std::fs::create_dir_all(dir.join(d))?;
         }
-        let mut suites: Vec<&str> = KERNELS.iter().map(|k| k.suite).collect();
+        let mut suites = suites.to_vec();
         suites.dedup();
         let keyring = Path::new(apt_sources::DEBIAN_KEYRING);
         let sources =
@@ -139,21 +159,27 @@ impl PrivateApt {
         std::fs::write(dir.join("etc/sources.list.d/debian.sources"), sources)?;
         let d = |p: &str| dir.join(p).display().to_string();
         let uris: Vec<String> = archives.iter().flat_map(|a| a.uris.clone()).collect();
+        let mut options = vec![
+            format!("Dir::Etc::sourcelist={}", list.display()),
+            format!("Dir::Etc::sourceparts={}", d("etc/sources.list.d")),
+            format!("Dir::State::Lists={}", d("lists")),
+            format!("Dir::Cache={}", d("cache")),
+            "Dir::State::status=/dev/null".into(),
+            // Root downloads into our own directories, which _apt cannot enter.
+            "APT::Sandbox::User=root".into(),
+        ];
+        if arch != Arch::X86_64 {
+            // Another architecture's packages only: apt takes it for the native one.
+            options.push(format!("APT::Architecture={}", arch.debian()));
+            options.push(format!("APT::Architectures::={}", arch.debian()));
+        }
         Ok(PrivateApt {
-            options: vec![
-                format!("Dir::Etc::sourcelist={}", list.display()),
-                format!("Dir::Etc::sourceparts={}", d("etc/sources.list.d")),
-                format!("Dir::State::Lists={}", d("lists")),
-                format!("Dir::Cache={}", d("cache")),
-                "Dir::State::status=/dev/null".into(),
-                // Root downloads into our own directories, which _apt cannot enter.
-                "APT::Sandbox::User=root".into(),
-            ],
+            options,
             uris: uris.join(", "),
         })
     }
 
-    fn command(&self, tool: &str) -> Command {
+    pub fn command(&self, tool: &str) -> Command {
         let mut c = Command::new(tool);
         for o in &self.options {
             c.arg("-o").arg(o);
@@ -165,7 +191,7 @@ impl PrivateApt {
     /// The package lists, fetched anew. A mirror may lack a suite (an old release removed,
     /// a partial mirror): apt then fails for it alone, and what it said is returned, for the
     /// message of a kernel that cannot be found.
-    fn update(&self) -> Result<String> {
+    pub fn update(&self) -> Result<String> {
         let out = self.command("apt-get").args(["update", "-qq"]).output()?;
         if out.status.success() {
             return Ok(String::new());

@@ -103,17 +103,28 @@ pub fn run(
         .args(["--exec", command])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        // Its own process group: a kill takes QEMU with it.
-        .process_group(0);
+        .stderr(log);
     if accel == Accel::Tcg {
         cmd.arg("--disable-kvm");
     }
-    let mut child = cmd.spawn().context("cannot run vng")?;
+    supervise(&mut cmd, watch)
+}
+
+/// Runs a guest's command (in a process group of its own) until it exits, or until `watch`,
+/// asked every 200 ms, says it must be killed.
+pub fn supervise(
+    cmd: &mut Command,
+    watch: &mut dyn FnMut(Instant) -> Option<Killed>,
+) -> Result<Ended> {
+    // Its own process group: a kill takes QEMU (and vng's other children) with it.
+    let mut child = cmd
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
     loop {
         if child.try_wait()?.is_some() {
-            // vng's own status says little (255 after a clean power-off): the command's
-            // results are in the rwdir.
+            // The guest's own status says little (vng's is 255 after a clean power-off):
+            // the command's results are in the rwdir.
             return Ok(Ended::Exited);
         }
         if let Some(killed) = watch(Instant::now()) {

@@ -18,6 +18,9 @@ pub enum Outcome {
     Skipped(String),
     /// The guest ended (or was killed) before it.
     NotRun,
+    /// Not run: it waits for a feature of the profiler on this kernel's architecture
+    /// (`super::pending_of`), which the reason names. Counted as skipped.
+    Pending(String),
 }
 
 #[derive(Clone, Debug)]
@@ -143,6 +146,18 @@ impl KernelRun {
         }
     }
 
+    /// The tests that wait for a feature of the profiler (test file, test, what it waits
+    /// for), reported as such after the tests run.
+    pub fn add_pending(&mut self, pending: &[(&str, &str, &str)]) {
+        for (f, t, why) in pending {
+            self.tests.push(TestRun {
+                name: format!("{f}::{t}"),
+                outcome: Outcome::Pending((*why).to_string()),
+                secs: 0,
+            });
+        }
+    }
+
     /// (passed, failed, skipped); a test the guest never reached is a failure.
     pub fn counts(&self) -> (u64, u64, u64) {
         let mut c = (0, 0, 0);
@@ -150,7 +165,7 @@ impl KernelRun {
             match t.outcome {
                 Outcome::Passed => c.0 += 1,
                 Outcome::Failed(_) | Outcome::NotRun => c.1 += 1,
-                Outcome::Skipped(_) => c.2 += 1,
+                Outcome::Skipped(_) | Outcome::Pending(_) => c.2 += 1,
             }
         }
         c
@@ -162,7 +177,13 @@ impl KernelRun {
         let (p, f, s) = self.counts();
         let mut out = String::new();
         if let Some(why) = &self.skipped {
-            let _ = writeln!(out, "kernel {} ({}): skipped: {why}", k.name, k.suite);
+            let _ = writeln!(
+                out,
+                "kernel {} ({} {}): skipped: {why}",
+                k.name,
+                k.suite,
+                k.arch.debian()
+            );
             for n in &self.notes {
                 let _ = writeln!(out, "    note   {n}");
             }
@@ -171,10 +192,11 @@ impl KernelRun {
         let accel = self.accel.map(|a| a.to_string()).unwrap_or_default();
         let _ = writeln!(
             out,
-            "kernel {} (Linux {}, Debian {}, {accel}): {p} passed, {f} failed, {s} skipped in {:.0} s",
+            "kernel {} (Linux {}, Debian {} {}, {accel}): {p} passed, {f} failed, {s} skipped in {:.0} s",
             k.name,
             self.release.trim(),
             k.suite,
+            k.arch.debian(),
             self.wall.as_secs_f64()
         );
         for n in &self.notes {
@@ -200,6 +222,7 @@ impl KernelRun {
                 Outcome::Failed(why) => ("FAILED", format!("\n{why}")),
                 Outcome::Skipped(why) => ("skipped", format!(" ({why})")),
                 Outcome::NotRun => ("NOT RUN", " (the guest ended before it)".into()),
+                Outcome::Pending(why) => ("pending", format!(" (not run: {why})")),
             };
             let _ = writeln!(out, "    {word:7} {} ({} s){detail}", t.name, t.secs);
         }
@@ -276,7 +299,7 @@ mod tests {
         assert_eq!(r.counts(), (0, 0, 2));
         assert!(
             r.render()
-                .contains("kernel 6.1 (bookworm): skipped: no network")
+                .contains("kernel 6.1 (bookworm amd64): skipped: no network")
         );
     }
 

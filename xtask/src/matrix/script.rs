@@ -8,13 +8,15 @@ use anyhow::{Context as _, Result};
 
 use super::watch::{KILL_AFTER_S, SPEED_ENV, STEP_BASE_S, TEST_BASE_S};
 
-/// The script for `tests`, with `binaries` (test file -> executable); `default_factor` is the
-/// speed factor its limits take when the guest cannot measure its own, and `test_most_s` the
-/// longest a test's limit may be, however slow the guest says it is.
+/// The script for `tests`, with `binaries` (test file -> executable) and the profiler and
+/// helpers in `bin_dir`; `default_factor` is the speed factor its limits take when the guest
+/// cannot measure its own, and `test_most_s` the longest a test's limit may be, however slow
+/// the guest says it is.
 pub fn guest_script(
     rwdir: &Path,
     tests: &[(&str, &str)],
     binaries: &[(String, PathBuf)],
+    bin_dir: &Path,
     default_factor: f64,
     test_most_s: u64,
 ) -> Result<String> {
@@ -23,7 +25,7 @@ pub fn guest_script(
     let mut s = format!(
         "#!/bin/sh\n# Written by cargo xtask's kernel matrix; run inside the guest.\n\
          cd {tests_dir} || exit 1\n\
-         export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin RUST_BACKTRACE=0\n\
+         export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/busybox RUST_BACKTRACE=0\n\
          export MMAPLOCK_PROF_TEST_SKIP_FILE={rw}/skips.txt MMAPLOCK_PROF_TEST_GUEST=1\n",
         tests_dir = root.join("tests").display(),
     );
@@ -32,7 +34,7 @@ pub fn guest_script(
     }
     // bpftrace's tracepoint probes (the contention tests' independent count) need tracefs.
     s.push_str("mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null\n");
-    let speed = root.join("target/debug/speed-factor");
+    let speed = bin_dir.join("speed-factor");
     let speed = speed.display();
     s.push_str(&format!(
         "uname -r > {rw}/release.txt\n\
@@ -54,9 +56,9 @@ pub fn guest_script(
          step probe-kernel $(lim {STEP_BASE_S})\n\
          timeout -k {KILL_AFTER_S} $(lim {STEP_BASE_S}) {profiler} --probe-kernel > {rw}/probe.txt 2>&1\n\
          t() {{ l=$(lim {TEST_BASE_S}); [ \"$l\" -gt {test_most_s} ] && l={test_most_s}; step \"$1\" \"$l\"; s=$(date +%s); \
-         timeout -k {KILL_AFTER_S} \"$l\" \"$2\" --exact \"$3\" --test-threads=1 > {rw}/logs/$1.log 2>&1; \
+         timeout -k {KILL_AFTER_S} \"$l\" \"$2\" --exact \"$3\" --test-threads=1 --show-output > {rw}/logs/$1.log 2>&1; \
          printf '%s\\t%s\\t%s\\n' \"$1\" $? $(( $(date +%s) - s )) >> {rw}/results.tsv; }}\n",
-        profiler = root.join("target/debug/mmaplock-prof").display(),
+        profiler = bin_dir.join("mmaplock-prof").display(),
     ));
     for (file, test) in tests {
         let bin = binaries
@@ -85,12 +87,25 @@ mod tests {
             ("profiler".to_string(), PathBuf::from("/t/profiler-2")),
         ];
         let tests = [("kernel", "a"), ("profiler", "b")];
-        let s = guest_script(Path::new("/rw"), &tests, &bins, 40.0, 900).unwrap();
+        let s = guest_script(Path::new("/rw"), &tests, &bins, Path::new("/b"), 40.0, 900).unwrap();
         assert!(s.contains("t kernel::a /t/kernel-1 a\n"), "{s}");
         assert!(s.contains("t profiler::b /t/profiler-2 b\n"), "{s}");
-        assert!(s.contains("--probe-kernel > /rw/probe.txt"), "{s}");
+        assert!(
+            s.contains("/b/mmaplock-prof --probe-kernel > /rw/probe.txt"),
+            "{s}"
+        );
         assert!(s.contains("f=40\n"), "{s}");
-        assert!(guest_script(Path::new("/rw"), &[("jsnames", "x")], &bins, 40.0, 900).is_err());
+        assert!(
+            guest_script(
+                Path::new("/rw"),
+                &[("jsnames", "x")],
+                &bins,
+                Path::new("/b"),
+                40.0,
+                900
+            )
+            .is_err()
+        );
     }
 
     /// The script's own shell code, run here in a scratch directory with stand-ins for the
@@ -116,20 +131,14 @@ mod tests {
             let _ = Command::new("chmod").arg("+x").arg(f).status();
         }
         let bins = vec![("kernel".to_string(), test.clone())];
-        let root = crate::workspace_root();
-        let script = guest_script(&dir, &[("kernel", "a")], &bins, 40.0, 900)
+        let bin_dir = Path::new("/nonexistent-bin");
+        let script = guest_script(&dir, &[("kernel", "a")], &bins, bin_dir, 40.0, 900)
             .unwrap()
             .replace(
-                &root.join("target/debug/speed-factor").display().to_string(),
+                &bin_dir.join("speed-factor").display().to_string(),
                 &fake_speed.display().to_string(),
             )
-            .replace(
-                &root
-                    .join("target/debug/mmaplock-prof")
-                    .display()
-                    .to_string(),
-                "true",
-            )
+            .replace(&bin_dir.join("mmaplock-prof").display().to_string(), "true")
             .replace("mount -t tracefs", "true");
         // The host's factor, which the guest's replaces (or drops, when it has none).
         let out = Command::new("sh")
