@@ -2,7 +2,8 @@
 //! Debian's arm64 packages (a shell and coreutils for the guest script, busybox for the boot,
 //! bpftrace for the contention tests' independent count, the C and C++ runtimes) with their
 //! dependencies as apt resolves them, and Node's official arm64 build from npm, where the
-//! tests look for it (`~/.cache/mmaplock-prof/node-MAJOR`, the guest's HOME being /root).
+//! tests look for it (`~/.cache/mmaplock-prof/node-MAJOR`, and `node-MAJOR-arm64`, the
+//! guest's HOME being /root).
 //! Assembled in `~/.cache/mmaplock-prof/rootfs/ARCH` once and kept, like the kernels, until
 //! its recipe changes; the guests boot it read-only under a writable overlay.
 
@@ -28,6 +29,9 @@ const PACKAGES: &[&str] = &[
     "libc6",
     "libgcc-s1",
     "libstdc++6",
+    // Node's official arm64 build needs it (its atomics); `fetch_node` checks that every
+    // library Node names is there.
+    "libatomic1",
     "dash",
     "coreutils",
     "mawk",
@@ -41,7 +45,7 @@ pub const NODE_MAJOR: u32 = 26;
 /// What the tree is made of: a tree made by another recipe is made again.
 fn recipe(arch: Arch) -> String {
     format!(
-        "recipe 1: Debian {SUITE} {} packages {}; npm node-linux-{}@{NODE_MAJOR}\n",
+        "recipe 2: Debian {SUITE} {} packages {}; npm node-linux-{}@{NODE_MAJOR}\n",
         arch.debian(),
         PACKAGES.join(" "),
         npm_arch(arch)
@@ -164,12 +168,68 @@ fn fetch_node(arch: Arch, root: &Path) -> Result<()> {
             .current_dir(&dir),
     )?;
     std::fs::remove_file(dir.join(tgz))?;
+    // Also where the tests built for aarch64 may look (`node-MAJOR-ARCH`, beside the host's
+    // own x86_64 builds in the same cache on a host).
+    std::os::unix::fs::symlink(
+        format!("node-{NODE_MAJOR}"),
+        dir.with_file_name(format!("node-{NODE_MAJOR}-{}", npm_arch(arch))),
+    )?;
+    let node = dir.join("package/bin/node");
+    let missing = missing_libraries(root, &node)?;
+    if !missing.is_empty() {
+        bail!(
+            "{} needs {}, which no package of the root file system has (add its package to PACKAGES)",
+            node.display(),
+            missing.join(", ")
+        );
+    }
     Ok(())
+}
+
+/// The shared libraries `binary` names (`DT_NEEDED`, as `objdump -p` prints them) that are
+/// not in the root file system's library directories: a binary that would not start in the
+/// guest is told here, not by a test that cannot find its Node.
+fn missing_libraries(root: &Path, binary: &Path) -> Result<Vec<String>> {
+    let out = Command::new("objdump")
+        .arg("-p")
+        .arg(binary)
+        .output()
+        .context("cannot run objdump")?;
+    if !out.status.success() {
+        bail!(
+            "objdump -p {}: {}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(needed(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .filter(|lib| {
+            !["usr/lib/aarch64-linux-gnu", "usr/lib"]
+                .iter()
+                .any(|d| root.join(d).join(lib).exists())
+        })
+        .collect())
+}
+
+/// The `NEEDED` entries of `objdump -p`'s dynamic section.
+fn needed(objdump: &str) -> Vec<String> {
+    objdump
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("NEEDED"))
+        .map(|lib| lib.trim().to_string())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn needed_libraries_are_read_from_objdump() {
+        let out = "Dynamic Section:\n  NEEDED               libdl.so.2\n  NEEDED               libatomic.so.1\n  SONAME  x\n";
+        assert_eq!(needed(out), ["libdl.so.2", "libatomic.so.1"]);
+    }
 
     /// A change of packages or Node line makes the tree again.
     #[test]
