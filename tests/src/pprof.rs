@@ -94,10 +94,15 @@ pub fn raw_profile(go: &Path, ca: Option<&Path>, source: &str) -> Result<RawProf
     Ok(parse_raw(&go_pprof(go, &args, ca)?))
 }
 
-/// `-top`'s "Total samples = N" of one sample type, in nanoseconds for times.
+/// `-top`'s "Total samples = N" of one sample type ("": the profile's default, no flag), in
+/// nanoseconds for times.
 pub fn top_total(go: &Path, sample_type: &str, file: &str) -> i64 {
     let index = format!("-sample_index={sample_type}");
-    let text = go_pprof(go, &["-top", &index, "-unit=ns", file], None).expect("go tool pprof -top");
+    let mut args = vec!["-top", "-unit=ns", file];
+    if !sample_type.is_empty() {
+        args.insert(1, &index);
+    }
+    let text = go_pprof(go, &args, None).expect("go tool pprof -top");
     let line = (text.lines())
         .find_map(|l| l.split("Total samples = ").nth(1))
         .unwrap_or_else(|| panic!("no total in:\n{text}"));

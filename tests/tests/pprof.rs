@@ -39,8 +39,9 @@ fn sampled(p: &Value) -> (i64, i64) {
     (n.sum(), w.sum())
 }
 
-/// The checks every profile of this file passes: the sample types of a mutex profile (and
-/// the writes and their hold, in full mode), every sample naming its process and role.
+/// The checks every profile of this file passes: the sample types of a lock profile, the
+/// waiters' (and their writes and hold, in full mode) then the holders', the waiters' delay
+/// the default; every sample naming its process and role, and 0 in the other side's types.
 fn check_shape(raw: &RawProfile, process: &str) {
     assert_eq!(
         raw.sample_types,
@@ -48,12 +49,14 @@ fn check_shape(raw: &RawProfile, process: &str) {
             "contentions/count",
             "delay/nanoseconds",
             "writes/count",
-            "hold/nanoseconds"
+            "hold/nanoseconds",
+            "holder_contentions/count",
+            "holder_delay/nanoseconds",
         ],
         "{}",
         raw.text
     );
-    assert_eq!(raw.default_type, "delay/nanoseconds");
+    check_sides(raw);
     assert_eq!(raw.period_type, "contentions/count");
     let roles = [
         "main",
@@ -72,6 +75,25 @@ fn check_shape(raw: &RawProfile, process: &str) {
             ["write", "read"].contains(&s.labels["op"].as_str()),
             "{s:?}"
         );
+    }
+}
+
+/// Each sample's values are on its side only: a waiter's are 0 in the holders' types, a
+/// holder's 0 in the waiters'; the waiters' delay is the default type.
+fn check_sides(raw: &RawProfile) {
+    assert_eq!(raw.default_type, "delay/nanoseconds");
+    assert_eq!(raw.period_type, "contentions/count");
+    let holders = (raw.sample_types.iter())
+        .position(|t| t.starts_with("holder_"))
+        .expect("holder types");
+    for s in &raw.samples {
+        let (own, other) = match s.labels["side"].as_str() {
+            "waiter" => (&s.values[..holders], &s.values[holders..]),
+            "holder" => (&s.values[holders..], &s.values[..holders]),
+            side => panic!("side {side}: {s:?}"),
+        };
+        assert!(other.iter().all(|&v| v == 0), "{s:?}");
+        assert!(own.iter().any(|&v| v != 0), "{s:?}");
     }
 }
 
@@ -143,6 +165,11 @@ fn a_node_profile_names_its_function_and_sums_to_the_reports_sampled_writes() {
     assert_eq!(raw.total("writes"), writes);
     assert_eq!(top_total(&go, "contentions", file), writes);
     assert_eq!(top_total(&go, "delay", file), wait);
+    assert_eq!(
+        top_total(&go, "", file),
+        wait,
+        "-top with no flag: the waiters' delay"
+    );
     // From the saved run: the same profile.
     let again = dir.path().join("again.pb.gz");
     run_ok([
@@ -308,15 +335,13 @@ fn three_scrapes_of_the_agents_profile_over_tls_with_basic_auth_match_its_interv
         check_shape(raw, "node");
         let (n, writes, wait) = covered(raw, &lines);
         eprintln!("scrape {i}: {n} intervals, {writes} sampled writes, {wait} ns");
-        // The waiters' side (the writers the sampled waits began behind are the other side,
-        // charged the same waits again).
-        let waiters = |k: usize| -> i64 {
-            (raw.samples.iter())
-                .filter(|x| x.labels.get("side").is_none_or(|s| s == "waiter"))
-                .map(|x| x.values[k])
-                .sum()
-        };
-        assert_eq!((waiters(0), waiters(1)), (writes, wait), "scrape {i}");
+        // The default types are the waiters' alone (the writers the sampled waits began
+        // behind are in the holders' types, charged the same waits again).
+        assert_eq!(
+            (raw.total("contentions"), raw.total("delay")),
+            (writes, wait),
+            "scrape {i}"
+        );
         for s in &raw.samples {
             assert!(s.labels.contains_key("cgroup"), "{s:?}");
             assert!(
@@ -384,39 +409,40 @@ fn a_contention_mode_profile_has_the_contended_waits_stacks() {
     let raw = raw_profile(&go, None, file.to_str().unwrap()).unwrap();
     assert_eq!(
         raw.sample_types,
-        ["contentions/count", "delay/nanoseconds"],
+        [
+            "contentions/count",
+            "delay/nanoseconds",
+            "holder_contentions/count",
+            "holder_delay/nanoseconds"
+        ],
         "{}",
         raw.text
     );
+    check_sides(&raw);
     assert!(
         (raw.comments.iter()).any(|c| c.starts_with("sampled: 1 in 1 contended writes")),
         "{:?}",
         raw.comments
     );
-    // Each side's totals: the waiters' are the sampled writes; the holders' (the Workers
-    // the sampled waits began behind, `side` holder) the wait the summary charges to them.
-    let side_total = |side: &str, i: usize| -> i64 {
-        (raw.samples.iter())
-            .filter(|x| x.labels["side"] == side)
-            .map(|x| x.values[i])
-            .sum()
-    };
+    // Each side in its own types: the default (the waiters') is the sampled writes and
+    // their wait, each wait once; the holders' (the Workers the sampled waits began behind)
+    // the wait the summary charges to them.
     assert_eq!(
-        (side_total("waiter", 0), side_total("waiter", 1)),
+        (raw.total("contentions"), raw.total("delay")),
         (writes, wait)
     );
+    let file = file.to_str().unwrap();
+    assert_eq!(top_total(&go, "", file), wait, "-top with no flag");
     let holders: Vec<&Value> = (p["samples"]["stacks"].as_array().unwrap().iter())
         .filter(|r| r["holder"] == true)
         .collect();
     let held = |k: &str| holders.iter().map(|r| r[k].as_i64().unwrap()).sum::<i64>();
+    assert!(held("count") > 0, "no holder sampled");
     assert_eq!(
-        (side_total("holder", 0), side_total("holder", 1)),
+        (raw.total("holder_contentions"), raw.total("holder_delay")),
         (held("count"), held("wait_ns_sum"))
     );
-    assert_eq!(
-        (raw.total("contentions"), raw.total("delay")),
-        (writes + held("count"), wait + held("wait_ns_sum"))
-    );
+    assert_eq!(top_total(&go, "holder_delay", file), held("wait_ns_sum"));
     let at = raw.locations_of("allocateInWorker");
     assert!(
         !at.is_empty(),

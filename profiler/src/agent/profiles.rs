@@ -92,6 +92,7 @@ struct ProcessInterval {
     /// The process (its labels may not tell it apart: no pid unless asked).
     proc: ProcId,
     labels: Vec<(&'static str, String)>,
+    exe: Option<String>,
     stacks: Vec<SampleReport>,
     cut: SampleCut,
 }
@@ -124,8 +125,13 @@ pub struct Profiles {
 /// A process's labels, as its metrics carry them.
 pub type Labels = Vec<(&'static str, String)>;
 
-/// One process's sampled stacks of an interval, with its labels.
-pub type ProcessSampled = (ProcId, Labels, SampledStacks);
+/// One process's sampled stacks of an interval, with its labels and executable.
+pub struct ProcessSampled {
+    pub proc: ProcId,
+    pub labels: Labels,
+    pub exe: Option<String>,
+    pub stacks: SampledStacks,
+}
 
 /// The ring as the agent and its web server share it.
 pub type SharedProfiles = Arc<Mutex<Profiles>>;
@@ -152,7 +158,13 @@ impl Profiles {
             processes: Vec::with_capacity(processes.len()),
             bytes: 0,
         };
-        for (proc, labels, s) in processes {
+        for ProcessSampled {
+            proc,
+            labels,
+            exe,
+            stacks: s,
+        } in processes
+        {
             let stacks: Vec<SampleReport> = (s.stacks.into_iter())
                 .map(|mut r| {
                     r.frames = (r.frames.iter())
@@ -166,6 +178,7 @@ impl Profiles {
             interval.processes.push(ProcessInterval {
                 proc,
                 labels,
+                exe,
                 stacks,
                 cut: s.cut,
             });
@@ -243,6 +256,21 @@ impl Profiles {
         }
     }
 
+    /// The intervals that ended after `since` (a push's: consecutive pushes cover every
+    /// interval once), and when the last of them ended (None: none did).
+    pub fn window_since(&self, since: SystemTime) -> (Window<'_>, Option<SystemTime>) {
+        let from = (self.intervals.iter())
+            .position(|i| i.end > since)
+            .unwrap_or(self.intervals.len());
+        let last = self.intervals.back().map(|i| i.end).filter(|e| *e > since);
+        let w = Window {
+            ring: self,
+            from,
+            only: None,
+        };
+        (w, last)
+    }
+
     /// [`window`](Self::window), of one process's stacks only (a capture's `before.pb.gz`).
     pub fn window_of(&self, seconds: u64, now: SystemTime, p: ProcId) -> Window<'_> {
         Window {
@@ -313,6 +341,7 @@ impl Samples for Window<'_> {
             .filter(|p| self.only.is_none_or(|only| p.proc == only))
             .map(|p| ProcessSamples {
                 labels: p.labels.clone(),
+                exe: p.exe.as_deref(),
                 frames: &self.ring.frames,
                 stacks: &p.stacks,
                 cut: p.cut,
@@ -358,8 +387,13 @@ mod tests {
         std::time::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
     }
 
-    fn labels() -> Vec<(&'static str, String)> {
-        vec![("process", "node".into())]
+    fn sampled(proc: ProcId, stacks: SampledStacks) -> ProcessSampled {
+        ProcessSampled {
+            proc,
+            labels: vec![("process", "node".into())],
+            exe: Some("/usr/bin/node".into()),
+            stacks,
+        }
     }
 
     fn totals(w: &Window<'_>) -> (u64, u64) {
@@ -380,7 +414,7 @@ mod tests {
             ring.push(
                 at(k),
                 at(k + 1),
-                vec![(ProcId::new(1, 1), labels(), stacks(k, 3))],
+                vec![sampled(ProcId::new(1, 1), stacks(k, 3))],
             );
         }
         let now = at(5);
@@ -395,19 +429,46 @@ mod tests {
         ring.push(
             at(700),
             at(701),
-            vec![(ProcId::new(1, 1), labels(), stacks(9, 1))],
+            vec![sampled(ProcId::new(1, 1), stacks(9, 1))],
         );
         assert_eq!(ring.intervals.len(), 1);
         assert_eq!(ring.held().1, 2);
+    }
+
+    /// Pushes take what ended since the last one: each interval once, none left out.
+    #[test]
+    fn windows_since_the_last_push_tile_the_intervals() {
+        let mut ring = Profiles::new(64, Mode::Full, BUDGET_BYTES);
+        let mut since = std::time::UNIX_EPOCH;
+        let mut pushed = (0, 0);
+        for k in 0..7 {
+            ring.push(
+                at(k),
+                at(k + 1),
+                vec![sampled(ProcId::new(1, 1), stacks(k, 2))],
+            );
+            if k % 3 == 2 {
+                let (w, last) = ring.window_since(since);
+                let t = totals(&w);
+                pushed = (pushed.0 + t.0, pushed.1 + t.1);
+                since = last.unwrap();
+            }
+        }
+        let (w, last) = ring.window_since(since);
+        let t = totals(&w);
+        assert_eq!((pushed.0 + t.0, pushed.1 + t.1), (14, 140));
+        assert_eq!(last, Some(at(7)));
+        let (w, last) = ring.window_since(at(7));
+        assert_eq!((totals(&w), last), ((0, 0), None));
     }
 
     #[test]
     fn one_process_window_leaves_the_others_out() {
         let mut ring = Profiles::new(64, Mode::Full, BUDGET_BYTES);
         for k in 0..5 {
-            let mut v = vec![(ProcId::new(1, 1), labels(), stacks(k, 3))];
+            let mut v = vec![sampled(ProcId::new(1, 1), stacks(k, 3))];
             if k >= 3 {
-                v.push((ProcId::new(2, 1), labels(), stacks(k + 10, 4)));
+                v.push(sampled(ProcId::new(2, 1), stacks(k + 10, 4)));
             }
             ring.push(at(k), at(k + 1), v);
         }
@@ -432,7 +493,7 @@ mod tests {
             ring.push(
                 at(k),
                 at(k + 1),
-                vec![(ProcId::new(1, 1), labels(), stacks(k, 20))],
+                vec![sampled(ProcId::new(1, 1), stacks(k, 20))],
             );
             assert!(ring.held().0 <= budget, "{:?} at {k}", ring.held());
         }
@@ -442,7 +503,7 @@ mod tests {
         ring.push(
             at(300),
             at(301),
-            vec![(ProcId::new(1, 1), labels(), stacks(300, 2000))],
+            vec![sampled(ProcId::new(1, 1), stacks(300, 2000))],
         );
         assert!(ring.held().0 <= budget);
         let w = ring.window(None, at(301));

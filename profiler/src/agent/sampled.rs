@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::profiles::ProcessSampled;
 use crate::{
     aggregation::{Attribution, ThreadAgg, Window},
     output::report::{self, ProcessReport, Report},
@@ -22,13 +23,19 @@ pub(super) fn interval_samples(
     window: &Window,
     attribution: &Attribution,
     mut labels: impl FnMut(ProcId) -> Vec<(&'static str, String)>,
-) -> Vec<super::profiles::ProcessSampled> {
+) -> Vec<ProcessSampled> {
     (owners.iter())
         .filter(|(_, o)| !o.samples.is_empty() || !o.holder_samples.is_empty())
         .map(|(&p, o)| {
             let threads = window.processes.get(&p);
-            let s = report::sampled_stacks_by(o, |tid| thread_of(p, tid, threads, attribution));
-            (p, labels(p), s)
+            let stacks =
+                report::sampled_stacks_by(o, |tid| thread_of(p, tid, threads, attribution));
+            ProcessSampled {
+                proc: p,
+                labels: labels(p),
+                exe: attribution.exe(p).map(str::to_string),
+                stacks,
+            }
         })
         .collect()
 }
@@ -99,11 +106,11 @@ mod tests {
         let got = interval_samples(&owners, &Window::default(), &Attribution::default(), |_| {
             Vec::new()
         });
-        let [(q, _, s)] = &got[..] else {
+        let [got] = &got[..] else {
             panic!("{} processes", got.len())
         };
-        assert_eq!(*q, p);
-        let holders: Vec<_> = s.stacks.iter().filter(|r| r.holder).collect();
+        assert_eq!(got.proc, p);
+        let holders: Vec<_> = got.stacks.stacks.iter().filter(|r| r.holder).collect();
         assert_eq!(holders.len(), 1);
         assert_eq!((holders[0].count, holders[0].wait_ns_sum), (3, 9_000));
     }

@@ -1,14 +1,20 @@
 //! pprof profiles of the sampled stacks, for the tools people already look at profiles in
 //! (`go tool pprof`, speedscope, Grafana Pyroscope, Parca): `--pprof FILE`, `report RUN.json
-//! --pprof FILE` and the agent's `/debug/pprof/mmaplock`.
+//! --pprof FILE`, the agent's `/debug/pprof/mmaplock`, its pushes and its captures.
 //!
-//! As Go's mutex profile: sample types `contentions/count` and `delay/nanoseconds` (in full
-//! mode also `writes/count` and `hold/nanoseconds`), period type `contentions/count`, period
-//! the sampling rate. Values are the sampled acquisitions, unscaled, so that a profile's
-//! totals are the report's sampled totals exactly; the comments say the rate. Each sample
-//! carries its process's labels (`process`, `pid` or `cgroup`) and its own (`role`, `comm`,
-//! `cause`, `op`); frames are functions with their script and line (JavaScript) or their
-//! file's mapping and build id (native code).
+//! Each wait is counted once in every default view. As Go keeps its block profile (the
+//! waiters) apart from its mutex profile (the holders), the waiters' samples carry their
+//! values in `contentions/count` and `delay/nanoseconds` (the default sample type; in full
+//! mode also `writes/count` and `hold/nanoseconds`, their own acquisitions' hold), and the
+//! holders' samples (the writer a sampled wait began behind, charged its wait) in
+//! `holder_contentions/count` and `holder_delay/nanoseconds`: a sample is 0 in the other
+//! side's types, so a viewer that shows one type (`go tool pprof -top`, a Pyroscope or Parca
+//! profile type) never adds the two sides. Period type `contentions/count`, period the
+//! sampling rate. Values are the sampled acquisitions, unscaled, so that a profile's totals
+//! are the report's sampled totals exactly; the comments say the rate. Each sample carries
+//! its process's labels (`process`, `pid` or `cgroup`) and its own (`role`, `comm`, `cause`,
+//! `op`, `side`); frames are functions with their script and line (JavaScript) or their
+//! file's mapping and build id (native code), the process's executable the first mapping.
 
 mod proto;
 #[cfg(test)]
@@ -42,6 +48,8 @@ impl Frames for Vec<FrameReport> {
 /// One process's sampled stacks, with the labels every one of its samples carries.
 pub struct ProcessSamples<'a> {
     pub labels: Vec<(&'static str, String)>,
+    /// Its executable's path (`/proc/PID/exe`), the profile's main binary; None when unknown.
+    pub exe: Option<&'a str>,
     pub frames: &'a dyn Frames,
     pub stacks: &'a [SampleReport],
     pub cut: SampleCut,
@@ -102,11 +110,39 @@ impl Samples for Summaries<'_> {
                 }
                 Some(ProcessSamples {
                     labels,
+                    exe: p.exe.as_deref(),
                     frames: &s.frames,
                     stacks: &s.stacks,
                     cut: s.cut,
                 })
             })
+            .collect()
+    }
+}
+
+/// The processes of another [`Samples`] that carry these labels (a Pyroscope push names
+/// its labels once per request).
+pub struct Subset<'a> {
+    pub of: &'a dyn Samples,
+    pub labels: &'a [(&'static str, String)],
+}
+
+impl Samples for Subset<'_> {
+    fn mode(&self) -> Mode {
+        self.of.mode()
+    }
+    fn rate(&self) -> Option<u32> {
+        self.of.rate()
+    }
+    fn span_ns(&self) -> (i64, i64) {
+        self.of.span_ns()
+    }
+    fn notes(&self) -> Vec<String> {
+        self.of.notes()
+    }
+    fn processes(&self) -> Vec<ProcessSamples<'_>> {
+        (self.of.processes().into_iter())
+            .filter(|p| p.labels == self.labels)
             .collect()
     }
 }
@@ -142,6 +178,8 @@ struct Builder {
     functions: HashMap<(i64, i64, i64), u64>,
     locations: HashMap<(u64, u64, i64, i64), u64>,
     samples: HashMap<SampleId, usize>,
+    /// The string indices of the processes' executables.
+    exes: Vec<i64>,
 }
 
 impl Builder {
@@ -239,12 +277,87 @@ impl Builder {
     }
 }
 
-/// A sample's values, in the order of the mode's sample types.
-fn values(mode: Mode, count: u64, wait: u64, writes: u64, hold: u64) -> Vec<i64> {
-    let v = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+/// The sample types of a mode, in order: the waiters' (`delay` the default), then the
+/// holders'.
+pub fn sample_types(mode: Mode) -> &'static [(&'static str, &'static str)] {
     match mode {
-        Mode::Full => vec![v(count), v(wait), v(writes), v(hold)],
-        Mode::Contention => vec![v(count), v(wait)],
+        Mode::Full => &[
+            ("contentions", "count"),
+            ("delay", "nanoseconds"),
+            ("writes", "count"),
+            ("hold", "nanoseconds"),
+            ("holder_contentions", "count"),
+            ("holder_delay", "nanoseconds"),
+        ],
+        Mode::Contention => &[
+            ("contentions", "count"),
+            ("delay", "nanoseconds"),
+            ("holder_contentions", "count"),
+            ("holder_delay", "nanoseconds"),
+        ],
+    }
+}
+
+/// One side's sums for a sample: a waiter's acquisitions (count, wait, writes, hold) or the
+/// waits charged to a holder (count, wait).
+#[derive(Clone, Copy, Default)]
+struct Sums {
+    count: u64,
+    wait: u64,
+    writes: u64,
+    hold: u64,
+}
+
+/// A sampled stack's values, in the order of [`sample_types`]: its side's, 0 in the other's.
+pub fn row_values(mode: Mode, row: &SampleReport) -> Vec<i64> {
+    let sums = Sums {
+        count: row.count,
+        wait: row.wait_ns_sum,
+        writes: if row.op == "write" { row.count } else { 0 },
+        hold: row.hold_ns_sum.unwrap_or(0),
+    };
+    values(mode, row.holder, sums)
+}
+
+/// What a process's samples cut come to, per side (`true`: the holders'), in the order of
+/// [`sample_types`]; a side with nothing cut is left out.
+pub fn cut_values(mode: Mode, c: &SampleCut) -> Vec<(bool, Vec<i64>)> {
+    // Full mode samples writes only: there the cut waiters' are writes.
+    let waiters = Sums {
+        count: c.count,
+        wait: c.wait_ns_sum,
+        writes: c.count,
+        hold: c.hold_ns_sum.unwrap_or(0),
+    };
+    let holders = Sums {
+        count: c.holder_count,
+        wait: c.holder_wait_ns_sum,
+        ..Sums::default()
+    };
+    [(false, waiters), (true, holders)]
+        .into_iter()
+        .filter(|(_, s)| s.count > 0)
+        .map(|(holder, s)| (holder, values(mode, holder, s)))
+        .collect()
+}
+
+/// A sample's values, in the order of [`sample_types`]: its side's, 0 in the other's.
+fn values(mode: Mode, holder: bool, s: Sums) -> Vec<i64> {
+    let v = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let (count, wait) = (v(s.count), v(s.wait));
+    match (mode, holder) {
+        (Mode::Full, false) => vec![count, wait, v(s.writes), v(s.hold), 0, 0],
+        (Mode::Full, true) => vec![0, 0, 0, 0, count, wait],
+        (Mode::Contention, false) => vec![count, wait, 0, 0],
+        (Mode::Contention, true) => vec![0, 0, count, wait],
+    }
+}
+
+/// The frame a process's cut samples stand under.
+pub fn cut_frame(c: &SampleCut) -> FrameReport {
+    FrameReport {
+        function: format!("[{} sampled stacks cut]", c.stacks),
+        ..FrameReport::default()
     }
 }
 
@@ -253,17 +366,13 @@ fn profile(s: &dyn Samples) -> proto::Profile {
     let mode = s.mode();
     let mut b = Builder::default();
     b.string("");
-    let contentions = b.value_type("contentions", "count");
-    let delay = b.value_type("delay", "nanoseconds");
-    b.p.sample_type = vec![contentions, delay];
-    if mode == Mode::Full {
-        let writes = b.value_type("writes", "count");
-        let hold = b.value_type("hold", "nanoseconds");
-        b.p.sample_type.extend([writes, hold]);
-    }
+    b.p.sample_type = (sample_types(mode).iter())
+        .map(|(t, u)| b.value_type(t, u))
+        .collect();
+    let contentions = b.p.sample_type[0];
     b.p.period_type = Some(contentions);
     b.p.period = i64::from(s.rate().unwrap_or(1));
-    b.p.default_sample_type = delay.r#type;
+    b.p.default_sample_type = b.p.sample_type[1].r#type;
     (b.p.time_nanos, b.p.duration_nanos) = s.span_ns();
     let what = match mode {
         Mode::Full => "write acquisitions",
@@ -278,6 +387,10 @@ fn profile(s: &dyn Samples) -> proto::Profile {
             "sampled: 1 in {n} {what} per thread; values are the sampled ones, unscaled (multiply by {n} to estimate all)"
         ));
     }
+    comments.push(
+        "contentions and delay: the waiters' stacks (the default); holder_contentions and holder_delay: the holders' stacks, charged the waits that began behind them (-sample_index=holder_delay); each sample is 0 in the other side's types"
+            .to_string(),
+    );
     if mode == Mode::Full {
         comments.push(
             "contentions counts every sampled acquisition, whether it waited or not; writes the write ones; hold their hold of the lock"
@@ -287,6 +400,10 @@ fn profile(s: &dyn Samples) -> proto::Profile {
     comments.extend(s.notes());
     let mut cut = SampleCut::default();
     for p in s.processes() {
+        if let Some(exe) = p.exe {
+            let i = b.string(exe);
+            b.exes.push(i);
+        }
         let mut labels: Vec<(&str, &str)> =
             (p.labels.iter()).map(|(k, v)| (*k, v.as_str())).collect();
         let base = labels.len();
@@ -303,36 +420,17 @@ fn profile(s: &dyn Samples) -> proto::Profile {
                 ("op", row.op.as_ref()),
                 ("side", if row.holder { "holder" } else { "waiter" }),
             ]);
-            let writes = if row.op == "write" { row.count } else { 0 };
-            let v = values(
-                mode,
-                row.count,
-                row.wait_ns_sum,
-                writes,
-                row.hold_ns_sum.unwrap_or(0),
-            );
-            b.sample(locations, &labels, &v);
+            b.sample(locations, &labels, &row_values(mode, row));
         }
-        if p.cut.count > 0 {
-            let frame = FrameReport {
-                function: format!("[{} sampled stacks cut]", p.cut.stacks),
-                ..FrameReport::default()
-            };
-            let at = vec![b.location(&frame)];
-            labels.truncate(base);
-            // Full mode samples writes only: there the cut ones are writes.
-            let c = p.cut;
-            b.sample(
-                at,
-                &labels,
-                &values(
-                    mode,
-                    c.count,
-                    c.wait_ns_sum,
-                    c.count,
-                    c.hold_ns_sum.unwrap_or(0),
-                ),
-            );
+        let c = p.cut;
+        let sides = cut_values(mode, &c);
+        if !sides.is_empty() {
+            let at = vec![b.location(&cut_frame(&c))];
+            for (holder, values) in sides {
+                labels.truncate(base);
+                labels.push(("side", if holder { "holder" } else { "waiter" }));
+                b.sample(at.clone(), &labels, &values);
+            }
             cut.stacks += c.stacks;
         }
     }
@@ -343,16 +441,27 @@ fn profile(s: &dyn Samples) -> proto::Profile {
         ));
     }
     b.p.comment = comments.iter().map(|c| b.string(c)).collect();
-    executables_first(&mut b.p);
+    let exes = std::mem::take(&mut b.exes);
+    executables_first(&mut b.p, &exes);
     b.p
 }
 
-/// pprof takes the first mapping for the program's binary: executables (node) go before
-/// shared libraries (`*.so*`, the C library first sampled), their ids renumbered.
-fn executables_first(p: &mut proto::Profile) {
-    let library = |m: &proto::Mapping| p.string_table[m.filename as usize].contains(".so");
+/// pprof takes the first mapping for the program's binary: the processes' executables
+/// (node) go first, then other files, then shared objects (`*.so*`, and a native addon's
+/// `*.node`, often the first sampled), their ids renumbered.
+fn executables_first(p: &mut proto::Profile, exes: &[i64]) {
+    let rank = |m: &proto::Mapping| {
+        let file = &p.string_table[m.filename as usize];
+        if exes.contains(&m.filename) {
+            0
+        } else if file.contains(".so") || file.ends_with(".node") {
+            2
+        } else {
+            1
+        }
+    };
     let mut order: Vec<usize> = (0..p.mapping.len()).collect();
-    order.sort_by_key(|&i| library(&p.mapping[i]));
+    order.sort_by_key(|&i| rank(&p.mapping[i]));
     let mut new_id = vec![0u64; p.mapping.len() + 1];
     for (n, &i) in order.iter().enumerate() {
         new_id[p.mapping[i].id as usize] = n as u64 + 1;

@@ -57,6 +57,8 @@ fn samples() -> SampledStacks {
             count: 4,
             wait_ns_sum: 7,
             hold_ns_sum: Some(8),
+            holder_count: 0,
+            holder_wait_ns_sum: 0,
         },
     }
 }
@@ -79,6 +81,7 @@ fn a_summary() -> Report {
     let mut p = process(7, "node", 5000, false);
     p.samples = Some(samples());
     p.cgroup = Some("/system.slice/api.service".into());
+    p.exe = Some("/usr/bin/node".into());
     let mut r = summary(vec![p]);
     r.stack_sample = Some(64);
     r
@@ -111,7 +114,9 @@ fn a_summary_is_a_mutex_profile_whose_totals_are_the_sampled_ones() {
             ("contentions", "count"),
             ("delay", "nanoseconds"),
             ("writes", "count"),
-            ("hold", "nanoseconds")
+            ("hold", "nanoseconds"),
+            ("holder_contentions", "count"),
+            ("holder_delay", "nanoseconds"),
         ]
     );
     let period = p.period_type.unwrap();
@@ -121,7 +126,7 @@ fn a_summary_is_a_mutex_profile_whose_totals_are_the_sampled_ones() {
     );
     assert_eq!(string(&p, p.default_sample_type), "delay");
     // Unscaled: the sampled writes, their wait and hold, cut ones included.
-    assert_eq!(totals(&p), [3 + 2 + 4, 900 + 40 + 7, 9, 30 + 20 + 8]);
+    assert_eq!(totals(&p), [3 + 2 + 4, 900 + 40 + 7, 9, 30 + 20 + 8, 0, 0]);
     assert_eq!(p.time_nanos, 1_767_225_600_000_000_000);
     assert_eq!(p.duration_nanos, 2_000_000_000);
     let comments: Vec<&str> = p.comment.iter().map(|&c| string(&p, c)).collect();
@@ -207,26 +212,69 @@ fn frames_are_functions_with_their_script_or_their_files_mapping() {
     );
     // What was cut: one sample of its own, with the process's labels.
     let cut = p.sample.last().unwrap();
-    assert_eq!(cut.value, [4, 7, 4, 8]);
-    assert_eq!(cut.label.len(), 3);
+    assert_eq!(cut.value, [4, 7, 4, 8, 0, 0]);
+    assert_eq!(cut.label.len(), 4, "the process's and its side");
 }
 
-/// A holder's sample (contention mode: the writer a sampled wait began behind) is told from
-/// the waiters' by its `side` label, so that `-tagfocus=side=holder` shows what the lock was
-/// held for.
+/// A holder's sample (the writer a sampled wait began behind, charged its wait) has its
+/// values in the holders' types and 0 in the waiters': each type's total is one side's, so
+/// that a default view (`delay`) counts each wait once; the cut rows are split the same way.
 #[test]
-fn a_holders_sample_is_labelled_its_side() {
+fn each_side_has_its_own_sample_types_and_a_wait_is_counted_once() {
+    for mode in [Mode::Full, Mode::Contention] {
+        let mut r = a_summary();
+        r.mode = mode;
+        let samples = r.processes[0].samples.as_mut().unwrap();
+        samples.stacks[1].holder = true;
+        samples.cut.holder_count = 5;
+        samples.cut.holder_wait_ns_sum = 11;
+        let p = decode(&pprof_of(&r));
+        let total = |name: &str| {
+            let i = (p.sample_type.iter())
+                .position(|t| string(&p, t.r#type) == name)
+                .unwrap();
+            totals(&p)[i]
+        };
+        assert_eq!(string(&p, p.default_sample_type), "delay");
+        // The waiters: the Worker's row and the cut waiters; the holders: main's row and
+        // the cut holders.
+        assert_eq!((total("contentions"), total("delay")), (3 + 4, 900 + 7));
+        assert_eq!(
+            (total("holder_contentions"), total("holder_delay")),
+            (2 + 5, 40 + 11)
+        );
+        let side = |s: &proto::Sample| {
+            (s.label.iter())
+                .find(|l| string(&p, l.key) == "side")
+                .map(|l| string(&p, l.str).to_string())
+                .unwrap()
+        };
+        let n = p.sample_type.len();
+        for s in &p.sample {
+            let (own, other) = match side(s).as_str() {
+                "waiter" => (&s.value[..n - 2], &s.value[n - 2..]),
+                _ => (&s.value[n - 2..], &s.value[..n - 2]),
+            };
+            assert!(other.iter().all(|&v| v == 0), "{mode:?} {s:?}");
+            assert!(own.iter().any(|&v| v > 0), "{mode:?} {s:?}");
+        }
+    }
+}
+
+/// The profile's main binary is the process's executable, though an addon's `.node` file
+/// (a shared object not named `.so`) was the first file sampled.
+#[test]
+fn the_executable_is_the_first_mapping() {
     let mut r = a_summary();
     let samples = r.processes[0].samples.as_mut().unwrap();
-    samples.stacks[1].holder = true;
+    samples.frames[0].dso = Some("/srv/build/Release/churn.node".into());
     let p = decode(&pprof_of(&r));
-    let side = |i: usize| {
-        (p.sample[i].label.iter())
-            .find(|l| string(&p, l.key) == "side")
-            .map(|l| string(&p, l.str).to_string())
-    };
-    assert_eq!(side(0).as_deref(), Some("waiter"));
-    assert_eq!(side(1).as_deref(), Some("holder"));
+    let files: Vec<&str> = p.mapping.iter().map(|m| string(&p, m.filename)).collect();
+    assert_eq!(files, ["/usr/bin/node", "/srv/build/Release/churn.node"]);
+    // Without a known executable, shared objects still go last.
+    r.processes[0].exe = None;
+    let p = decode(&pprof_of(&r));
+    assert_eq!(string(&p, p.mapping[0].filename), "/usr/bin/node");
 }
 
 /// `report RUN.json --pprof` reads the summary back from its JSON line: the same profile.
@@ -246,12 +294,12 @@ fn the_saved_summary_gives_the_same_profile() {
 
 /// In contention mode the samples are contended waits: no hold, no writes column.
 #[test]
-fn contention_mode_has_the_two_types_of_a_mutex_profile() {
+fn contention_mode_has_no_hold_types() {
     let mut r = a_summary();
     r.mode = Mode::Contention;
     let p = decode(&pprof_of(&r));
-    assert_eq!(p.sample_type.len(), 2);
-    assert_eq!(totals(&p), [9, 947]);
+    assert_eq!(p.sample_type.len(), 4);
+    assert_eq!(totals(&p), [9, 947, 0, 0]);
     let comments: Vec<&str> = p.comment.iter().map(|&c| string(&p, c)).collect();
     assert!(
         comments

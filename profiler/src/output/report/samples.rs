@@ -72,7 +72,9 @@ pub struct SampleReport {
     pub holder: bool,
 }
 
-/// What was left out past [`MAX_SAMPLED_STACKS`].
+/// What was left out past [`MAX_SAMPLED_STACKS`]: the waiters' rows in `count`,
+/// `wait_ns_sum` and `hold_ns_sum`, the holders' apart (`holder_*`), so that each side's
+/// totals stay whole and no wait is counted on both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SampleCut {
     pub stacks: u64,
@@ -81,11 +83,25 @@ pub struct SampleCut {
     /// Absent where holds are not measured (contention mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_ns_sum: Option<u64>,
+    /// The holders' rows cut: the waits charged to them (absent when none was cut).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holder_count: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holder_wait_ns_sum: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl SampleCut {
     pub fn add(&mut self, s: &SampleReport) {
         self.stacks += 1;
+        if s.holder {
+            self.holder_count += s.count;
+            self.holder_wait_ns_sum += s.wait_ns_sum;
+            return;
+        }
         self.count += s.count;
         self.wait_ns_sum += s.wait_ns_sum;
         if let Some(h) = s.hold_ns_sum {
