@@ -107,11 +107,15 @@ fn run(cli: Cli) -> Result<(), Error> {
             repeat: s.repeat,
         }))?,
         Some(Command::Agent(a)) => rt.block_on(agent::run(agent::AgentConfig {
-            // Stacks are sampled for what shows them (a capture's before.pb.gz is the ring's).
-            stack_sample: if a.js_functions > 0 || a.pprof || a.escalate_dir.is_some() {
-                a.stack_sample
-            } else {
-                0
+            // Stacks are sampled for what shows them (a capture's before.pb.gz is the ring's;
+            // the agent decides, the config file's push settings known).
+            stack_sample: a.stack_sample,
+            push: agent::push::PushSettings {
+                pyroscope: a.pyroscope,
+                otlp: a.otlp,
+                interval: a.push_interval,
+                headers: a.push_headers,
+                ca: a.push_ca,
             },
             listen: a.listen,
             selectors: agent::selection::Selectors {

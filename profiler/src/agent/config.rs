@@ -4,6 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use super::{
     escalate::EscalateConfig,
+    push::{PushError, PushSettings},
     selection::{SelectionError, Selectors},
     webconfig,
 };
@@ -20,6 +21,8 @@ pub enum AgentError {
     #[error("cannot write {0}: {1}")]
     Output(PathBuf, #[source] std::io::Error),
     #[error(transparent)]
+    Push(#[from] PushError),
+    #[error(transparent)]
     Session(#[from] SessionError),
 }
 
@@ -28,7 +31,11 @@ impl AgentError {
     /// environment (no privilege, an address in use).
     pub fn exit_code(&self) -> u8 {
         match self {
-            AgentError::Selection(_) | AgentError::Output(..) | AgentError::WebConfig(_) => 2,
+            AgentError::Selection(_)
+            | AgentError::Output(..)
+            | AgentError::WebConfig(_)
+            | AgentError::Push(PushError::Ca(..)) => 2,
+            AgentError::Push(PushError::Thread(_)) => 1,
             AgentError::Listen(..) => 1,
             AgentError::Session(e) => e.exit_code(),
         }
@@ -63,14 +70,36 @@ pub struct AgentConfig {
     pub js_functions: usize,
     /// Serve `/debug/pprof/mmaplock`, pprof profiles of the last intervals' sampled stacks.
     pub pprof: bool,
-    /// One write's stack in this many per thread (0: none).
+    /// One write's stack in this many per thread, when something shows them
+    /// ([`AgentConfig::stack_sample`]).
     pub stack_sample: u32,
+    /// `--pyroscope`, `--otlp` and their settings, from the command line (the config file's
+    /// are added at start).
+    pub push: PushSettings,
     /// `--escalate-dir`: bounded full profiles of processes that cross a threshold.
     pub escalate: Option<EscalateConfig>,
     pub quiet: bool,
 }
 
 impl AgentConfig {
+    /// The rate stacks are sampled at: 0 unless something shows them (JavaScript functions,
+    /// the pprof endpoint, captures, pushes).
+    pub(super) fn stack_sample(&self, push: &PushSettings) -> u32 {
+        let shown =
+            self.js_functions > 0 || self.pprof || self.escalate.is_some() || push.profiles();
+        if shown { self.stack_sample } else { 0 }
+    }
+
+    /// The push settings: the command line's, with the config file's added.
+    pub(super) fn push_settings(&self) -> Result<PushSettings, SelectionError> {
+        let mut p = self.push.clone();
+        if let Some(f) = &self.config_file {
+            let text = super::selection::read_config(f)?;
+            p.add_file(f, &text)?;
+        }
+        Ok(p)
+    }
+
     /// The command line's selectors plus the config file's (read again on SIGHUP).
     pub(super) fn selectors(&self) -> Result<Selectors, SelectionError> {
         let mut s = self.selectors.clone();

@@ -7,6 +7,7 @@ mod endpoint;
 pub mod escalate;
 mod http;
 mod profiles;
+pub mod push;
 mod runtime;
 mod sampled;
 pub mod selection;
@@ -225,6 +226,8 @@ impl Driver for Agent<'_> {
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Everything the user gave is checked before the kernel is touched.
     let selectors = cfg.selectors()?;
+    let push = cfg.push_settings()?;
+    let stack_sample = cfg.stack_sample(&push);
     let web = webconfig::shared(cfg.web_config.as_deref(), cfg.quiet)?;
     for w in selectors.warnings() {
         eprintln!("mmaplock-prof agent: {w}");
@@ -268,7 +271,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         comms: vec![],
         max_threads: cfg.max_threads,
         bpf_stats: cfg.bpf_stats,
-        stack_sample: cfg.stack_sample,
+        stack_sample,
         writes_only: false,
         floor: Floor::Off,
         selection: true,
@@ -310,13 +313,48 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             );
         }
     }
-    let profiles: Option<SharedProfiles> = (cfg.pprof || escalator.is_some()).then(|| {
-        Arc::new(Mutex::new(Profiles::new(
-            cfg.stack_sample,
-            mode,
-            profiles::BUDGET_BYTES,
-        )))
-    });
+    let profiles: Option<SharedProfiles> = (cfg.pprof || escalator.is_some() || push.profiles())
+        .then(|| {
+            Arc::new(Mutex::new(Profiles::new(
+                stack_sample,
+                mode,
+                profiles::BUDGET_BYTES,
+            )))
+        });
+    // The pushes' threads: a bad --push-ca is an error before the first interval.
+    let pushers = push::start(
+        &push,
+        push::Sources {
+            profiles: profiles.clone(),
+            metrics: metrics.clone(),
+            started: std::time::SystemTime::now(),
+            host: push::host_name(),
+        },
+        cfg.quiet,
+    )?;
+    if pushers.is_some() && !cfg.quiet {
+        let to: Vec<String> = [
+            push.pyroscope
+                .as_ref()
+                .map(|u| format!("Pyroscope at {u}/ingest")),
+            push.otlp.as_ref().map(|u| {
+                format!(
+                    "OTLP at {u}{} and {u}{} (profiles: proto {}, alpha)",
+                    crate::output::otlp::PROFILES_PATH,
+                    crate::output::otlp::METRICS_PATH,
+                    crate::output::otlp::PROTO_VERSION
+                )
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        eprintln!(
+            "mmaplock-prof agent: pushing every {} s to {}",
+            push.interval().as_secs_f64(),
+            to.join(" and ")
+        );
+    }
     let mut agent = Agent {
         cfg: &cfg,
         selection: Selection::new(selectors),
@@ -377,6 +415,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .finish()
         .await
         .and_then(|()| agent.after_poll(&mut session.profile));
+    // Then the last pushes, which take it too.
+    if let Some(p) = pushers {
+        p.stop();
+    }
     failure?;
     last?;
     Ok(())

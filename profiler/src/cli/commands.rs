@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::values::{
     parse_cgroup, parse_comm, parse_glob, parse_max_threads, parse_path, parse_percent, parse_pid,
-    parse_positive_secs,
+    parse_positive_secs, parse_push_header, parse_push_interval, parse_push_url,
 };
 use super::{Config, OutputArgs};
 use crate::{
@@ -247,6 +247,28 @@ pub struct AgentArgs {
     /// The captures kept under --escalate-dir at most, in MiB: the oldest go first.
     #[arg(long, value_name = "MIB", default_value_t = Config::ESCALATE_BUDGET_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     pub escalate_budget_mib: u64,
+    /// Push pprof profiles of the sampled stacks to Grafana Pyroscope at URL/ingest, one per
+    /// process and cgroup every --push-interval (application name: the process's name;
+    /// labels process, cgroup, host). Samples one write's stack in --stack-sample per thread.
+    #[arg(long, value_name = "URL", value_parser = parse_push_url)]
+    pub pyroscope: Option<String>,
+    /// Push OTLP/HTTP (protobuf) to URL: the sampled stacks as OTLP profiles (alpha, proto
+    /// 1.10 v1development) to URL/v1development/profiles and the metrics of /metrics to
+    /// URL/v1/metrics, every --push-interval.
+    #[arg(long, value_name = "URL", value_parser = parse_push_url)]
+    pub otlp: Option<String>,
+    /// How often --pyroscope and --otlp push, 1 to 600 (default 15; each push covers what
+    /// ended since the last).
+    #[arg(long, value_name = "SECS", value_parser = parse_push_interval)]
+    pub push_interval: Option<std::time::Duration>,
+    /// A header sent with every push, e.g. 'Authorization: Bearer TOKEN' or
+    /// 'X-Scope-OrgID: tenant'; repeatable (a secret is better kept in --config, 0600).
+    #[arg(long = "push-header", value_name = "NAME: VALUE", value_parser = parse_push_header)]
+    pub push_headers: Vec<(String, String)>,
+    /// The CA certificate(s), PEM, that https push URLs must chain to (default: Mozilla's
+    /// roots, as webpki-roots ships them).
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub push_ca: Option<PathBuf>,
     /// With --js-functions or --pprof: take one write's stack in N per thread.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_sample: u32,

@@ -17,7 +17,10 @@ pub use crate::vocab::{Format, Mode};
 pub use commands::{AgentArgs, CompareArgs, DemoArgs, ReportArgs, SCENARIOS, StudyArgs};
 #[cfg(test)]
 pub use values::a_kernel_thread;
-pub use values::{parse_cgroup, parse_comm, parse_glob, parse_pid};
+pub use values::{
+    parse_cgroup, parse_comm, parse_glob, parse_pid, parse_push_header, parse_push_interval,
+    parse_push_url,
+};
 use values::{parse_interval, parse_max_threads, parse_path, parse_positive_secs};
 
 /// Default settings.

@@ -140,6 +140,63 @@ pub(super) fn parse_percent(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Where the agent pushes to (`--pyroscope`, `--otlp`): an `http://` or `https://` URL with
+/// a host, its paths below it (a trailing `/` dropped); no query or fragment, which the
+/// paths appended to it would break.
+pub fn parse_push_url(s: &str) -> Result<String, String> {
+    let bad = |why: &str| format!("{s:?} is not a push URL ({why}; e.g. https://host:4318)");
+    let uri: ureq::http::Uri = s.parse().map_err(|_| bad("not a URL"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(bad("http:// or https:// only")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if uri.query().is_some() || s.contains('#') {
+        return Err(bad("no query or fragment"));
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
+/// A header sent with every push (`--push-header 'Authorization: Bearer TOKEN'`): a valid
+/// HTTP name and value.
+pub fn parse_push_header(s: &str) -> Result<(String, String), String> {
+    let Some((name, value)) = s.split_once(':') else {
+        return Err(format!("{:?} is not `NAME: VALUE`", redact(s)));
+    };
+    let (name, value) = (name.trim(), value.trim());
+    if ureq::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(format!("{name:?} is not an HTTP header name"));
+    }
+    if value.is_empty() || ureq::http::HeaderValue::from_str(value).is_err() {
+        return Err(format!(
+            "the value of header {name} is empty or not a valid header value"
+        ));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+/// What an error may show of a header: its name, never its value (a token).
+fn redact(s: &str) -> String {
+    s.chars()
+        .take_while(|c| *c != ' ')
+        .take(32)
+        .collect::<String>()
+        + " ..."
+}
+
+/// `--push-interval`: whole or fractional seconds from 1 to 600 (the agent keeps 600 s of
+/// sampled stacks: a push covers what ended since the last).
+pub fn parse_push_interval(s: &str) -> Result<Duration, String> {
+    match parse_secs(s)? {
+        v if (1.0..=600.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "{s:?} is not a push interval from 1 to 600 seconds"
+        )),
+    }
+}
+
 pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() {
         return Err("a path cannot be empty".into());
@@ -153,6 +210,43 @@ mod tests {
 
     /// Recorded lines (Linux 6.18): kthreadd, a user process, and a user process whose
     /// name holds ") " and digits that would be taken for fields by a naive split.
+    #[test]
+    fn push_values_are_checked() {
+        assert_eq!(
+            parse_push_url("https://pyro.example:4040/").unwrap(),
+            "https://pyro.example:4040"
+        );
+        assert_eq!(
+            parse_push_url("http://127.0.0.1:4318/otlp").unwrap(),
+            "http://127.0.0.1:4318/otlp"
+        );
+        for bad in ["ftp://h", "localhost:4318", "http://", "http://h/?a=b", ""] {
+            assert!(parse_push_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_push_header("Authorization: Bearer abc").unwrap(),
+            ("Authorization".into(), "Bearer abc".into())
+        );
+        assert_eq!(
+            parse_push_header("X-Scope-OrgID:tenant-1").unwrap(),
+            ("X-Scope-OrgID".into(), "tenant-1".into())
+        );
+        for bad in [
+            "Authorization Bearer abc",
+            "Bad Name: x",
+            "X-A:",
+            "X-A: a\nb",
+        ] {
+            let bad = bad.replace("\\n", "\n");
+            let e = parse_push_header(&bad).unwrap_err();
+            assert!(!e.contains("abc"), "a value is never shown: {e}");
+        }
+        assert_eq!(parse_push_interval("15").unwrap(), Duration::from_secs(15));
+        for bad in ["0.5", "601", "x"] {
+            assert!(parse_push_interval(bad).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn kernel_threads_are_told_by_their_stat_flags() {
         let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 25 0 0 \

@@ -13,6 +13,7 @@ pub mod findings;
 pub(crate) mod fixtures;
 pub mod html;
 pub mod lines;
+pub mod otlp;
 pub mod partial;
 pub mod pprof;
 pub mod prometheus;

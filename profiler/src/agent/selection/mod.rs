@@ -20,7 +20,7 @@ mod selectors;
 #[cfg(test)]
 mod tests;
 
-pub use selectors::{SelectionError, Selectors, cgroup_of};
+pub use selectors::{SelectionError, Selectors, cgroup_of, read_config};
 
 /// What the agent knows of a selected process.
 #[derive(Clone, Debug, PartialEq, Eq)]

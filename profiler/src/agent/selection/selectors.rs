@@ -36,21 +36,26 @@ pub struct Selectors {
 /// The largest `--config` file read (an operator's file; a few selectors a line each).
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// A `--config` file's text (bounded: an operator's file of a few lines).
+pub fn read_config(path: &Path) -> Result<String, SelectionError> {
+    let read = || -> std::io::Result<String> {
+        let f = fs::File::open(path)?;
+        if f.metadata()?.len() > MAX_CONFIG_BYTES {
+            return Err(std::io::Error::other(format!(
+                "larger than {MAX_CONFIG_BYTES} bytes: not a selection"
+            )));
+        }
+        std::io::read_to_string(f)
+    };
+    read().map_err(|e| SelectionError::Read(path.into(), e))
+}
+
 impl Selectors {
     /// Adds the selectors of a config file: one per line, `comm NAME`, `exe GLOB`,
     /// `cgroup PATH` or `pid PID`; blank lines and `#` comments are skipped. Each value is
     /// checked as on the command line (`cli::parse_*`).
     pub fn add_file(&mut self, path: &Path) -> Result<(), SelectionError> {
-        let read = || -> std::io::Result<String> {
-            let f = fs::File::open(path)?;
-            if f.metadata()?.len() > MAX_CONFIG_BYTES {
-                return Err(std::io::Error::other(format!(
-                    "larger than {MAX_CONFIG_BYTES} bytes: not a selection"
-                )));
-            }
-            std::io::read_to_string(f)
-        };
-        let text = read().map_err(|e| SelectionError::Read(path.into(), e))?;
+        let text = read_config(path)?;
         self.add_text(&text)
             .map_err(|(line, what)| SelectionError::Syntax {
                 path: path.into(),
@@ -75,10 +80,15 @@ impl Selectors {
                 "exe" => self.exes.push(cli::parse_glob(value).map_err(bad)?),
                 "cgroup" => self.cgroups.push(cli::parse_cgroup(value).map_err(bad)?),
                 "pid" => self.pids.push(cli::parse_pid(value).map_err(bad)?),
+                // The push settings' lines, read by agent/push/settings.rs.
+                k if crate::agent::push::settings::KEYS.contains(&k) => {}
                 _ => {
                     return Err((
                         i + 1,
-                        format!("unknown selector {kind:?} (comm, exe, cgroup or pid)"),
+                        format!(
+                            "unknown selector {kind:?} (comm, exe, cgroup or pid; or a push setting: {})",
+                            crate::agent::push::settings::KEYS.join(", ")
+                        ),
                     ));
                 }
             }

@@ -339,6 +339,26 @@ impl Collector for Shared {
                 )?
                 .encode_gauge(&(e.waiting as i64))?;
         }
+        if let Some(e) = &m.exports {
+            counters(
+                &mut encoder,
+                "mmaplock_export_sent",
+                "Requests the agent's pushes (--pyroscope, --otlp) delivered, by exporter \
+                 (pyroscope, otlp_profiles, otlp_metrics).",
+                e.sent.iter().map(|(x, n)| ([("exporter", *x)], *n)),
+            )?;
+            counters(
+                &mut encoder,
+                "mmaplock_export_dropped",
+                "Requests the agent's pushes gave up on, by exporter and reason: queue_full \
+                 (the oldest, past the bounded queue), unreachable (no answer after 3 \
+                 attempts), backend_error (5xx or 429 after 3 attempts), rejected (4xx), \
+                 shutdown (unsent when the agent stopped).",
+                e.dropped
+                    .iter()
+                    .map(|((x, r), n)| ([("exporter", *x), ("reason", *r)], *n)),
+            )?;
+        }
         if !m.selector_matches.is_empty() {
             let mut f = encoder.encode_descriptor(
                 "mmaplock_selector_matches",

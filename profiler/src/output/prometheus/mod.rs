@@ -88,6 +88,27 @@ impl Escalations {
     }
 }
 
+/// The agent's pushes (`--pyroscope`, `--otlp`): requests sent and given up on, by exporter
+/// (`pyroscope`, `otlp_profiles`, `otlp_metrics`) and reason.
+#[derive(Clone, Debug, Default)]
+pub struct Exports {
+    pub sent: BTreeMap<&'static str, u64>,
+    pub dropped: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+impl Exports {
+    /// Why a payload is given up on: the queue overflowed (the backend too slow or down
+    /// long), no answer after its attempts, the backend failing (5xx, 429) after them, the
+    /// backend refusing it (4xx), or the agent stopping with it unsent.
+    pub const REASONS: [&'static str; 5] = [
+        "queue_full",
+        "unreachable",
+        "backend_error",
+        "rejected",
+        "shutdown",
+    ];
+}
+
 /// Everything the agent exports, cumulative over its life: series never go backwards when a
 /// process exits, and their labels are bounded (no pid unless asked).
 #[derive(Default)]
@@ -122,6 +143,8 @@ pub struct Metrics {
     pub http: HttpHealth,
     /// With `--escalate-dir`: the captures taken and held back.
     pub escalations: Option<Escalations>,
+    /// With `--pyroscope` or `--otlp`: the pushes' health.
+    pub exports: Option<Exports>,
     build: (String, String, String),
     /// What the agent measures: every series carries it as its `mode` label.
     mode: Mode,
