@@ -15,6 +15,7 @@ mod ground_truth;
 mod kernel;
 mod lookup;
 pub mod nodes;
+pub mod otelcol;
 pub mod pprof;
 mod profiler;
 pub mod scrape;

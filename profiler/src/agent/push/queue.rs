@@ -78,6 +78,7 @@ impl Queue {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -88,11 +89,7 @@ impl Queue {
     pub fn drain(&mut self, mut send: impl FnMut(&Payload) -> Result<(), Failure>) {
         while let Some(p) = self.items.front_mut() {
             p.attempts += 1;
-            let result = send(p);
-            let failure = match result {
-                Ok(()) => None,
-                Err(f) => Some(f),
-            };
+            let failure = send(p).err();
             let keep = failure
                 .as_ref()
                 .is_some_and(|f| f.retry() && p.attempts < MAX_ATTEMPTS);

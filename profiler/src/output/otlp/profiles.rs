@@ -143,12 +143,15 @@ impl Dictionary {
     }
 }
 
+/// A sample's stack and attributes (indices into the dictionary).
+type SampleKey = (i32, Vec<i32>);
+
 /// One resource's samples: by (stack, attributes), their values in the order of the sample
 /// types.
 #[derive(Default)]
 struct Group {
     exe: Option<String>,
-    samples: HashMap<(i32, Vec<i32>), Vec<i64>>,
+    samples: HashMap<SampleKey, Vec<i64>>,
 }
 
 impl Group {
@@ -234,7 +237,7 @@ pub fn request(s: &dyn Samples, host: &[KeyValue]) -> ExportProfilesServiceReque
     let (start, duration) = s.span_ns();
     let resource_profiles = (groups.into_iter())
         .map(|(labels, g)| {
-            let mut rows: Vec<((i32, Vec<i32>), Vec<i64>)> = g.samples.into_iter().collect();
+            let mut rows: Vec<(SampleKey, Vec<i64>)> = g.samples.into_iter().collect();
             rows.sort();
             let profiles = (types.iter().enumerate())
                 .map(|(i, &sample_type)| Profile {
