@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod otelcol;
 pub mod pprof;
 mod profiler;
+pub mod pyroscope;
 pub mod scrape;
 mod skip;
 pub mod speed;

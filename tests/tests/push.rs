@@ -17,6 +17,7 @@ use std::{
 use integration_tests::{
     Workload, bpf_test, fixture, installed_or_skip,
     otelcol::{Collector, int, otelcol_bin, samples_by_type},
+    pyroscope::{Ingest, ingest_bin},
     scrape::{Agent, free_port},
     wait_until,
 };
@@ -205,6 +206,108 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         .map(|p| p["asDouble"].as_f64().unwrap_or(0.0))
         .sum();
     assert!(sent >= 1.0, "profiles sent: {sent}");
+}
+
+/// Pyroscope's ingest path, against the stand-in that reads a push with Pyroscope's own
+/// label-set parser and pprof's parser (Pyroscope's server cannot be had here): every push
+/// taken, named after the process with the agent's labels, its default view the waiters'
+/// delay, which adds up to the agent's sampled wait, the Workers' function named, node the
+/// main binary.
+#[test]
+fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
+    let Some(dir) = bpf_test() else { return };
+    if !integration_tests::bpftrace::require_contention_tracepoints() {
+        return;
+    }
+    let Some(bin) = installed_or_skip(
+        ingest_bin(),
+        "the Pyroscope ingest stand-in (cargo xtask test builds it with go)",
+    ) else {
+        return;
+    };
+    let ingest = Ingest::start(&bin, dir.path());
+    let mut w = workers(400);
+    let ndjson = dir.path().join("agent.json");
+    let agent = Agent::start(&[
+        "--mode",
+        "contention",
+        "--pid",
+        &w.pid.to_string(),
+        "-i",
+        "0.5",
+        "--stack-sample",
+        "1",
+        "--pyroscope",
+        &format!("http://127.0.0.1:{}", ingest.port),
+        "--push-interval",
+        "1",
+        "-o",
+        ndjson.to_str().unwrap(),
+    ]);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    assert!(w.wait().success());
+    std::thread::sleep(Duration::from_secs(2));
+    let page = agent.metrics();
+    agent.stop();
+    let pushes = ingest.pushes();
+    assert!(!pushes.is_empty(), "nothing pushed");
+    assert!(
+        page.contains(
+            "mmaplock_export_dropped_total{exporter=\"pyroscope\",reason=\"rejected\"} 0"
+        ),
+        "a push was refused:\n{page}"
+    );
+    let (sampled, sampled_wait, _, contended_wait) = intervals_total(&lines(&ndjson), w.pid);
+    let mut totals = (0, 0, 0);
+    let mut through = 0;
+    for p in &pushes {
+        assert_eq!(p["labels"]["__name__"], "node", "{p}");
+        assert_eq!(p["labels"]["process"], "node", "{p}");
+        assert!(
+            p["labels"]["host"].as_str().is_some_and(|h| !h.is_empty()),
+            "{p}"
+        );
+        assert_eq!(p["default_sample_type"], "delay", "{p}");
+        assert_eq!(p["sample_type_config"]["delay"]["display-name"], "mmaplock");
+        let types: Vec<&str> = (p["sample_types"].as_array().unwrap().iter())
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "contentions/count",
+                "delay/nanoseconds",
+                "holder_contentions/count",
+                "holder_delay/nanoseconds"
+            ]
+        );
+        assert!(
+            p["main_binary"]
+                .as_str()
+                .is_some_and(|b| b.ends_with("node")),
+            "main binary {}",
+            p["main_binary"]
+        );
+        totals.0 += p["totals"]["contentions"].as_i64().unwrap_or(0);
+        totals.1 += p["totals"]["delay"].as_i64().unwrap_or(0);
+        totals.2 += p["totals"]["holder_delay"].as_i64().unwrap_or(0);
+        for s in p["samples"].as_array().unwrap() {
+            let names = s["functions"].as_array().unwrap();
+            if names.iter().any(|n| n == "allocateInWorker") {
+                through += s["values"][1].as_i64().unwrap();
+            }
+        }
+    }
+    assert_eq!((totals.0, totals.1), (sampled, sampled_wait));
+    assert!(totals.2 > 0, "no holder pushed");
+    assert!(through > 0, "allocateInWorker not pushed");
+    eprintln!(
+        "pyroscope: {} pushes; waiters' delay {} ns (agent's sampled {sampled_wait}, contended {contended_wait}); holders' {} ns; allocateInWorker {through} ns",
+        pushes.len(),
+        totals.1,
+        totals.2
+    );
 }
 
 /// A listener that accepts and never answers: a backend that hangs.

@@ -161,14 +161,23 @@ pub fn ensure_go() -> Result<()> {
     ensure("golang-go", &["/usr/bin/go"])
 }
 
-/// An OpenTelemetry Collector for the push tests (tests/tests/push.rs): built with `go` from
-/// the Collector's published modules, as tests/fixtures/otelcol/go.mod pins them (the OTLP
-/// receiver, contrib's bearer token authenticator and file exporter), into
-/// `~/.cache/mmaplock-prof/otelcol/otelcol`, the modules and Go's build cache beside it. Built
-/// again only when the fixture's files change (the first build took 2 min 53 s here).
-pub fn ensure_otelcol() -> Result<()> {
-    let dir = cache_dir("otelcol");
-    let fixture = crate::workspace_root().join("tests/fixtures/otelcol");
+/// The Go programs of the push tests (tests/tests/push.rs), each built with `go` from the
+/// published modules its tests/fixtures/NAME/go.mod pins, into `~/.cache/mmaplock-prof/NAME/NAME`
+/// (the modules and Go's build cache beside it), again only when its files change:
+/// - `otelcol`: an OpenTelemetry Collector of the Collector's OTLP receiver, contrib's bearer
+///   token authenticator and file exporter (4 min from an empty module cache here);
+/// - `pyroscope-ingest`: the stand-in for Pyroscope's `/ingest` (Pyroscope's own label-set
+///   parser, pprof's parser; 10 s).
+pub fn ensure_push_servers() -> Result<()> {
+    for name in ["otelcol", "pyroscope-ingest"] {
+        ensure_go_program(name)?;
+    }
+    Ok(())
+}
+
+fn ensure_go_program(name: &str) -> Result<()> {
+    let dir = cache_dir(name);
+    let fixture = crate::workspace_root().join("tests/fixtures").join(name);
     let files = ["go.mod", "go.sum", "main.go"];
     let same = |f: &str| {
         matches!(
@@ -176,15 +185,15 @@ pub fn ensure_otelcol() -> Result<()> {
             (Ok(a), Ok(b)) if a == b
         )
     };
-    if dir.join("otelcol").exists() && files.iter().all(|f| same(f)) {
+    if dir.join(name).exists() && files.iter().all(|f| same(f)) {
         return Ok(());
     }
     let Some(go) = go_bin() else {
-        eprintln!("xtask: no go: the OpenTelemetry Collector is not built (its tests skip)");
+        eprintln!("xtask: no go: {name} is not built (its tests skip)");
         return Ok(());
     };
     eprintln!(
-        "xtask: building an OpenTelemetry Collector (Go modules) into {} (once, a few minutes)",
+        "xtask: building {name} (Go modules) into {} (once)",
         dir.display()
     );
     let src = dir.join("src");
@@ -194,7 +203,7 @@ pub fn ensure_otelcol() -> Result<()> {
         std::fs::copy(fixture.join(f), src.join(f))?;
     }
     let started = std::time::Instant::now();
-    let tmp = dir.join(format!("otelcol.tmp-{}", std::process::id()));
+    let tmp = dir.join(format!("{name}.tmp-{}", std::process::id()));
     crate::run(
         Command::new("nice")
             .args(["-n", "10"])
@@ -207,9 +216,9 @@ pub fn ensure_otelcol() -> Result<()> {
             .env("GOCACHE", dir.join("gocache"))
             .env("GOFLAGS", "-modcacherw"),
     )?;
-    std::fs::rename(&tmp, dir.join("otelcol"))?;
+    std::fs::rename(&tmp, dir.join(name))?;
     eprintln!(
-        "xtask: built the OpenTelemetry Collector in {:.0} s",
+        "xtask: built {name} in {:.0} s",
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -52,7 +52,7 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
     packages::ensure_tracefs()?;
     packages::ensure_chromium()?;
     packages::ensure_go()?;
-    packages::ensure_otelcol()?;
+    packages::ensure_push_servers()?;
     packages::ensure_jemalloc()?;
     packages::ensure_libc_debug()?;
     packages::ensure_nodes()?;
