@@ -18,9 +18,69 @@ use crate::bench::{
     stats::Spread,
 };
 
-/// The tracers accounted: the default agent, and with the trigger on (stacks sampled: the
-/// waiters' and the holders').
-const TRACERS: [Tracer; 2] = [Tracer::AgentContention, Tracer::AgentEscalateIdle];
+/// The tracers accounted: the default agent, with the trigger on (stacks sampled: the
+/// waiters' and the holders'), and with every feature armed, pushes included.
+const TRACERS: [Tracer; 3] = [
+    Tracer::AgentContention,
+    Tracer::AgentEscalateIdle,
+    Tracer::AgentArmed,
+];
+
+/// The push targets of [`Tracer::AgentArmed`], killed on drop: the push tests' Collector and
+/// Pyroscope ingest stand-in (`cargo xtask test` builds them; None when they are not built).
+type PushSinks = Vec<procfs::Guard>;
+
+fn push_sinks(dir: &Path) -> Result<Option<PushSinks>> {
+    crate::packages::ensure_push_servers()?;
+    let bin = |name: &str| crate::packages::cache_dir(name).join(name);
+    let (otlp, pyroscope) = super::PUSH_PORTS;
+    if !bin("otelcol").exists() || !bin("pyroscope-ingest").exists() {
+        return Ok(None);
+    }
+    let config = dir.join("otelcol-bench.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{otlp}\n\
+             exporters:\n  file:\n    path: {}\n\
+             service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n\
+             \x20   profiles: {{receivers: [otlp], exporters: [file]}}\n\
+             \x20   metrics: {{receivers: [otlp], exporters: [file]}}\n",
+            dir.join("otelcol-bench.jsonl").display()
+        ),
+    )?;
+    let spawn = |c: &mut std::process::Command| -> Result<procfs::Guard> {
+        Ok(procfs::Guard(
+            c.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()?,
+        ))
+    };
+    let sinks = PushSinks::from([
+        spawn(
+            std::process::Command::new(bin("otelcol"))
+                .arg("--config")
+                .arg(&config)
+                .arg("--feature-gates=service.profilesSupport"),
+        )?,
+        spawn(
+            std::process::Command::new(bin("pyroscope-ingest"))
+                .arg(format!("127.0.0.1:{pyroscope}"))
+                .arg(dir.join("pyroscope-bench.jsonl")),
+        )?,
+    ]);
+    // Both listening before the agent's first push.
+    for port in [otlp, pyroscope] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("the push sink on port {port} did not start");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    Ok(Some(sinks))
+}
 
 /// One accounted run.
 #[derive(Clone, Debug)]
@@ -64,10 +124,14 @@ pub fn run(rounds: usize, prof: &Path, out_dir: &Path) -> Result<Vec<Accounted>>
     }
     let _stats = BpfStats::enable()?;
     let file = out_dir.join("data.bin");
+    let sinks = push_sinks(out_dir)?;
     let mut runs = Vec::new();
     for round in 0..rounds {
         for load in Load::ALL {
             for tracer in TRACERS {
+                if tracer == Tracer::AgentArmed && sinks.is_none() {
+                    continue;
+                }
                 let Some(mut started) = start(tracer, prof)? else {
                     continue;
                 };

@@ -47,7 +47,15 @@ pub enum Tracer {
     /// The same with a threshold every process crosses: captures run (one at a time, one per
     /// process) during the workload; its slowdown is the cost of captures to the processes.
     AgentEscalating,
+    /// Every feature armed: the trigger on (nothing crossing), the pprof endpoint, the
+    /// JavaScript functions' series, and pushes every second (15 times the default) to a
+    /// Pyroscope ingest path and an OTLP Collector on this host ([`PUSH_PORTS`]).
+    AgentArmed,
 }
+
+/// Where [`Tracer::AgentArmed`] pushes: the push tests' Collector (OTLP/HTTP) and Pyroscope
+/// ingest stand-in, started by the accounted runs (`accounted.rs`).
+pub const PUSH_PORTS: (u16, u16) = (47318, 47040);
 
 /// Where the capturing agent writes (emptied before each run; its captures' bytes are read
 /// by [`summary`]).
@@ -76,6 +84,9 @@ impl Tracer {
             Tracer::AgentEscalateIdle => "agent, contention mode, --escalate-dir, nothing crossing",
             Tracer::AgentEscalating => {
                 "agent, contention mode, capturing every process (--escalate-at 0.01)"
+            }
+            Tracer::AgentArmed => {
+                "agent, contention mode, every feature armed (--escalate-dir, --pprof, --js-functions 20, --pyroscope and --otlp every 1 s)"
             }
         }
     }
@@ -125,6 +136,29 @@ impl Tracer {
                     "2",
                     "--escalate-for",
                     "5",
+                ],
+                "serving",
+            )),
+            Tracer::AgentArmed => Some((
+                &[
+                    "agent",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--mode",
+                    "contention",
+                    "--escalate-dir",
+                    "/tmp/mmaplock-bench-escalate",
+                    "--escalate-at",
+                    "100",
+                    "--pprof",
+                    "--js-functions",
+                    "20",
+                    "--otlp",
+                    "http://127.0.0.1:47318",
+                    "--pyroscope",
+                    "http://127.0.0.1:47040",
+                    "--push-interval",
+                    "1",
                 ],
                 "serving",
             )),
