@@ -132,8 +132,9 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
     w.send("go");
     assert_eq!(w.read_line(), "done");
     assert!(w.wait().success());
-    // A push while the agent runs, then the last at its end.
-    std::thread::sleep(Duration::from_secs(2));
+    // Pushes while the agent runs (their deliveries in the last metrics), then the last at
+    // its end.
+    std::thread::sleep(Duration::from_secs(3));
     let scraped = agent.metrics();
     agent.stop();
     let (profiles, metrics) = collector.stop();
