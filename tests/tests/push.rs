@@ -126,6 +126,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         cert.to_str().unwrap(),
         "--push-header",
         "Authorization: Bearer t0k3n-for-the-test",
+        "--pprof",
         "-o",
         ndjson.to_str().unwrap(),
     ]);
@@ -136,6 +137,19 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
     // its end.
     std::thread::sleep(Duration::from_secs(3));
     let scraped = agent.metrics();
+    // The pull path of the same run, as `go tool pprof` shows it with no flag: the waiters'
+    // delay, the holders' one flag away (the sums are checked against the interval lines
+    // in tests/tests/pprof.rs).
+    if let Some(go) = integration_tests::pprof::go_bin() {
+        let url = format!(
+            "http://127.0.0.1:{}/debug/pprof/mmaplock?seconds=600",
+            agent.port
+        );
+        let default = integration_tests::pprof::top_total(&go, "", &url);
+        let holders = integration_tests::pprof::top_total(&go, "holder_delay", &url);
+        eprintln!("endpoint: default view {default} ns, holder_delay {holders} ns");
+        assert!(default > 0 && holders > 0, "{default} {holders}");
+    }
     agent.stop();
     let (profiles, metrics) = collector.stop();
     assert!(
