@@ -48,8 +48,9 @@ pub enum Tracer {
     /// process) during the workload; its slowdown is the cost of captures to the processes.
     AgentEscalating,
     /// Every feature armed: the trigger on (nothing crossing), the pprof endpoint, the
-    /// JavaScript functions' series, and pushes every second (15 times the default) to a
-    /// Pyroscope ingest path and an OTLP Collector on this host ([`PUSH_PORTS`]).
+    /// JavaScript functions' series, and pushes every 5 s (3 times the default's rate, so
+    /// that a run of a few seconds pushes at all) to a Pyroscope ingest path and an OTLP
+    /// Collector on this host ([`PUSH_PORTS`]).
     AgentArmed,
 }
 
@@ -86,7 +87,7 @@ impl Tracer {
                 "agent, contention mode, capturing every process (--escalate-at 0.01)"
             }
             Tracer::AgentArmed => {
-                "agent, contention mode, every feature armed (--escalate-dir, --pprof, --js-functions 20, --pyroscope and --otlp every 1 s)"
+                "agent, contention mode, every feature armed (--escalate-dir, --pprof, --js-functions 20, --pyroscope and --otlp every 5 s)"
             }
         }
     }
@@ -158,7 +159,7 @@ impl Tracer {
                     "--pyroscope",
                     "http://127.0.0.1:47040",
                     "--push-interval",
-                    "1",
+                    "5",
                 ],
                 "serving",
             )),
