@@ -134,6 +134,8 @@ fn boot_script(shares: &[PathBuf], rwdir: &Path, script: &Path) -> String {
     s.push_str(&format!(
         "mkdir -p /newroot{rw} && mount --move /matrix /newroot{rw} || say 'cannot move {rw}'\n\
          for d in proc sys dev; do mount --move /$d /newroot/$d; done\n\
+         # Loopback up (the guest has no other network): the agent's tests scrape it there.\n\
+         ip link set lo up || say 'cannot bring up the loopback interface'\n\
          # busybox's tools after the packages' own (the guest script's PATH ends with them).\n\
          mkdir -p /newroot/usr/local/busybox && /bin/busybox --install -s /newroot/usr/local/busybox\n\
          exec switch_root /newroot /bin/sh -c 'sh {script}; echo matrix-boot: powering off; busybox poweroff -f'\n",
@@ -166,6 +168,7 @@ mod tests {
             s.contains("switch_root /newroot /bin/sh -c 'sh /w/target/matrix/arm64-6.1/run.sh;"),
             "{s}"
         );
+        assert!(s.contains("ip link set lo up"), "{s}");
         // Parents before children: the shared directory is moved last.
         assert!(s.find("share1").unwrap() < s.find("--move /matrix").unwrap());
     }
