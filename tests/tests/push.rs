@@ -195,12 +195,23 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         through > 0 && through <= sampled_wait,
         "allocateInWorker: {through} ns of {sampled_wait}"
     );
-    // Each resource is the process, as the agent labels it.
+    // Each resource is the process, as the agent labels it (the Collector moves resource
+    // attributes' strings into the dictionary: `keyStrindex`, `stringValueStrindex`).
+    let strings = profiles[0]["dictionary"]["stringTable"].clone();
+    let text = |v: &Value, plain: &str, index: &str| -> String {
+        match v.get(plain).and_then(Value::as_str) {
+            Some(s) => s.to_string(),
+            None => strings[v[index].as_u64().unwrap_or(0) as usize]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        }
+    };
     let resource = &profiles[0]["resourceProfiles"][0]["resource"];
     let service = (resource["attributes"].as_array().unwrap().iter())
-        .find(|a| a["key"] == "service.name")
-        .map(|a| a["value"]["stringValue"].clone());
-    assert_eq!(service, Some(Value::from("node")), "{resource}");
+        .find(|a| text(a, "key", "keyStrindex") == "service.name")
+        .map(|a| text(&a["value"], "stringValue", "stringValueStrindex"));
+    assert_eq!(service.as_deref(), Some("node"), "{resource}");
     eprintln!(
         "pushed: waiters' delay {sampled_wait} ns in {sampled} sampled writes (agent's contended write wait {contended_wait} ns in {contended}); holders' delay {holder_delay} ns; allocateInWorker {through} ns"
     );
