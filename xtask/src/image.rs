@@ -1,19 +1,73 @@
 //! `cargo xtask image`: the agent's OCI image, built with podman from the dist tarball and
 //! `deploy/container/Containerfile` (`FROM scratch`): the tarball's binary and the C library
 //! it links, as `ldd` resolves them here (the dist step has checked that it links nothing
-//! else). Nothing is fetched: no base image, no registry.
+//! else). Nothing is fetched: no base image, no registry. One image per architecture (the
+//! arm64 one holds Debian's arm64 C library, from the cross packages, where an arm64 system
+//! keeps it), and a manifest list naming both, which a registry serves to each node as its
+//! own: the DaemonSet needs no change between architectures.
 
-use std::{fs, path::Path, process::Command};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, Result};
 
+use crate::cross::Target;
 use crate::{ldd::linked_files, run, toolchain::output, workspace_root};
 
 /// The tests' image (of the debug build), which `cargo xtask test` makes for tests/tests/image.rs.
 pub const TEST_TAG: &str = "localhost/mmaplock-prof:test";
 
-/// Builds the image from `tarball` as `tag` (default `localhost/mmaplock-prof:VERSION`); the tag.
-pub fn build(tarball: &Path, tag: Option<&str>) -> Result<String> {
+/// The default name: `localhost/mmaplock-prof:VERSION`, from a tarball's name.
+pub fn default_tag(tarball: &Path) -> Result<String> {
+    let version = tarball
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("mmaplock-prof-"))
+        .and_then(|r| r.split('-').next())
+        .context("a tarball named mmaplock-prof-VERSION-...")?;
+    Ok(format!("localhost/mmaplock-prof:{version}"))
+}
+
+/// The images of every tarball (one per architecture, each tagged `TAG-ARCH`, Debian's
+/// architecture name) and a manifest list `TAG` naming them all: the tag.
+pub fn build_multi(tarballs: &[(Target, PathBuf)], tag: Option<&str>) -> Result<String> {
+    let first = &tarballs.first().context("no tarball")?.1;
+    let tag = tag.map_or_else(|| default_tag(first), |t| Ok(t.to_string()))?;
+    let mut images = Vec::new();
+    for (target, tarball) in tarballs {
+        images.push(build(
+            tarball,
+            Some(&format!("{tag}-{}", target.debian)),
+            *target,
+        )?);
+    }
+    // Made again from scratch: a list of an earlier run would keep its old images.
+    let _ = output(Command::new("podman").args(["manifest", "rm", &tag]));
+    let _ = output(Command::new("podman").args(["rmi", &tag]));
+    run(Command::new("podman").args(["manifest", "create", &tag]))?;
+    for image in &images {
+        run(Command::new("podman").args([
+            "manifest",
+            "add",
+            &tag,
+            &format!("containers-storage:{image}"),
+        ]))?;
+    }
+    let arches: Vec<&str> = tarballs.iter().map(|(t, _)| t.debian).collect();
+    println!(
+        "{tag}: a manifest list of {} ({}); push it with `podman manifest push --all {tag} docker://REGISTRY/mmaplock-prof:VERSION`",
+        images.join(", "),
+        arches.join(", ")
+    );
+    Ok(tag)
+}
+
+/// Builds the image of `target` from `tarball` as `tag` (default
+/// `localhost/mmaplock-prof:VERSION`); the tag.
+pub fn build(tarball: &Path, tag: Option<&str>, target: Target) -> Result<String> {
     let root = workspace_root();
     let ctx = root.join("target/image-build");
     let _ = fs::remove_dir_all(&ctx);
@@ -38,8 +92,9 @@ pub fn build(tarball: &Path, tag: Option<&str>) -> Result<String> {
     let bin = rootfs.join("usr/bin/mmaplock-prof");
     fs::create_dir_all(bin.parent().unwrap())?;
     fs::rename(unpacked.join("bin/mmaplock-prof"), &bin)?;
-    for lib in linked_files(&output(Command::new("ldd").arg(&bin))?) {
-        let dest = rootfs.join(lib.strip_prefix("/").unwrap_or(&lib));
+    for lib in linked_files(&output(&mut crate::dist::ldd(&bin, target))?) {
+        let at = in_image(&lib, target);
+        let dest = rootfs.join(at.strip_prefix("/").unwrap_or(&at));
         fs::create_dir_all(dest.parent().unwrap())?;
         // The file, not the host's link to it.
         fs::copy(&lib, &dest).with_context(|| format!("copy {}", lib.display()))?;
@@ -58,6 +113,9 @@ pub fn build(tarball: &Path, tag: Option<&str>) -> Result<String> {
             "--format",
             "oci",
             "--pull=never",
+            // FROM scratch and COPY: nothing runs, no emulation needed for another arch.
+            "--platform",
+            &format!("linux/{}", target.debian),
             "--tag",
         ])
         .arg(&tag)
@@ -82,9 +140,60 @@ pub fn build(tarball: &Path, tag: Option<&str>) -> Result<String> {
     Ok(tag)
 }
 
+/// Where a library `ldd` found at `lib` goes in the image: where it is for the host's own
+/// architecture; for another, from the cross packages' directory
+/// (`/usr/aarch64-linux-gnu/lib/libc.so.6`) to where that architecture's Debian keeps it
+/// (`/lib/aarch64-linux-gnu/libc.so.6`, its loader at `/lib/ld-linux-aarch64.so.1`: the
+/// cross packages are Debian's own arm64 builds, whose loader looks there).
+fn in_image(lib: &Path, target: Target) -> PathBuf {
+    if target.is_host() {
+        return lib.to_path_buf();
+    }
+    let Some(name) = lib
+        .strip_prefix(target.sysroot_lib())
+        .ok()
+        .and_then(|r| r.to_str())
+    else {
+        return lib.to_path_buf();
+    };
+    if name.starts_with("ld-linux") {
+        Path::new("/lib").join(name)
+    } else {
+        Path::new("/lib").join(target.gnu).join(name)
+    }
+}
+
 fn image_id(tag: &str) -> Option<String> {
     output(Command::new("podman").args(["image", "inspect", "--format", "{{.Id}}", tag]))
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn arm64_libraries_go_where_debian_arm64_keeps_them() {
+        let arm = crate::cross::AARCH64;
+        assert_eq!(
+            in_image(Path::new("/usr/aarch64-linux-gnu/lib/libc.so.6"), arm),
+            Path::new("/lib/aarch64-linux-gnu/libc.so.6")
+        );
+        assert_eq!(
+            in_image(
+                Path::new("/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1"),
+                arm
+            ),
+            Path::new("/lib/ld-linux-aarch64.so.1")
+        );
+        let host = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(in_image(host, crate::cross::X86_64), host);
+        assert_eq!(
+            default_tag(Path::new("/t/mmaplock-prof-0.1.0-aarch64-linux.tar.gz")).unwrap(),
+            "localhost/mmaplock-prof:0.1.0"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! against nightly's own LLVM, cached), then builds, tests, runs the demo or benchmarks.
 
 mod bench;
+mod cross;
 mod dist;
 mod image;
 mod layers;
@@ -41,6 +42,10 @@ enum Cmd {
     Build {
         #[arg(long)]
         release: bool,
+        /// Build for another architecture (`aarch64-unknown-linux-gnu`, or `arm64`): the cross
+        /// toolchain is installed when missing; binaries in `target/TRIPLE/PROFILE/`.
+        #[arg(long, value_parser = cross::Target::parse)]
+        target: Option<cross::Target>,
     },
     /// Lint (rustfmt, clippy -D warnings) and run every test, the root-only integration tests
     /// that load the real eBPF programs included.
@@ -73,14 +78,23 @@ enum Cmd {
     /// target/bench/soak.{json,md}.
     Soak(soak::SoakArgs),
     /// Build the release binary and pack it with the systemd unit, dashboards, rules, docs and
-    /// an install.sh: target/dist/mmaplock-prof-VERSION-ARCH-linux.tar.gz.
-    Dist,
-    /// Build the dist tarball, then an OCI image of the agent from it with podman (`FROM
-    /// scratch`: the binary and the C library it links, nothing else): mmaplock-prof:VERSION.
+    /// an install.sh: target/dist/mmaplock-prof-VERSION-ARCH-linux.tar.gz, for x86_64 and
+    /// aarch64 (cross-built; the cross toolchain is installed when missing).
+    Dist {
+        /// Only this architecture (`x86_64`, `aarch64`, or a target triple).
+        #[arg(long, value_parser = cross::Target::parse)]
+        target: Option<cross::Target>,
+    },
+    /// Build the dist tarballs, then an OCI image of the agent from each with podman (`FROM
+    /// scratch`: the binary and the C library it links, nothing else): mmaplock-prof:VERSION-amd64
+    /// and -arm64, and the manifest list mmaplock-prof:VERSION naming both.
     Image {
         /// The image's name (default localhost/mmaplock-prof:VERSION).
         #[arg(long)]
         tag: Option<String>,
+        /// Only this architecture's image, named TAG itself (no manifest list).
+        #[arg(long, value_parser = cross::Target::parse)]
+        target: Option<cross::Target>,
     },
 }
 
@@ -172,17 +186,34 @@ fn main() -> Result<()> {
             println!("bpf-linker: {}", linker_dir.join("bpf-linker").display());
             Ok(())
         }
-        Cmd::Build { release } => build(&linker_dir, release),
+        Cmd::Build { release, target } => match target {
+            Some(t) => cross::build(&linker_dir, t, release),
+            None => build(&linker_dir, release),
+        },
         Cmd::Test { slow_host, args } => suite::run_suite(&linker_dir, &args, slow_host),
         Cmd::Matrix { kernels } => suite::run_matrix_alone(&linker_dir, &kernels),
         Cmd::Demo { args } => demo(&linker_dir, &args),
         Cmd::Bench(args) => bench::run(&linker_dir, args),
         Cmd::Soak(args) => soak::run(&linker_dir, args),
-        Cmd::Dist => dist::dist(&linker_dir).map(|_| ()),
-        Cmd::Image { tag } => {
+        Cmd::Dist { target } => dist::dist_all(
+            &linker_dir,
+            &target.map_or(cross::TARGETS.to_vec(), |t| vec![t]),
+        )
+        .map(|_| ()),
+        Cmd::Image { tag, target } => {
             packages::ensure_podman()?;
-            let tarball = dist::dist(&linker_dir)?;
-            image::build(&tarball, tag.as_deref()).map(|_| ())
+            match target {
+                Some(t) => {
+                    let tarball = dist::dist(&linker_dir, t)?;
+                    image::build(&tarball, tag.as_deref(), t).map(|_| ())
+                }
+                None => {
+                    let tarballs = (cross::TARGETS.iter())
+                        .map(|t| Ok((*t, dist::dist(&linker_dir, *t)?)))
+                        .collect::<Result<Vec<_>>>()?;
+                    image::build_multi(&tarballs, tag.as_deref()).map(|_| ())
+                }
+            }
         }
     }
 }

