@@ -23,9 +23,12 @@ pub struct Settings {
     /// plain store instead of an atomic exchange (the BPF instruction set has no release
     /// store; on weakly ordered CPUs the exchange is the barrier).
     pub strong_order: u32,
-    /// Offset of `start_routine` in our glibc's `struct pthread` (0: unknown): a thread reads
-    /// its own when it is announced (`NewThread::start_routine`).
-    pub start_routine_off: u32,
+    /// Where our glibc keeps a thread's `start_routine`, from the thread pointer
+    /// (`KernelLayout::task_fsbase`), in bytes (0: unknown): after it on x86_64, whose fs
+    /// base is the `struct pthread`; before it on arm64, whose TPIDR_EL0 points at the TCB
+    /// that follows the `struct pthread`. A thread reads its own when it is announced
+    /// (`NewThread::start_routine`).
+    pub start_routine_off: i32,
     /// Non-zero in tests only (`MMAPLOCK_PROF_SPILL_TEST`): half the completed acquisitions
     /// take the path of a full ring held elsewhere (`counter::SPILLED`), so that its counts
     /// can be checked against ground truth.
@@ -46,11 +49,17 @@ pub struct KernelLayout {
     pub mm_owner: u32,
     /// `task_struct.flags` (PF_EXITING, PF_KTHREAD).
     pub task_flags: u32,
-    /// `task_struct.thread.fsbase` (x86_64).
+    /// The thread pointer the kernel keeps for a task, where glibc's `struct pthread` is
+    /// found: x86_64 `task_struct.thread.fsbase`, arm64 `task_struct.thread.uw.tp_value`
+    /// (TPIDR_EL0). Called `fsbase` throughout, whichever it is.
     pub task_fsbase: u32,
-    /// `pt_regs.orig_ax` (x86_64: the syscall number at kernel entry).
-    pub regs_orig_ax: u32,
-    /// `pt_regs.ip`, `pt_regs.sp`, `pt_regs.bp` (x86_64: the user registers at kernel entry).
+    /// The syscall number saved at kernel entry (-1 at an exception's): x86_64
+    /// `pt_regs.orig_ax` (a u64), arm64 `pt_regs.syscallno` (an s32; how wide is the
+    /// eBPF side's `arch` module's business).
+    pub regs_syscall: u32,
+    /// The user registers saved at kernel entry: the instruction pointer, the stack pointer
+    /// and the frame pointer (x86_64 `pt_regs.ip`, `sp`, `bp`; arm64 `pt_regs.pc`, `sp`,
+    /// `regs[29]`).
     pub regs_ip: u32,
     pub regs_sp: u32,
     pub regs_bp: u32,
@@ -87,5 +96,8 @@ pub struct KernelLayout {
     /// `task_struct.stack`: another task's saved user registers sit at a fixed distance from
     /// its kernel stack (found on the current task), for a holder's syscall.
     pub task_stack: u32,
-    pub _pad: u32,
+    /// The link register saved at kernel entry (arm64 `pt_regs.regs[30]`: a leaf function's
+    /// return address, which its frame may not hold, such as glibc's syscall wrappers); 0
+    /// where return addresses are on the stack (x86_64).
+    pub regs_lr: u32,
 }

@@ -49,6 +49,9 @@ pub struct StackHeader {
     pub stack_len: u32,
     /// A [`stack_record::HOLDER`]'s waiting thread (whose sample `seq` is); 0 otherwise.
     pub waiter: u32,
+    /// The link register (arm64 `x30`: the return address of a leaf function such as a
+    /// syscall wrapper, which does not save it); 0 on x86_64.
+    pub lr: u64,
 }
 
 /// A sample as the eBPF side assembles it (in a per-CPU buffer) before sending the header,

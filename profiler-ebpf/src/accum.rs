@@ -82,7 +82,7 @@ fn identify(st: &mut ThreadState, task: Task) {
     // iterator runs in the profiler's address space). Userspace reads it on its own otherwise.
     let off = konst(&SETTINGS.start_routine_off);
     st.start_routine = if off != 0 && st.fsbase != 0 && task.addr() == kread::current_addr() {
-        kread::user_u64(st.fsbase + off as u64)
+        kread::user_u64(st.fsbase.wrapping_add(off as i64 as u64))
     } else {
         0
     };

@@ -53,7 +53,7 @@ pub fn counted(idx: u32, n: u64) {
     }
 }
 
-/// A write lock taken in syscall `nr`, which `cause::of_orig_ax` does not know (counted as
+/// A write lock taken in syscall `nr`, which `cause::of_syscall` does not know (counted as
 /// `other`): logged once a syscall number.
 #[inline(always)]
 pub fn other_syscall(nr: u64) {

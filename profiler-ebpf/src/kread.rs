@@ -61,7 +61,7 @@ impl Task {
         unsafe { ptr::read_volatile(self.0.cast::<u8>().add(off as usize).cast::<u64>()) }
     }
 
-    /// The user registers saved at the task's kernel entry (x86-64 `struct pt_regs`).
+    /// The user registers saved at the task's kernel entry (`struct pt_regs`).
     #[inline(always)]
     pub fn user_regs(self) -> Option<Regs> {
         // SAFETY: `self.0` is a BTF task pointer, which the helper requires.
@@ -79,6 +79,14 @@ impl Regs {
     #[inline(always)]
     pub fn as_ptr(self) -> *mut c_void {
         self.0
+    }
+
+    /// A `u32` member of `struct pt_regs` (arm64's `syscallno`) at a load-time offset.
+    #[cfg_attr(not(bpf_target_arch = "aarch64"), allow(dead_code))]
+    #[inline(always)]
+    pub fn u32_at(self, off: u32) -> u32 {
+        // SAFETY: as for `u64_at`, on a 4-byte member.
+        unsafe { ptr::read_volatile(self.0.cast::<u8>().add(off as usize).cast::<u32>()) }
     }
 
     /// A register (`u64` member of `struct pt_regs`) at a load-time offset.

@@ -8,7 +8,8 @@
 //! while the lock is held, so they only take a timestamp and store it: every instruction there
 //! lengthens the holds and waits we measure.
 //!
-//! The modules follow the data: [`maps`] (what is shared with userspace, and the load-time
+//! The modules follow the data: [`arch`] (the one read that differs between architectures),
+//! [`maps`] (what is shared with userspace, and the load-time
 //! settings), [`kread`] (reading kernel memory), [`state`] (per-thread state), [`owner`] (whose
 //! lock, and is it profiled), [`timing`] (the three tracepoints), [`accum`] (pending
 //! acquisitions into per-thread accumulators, and those into `STATS`), [`blockers`] (who made
@@ -39,8 +40,8 @@ macro_rules! bpf_modules {
 }
 
 bpf_modules!(
-    accum, announce, blockers, contention, diag, floors, kread, lifecycle, maps, owner, sampling,
-    selection, slots, state, timing, v8copy,
+    accum, announce, arch, blockers, contention, diag, floors, kread, lifecycle, maps, owner,
+    sampling, selection, slots, state, timing, v8copy,
 );
 
 #[cfg(not(target_arch = "bpf"))]

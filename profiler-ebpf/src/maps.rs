@@ -28,7 +28,7 @@ pub static KERNEL: KernelLayout = KernelLayout {
     mm_owner: 0,
     task_flags: 0,
     task_fsbase: 0,
-    regs_orig_ax: 0,
+    regs_syscall: 0,
     regs_ip: 0,
     regs_sp: 0,
     regs_bp: 0,
@@ -46,7 +46,7 @@ pub static KERNEL: KernelLayout = KernelLayout {
     mm_lock: 0,
     rwsem_owner: 0,
     task_stack: 0,
-    _pad: 0,
+    regs_lr: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).

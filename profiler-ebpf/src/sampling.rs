@@ -85,10 +85,18 @@ pub fn sample(
         owner_start,
         stack_len: 0,
         waiter: 0,
+        lr: reg_or_zero(regs, konst(&KERNEL.regs_lr)),
     };
     let fs_off = konst(&KERNEL.task_fsbase);
     let fs = if fs_off == 0 { 0 } else { task.u64_at(fs_off) };
     send::<{ counter::STACKS_LOST }>(&head, fs)
+}
+
+/// The register at `off` of `regs`, or 0 where this architecture has none (`off` 0: the
+/// link register on x86_64).
+#[inline(always)]
+fn reg_or_zero(regs: kread::Regs, off: u32) -> u64 {
+    if off == 0 { 0 } else { regs.u64_at(off) }
 }
 
 /// The holder of a lock a sampled wait of the current thread begins behind, as
@@ -109,6 +117,12 @@ pub fn sample_holder(holder: &HolderSample, head: &StackHeader) -> bool {
     head.ip = kread::u64_at(holder.regs + konst(&KERNEL.regs_ip) as u64);
     head.sp = kread::u64_at(holder.regs + sp_off as u64);
     head.bp = kread::u64_at(holder.regs + konst(&KERNEL.regs_bp) as u64);
+    let lr_off = konst(&KERNEL.regs_lr);
+    head.lr = if lr_off == 0 {
+        0
+    } else {
+        kread::u64_at(holder.regs + lr_off as u64)
+    };
     send::<{ counter::HOLDER_STACKS_LOST }>(&head, holder.fsbase)
 }
 

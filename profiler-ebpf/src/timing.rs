@@ -67,21 +67,21 @@ pub const PF_EXITING: u32 = 0x4;
 pub const PF_KTHREAD: u32 = 0x0020_0000;
 
 /// Why the current thread takes the lock for write: its exit, the syscall it is in, or a
-/// user page fault (x86_64 `pt_regs.orig_ax`, see `cause::of_orig_ax`).
+/// user page fault (the syscall number saved at kernel entry, see `cause::of_syscall`).
 #[inline(always)]
 pub fn write_cause(task: Task) -> u32 {
     let flags = task.u32_at(konst(&KERNEL.task_flags));
     if flags & PF_EXITING != 0 {
         return cause::EXIT;
     }
-    let orig_ax = konst(&KERNEL.regs_orig_ax);
-    if flags & PF_KTHREAD != 0 || orig_ax == 0 {
+    let syscall = konst(&KERNEL.regs_syscall);
+    if flags & PF_KTHREAD != 0 || syscall == 0 {
         return cause::OTHER;
     }
     match task.user_regs() {
         Some(regs) => {
-            let nr = regs.u64_at(orig_ax);
-            let c = cause::of_orig_ax(nr);
+            let nr = crate::arch::syscall_nr(regs, syscall);
+            let c = cause::of_syscall(nr);
             if c == cause::OTHER {
                 diag::other_syscall(nr);
             }
@@ -410,6 +410,7 @@ fn own_writer_stack(task: Task, mm: u64, pid_tgid: u64, owner_start: u64, seq: u
         owner_start,
         stack_len: 0,
         waiter: tid,
+        lr: 0,
     };
     let holder = sampling::HolderSample {
         regs: h.regs,

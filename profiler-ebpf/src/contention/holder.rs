@@ -81,11 +81,14 @@ fn holder_cause(h: u64, delta: u64) -> (u32, u64) {
     if flags & PF_EXITING != 0 {
         return (cause::EXIT, regs);
     }
-    let orig_ax = konst(&KERNEL.regs_orig_ax);
-    if orig_ax == 0 {
+    let syscall = konst(&KERNEL.regs_syscall);
+    if syscall == 0 {
         return (cause::OTHER, regs);
     }
-    (cause::of_orig_ax(kread::u64_at(regs + orig_ax as u64)), regs)
+    (
+        cause::of_syscall(crate::arch::syscall_nr_at(regs, syscall)),
+        regs,
+    )
 }
 
 /// Who holds `lock` (an rwsem) as its wait begins, from its owner word, into `w`; where a

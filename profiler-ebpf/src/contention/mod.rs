@@ -209,6 +209,7 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
                 owner_start,
                 stack_len: 0,
                 waiter: tid,
+                lr: 0,
             };
             let holder = sampling::HolderSample {
                 regs: holder_regs,

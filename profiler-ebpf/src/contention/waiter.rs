@@ -183,7 +183,7 @@ fn new_waiter(task: Task, tid: u32, tid_start: u64, of: &LockOf) -> Option<&'sta
     // Its start routine, read from its own memory now (no lock held: the wait has not begun).
     let off = konst(&SETTINGS.start_routine_off);
     let start_routine = if off != 0 && init.fsbase != 0 {
-        kread::user_u64(init.fsbase + off as u64)
+        kread::user_u64(init.fsbase.wrapping_add(off as i64 as u64))
     } else {
         0
     };

@@ -111,6 +111,7 @@ impl KernelInfo {
         let off = |s: &str, m: &str| -> Result<u32, KernelError> {
             member_offset(btf, s, m)?.ok_or_else(|| KernelError::MissingMember(format!("{s}.{m}")))
         };
+        let arch = super::regs::ArchLayout::from_btf(btf)?;
         let layout = KernelLayout {
             task_mm: off("task_struct", "mm")?,
             task_tgid: off("task_struct", "tgid")?,
@@ -119,19 +120,13 @@ impl KernelInfo {
             // Only with CONFIG_MEMCG; without it foreign takers are charged to owner 0.
             mm_owner: member_offset(btf, "mm_struct", "owner")?.unwrap_or(0),
             task_flags: off("task_struct", "flags")?,
-            // x86_64 only; elsewhere 0, and thread roles fall back to names.
-            task_fsbase: nested_offset(
-                btf,
-                ("task_struct", "thread"),
-                ("thread_struct", "fsbase"),
-            )?
-            .unwrap_or(0),
-            // x86_64 only; elsewhere 0, and write causes are `other`.
-            regs_orig_ax: member_offset(btf, "pt_regs", "orig_ax")?.unwrap_or(0),
-            // x86_64 only; elsewhere 0, and no stacks are sampled.
-            regs_ip: member_offset(btf, "pt_regs", "ip")?.unwrap_or(0),
-            regs_sp: member_offset(btf, "pt_regs", "sp")?.unwrap_or(0),
-            regs_bp: member_offset(btf, "pt_regs", "bp")?.unwrap_or(0),
+            // Per architecture (kernel/regs.rs); 0 where the kernel is neither x86_64 nor
+            // arm64: thread roles then fall back to names, causes are `other`, no stacks.
+            task_fsbase: arch.task_fsbase,
+            regs_syscall: arch.regs_syscall,
+            regs_ip: arch.regs_ip,
+            regs_sp: arch.regs_sp,
+            regs_bp: arch.regs_bp,
             task_start_boottime: off("task_struct", "start_boottime")?,
             task_pid: off("task_struct", "pid")?,
             // The rwsem's count word; 0 (never a real offset: mmap_lock is not mm_struct's
@@ -156,14 +151,16 @@ impl KernelInfo {
             dentry_name_len: off("dentry", "d_name")? + off("qstr", "len")?,
             dentry_name: off("dentry", "d_name")? + off("qstr", "name")?,
             dentry_parent: off("dentry", "d_parent")?,
-            // x86_64 only (`mm_context_t` is a typedef of an anonymous struct there).
+            // x86_64 only (`mm_context_t` is a typedef of an anonymous struct there). arm64's
+            // `context.id` is an ASID and its generation, given again at each rollover: not an
+            // id that is never reused, so not taken (0, as on a kernel without one).
             mm_ctx_id: nested_offset(btf, ("mm_struct", "context"), ("mm_context_t", "ctx_id"))?
                 .unwrap_or(0),
             mm_lock: off("mm_struct", "mmap_lock")?,
             // Absent under PREEMPT_RT (its rwsem is another type): holders are then unknown.
             rwsem_owner: member_offset(btf, "rw_semaphore", "owner")?.unwrap_or(0),
             task_stack: off("task_struct", "stack")?,
-            _pad: 0,
+            regs_lr: arch.regs_lr,
         };
         Ok(KernelInfo {
             tracepoints,
@@ -250,7 +247,11 @@ fn nested_offset(
     )
 }
 
-fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<Option<u32>, KernelError> {
+pub(super) fn member_offset(
+    btf: &Btf,
+    name: &str,
+    member: &str,
+) -> Result<Option<u32>, KernelError> {
     let types = btf
         .resolve_types_by_name(name)
         .map_err(|_| KernelError::MissingMember(format!("struct {name}")))?;
@@ -263,6 +264,66 @@ fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<Option<u32>, Ker
             && let Some(bits) = find_member(btf, &s, member)?
         {
             return Ok(Some(bits / 8));
+        }
+    }
+    Ok(None)
+}
+
+/// Byte offset of a member path in `struct name` (`task_struct`, `["thread", "uw",
+/// "tp_value"]`), each step in the type of the one before (through typedefs, anonymous
+/// structs and unions); None if a step is missing or not a struct or union.
+pub(super) fn path_offset(
+    btf: &Btf,
+    name: &str,
+    path: &[&str],
+) -> Result<Option<u32>, KernelError> {
+    let types = btf
+        .resolve_types_by_name(name)
+        .map_err(|_| KernelError::MissingMember(format!("struct {name}")))?;
+    'candidates: for t in types {
+        let mut t = t;
+        let mut bits = 0;
+        for (i, step) in path.iter().enumerate() {
+            while let Type::Typedef(td) = t {
+                t = btf.resolve_chained_type(&td).map_err(bad)?;
+            }
+            let (Type::Struct(s) | Type::Union(s)) = t else {
+                continue 'candidates;
+            };
+            let Some((off, member)) = find_member_typed(btf, &s, step)? else {
+                continue 'candidates;
+            };
+            bits += off;
+            if i + 1 == path.len() {
+                return Ok(Some(bits / 8));
+            }
+            t = member;
+        }
+    }
+    Ok(None)
+}
+
+/// [`find_member`], with the member's type.
+fn find_member_typed(
+    btf: &Btf,
+    s: &btf_rs::Struct,
+    want: &str,
+) -> Result<Option<(u32, Type)>, KernelError> {
+    for m in &s.members {
+        let name = btf.resolve_name(m).unwrap_or_default();
+        if name == want {
+            return Ok(Some((
+                m.bit_offset(),
+                btf.resolve_chained_type(m).map_err(bad)?,
+            )));
+        }
+        if name.is_empty() && m.get_type_id().is_some() {
+            let inner = btf.resolve_chained_type(m).map_err(bad)?;
+            if let Type::Struct(inner) | Type::Union(inner) = inner
+                && let Some((off, t)) = find_member_typed(btf, &inner, want)?
+            {
+                return Ok(Some((m.bit_offset() + off, t)));
+            }
         }
     }
     Ok(None)
@@ -332,11 +393,21 @@ mod tests {
         }
         if cfg!(target_arch = "x86_64") {
             // pt_regs is fixed by the x86_64 ABI: orig_ax is its 16th u64.
-            assert_eq!(l.regs_orig_ax, 15 * 8);
+            assert_eq!(l.regs_syscall, 15 * 8);
             assert_eq!((l.regs_ip, l.regs_sp, l.regs_bp), (16 * 8, 19 * 8, 4 * 8));
+            assert_eq!(l.regs_lr, 0);
             assert!(l.task_fsbase > 0 && l.task_fsbase.is_multiple_of(8));
             // mm_struct.context (an mm_context_t typedef) and its first u64.
             assert!(l.mm_ctx_id > 0 && l.mm_ctx_id.is_multiple_of(8), "{l:?}");
+        }
+        if cfg!(target_arch = "aarch64") {
+            // pt_regs is fixed by the arm64 ABI: regs[31], sp, pc, pstate, orig_x0, then
+            // syscallno (an s32).
+            assert_eq!(l.regs_syscall, 35 * 8, "{l:?}");
+            assert_eq!((l.regs_ip, l.regs_sp), (32 * 8, 31 * 8), "{l:?}");
+            assert_eq!((l.regs_bp, l.regs_lr), (29 * 8, 30 * 8), "{l:?}");
+            assert!(l.task_fsbase > 0 && l.task_fsbase.is_multiple_of(8));
+            assert_eq!(l.mm_ctx_id, 0, "{l:?}");
         }
         assert_eq!(l.task_mm % 8, 0);
         assert_eq!(l.task_group_leader % 8, 0);

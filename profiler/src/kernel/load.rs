@@ -142,9 +142,7 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         blockers: cfg.blockers as u32,
         self_tgid: std::process::id(),
         strong_order: cfg!(target_arch = "x86_64") as u32,
-        start_routine_off: super::pthread::start_routine_offset()
-            .and_then(|o| u32::try_from(o).ok())
-            .unwrap_or(0),
+        start_routine_off: super::pthread::start_routine_offset().unwrap_or(0),
         // Tests only: the spill path of a full ring, taken at random (counter::SPILLED).
         spill_test: std::env::var_os("MMAPLOCK_PROF_SPILL_TEST").is_some() as u32,
     };

@@ -17,6 +17,7 @@ pub mod procmap_query;
 pub mod programs;
 pub mod pthread;
 pub mod readings;
+pub mod regs;
 pub mod selection;
 pub mod selectors;
 pub mod skipped;

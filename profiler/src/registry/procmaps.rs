@@ -245,6 +245,11 @@ impl Maps {
     pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
         self.0.iter()
     }
+
+    /// The end of the highest mapping (0: none).
+    pub fn highest_end(&self) -> u64 {
+        self.0.last().map_or(0, |m| m.end)
+    }
 }
 
 #[cfg(test)]

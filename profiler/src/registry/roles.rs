@@ -97,8 +97,10 @@ struct ProcessEntry {
 /// and a thread (tid and start time) are forgotten when they exit; a reused pid or tid is a
 /// new process or thread, with its own maps and role.
 pub struct Roles {
-    /// None: calibration failed (not glibc, or not x86_64); roles then come from names only.
-    offset: Option<u64>,
+    /// Where `start_routine` is from a thread's fs base (`kernel::pthread`). None:
+    /// calibration failed (not glibc, or neither x86_64 nor arm64); roles then come from
+    /// names only.
+    offset: Option<i32>,
     /// Our C library, by build id: a process using the same build (a container's copy
     /// included) keeps `start_routine` at the calibrated offset.
     our_libc: Option<LibcIdentity>,
@@ -121,11 +123,7 @@ impl ProcessEntry {
 
 impl Default for Roles {
     fn default() -> Self {
-        let offset = if cfg!(target_arch = "x86_64") {
-            start_routine_offset()
-        } else {
-            None
-        };
+        let offset = start_routine_offset();
         log::debug!("glibc struct pthread start_routine offset: {offset:?}");
         Roles {
             offset,
@@ -289,7 +287,7 @@ impl Roles {
         let addr = if known != 0 {
             Some(known)
         } else {
-            let word = read_memory(pid, fsbase + offset, 8);
+            let word = read_memory(pid, fsbase.wrapping_add_signed(offset.into()), 8);
             // Counted with the process's other reads, in its entry: made for a read that
             // succeeded only (one that failed may be of a process gone, which nothing would
             // forget).
@@ -306,7 +304,7 @@ impl Roles {
         };
         log::debug!(
             "pid {pid}: start routine at {:#x}: {addr:x?}{}",
-            fsbase + offset,
+            fsbase.wrapping_add_signed(offset.into()),
             if known != 0 {
                 " (read by the thread)"
             } else {

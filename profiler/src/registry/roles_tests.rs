@@ -87,40 +87,42 @@ fn a_reused_pid_or_tid_gets_a_fresh_role_and_forgetting_empties_the_caches() {
     assert_eq!((roles.cached_threads(), roles.cached_processes()), (0, 0));
 }
 
-/// A thread of this process, asleep in [`mlp_test_thread_body`] for a while, joined on drop.
-#[cfg(target_arch = "x86_64")]
-struct SleepingThread(libc::pthread_t);
+/// A thread of this process, asleep in [`mlp_test_thread_body`] for a while, joined on drop,
+/// and the thread pointer the kernel keeps for it (which it reports itself: on arm64 it is
+/// not its `pthread_t`).
+struct SleepingThread(libc::pthread_t, Box<std::sync::atomic::AtomicU64>);
 
-#[cfg(target_arch = "x86_64")]
-extern "C" fn mlp_test_thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+extern "C" fn mlp_test_thread_body(tp: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: the AtomicU64 `start` boxed, alive until the thread is joined.
+    let tp = unsafe { &*tp.cast::<std::sync::atomic::AtomicU64>() };
+    let mine = crate::kernel::pthread::thread_pointer().expect("a thread pointer");
+    tp.store(mine, std::sync::atomic::Ordering::SeqCst);
     std::thread::sleep(std::time::Duration::from_millis(300));
     std::ptr::null_mut()
 }
 
-#[cfg(target_arch = "x86_64")]
 impl SleepingThread {
     fn start() -> SleepingThread {
         let mut t: libc::pthread_t = 0;
-        // SAFETY: a joinable thread with no argument, joined on drop.
-        let rc = unsafe {
-            libc::pthread_create(
-                &mut t,
-                std::ptr::null(),
-                mlp_test_thread_body,
-                std::ptr::null_mut(),
-            )
-        };
+        let tp = Box::new(std::sync::atomic::AtomicU64::new(0));
+        let arg = std::ptr::from_ref(&*tp).cast_mut().cast();
+        // SAFETY: a joinable thread whose argument outlives it (joined on drop).
+        let rc =
+            unsafe { libc::pthread_create(&mut t, std::ptr::null(), mlp_test_thread_body, arg) };
         assert_eq!(rc, 0);
-        SleepingThread(t)
+        while tp.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        SleepingThread(t, tp)
     }
 
-    /// Its fs base: its struct pthread (pthread_t on x86_64 glibc).
+    /// Its thread pointer (`task_struct.thread.fsbase` on x86_64: its struct pthread;
+    /// `thread.uw.tp_value` on arm64).
     fn fsbase(&self) -> u64 {
-        self.0
+        self.1.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 impl Drop for SleepingThread {
     fn drop(&mut self) {
         // SAFETY: the thread created by `start`, joined once.
@@ -128,12 +130,11 @@ impl Drop for SleepingThread {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_only() {
     let mut roles = in_a_target();
     let offset = roles.offset.expect("glibc start_routine offset");
-    assert!(offset > 0 && offset < 4096);
+    assert!(offset.unsigned_abs() < 4096, "{offset}");
     // A second thread of this process, with a start routine we know.
     let t = SleepingThread::start();
     let found = roles.start_routine(me(), t.fsbase());
@@ -173,7 +174,6 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
 /// A thread announced with the start routine it read itself is placed from the mappings and
 /// sites found while its process lived, even once the process is gone; without that reading,
 /// or in a mapping not placed while it lived, it is not (the pid's memory is no longer its).
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
     let mut roles = in_a_target();

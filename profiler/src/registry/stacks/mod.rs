@@ -24,7 +24,7 @@ use profiler_common::{READ_WAIT_SEQ, SampleDone, StackHeader, read_record, stack
 use crate::{
     registry::perfmap::JsFunction,
     registry::reads::Reads,
-    registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd},
+    registry::unwind::{CodeKind, Frame, ProcessUnwinder, Shared, StackEnd, UserRegs},
     registry::v8,
     vocab::ids::{self, ProcId},
 };
@@ -261,7 +261,7 @@ impl StackAttribution {
         let mut deferred = None;
         let (frames, dso, end) = match self.unwinder(actor) {
             Some(u) => {
-                let unwound = u.unwind(s.ip, s.sp, s.bp, stack, MAX_FRAMES);
+                let unwound = u.unwind(UserRegs::of(s), stack, MAX_FRAMES);
                 let kinds: Vec<CodeKind> =
                     unwound.frames.iter().map(|f| u.code_kind(f.addr)).collect();
                 // JIT code: its names are in V8's perf map, read now while the process lives.

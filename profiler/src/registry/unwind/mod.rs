@@ -1,21 +1,24 @@
 //! User-space stack unwinding and symbolization for sampled write acquisitions.
 //!
-//! The eBPF side captures `ip`/`sp`/`bp` from the task's `pt_regs` plus a copy of the top of
-//! the user stack (`[sp, sp + len)`). Frame pointers are not enough: Debian's glibc (and most
+//! The eBPF side captures the instruction, stack and frame pointers (and arm64's link
+//! register) from the task's `pt_regs` plus a copy of the top of the user stack
+//! (`[sp, sp + len)`). Frame pointers are not enough: Debian's glibc (and most
 //! distro C/C++ code) is built without them, so the syscall wrapper every stack starts in
 //! would lose its caller. We unwind with DWARF CFI from each mapped ELF object's `.eh_frame`
 //! (framehop), and fall back to frame pointers only for code without unwind info (V8 JIT
-//! code in anonymous executable mappings keeps `rbp` chains). ELF headers are read with the
+//! code in anonymous executable mappings keeps frame pointer chains: `rbp` on x86_64, `x29`
+//! on arm64). ELF headers are read with the
 //! `object` crate (section and program headers only, through a `ReadCache`, so the 100 MB
 //! `node` binary is not read whole); symbolization is blazesym's, on the files themselves, so
 //! stacks of a process that has exited since can still be named.
 //!
 //! Not handled: `[vdso]` (frames inside it use frame pointers), `.debug_frame`-only objects,
-//! architectures other than x86_64, and JIT frames whose code does not keep `rbp` as a frame
-//! pointer.
+//! architectures other than x86_64 and arm64 (`arch`), and JIT frames whose code does not
+//! keep a frame pointer.
 //!
 //! Here the per-process unwinder and what it shares across processes; what is read of an ELF
-//! file is `elf.rs`, the stack walk `walk.rs`, naming the frames `symbolize.rs`.
+//! file is `elf.rs`, the stack walk `walk.rs` (the CPU's part of it `arch.rs`), naming the
+//! frames `symbolize.rs`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,13 +27,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use blazesym::symbolize::Symbolizer;
-use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{Module, Unwinder};
 
 use crate::registry::perfmap::{JitName, PerfMap};
 use crate::registry::procmaps::{Keep, Lookup, Lookups, Mapping, Maps, Proc, readable_path};
 use crate::registry::reads::Reads;
 
+mod arch;
 mod debugfile;
 mod elf;
 mod symbolize;
@@ -189,6 +192,29 @@ impl StackEnd {
     }
 }
 
+/// The user registers a sampled stack is unwound from, as the kernel saved them at entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    /// The frame pointer (x86_64 `rbp`, arm64 `x29`).
+    pub fp: u64,
+    /// arm64's link register `x30` (0 on x86_64).
+    pub lr: u64,
+}
+
+impl UserRegs {
+    /// The registers of a sample's record.
+    pub fn of(h: &profiler_common::StackHeader) -> Self {
+        UserRegs {
+            ip: h.ip,
+            sp: h.sp,
+            fp: h.bp,
+            lr: h.lr,
+        }
+    }
+}
+
 /// One unwound frame: its code address (the sampled ip, then return addresses) and the frame
 /// pointer while that code ran (V8 frames keep their slots below it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,8 +259,8 @@ pub enum CodeKind {
 pub struct ProcessUnwinder {
     pid: u32,
     maps: Maps,
-    unwinder: UnwinderX86_64<Bytes>,
-    cache: CacheX86_64,
+    unwinder: arch::Unwinder<Bytes>,
+    cache: arch::Cache,
     /// Executable file mappings added to `unwinder`, with their load bias and unwind info.
     modules: HashMap<ModuleKey, Option<(u64, Arc<ElfUnwindInfo>)>>,
     shared: Shared,
@@ -260,8 +286,8 @@ impl ProcessUnwinder {
         let mut this = Self {
             pid,
             maps: Maps::default(),
-            unwinder: UnwinderX86_64::new(),
-            cache: CacheX86_64::new(),
+            unwinder: arch::Unwinder::new(),
+            cache: arch::Cache::new(),
             modules: HashMap::new(),
             shared,
             lookups: Lookups::one_mapping(),

@@ -12,18 +12,15 @@ const MAX_FRAMES: usize = 128;
 
 #[derive(Clone, Debug)]
 struct Captured {
-    ip: u64,
-    sp: u64,
-    bp: u64,
+    regs: UserRegs,
     stack: Vec<u8>,
 }
 
-/// Captures ip/sp/bp at a point inside this function (after its prologue, so
-/// its CFI row is valid) and copies up to 16 KiB above `sp`, clamped to the
-/// end of the stack mapping, like `bpf_probe_read_user` would be.
-#[inline(never)]
-fn capture() -> Captured {
-    let mut stack = vec![0u8; STACK_BYTES];
+/// The registers at a point inside the calling function (after its prologue, so its CFI
+/// row is valid), as the kernel saves them at an entry from there.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn registers() -> UserRegs {
     let (ip, sp, bp): (u64, u64, u64);
     // SAFETY: only reads registers.
     unsafe {
@@ -37,6 +34,42 @@ fn capture() -> Captured {
             options(nomem, nostack, preserves_flags),
         );
     }
+    UserRegs {
+        ip,
+        sp,
+        fp: bp,
+        lr: 0,
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn registers() -> UserRegs {
+    let (ip, sp, fp, lr): (u64, u64, u64, u64);
+    // SAFETY: only reads registers.
+    unsafe {
+        asm!(
+            "adr {ip}, .",
+            "mov {sp}, sp",
+            "mov {fp}, x29",
+            "mov {lr}, x30",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            lr = out(reg) lr,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    UserRegs { ip, sp, fp, lr }
+}
+
+/// Captures the registers at a point inside this function and copies up to 16 KiB above
+/// `sp`, clamped to the end of the stack mapping, like `bpf_probe_read_user` would be.
+#[inline(never)]
+fn capture() -> Captured {
+    let mut stack = vec![0u8; STACK_BYTES];
+    let regs = registers();
+    let sp = regs.sp;
     let maps = Maps::read(std::process::id()).unwrap();
     let end = maps.find(sp).expect("sp is mapped").end;
     let len = STACK_BYTES.min((end - sp) as usize);
@@ -44,7 +77,7 @@ fn capture() -> Captured {
     // after the capture point (callee frames of this function) lies below sp.
     unsafe { std::ptr::copy_nonoverlapping(sp as *const u8, stack.as_mut_ptr(), len) };
     stack.truncate(len);
-    Captured { ip, sp, bp, stack }
+    Captured { regs, stack }
 }
 
 // `black_box` after each call keeps the calls from becoming tail calls.
@@ -80,14 +113,26 @@ fn dump(frames: &[Frame]) {
     }
 }
 
-/// This process's stack as `c` captured it, unwound from its `bp` (0: no frame-pointer
-/// fallback) and symbolized (and shown, for a failure's sake).
-fn unwind_own(c: &Captured, bp: u64) -> Vec<Frame> {
+/// This process's stack as `c` captured it, unwound from its frame pointer `fp` (0: no
+/// frame-pointer fallback) and symbolized (and shown, for a failure's sake).
+fn unwind_own(c: &Captured, fp: u64) -> Vec<Frame> {
     let mut u = ProcessUnwinder::new(std::process::id(), Shared::default()).unwrap();
-    let unwound = u.unwind(c.ip, c.sp, bp, &c.stack, MAX_FRAMES);
+    let regs = UserRegs { fp, ..c.regs };
+    let unwound = u.unwind(regs, &c.stack, MAX_FRAMES);
     let frames = u.symbolize_stack(&unwound.addrs());
     dump(&frames);
     frames
+}
+
+/// The frame pointer for an unwind by CFI alone: 0 on x86_64 (Rust's code keeps none, so a
+/// frame pointer fallback would stop at once); the real one on arm64, whose CFI finds a
+/// frame from x29 wherever the function keeps one (Rust's code for arm64 Linux does).
+fn cfi_fp(c: &Captured) -> u64 {
+    if cfg!(target_arch = "aarch64") {
+        c.regs.fp
+    } else {
+        0
+    }
 }
 
 /// Index of the first frame at or after `from` whose symbol contains `needle`.
@@ -116,9 +161,10 @@ fn assert_chain(frames: &[Frame], needles: &[&str]) -> Vec<usize> {
 
 #[test]
 fn unwinds_rust_chain_with_eh_frame_only() {
-    // bp = 0: any frame-pointer fallback would stop immediately, so reaching
+    // On x86_64 bp = 0: any frame-pointer fallback would stop immediately, so reaching
     // level_a proves the CFI path is taken.
-    let frames = unwind_own(&level_a(), 0);
+    let c = level_a();
+    let frames = unwind_own(&c, cfi_fp(&c));
     let idx = assert_chain(
         &frames,
         &[
@@ -244,14 +290,46 @@ extern "C" fn jit_callback() {
 /// Machine code without any unwind info, in an anonymous executable mapping,
 /// that keeps a frame-pointer chain like V8 does:
 /// `push rbp; mov rbp, rsp; call rdi; pop rbp; ret`.
+#[cfg(target_arch = "x86_64")]
+const TRAMPOLINE: &[u8] = &[0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3];
+
+/// The same on arm64: `stp x29, x30, [sp, #-16]!; mov x29, sp; blr x0;
+/// ldp x29, x30, [sp], #16; ret`.
+#[cfg(target_arch = "aarch64")]
+const TRAMPOLINE: &[u8] = &[
+    0xfd, 0x7b, 0xbf, 0xa9, 0xfd, 0x03, 0x00, 0x91, 0x00, 0x00, 0x3f, 0xd6, 0xfd, 0x7b, 0xc1, 0xa8,
+    0xc0, 0x03, 0x5f, 0xd6,
+];
+
+/// Makes the instructions just written at `p` (within one cache line) visible to
+/// instruction fetch: arm64 keeps its instruction cache apart from the data cache.
+#[cfg(target_arch = "aarch64")]
+fn sync_icache(p: *mut c_void) {
+    // SAFETY: cache maintenance of our own mapping's line; no memory is changed.
+    unsafe {
+        asm!(
+            "dc cvau, {p}",
+            "dsb ish",
+            "ic ivau, {p}",
+            "dsb ish",
+            "isb",
+            p = in(reg) p,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn sync_icache(_: *mut c_void) {}
+
 fn make_jit_trampoline() -> extern "C" fn(extern "C" fn()) {
-    const CODE: [u8; 8] = [0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3];
     // SAFETY: fresh private anonymous mapping, written then made RX; leaked on purpose.
     unsafe {
         let p = mmap(std::ptr::null_mut(), 4096, 1 | 2, 0x02 | 0x20, -1, 0);
         assert_ne!(p as isize, -1, "mmap");
-        std::ptr::copy_nonoverlapping(CODE.as_ptr(), p.cast(), CODE.len());
+        std::ptr::copy_nonoverlapping(TRAMPOLINE.as_ptr(), p.cast(), TRAMPOLINE.len());
         assert_eq!(mprotect(p, 4096, 1 | 4), 0, "mprotect");
+        sync_icache(p);
         std::mem::transmute::<*mut c_void, extern "C" fn(extern "C" fn())>(p)
     }
 }
@@ -266,8 +344,8 @@ fn call_through_jit(trampoline: extern "C" fn(extern "C" fn())) -> Captured {
 fn falls_back_to_frame_pointers_in_anonymous_code() {
     let trampoline = make_jit_trampoline();
     let c = call_through_jit(trampoline);
-    // Real bp here: CFI restores the trampoline's rbp, then the fallback walks it.
-    let frames = unwind_own(&c, c.bp);
+    // Real frame pointer here: CFI restores the trampoline's, then the fallback walks it.
+    let frames = unwind_own(&c, c.regs.fp);
     let idx = assert_chain(
         &frames,
         &[
@@ -285,7 +363,7 @@ fn falls_back_to_frame_pointers_in_anonymous_code() {
     let jit = &frames[idx[1] + 1];
     let start = trampoline as usize as u64;
     assert!(
-        (start..start + 8).contains(&jit.addr),
+        (start..start + TRAMPOLINE.len() as u64).contains(&jit.addr),
         "{:#x} in trampoline",
         jit.addr
     );
@@ -301,7 +379,11 @@ fn names_are_shared_by_file_and_offset() {
     let shared = Shared::default();
     let named = |shared: &Shared| {
         let mut u = ProcessUnwinder::new(std::process::id(), shared.clone()).unwrap();
-        let unwound = u.unwind(c.ip, c.sp, 0, &c.stack, MAX_FRAMES);
+        let regs = UserRegs {
+            fp: cfi_fp(&c),
+            ..c.regs
+        };
+        let unwound = u.unwind(regs, &c.stack, MAX_FRAMES);
         names(&u.symbolize_stack(&unwound.addrs()))
     };
     let first = named(&shared);

@@ -1,28 +1,23 @@
 //! Walking a copied stack: `.eh_frame` where the code has unwind entries, the frame pointer
 //! chain where it has none (V8's code), and why the walk stops where it does.
 
-use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder};
 
-use super::{CodeKind, ProcessUnwinder, StackEnd, Unwound, UnwoundFrame};
+use super::arch::{self, frame_pointer_step};
+use super::{CodeKind, ProcessUnwinder, StackEnd, Unwound, UnwoundFrame, UserRegs};
 
 impl ProcessUnwinder {
-    /// Unwinds a copied stack, innermost first (first = `ip`, the rest are raw return
-    /// addresses), each frame with its frame pointer. Each frame is unwound with `.eh_frame`;
+    /// Unwinds a copied stack from the registers `r` saved at kernel entry, innermost first
+    /// (first = `r.ip`, the rest are raw return addresses), each frame with its frame
+    /// pointer. Each frame is unwound with `.eh_frame`;
     /// where the code has no unwind entry (V8's builtins inside node's own `.text`) or no
     /// module (JIT code in anonymous memory), with the frame pointer chain, which V8 keeps in
     /// every frame it makes (JavaScript, builtin, stub, exit and entry frames alike). A return
     /// address outside the known mappings is looked up (code loaded or compiled since), as
     /// `procmaps::Lookups` allows. Memory is read only from `stack`, which holds
     /// the bytes at `[sp, sp + stack.len())`; [`Unwound::end`] says why the stack ends.
-    pub fn unwind(
-        &mut self,
-        ip: u64,
-        sp: u64,
-        bp: u64,
-        stack: &[u8],
-        max_frames: usize,
-    ) -> Unwound {
+    pub fn unwind(&mut self, r: UserRegs, stack: &[u8], max_frames: usize) -> Unwound {
+        let (ip, sp) = (r.ip, r.sp);
         let stack_end = sp.saturating_add(stack.len() as u64);
         let read_stack = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
@@ -34,8 +29,8 @@ impl ProcessUnwinder {
         if self.code_kind(ip) == CodeKind::Unknown {
             self.cover(ip);
         }
-        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let mut frames = vec![UnwoundFrame { addr: ip, fp: bp }];
+        let mut regs = arch::regs(r, self.maps.highest_end());
+        let mut frames = vec![UnwoundFrame { addr: ip, fp: r.fp }];
         let mut address = FrameAddress::from_instruction_pointer(ip);
         let end = loop {
             if frames.len() >= max_frames {
@@ -62,7 +57,7 @@ impl ProcessUnwinder {
                                 framehop::Error::CouldNotReadStack(a) if beyond(a) => {
                                     StackEnd::UnreadableMemory
                                 }
-                                _ if beyond(regs.bp()) => StackEnd::UnreadableMemory,
+                                _ if beyond(arch::fp(&regs)) => StackEnd::UnreadableMemory,
                                 _ => StackEnd::NoUnwindInfo,
                             };
                         }
@@ -73,7 +68,7 @@ impl ProcessUnwinder {
             }
             frames.push(UnwoundFrame {
                 addr: next,
-                fp: regs.bp(),
+                fp: arch::fp(&regs),
             });
             let Some(a) = FrameAddress::from_return_address(next) else {
                 break StackEnd::NoUnwindInfo;
@@ -82,26 +77,4 @@ impl ProcessUnwinder {
         };
         Unwound { frames, end }
     }
-}
-
-/// One step up a frame pointer chain: `[bp]` is the caller's `bp`, `[bp + 8]` the return
-/// address, and the caller's `sp` is `bp + 16`. None when `bp` is not inside the current
-/// frame's stack, the caller's `bp` does not lie above it (garbage, or the end of the chain),
-/// or a read leaves the copied stack.
-pub(crate) fn frame_pointer_step(
-    regs: &mut UnwindRegsX86_64,
-    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
-) -> Option<u64> {
-    let bp = regs.bp();
-    if bp < regs.sp() || !bp.is_multiple_of(8) {
-        return None;
-    }
-    let caller_bp = read_stack(bp).ok()?;
-    let ra = read_stack(bp.checked_add(8)?).ok()?;
-    if ra == 0 || (caller_bp != 0 && caller_bp <= bp) {
-        return None;
-    }
-    regs.set_sp(bp + 16);
-    regs.set_bp(caller_bp);
-    Some(ra)
 }
