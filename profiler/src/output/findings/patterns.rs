@@ -36,7 +36,7 @@ pub const PATTERNS: &[Pattern] = &[
         id: "arena-growth",
         advice: &[
             "Cap glibc's malloc arenas: MALLOC_ARENA_MAX=2 in the process's environment (threads then share a few arenas, which seldom grow or shrink)",
-            "Or preload jemalloc (Debian's libjemalloc2: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2), whose arenas grow by large chunks",
+            "Or preload jemalloc (Debian's libjemalloc2: LD_PRELOAD=/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2), whose arenas grow by large chunks",
             "Reuse Buffers instead of allocating one per operation (read into one preallocated Buffer with fs.readSync)",
         ],
         study: &["arena-1", "arena-2", "jemalloc", "reuse"],
