@@ -23,5 +23,6 @@ pub mod selectors;
 pub mod skipped;
 mod stopwatch;
 pub mod vmlinux;
+pub mod vmread;
 
 pub use readings::Kernel;

@@ -20,7 +20,7 @@ pub fn read_memory(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
     };
     // SAFETY: the local iovec covers `buf`, which outlives the call; the kernel checks the
     // remote range and fails (EFAULT) or stops short instead of faulting.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    let n = unsafe { super::vmread::process_vm_readv(pid, &[local], &[remote]) };
     if n <= 0 {
         return None;
     }

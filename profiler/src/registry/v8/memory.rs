@@ -202,16 +202,7 @@ impl ProcessMemory {
                 .collect();
             // SAFETY: each local iovec covers its own buffer, which outlives the call; the
             // kernel checks the remote ranges and stops short instead of faulting.
-            let n = unsafe {
-                libc::process_vm_readv(
-                    self.pid as libc::pid_t,
-                    local.as_ptr(),
-                    local.len() as libc::c_ulong,
-                    remote.as_ptr(),
-                    remote.len() as libc::c_ulong,
-                    0,
-                )
-            };
+            let n = unsafe { crate::kernel::vmread::process_vm_readv(self.pid, &local, &remote) };
             let mut done = n.max(0) as usize;
             let mut whole = 0;
             for (_, b) in batch.iter() {
@@ -249,8 +240,7 @@ impl Memory for ProcessMemory {
         };
         // SAFETY: the local iovec covers `buf`, which outlives the call; the kernel checks the
         // remote range and fails (EFAULT) or stops short instead of faulting.
-        let n =
-            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        let n = unsafe { crate::kernel::vmread::process_vm_readv(self.pid, &[local], &[remote]) };
         self.count(1);
         n == buf.len() as isize
     }
