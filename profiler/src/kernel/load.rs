@@ -130,6 +130,11 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
     if cfg.mode == Mode::Contention && !cfg.floor.is_on() && !kernel.contention_tracepoints {
         return Err(CollectorError::Kernel(KernelError::NoContentionTracepoints));
     }
+    if kernel.layout.regs_syscall == 0 {
+        log::warn!(
+            "this kernel's saved registers (pt_regs) are neither x86_64's nor arm64's: write causes are `other`, no stacks are sampled, thread roles come from names"
+        );
+    }
     watch.step("kernel BTF (offsets, tracepoint layout)");
     let mut loader = loader
         .join()

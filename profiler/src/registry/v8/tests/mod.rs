@@ -61,6 +61,22 @@ fn script() -> String {
         .replace("__SUM__", &sum.join(" + "))
 }
 
+/// A command running `node`, through `MMAPLOCK_PROF_TEST_NODE_RUNNER` when set (a command
+/// and its arguments, split at spaces: `qemu-aarch64-static -L /usr/aarch64-linux-gnu`, with
+/// which xtask runs npm's arm64 node beside these tests' arm64 build under qemu-user).
+pub(super) fn node_command(node: &std::path::Path) -> Command {
+    let runner = std::env::var("MMAPLOCK_PROF_TEST_NODE_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(node);
+            c
+        }
+        None => Command::new(node),
+    }
+}
+
 /// The node binary to test: `MMAPLOCK_PROF_TEST_NODE` (another version's, with its libraries
 /// through `LD_LIBRARY_PATH`), else the installed one, if any.
 pub(super) fn node() -> Option<std::path::PathBuf> {
@@ -86,7 +102,7 @@ fn functions_of_every_shape_are_named_as_v8s_perf_map_names_them() {
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("shapes.js");
     std::fs::write(&js, script()).unwrap();
-    let mut child = Command::new(&node)
+    let mut child = node_command(&node)
         .args([
             "--allow-natives-syntax",
             "--expose-gc",
@@ -159,7 +175,7 @@ fn functions_of_every_shape_are_named_as_v8s_perf_map_names_them() {
 #[test]
 fn a_live_nodes_unwinder_reads_its_v8_layout() {
     let Some(node) = node() else { return };
-    let mut child = Command::new(&node)
+    let mut child = node_command(&node)
         .args(["-e", "setTimeout(() => {}, 5000)"])
         .spawn()
         .unwrap();
