@@ -51,6 +51,14 @@ impl KernelFeatures {
         self.yes("bpf_loop (--blockers)")
     }
 
+    /// The architecture whose saved registers and thread pointer the profiler found in the
+    /// kernel's BTF (`x86_64`, `arm64`, or `unknown (...)`): causes, stacks and roles by
+    /// start routine need one it knows.
+    pub fn architecture(&self) -> &str {
+        self.value("architecture (causes, stacks, roles by start routine)")
+            .unwrap_or_else(|| panic!("--probe-kernel printed no architecture:\n{}", self.text))
+    }
+
     /// The verdict line's text (`every mode runs`, or the refusal).
     pub fn verdict(&self) -> &str {
         self.value("verdict")

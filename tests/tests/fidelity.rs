@@ -203,7 +203,8 @@ fn fork_is_charged_to_the_parents_own_lock() {
 }
 
 /// The main thread growing its stack 2000 pages: each growth is a user page fault taking the
-/// lock for write (`orig_ax` = -1 at exception entry), cause `page_fault`. Measured before
+/// lock for write (the saved syscall number is -1 at exception entry: x86_64 `orig_ax`, arm64
+/// `syscallno`), cause `page_fault`. Measured before
 /// issue 7: 1971 such writes (the pages within the 128 KiB the kernel maps below the initial
 /// stack need no growth), all reported as `other`; 500 pages gave 471.
 #[test]

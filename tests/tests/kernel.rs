@@ -71,6 +71,14 @@ fn the_probes_decide_every_mode() {
     }
     assert_eq!(f.status, 0, "{}", f.text);
     assert!(verdict.starts_with("every mode runs"), "{verdict}");
+    // The kernel's registers and thread pointer, as this build's architecture has them: the
+    // whole diagnosis (causes, stacks, roles by start routine) on x86_64 and arm64 alike.
+    let arch = if cfg!(target_arch = "aarch64") {
+        "arm64"
+    } else {
+        "x86_64"
+    };
+    assert_eq!(f.architecture(), arch, "{}", f.text);
     assert!(
         f.value("mmap_lock tracepoints").unwrap().starts_with("yes"),
         "{}",

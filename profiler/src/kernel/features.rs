@@ -19,6 +19,7 @@ use aya::{
 use btf_rs::Type;
 
 use super::btf::{KernelError, TracepointLayout, VMLINUX_BTF, tracepoint_layout};
+use super::regs::Arch;
 
 /// One probe's answer. A probe that could not be made (no privilege to load a program, say)
 /// is `Unknown`: the kernel is given the benefit, and loading says what is wrong.
@@ -85,6 +86,10 @@ pub struct Features {
     /// `PROCMAP_QUERY` (6.11+): a mapping the profiler does not know is looked up alone,
     /// not by reading the whole map again (`procmap_query`).
     pub procmap_query: bool,
+    /// The architecture whose saved user registers and thread pointer the kernel's BTF
+    /// describes (`kernel::regs`): write causes, stacks and roles by start routine need one
+    /// the profiler knows; elsewhere they are degraded, not refused.
+    pub registers: Arch,
 }
 
 /// A feature the programs need, named as a user can look it up.
@@ -258,6 +263,7 @@ impl Features {
                 .as_ref()
                 .is_some_and(super::btf::preemptible_tracepoints),
             procmap_query: super::procmap_query::supported(),
+            registers: btf.as_ref().map_or(Arch::Other, Arch::of_kernel),
         }
     }
 
@@ -314,6 +320,12 @@ impl Features {
             preemptible_tracepoints: flag(PREEMPTIBLE).unwrap_or(false),
             // Recorded before this probe existed: no decision rests on it.
             procmap_query: flag(PROCMAP_QUERY).unwrap_or(false),
+            // Recorded before this probe existed: the matrix's kernels were all x86_64.
+            registers: match field(REGISTERS) {
+                None | Some("x86_64") => Arch::X86_64,
+                Some("arm64") => Arch::Aarch64,
+                Some(_) => Arch::Other,
+            },
         })
     }
 }
@@ -332,6 +344,7 @@ const CONTENTION: &str = "contention tracepoints";
 const PER_VMA: &str = "per-VMA locks (few page faults take mmap_lock)";
 const PREEMPTIBLE: &str = "preemptible tracepoint programs (second copies)";
 const PROCMAP_QUERY: &str = "PROCMAP_QUERY (a mapping looked up alone)";
+const REGISTERS: &str = "architecture (causes, stacks, roles by start routine)";
 
 impl fmt::Display for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -366,6 +379,7 @@ impl fmt::Display for Features {
         writeln!(f, "{PER_VMA}: {}", yn(self.per_vma_locks))?;
         writeln!(f, "{PREEMPTIBLE}: {}", yn(self.preemptible_tracepoints))?;
         writeln!(f, "{PROCMAP_QUERY}: {}", yn(self.procmap_query))?;
+        writeln!(f, "{REGISTERS}: {}", self.registers)?;
         match decide(
             self,
             Needs {

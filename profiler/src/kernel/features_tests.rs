@@ -20,6 +20,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): yes
+architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
 /// Debian's newest (trixie-backports): tracepoint programs run preemptible.
@@ -37,6 +38,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): yes
 PROCMAP_QUERY (a mapping looked up alone): yes
+architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
 /// Debian 12's Linux 6.1: the old prototype, no per-VMA locks.
@@ -54,6 +56,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): no
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): no
+architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
 /// Debian 13's Linux 6.12: per-VMA locks, still the old prototype.
@@ -71,6 +74,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): yes
+architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
 /// Debian 11's Linux 5.10: refused.
@@ -88,6 +92,7 @@ contention tracepoints: no
 per-VMA locks (few page faults take mmap_lock): no
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): no
+architecture (causes, stacks, roles by start routine): x86_64
 verdict: this kernel (Linux 5.10.0-32-amd64) lacks what mmaplock-prof needs: the mmap_lock tracepoints (Linux 5.11+), task local storage from tracepoint programs (Linux 5.13+), bpf_get_current_task_btf (Linux 5.11+), bpf_task_pt_regs (Linux 5.15+)";
 
 fn parsed(text: &str) -> Features {
@@ -101,6 +106,19 @@ fn the_printed_probes_read_back_the_same() {
         assert_eq!(f.to_string(), text);
         assert_eq!(parsed(&f.to_string()), f);
     }
+    // An arm64 kernel's line (the kernel matrix's arm64 guests), and one of neither.
+    let arm = LINUX_6_12.replace(
+        "roles by start routine): x86_64",
+        "roles by start routine): arm64",
+    );
+    assert_eq!(parsed(&arm).registers, crate::kernel::regs::Arch::Aarch64);
+    assert_eq!(parsed(&arm).to_string(), arm);
+    let other = LINUX_6_12.replace(
+        "roles by start routine): x86_64",
+        "roles by start routine): unknown (causes other, no stacks, roles by name)",
+    );
+    assert_eq!(parsed(&other).registers, crate::kernel::regs::Arch::Other);
+    assert_eq!(parsed(&other).to_string(), other);
     let unknown = LINUX_6_18.replace(
         "bpf_loop (--blockers): yes",
         "bpf_loop (--blockers): unknown (bpf_prog_load failed: Operation not permitted)",

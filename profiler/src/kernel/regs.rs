@@ -33,6 +33,27 @@ pub enum Arch {
     Other,
 }
 
+impl Arch {
+    /// The architecture a kernel's BTF describes, if the profiler finds both its saved
+    /// registers and its thread pointer there (`--probe-kernel`'s line).
+    pub fn of_kernel(btf: &Btf) -> Arch {
+        match ArchLayout::from_btf(btf) {
+            Ok(a) if a.task_fsbase != 0 => a.arch,
+            _ => Arch::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "arm64",
+            Arch::Other => "unknown (causes other, no stacks, roles by name)",
+        })
+    }
+}
+
 /// arm64 saves the frame pointer and the link register as general registers x29 and x30.
 const ARM64_FP: u32 = 29;
 const ARM64_LR: u32 = 30;
