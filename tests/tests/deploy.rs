@@ -159,6 +159,7 @@ fn the_kubernetes_manifests_pass_schema_validation() {
         "\"--escalate-dir\", \"/var/lib/mmaplock-prof/captures\"",
         "livenessProbe:",
         "operator: Exists",
+        "values: [\"amd64\", \"arm64\"]",
         "limits:",
     ] {
         assert!(ds.contains(needle), "the DaemonSet lacks {needle}");

@@ -101,6 +101,9 @@ pub fn build(tarball: &Path, tag: Option<&str>, target: Target) -> Result<String
     }
     fs::create_dir_all(rootfs.join("tmp"))?;
     run(Command::new("chmod").arg("1777").arg(rootfs.join("tmp")))?;
+    if !target.is_host() {
+        runs_in(&rootfs, target, &version)?;
+    }
     let tag = tag.map_or_else(
         || format!("localhost/mmaplock-prof:{version}"),
         str::to_string,
@@ -134,10 +137,43 @@ pub fn build(tarball: &Path, tag: Option<&str>, target: Target) -> Result<String
         let _ = output(Command::new("podman").args(["rmi", &old]));
     }
     let _ = fs::remove_dir_all(&ctx);
+    let arch = output(Command::new("podman").args([
+        "image",
+        "inspect",
+        "--format",
+        "{{.Architecture}}",
+        &tag,
+    ]))?;
+    if arch.trim() != target.debian {
+        anyhow::bail!("{tag} was built for {}, not {}", arch.trim(), target.debian);
+    }
     let size =
         output(Command::new("podman").args(["image", "inspect", "--format", "{{.Size}}", &tag]))?;
     println!("{tag} ({} bytes): {}", size.trim(), tarball.display());
     Ok(tag)
+}
+
+/// The image's root file system runs its binary for another architecture under qemu-user,
+/// with nothing but the image's own files (its loader, at the path the binary names, and its
+/// C library, where that loader looks): what a host of that architecture will do.
+fn runs_in(rootfs: &Path, target: Target, version: &str) -> Result<()> {
+    let out = output(
+        Command::new(crate::cross::qemu_user(target))
+            .arg("-L")
+            .arg(rootfs)
+            .arg(rootfs.join("usr/bin/mmaplock-prof"))
+            .arg("--version"),
+    )
+    .with_context(|| {
+        format!(
+            "the {} image's binary does not run from its own files",
+            target.debian
+        )
+    })?;
+    if out.trim() != format!("mmaplock-prof {version}") {
+        anyhow::bail!("the {} image's binary says {out:?}", target.debian);
+    }
+    Ok(())
 }
 
 /// Where a library `ldd` found at `lib` goes in the image: where it is for the host's own
