@@ -47,14 +47,10 @@ pub fn build_multi(tarballs: &[(Target, PathBuf)], tag: Option<&str>) -> Result<
     // Made again from scratch: a list of an earlier run would keep its old images.
     let _ = output(Command::new("podman").args(["manifest", "rm", &tag]));
     let _ = output(Command::new("podman").args(["rmi", &tag]));
-    run(Command::new("podman").args(["manifest", "create", &tag]))?;
+    output(Command::new("podman").args(["manifest", "create", &tag]))?;
     for image in &images {
-        run(Command::new("podman").args([
-            "manifest",
-            "add",
-            &tag,
-            &format!("containers-storage:{image}"),
-        ]))?;
+        let image = format!("containers-storage:{image}");
+        output(Command::new("podman").args(["manifest", "add", &tag, &image]))?;
     }
     let arches: Vec<&str> = tarballs.iter().map(|(t, _)| t.debian).collect();
     println!(
