@@ -134,7 +134,9 @@ fn contended_waits_match_bpftrace_in_a_process_that_forks() {
     assert_contention_summary(s);
     let p = process(s, w.pid).expect("the helper in the summary");
     let total = assert_same_waits(&reported_waits(p), &counted_of(&counted, w.pid));
-    assert!(total >= 100, "{total} contended waits");
+    // Enough waits for their sums to be compared (`assert_same_waits`); how many more come
+    // is the host's scheduling (70 on a loaded host, hundreds on an idle one).
+    assert!(total >= 20, "{total} contended waits");
     // The main thread's contended writes are its forks'; the children's own locks are theirs.
     let main = thread(p, u64::from(w.pid));
     let forks: u64 = main["causes"]

@@ -414,9 +414,27 @@ fn a_wait_begun_behind_readers_is_charged_to_the_writer_queued_ahead() {
         readers_now < behind_readers,
         "the readers kept {readers_now} of {behind_readers} ns"
     );
+    // Never more charged than the waits lasted, as the profiler timed them (the same
+    // timestamps: exact). Against bpftrace's own timing of the same waits, the allowance of
+    // `assert_same_waits`: the two programs read the clock one after the other, and a loaded
+    // host can put an interrupt or (where tracepoint programs run preemptibly) another task
+    // between them (2.1% over, once, with the host at a load of 12).
+    let waited = ["write", "read"]
+        .iter()
+        .map(|op| p[op]["wait_ns"]["sum"].as_u64().unwrap_or(0))
+        .sum::<u64>();
     assert!(
-        charged_all as f64 <= all as f64 * 1.01,
-        "{charged_all} ns charged of {all} ns waited"
+        charged_all <= waited,
+        "{charged_all} ns charged of {waited} ns the profiler timed"
+    );
+    let waits: u64 = ["write", "read"]
+        .iter()
+        .map(|op| p[op]["count"].as_u64().unwrap_or(0))
+        .sum();
+    let per_wait_ns = integration_tests::scaled(std::time::Duration::from_micros(50)).as_nanos();
+    assert!(
+        charged_all as f64 <= all as f64 * 1.02 + (per_wait_ns * u128::from(waits)) as f64,
+        "{charged_all} ns charged of {all} ns bpftrace timed, in {waits} waits"
     );
 }
 
