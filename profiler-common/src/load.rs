@@ -87,5 +87,8 @@ pub struct KernelLayout {
     /// `task_struct.stack`: another task's saved user registers sit at a fixed distance from
     /// its kernel stack (found on the current task), for a holder's syscall.
     pub task_stack: u32,
-    pub _pad: u32,
+    /// `task_struct.sched_info.run_delay` (CONFIG_SCHED_INFO: a thread's time runnable but
+    /// waiting for a CPU, ns); 0 when the kernel keeps none, and the records then carry
+    /// [`crate::NO_RUN_DELAY`].
+    pub task_run_delay: u32,
 }

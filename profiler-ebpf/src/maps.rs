@@ -46,7 +46,7 @@ pub static KERNEL: KernelLayout = KernelLayout {
     mm_lock: 0,
     rwsem_owner: 0,
     task_stack: 0,
-    _pad: 0,
+    task_run_delay: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).

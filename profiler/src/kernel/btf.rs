@@ -163,7 +163,14 @@ impl KernelInfo {
             // Absent under PREEMPT_RT (its rwsem is another type): holders are then unknown.
             rwsem_owner: member_offset(btf, "rw_semaphore", "owner")?.unwrap_or(0),
             task_stack: off("task_struct", "stack")?,
-            _pad: 0,
+            // CONFIG_SCHED_INFO (schedstats, delay accounting): absent, the run-queue delay
+            // is unknown and the findings say so.
+            task_run_delay: nested_offset(
+                btf,
+                ("task_struct", "sched_info"),
+                ("sched_info", "run_delay"),
+            )?
+            .unwrap_or(0),
         };
         Ok(KernelInfo {
             tracepoints,
@@ -356,5 +363,9 @@ mod tests {
         assert!(l.mm_lock > 0 && l.mm_lock.is_multiple_of(8), "{l:?}");
         assert_eq!(l.rwsem_owner, 8, "{l:?}");
         assert!(l.task_stack > 0 && l.task_stack.is_multiple_of(8), "{l:?}");
+        assert!(
+            l.task_run_delay > 0 && l.task_run_delay.is_multiple_of(8),
+            "{l:?}"
+        );
     }
 }
