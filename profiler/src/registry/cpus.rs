@@ -25,7 +25,6 @@ impl Eq for CpuAllowance {}
 
 impl CpuAllowance {
     /// The CPUs it can use at most.
-    #[cfg(test)]
     pub fn usable(&self) -> f64 {
         let cpus = f64::from(self.affinity);
         self.quota.map_or(cpus, |q| q.min(cpus))
