@@ -41,6 +41,32 @@ pub fn build_lanes_addon(dir: &Path) -> std::path::PathBuf {
     out
 }
 
+/// The round-robin time slice of real-time threads, set for as long as this lives (and put
+/// back when it goes, a failing test's too): the CPU-bound shape's lanes take turns on
+/// their CPU every few milliseconds, as the ordinary scheduler would have them (its 100 ms
+/// default would let a lane fault its whole part in one turn, and never be preempted with
+/// the lock held). Only real-time round-robin threads are affected: the host runs none
+/// besides the shape's server.
+pub struct RrSlice {
+    was: String,
+}
+
+const RR_SLICE: &str = "/proc/sys/kernel/sched_rr_timeslice_ms";
+
+impl RrSlice {
+    pub fn set(ms: u32) -> RrSlice {
+        let was = std::fs::read_to_string(RR_SLICE).expect("the round-robin time slice");
+        std::fs::write(RR_SLICE, ms.to_string()).expect("set the round-robin time slice");
+        RrSlice { was }
+    }
+}
+
+impl Drop for RrSlice {
+    fn drop(&mut self) {
+        let _ = std::fs::write(RR_SLICE, self.was.trim());
+    }
+}
+
 /// Whether this host can run a shape: two CPUs or more, `taskset` and `chrt`, and
 /// real-time scheduling allowed (a container may refuse it). Records the skip otherwise.
 pub fn can_shape() -> bool {
@@ -148,7 +174,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// A profiled run of `shape` (env `env`), the profiler given `args` (besides `-p` and JSON):
 /// what it reported, and the client's line.
-pub fn profiled(addon: &Path, shape: &Shape, env: &[(&str, &str)], args: &[&str]) -> (Finished, Value) {
+pub fn profiled(
+    addon: &Path,
+    shape: &Shape,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Finished, Value) {
     let (server, port) = start_server(addon, shape, env);
     let pid = server.pid.to_string();
     let mut all = vec!["-p", pid.as_str(), "-i", "0"];

@@ -523,13 +523,20 @@ fn addon_writes_are_charged_to_the_addon_and_its_thread_is_an_addon_thread() {
             .map(|c| c.as_str().unwrap().to_string())
             .collect()
     };
-    assert_eq!(strings(&finding["evidence"]["code"]), ["churn (churn.node)"], "{finding}");
+    assert_eq!(
+        strings(&finding["evidence"]["code"]),
+        ["churn (churn.node)"],
+        "{finding}"
+    );
     let roles = strings(&finding["evidence"]["roles"]);
     assert!(
         roles.contains(&"addon".to_string()) && roles.contains(&"worker".to_string()),
         "{finding}"
     );
-    assert!(finding["writes"].as_u64().unwrap() >= 2 * n * workers, "{finding}");
+    assert!(
+        finding["writes"].as_u64().unwrap() >= 2 * n * workers,
+        "{finding}"
+    );
 }
 
 #[test]

@@ -9,13 +9,14 @@
 
 use integration_tests::{
     Finished, bpf_test,
-    lanes::{Shape, build_lanes_addon, can_shape, profiled, throughputs},
+    lanes::{RrSlice, Shape, build_lanes_addon, can_shape, profiled, throughputs},
 };
 use serde_json::Value;
 
-/// CPU-bound: eight lanes per call and four calls at once on one CPU. The lanes outnumber
-/// it, are preempted while a page fault holds the lock for read, and the writes of thread
-/// creation queue behind them (the service, in small).
+/// CPU-bound: eight lanes per call and four calls at once on one CPU, taking turns every
+/// 3 ms ([`RrSlice`]). The lanes outnumber it, are preempted while a page fault holds the
+/// lock for read, and the writes of thread creation queue behind them (the service,
+/// in small).
 const CPU_BOUND: Shape = Shape {
     block_kib: 36 * 1024,
     lanes: 8,
@@ -30,8 +31,9 @@ const CPU_BOUND: Shape = Shape {
 };
 
 /// Idle cores: one lane per call and two calls at once on two CPUs (never more runnable
-/// threads than CPUs): each call's block, above malloc's mmap threshold, is unmapped with the
-/// lock held while the kernel frees its pages, and the other call's mmap waits for it.
+/// threads than CPUs): nothing is preempted with the lock held, and what waits is the other
+/// call's mmap behind a block's unmap (the block above malloc's mmap threshold, unmapped
+/// with the lock held while the kernel frees its pages).
 const IDLE_CORES: Shape = Shape {
     block_kib: 36 * 1024,
     lanes: 1,
@@ -45,10 +47,7 @@ const IDLE_CORES: Shape = Shape {
     client_cpus: "0,1",
 };
 
-const STACK_CACHE: (&str, &str) = (
-    "GLIBC_TUNABLES",
-    "glibc.pthread.stack_cache_size=536870912",
-);
+const STACK_CACHE: (&str, &str) = ("GLIBC_TUNABLES", "glibc.pthread.stack_cache_size=536870912");
 
 /// The findings of a run's summary.
 fn findings(out: &Finished) -> Vec<Value> {
@@ -96,7 +95,10 @@ fn assert_thread_headline(out: &Finished, mode: &str) -> Value {
         .iter()
         .map(|v| v["role"].as_str().unwrap())
         .collect();
-    assert!(victims.contains(&"addon"), "{mode}: the lanes waited: {victims:?}");
+    assert!(
+        victims.contains(&"addon"),
+        "{mode}: the lanes waited: {victims:?}"
+    );
     assert!(f["wait_ns"].as_u64().unwrap() > 0 && f["writes"].as_u64().unwrap() > 0);
     let advice = texts(&f["advice"]).join("\n");
     assert!(advice.contains("Reuse threads"), "{mode}: {advice}");
@@ -105,7 +107,10 @@ fn assert_thread_headline(out: &Finished, mode: &str) -> Value {
         "{mode}: {advice}"
     );
     // The lanes run on libuv's threads, where no JavaScript is: none is quoted.
-    assert!(texts(&f["evidence"]["js_functions"]).is_empty(), "{mode}: {f}");
+    assert!(
+        texts(&f["evidence"]["js_functions"]).is_empty(),
+        "{mode}: {f}"
+    );
     for g in &all {
         let t = g["title"].as_str().unwrap();
         assert!(!t.contains("takes the lock for write"), "{mode}: {t}");
@@ -126,14 +131,25 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
         return;
     }
     let addon = build_lanes_addon(dir.path());
+    let _slice = RrSlice::set(3);
     // Full mode, who made whom wait measured; one write in 4 sampled (the run is short).
-    let (full, _) = profiled(&addon, &CPU_BOUND, &[], &["--blockers", "--stack-sample", "4"]);
+    let (full, _) = profiled(
+        &addon,
+        &CPU_BOUND,
+        &[],
+        &["--blockers", "--stack-sample", "4"],
+    );
     let f = assert_thread_headline(&full, "full");
     let impact = &f["impact"];
     assert_eq!(impact["kind"], "latency", "{f}");
-    assert!(["low", "info"].contains(&f["severity"].as_str().unwrap()), "{f}");
+    assert!(
+        ["low", "info"].contains(&f["severity"].as_str().unwrap()),
+        "{f}"
+    );
     let predicted = impact["throughput_gain"].as_f64().unwrap();
-    assert!(predicted < 0.02, "the CPU its writes took: {impact}");
+    // At most the time its writes held the lock (the CPU they took, and more where a holder
+    // was preempted): a few percent.
+    assert!(predicted < 0.05, "{impact}");
     assert!(
         f["time_share"].as_f64().unwrap() > 0.01,
         "its victims waited a share of their time worth a promise it does not make: {f}"
@@ -160,7 +176,10 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
     let after = findings(&kept);
     let left = with_id(&after, "thread-stacks");
     let (w, wait) = left.map_or((0, 0), |t| {
-        (t["writes"].as_u64().unwrap(), t["wait_ns"].as_u64().unwrap())
+        (
+            t["writes"].as_u64().unwrap(),
+            t["wait_ns"].as_u64().unwrap(),
+        )
     });
     assert!(
         w * 5 <= writes,
@@ -183,56 +202,63 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
     );
 }
 
-/// Idle cores: the CPUs had room (its threads never outnumbered them), so the wait behind the
-/// blocks' unmaps is throughput, and its finding says how much at most. Giving the block's
-/// pages back in pieces before freeing it (its advice, applied in the addon) removes that
-/// wait, and the requests per second gain what was predicted.
+/// Idle cores: the CPUs had room (its threads never outnumbered them), so the wait there is
+/// throughput, and each finding says so; with nothing preempted with the lock held, the wait
+/// is a few milliseconds behind the blocks' unmaps, and the finding promises a few percent.
+/// Giving the block's pages back in pieces before freeing it (its advice, applied in the
+/// addon) takes that wait away, and the requests per second gain what was predicted (and
+/// more: freeing the pages in pieces also shortens the free itself, which is not a wait).
 #[test]
-fn on_idle_cores_the_wait_behind_the_unmaps_is_throughput_and_its_advice_gains_it() {
+fn on_idle_cores_the_wait_is_throughput_and_its_advice_gains_what_was_predicted() {
     let Some(dir) = bpf_test() else { return };
     if !can_shape() {
         return;
     }
     let addon = build_lanes_addon(dir.path());
-    let (out, _) = profiled(
-        &addon,
-        &IDLE_CORES,
-        &[],
-        &["--blockers", "--stack-sample", "4"],
-    );
+    let args = ["--blockers", "--stack-sample", "4"];
+    let (out, _) = profiled(&addon, &IDLE_CORES, &[], &args);
     let all = findings(&out);
-    let f = all.first().expect("a finding");
-    eprintln!("{}", serde_json::to_string_pretty(f).unwrap());
-    assert_eq!(f["id"], "mmap-threshold", "{f}");
+    eprintln!("{}", serde_json::to_string_pretty(&all).unwrap());
+    let f = with_id(&all, "mmap-threshold").expect("the large blocks' finding");
     assert!(
-        f["title"]
-            .as_str()
-            .unwrap()
-            .starts_with("hash_lanes (lanes.node) allocates and frees large blocks (libuv threads)"),
+        f["title"].as_str().unwrap().starts_with(
+            "hash_lanes (lanes.node) allocates and frees large blocks (libuv threads)"
+        ),
         "{f}"
     );
-    assert_eq!(f["impact"]["kind"], "throughput", "{f}");
-    let predicted = f["impact"]["throughput_gain"].as_f64().unwrap();
-    assert!(predicted > 0.02, "{f}");
-    let advice = texts(&f["advice"]).join("\n");
-    assert!(advice.contains("in pieces"), "{advice}");
-    // Every finding of this run: throughput (its CPUs had room).
+    // Every finding with a wait: throughput (its CPUs had room).
     for g in all.iter().filter(|g| g.get("impact").is_some()) {
         assert_eq!(g["impact"]["kind"], "throughput", "{g}");
     }
-    let (base, pieces) = throughputs(
-        &addon,
-        &IDLE_CORES,
-        &[],
-        &[("LANES_FREE_IN_PIECES", "1")],
-        3,
+    let impact = &f["impact"];
+    let queued = impact["queued_ns"].as_f64().unwrap();
+    let cpu = impact["cpu_ns"].as_f64().unwrap();
+    assert!(queued < 0.25 * (queued + cpu), "{impact}");
+    let predicted = impact["throughput_gain"].as_f64().unwrap();
+    assert!((0.0..0.1).contains(&predicted), "{impact}");
+    assert!(texts(&f["advice"]).join("\n").contains("in pieces"), "{f}");
+    // The advice applied: the wait behind the unmaps is gone.
+    let pieces = [("LANES_FREE_IN_PIECES", "1")];
+    let (after, _) = profiled(&addon, &IDLE_CORES, &pieces, &args);
+    let behind = |out: &Finished| -> u64 {
+        let p = &out.summary()["processes"][0];
+        (p["blocked_by_role"].as_array().into_iter().flatten())
+            .filter(|r| r["cause"] == "downgrade")
+            .map(|r| r["wait_ns"].as_u64().unwrap())
+            .sum()
+    };
+    let (before_ns, after_ns) = (behind(&out), behind(&after));
+    assert!(
+        after_ns * 2 <= before_ns,
+        "the wait behind the unmaps' holds: {before_ns} ns before, {after_ns} ns after"
     );
-    let gain = pieces / base - 1.0;
+    let (base, tuned) = throughputs(&addon, &IDLE_CORES, &[], &pieces, 3);
+    let gain = tuned / base - 1.0;
     eprintln!(
-        "idle cores: predicted up to {predicted:+.3}, measured {gain:+.3} ({base:.1} -> {pieces:.1} requests/s)"
+        "idle cores: predicted up to {predicted:+.3}, measured {gain:+.3} ({base:.1} -> {tuned:.1} requests/s)"
     );
     assert!(
-        gain >= 0.4 * predicted && gain <= 2.5 * predicted + 0.05,
+        gain >= predicted - 0.05,
         "measured {gain:+.3}, predicted up to {predicted:+.3}"
     );
 }

@@ -167,9 +167,16 @@ impl Impact {
     pub fn text(&self) -> String {
         match self.kind {
             ImpactKind::Latency => format!(
-                "latency only: its CPUs were saturated ({}): the waiting threads' CPUs ran its other threads meanwhile, so removing this wait reorders work and gives back at most +{} throughput (the CPU these writes took)",
+                "latency only: its CPUs were saturated ({}): the waiting threads' CPUs ran its other threads meanwhile, so removing this wait reorders work and gives back no throughput beyond the CPU these writes took{}",
                 self.basis(),
-                fmt_share(self.throughput_gain)
+                if self.throughput_gain > 0.0 {
+                    format!(
+                        " (at most +{}: the time they held the lock over its CPU time)",
+                        fmt_share(self.throughput_gain)
+                    )
+                } else {
+                    String::new()
+                }
             ),
             ImpactKind::Throughput => format!(
                 "throughput: its CPUs had room ({}): removing this wait gives back up to +{} throughput",
@@ -212,8 +219,15 @@ mod tests {
         let i = f.impact(2.0 * S as f64, Some(98_000_000)).unwrap();
         assert_eq!(i.kind, ImpactKind::Latency);
         assert_eq!(i.throughput_gain, 0.01);
-        assert!(i.text().starts_with("latency only: its CPUs were saturated"));
-        assert!(i.text().contains("used 98.0% of the 1 CPU it may use"), "{}", i.text());
+        assert!(
+            i.text()
+                .starts_with("latency only: its CPUs were saturated")
+        );
+        assert!(
+            i.text().contains("used 98.0% of the 1 CPU it may use"),
+            "{}",
+            i.text()
+        );
         // Holds not measured (contention mode): nothing to give back is known.
         assert_eq!(f.impact(2.0 * S as f64, None).unwrap().throughput_gain, 0.0);
     }
@@ -234,7 +248,10 @@ mod tests {
             cpu_ns: 16 * S,
             ..busy
         };
-        assert_eq!(room.impact(8.0 * S as f64, None).unwrap().throughput_gain, 0.25);
+        assert_eq!(
+            room.impact(8.0 * S as f64, None).unwrap().throughput_gain,
+            0.25
+        );
         // Queueing alone says saturated, whatever the CPUs (a quota, other processes).
         let q = figures(3 * S, 2 * S, 2.0);
         assert_eq!(q.saturated(), Some(true));
@@ -245,5 +262,5 @@ mod tests {
             ..f
         };
         assert_eq!(none.impact(1.0, None), None);
-}
+    }
 }

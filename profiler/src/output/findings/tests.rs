@@ -281,7 +281,9 @@ fn contention_mode_says_not_your_bottleneck_when_nothing_waited() {
         "mmap_lock is not this process's bottleneck: its 2 threads watched in 25.0 s, no contended wait"
     );
     assert!(
-        f[0].evidence.facts[0].starts_with("watched 2 threads for 50.00s of their time alive in 25.0 s: 0 contended waits"),
+        f[0].evidence.facts[0].starts_with(
+            "watched 2 threads for 50.00s of their time alive in 25.0 s: 0 contended waits"
+        ),
         "{:?}",
         f[0].evidence.facts
     );

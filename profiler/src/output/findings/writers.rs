@@ -316,7 +316,9 @@ fn build(
     }
     // Throughput or latency, and the severity that follows.
     let held = (s.mode == Mode::Full && link.hold_ns > 0.0).then(|| link.hold_ns.round() as u64);
-    if cost > 0 && let Some(i) = CpuFigures::of(s, p).and_then(|c| c.impact(cost as f64, held)) {
+    if cost > 0
+        && let Some(i) = CpuFigures::of(s, p).and_then(|c| c.impact(cost as f64, held))
+    {
         if i.kind == ImpactKind::Latency {
             f.severity = f.severity.min(Severity::Low);
         }

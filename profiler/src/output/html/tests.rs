@@ -537,7 +537,13 @@ fn a_finding_says_the_same_in_text_json_and_page() {
     let kind = json["impact"]["kind"].as_str().unwrap();
     assert!(findings::severity_text(&f).contains(kind));
     for field in &fields {
-        assert!(text.contains(field.as_str()), "{field:?} not in the text:\n{text}");
-        assert!(page.contains(&esc(field)), "{field:?} not in the page:\n{page}");
+        assert!(
+            text.contains(field.as_str()),
+            "{field:?} not in the text:\n{text}"
+        );
+        assert!(
+            page.contains(&esc(field)),
+            "{field:?} not in the page:\n{page}"
+        );
     }
 }
