@@ -3,12 +3,14 @@
 //! memory-hard password hash (a large block, a thread per lane, started and joined per
 //! call), loaded by a closed-loop client (`fixtures/addon/loadgen.js`) the test starts.
 //!
-//! Where the CPUs run is the test's to decide, not the host's: the server runs at real-time
-//! priority (SCHED_RR) on the CPUs a shape gives it, so that other processes on the host
-//! cannot take them from it, and a shape's CPUs are saturated or not by its own threads alone
-//! (a CPU-bound run: more lanes than its one CPU; an idle-core run: fewer runnable threads
-//! than its two). Its request rates are then a property of the shape and the advice applied,
-//! compared within one test's interleaved runs, never against a constant.
+//! Where the CPUs run is the test's to decide, not the host's: a shape pins the server to its
+//! CPUs, and a shape's CPUs are saturated or not by its own threads (a CPU-bound run: more
+//! lanes than its one CPU, under the ordinary scheduler, which preempts them, lock held or
+//! not, every few milliseconds; other processes on that CPU only add to it). An idle-core
+//! shape runs at real-time priority (SCHED_RR) on two CPUs with fewer runnable threads than
+//! that, so that no other process on the host can take a CPU from it: its CPUs have room
+//! whatever the host does. Request rates are compared within one test's interleaved runs,
+//! never against a constant.
 
 use std::{path::Path, process::Command};
 
@@ -31,6 +33,8 @@ pub struct Shape {
     pub pool: u64,
     /// The server's CPUs (`taskset -c`), and the client's.
     pub cpus: &'static str,
+    /// The server at real-time priority (`chrt -r 1`).
+    pub realtime: bool,
     pub client_cpus: &'static str,
 }
 
@@ -41,33 +45,7 @@ pub fn build_lanes_addon(dir: &Path) -> std::path::PathBuf {
     out
 }
 
-/// The round-robin time slice of real-time threads, set for as long as this lives (and put
-/// back when it goes, a failing test's too): the CPU-bound shape's lanes take turns on
-/// their CPU every few milliseconds, as the ordinary scheduler would have them (its 100 ms
-/// default would let a lane fault its whole part in one turn, and never be preempted with
-/// the lock held). Only real-time round-robin threads are affected: the host runs none
-/// besides the shape's server.
-pub struct RrSlice {
-    was: String,
-}
-
-const RR_SLICE: &str = "/proc/sys/kernel/sched_rr_timeslice_ms";
-
-impl RrSlice {
-    pub fn set(ms: u32) -> RrSlice {
-        let was = std::fs::read_to_string(RR_SLICE).expect("the round-robin time slice");
-        std::fs::write(RR_SLICE, ms.to_string()).expect("set the round-robin time slice");
-        RrSlice { was }
-    }
-}
-
-impl Drop for RrSlice {
-    fn drop(&mut self) {
-        let _ = std::fs::write(RR_SLICE, self.was.trim());
-    }
-}
-
-/// Whether this host can run a shape: two CPUs or more, `taskset` and `chrt`, and
+/// Whether this host can run the shapes: two CPUs or more, `taskset` and `chrt`, and
 /// real-time scheduling allowed (a container may refuse it). Records the skip otherwise.
 pub fn can_shape() -> bool {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -88,7 +66,11 @@ pub fn can_shape() -> bool {
 /// A running server of `shape` (its env `env` besides), and the port it listens on.
 pub fn start_server(addon: &Path, shape: &Shape, env: &[(&str, &str)]) -> (Workload, u16) {
     let mut cmd = Command::new("taskset");
-    cmd.args(["-c", shape.cpus, "chrt", "-r", "1", "node"])
+    cmd.args(["-c", shape.cpus]);
+    if shape.realtime {
+        cmd.args(["chrt", "-r", "1"]);
+    }
+    cmd.arg("node")
         .arg(fixture("addon/hashserver.js"))
         .arg(addon)
         .args(

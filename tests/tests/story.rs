@@ -9,14 +9,13 @@
 
 use integration_tests::{
     Finished, bpf_test,
-    lanes::{RrSlice, Shape, build_lanes_addon, can_shape, profiled, throughputs},
+    lanes::{Shape, build_lanes_addon, can_shape, profiled, throughputs},
 };
 use serde_json::Value;
 
-/// CPU-bound: eight lanes per call and four calls at once on one CPU, taking turns every
-/// 3 ms ([`RrSlice`]). The lanes outnumber it, are preempted while a page fault holds the
-/// lock for read, and the writes of thread creation queue behind them (the service,
-/// in small).
+/// CPU-bound: eight lanes per call and four calls at once on one CPU. The lanes outnumber
+/// it, are preempted while a page fault holds the lock for read, and the writes of thread
+/// creation queue behind them (the service, in small).
 const CPU_BOUND: Shape = Shape {
     block_kib: 36 * 1024,
     lanes: 8,
@@ -28,6 +27,7 @@ const CPU_BOUND: Shape = Shape {
     pool: 4,
     cpus: "0",
     client_cpus: "1",
+    realtime: false,
 };
 
 /// Idle cores: one lane per call and two calls at once on two CPUs (never more runnable
@@ -45,6 +45,7 @@ const IDLE_CORES: Shape = Shape {
     pool: 2,
     cpus: "0,1",
     client_cpus: "0,1",
+    realtime: true,
 };
 
 const STACK_CACHE: (&str, &str) = ("GLIBC_TUNABLES", "glibc.pthread.stack_cache_size=536870912");
@@ -131,7 +132,6 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
         return;
     }
     let addon = build_lanes_addon(dir.path());
-    let _slice = RrSlice::set(3);
     // Full mode, who made whom wait measured; one write in 4 sampled (the run is short).
     let (full, _) = profiled(
         &addon,
@@ -191,13 +191,13 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
         f["wait_ns"]
     );
     // What it gave back: throughput within what was predicted and the runs' noise.
-    let (base, tuned) = throughputs(&addon, &CPU_BOUND, &[], &[STACK_CACHE], 3);
+    let (base, tuned) = throughputs(&addon, &CPU_BOUND, &[], &[STACK_CACHE], 5);
     let gain = tuned / base - 1.0;
     eprintln!(
         "CPU-bound: predicted at most {predicted:+.3}, measured {gain:+.3} ({base:.1} -> {tuned:.1} requests/s)"
     );
     assert!(
-        gain <= predicted + 0.08,
+        gain <= predicted + 0.1,
         "measured {gain:+.3}, predicted at most {predicted:+.3}"
     );
 }
