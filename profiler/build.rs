@@ -7,7 +7,10 @@
 //! eBPF object (core built from source included) would be built three times in the suite,
 //! some 45 s each on 2 cores. That directory is made a link to one shared by every profile,
 //! so the inner cargo finds its own fingerprints there and builds only what changed; it locks
-//! the directory itself while it builds.
+//! the directory itself while it builds. It is one per source tree: git worktrees sharing a
+//! target directory would otherwise share the uplifted object (`release/mmaplock`), which the
+//! inner cargo does not copy again when its own build is fresh, and one tree's binary would
+//! embed another's programs.
 use std::path::{Path, PathBuf};
 
 const PACKAGE: &str = "profiler-ebpf";
@@ -27,9 +30,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Links aya-build's target directory for [`PACKAGE`] (`OUT_DIR/aya-build/target/NAME`) to
-/// `TARGET/aya-build/NAME`, TARGET being the directory that holds this profile's `build`
-/// (`target`, or `target/TRIPLE`). Left as it is when OUT_DIR is not under a `build`
-/// directory (then aya-build builds in OUT_DIR, as it would anyway).
+/// `TARGET/aya-build/NAME-TREE`, TARGET being the directory that holds this profile's `build`
+/// (`target`, or `target/TRIPLE`) and TREE a hash of this source tree's path. Left as it is
+/// when OUT_DIR is not under a `build` directory (then aya-build builds in OUT_DIR, as it
+/// would anyway).
 fn share_ebpf_target_dir(out_dir: &Path) -> anyhow::Result<()> {
     let Some(target) = out_dir
         .ancestors()
@@ -38,7 +42,15 @@ fn share_ebpf_target_dir(out_dir: &Path) -> anyhow::Result<()> {
     else {
         return Ok(());
     };
-    let shared = target.join("aya-build").join(PACKAGE);
+    let tree = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        env!("CARGO_MANIFEST_DIR").hash(&mut h);
+        h.finish()
+    };
+    let shared = target
+        .join("aya-build")
+        .join(format!("{PACKAGE}-{tree:016x}"));
     std::fs::create_dir_all(&shared)?;
     let parent = out_dir.join("aya-build").join("target");
     std::fs::create_dir_all(&parent)?;

@@ -107,6 +107,7 @@ mod tests {
             tgid: 5,
             tid_start: 1 << 40,
             cpu_ns: 123_456,
+            queued_ns: 7,
             at_ns: u64::MAX,
         };
         let mut bytes = vec![0xa5u8; 3];

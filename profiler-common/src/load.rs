@@ -100,4 +100,8 @@ pub struct KernelLayout {
     /// return address, which its frame may not hold, such as glibc's syscall wrappers); 0
     /// where return addresses are on the stack (x86_64).
     pub regs_lr: u32,
+    /// `task_struct.sched_info.run_delay` (CONFIG_SCHED_INFO: a thread's time runnable but
+    /// waiting for a CPU, ns); 0 when the kernel keeps none, and the records then carry
+    /// [`crate::NO_RUN_DELAY`].
+    pub task_run_delay: u32,
 }

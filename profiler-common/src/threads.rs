@@ -57,6 +57,8 @@ pub struct ExitedThread {
     pub tid_start: u64,
     /// The thread's CPU time (`se.sum_exec_runtime`, ns) when the notice was sent.
     pub cpu_ns: u64,
+    /// Its run-queue delay then (`sched_info.run_delay`, ns), or [`NO_RUN_DELAY`].
+    pub queued_ns: u64,
     /// When the notice was sent, ns since boot (the clock of `tid_start`).
     pub at_ns: u64,
     /// EXEC and FORK: the process's cgroup (v2 id), so that one gone before userspace could
@@ -78,6 +80,11 @@ pub struct ThreadCpu {
     pub tid_start: u64,
     /// `se.sum_exec_runtime`, ns.
     pub cpu_ns: u64,
+    /// `sched_info.run_delay`, ns (time runnable but waiting for a CPU), or [`NO_RUN_DELAY`].
+    pub queued_ns: u64,
     /// When it was read, ns since boot.
     pub at_ns: u64,
 }
+
+/// A record's `queued_ns` on a kernel that keeps no run-queue delay (no CONFIG_SCHED_INFO).
+pub const NO_RUN_DELAY: u64 = u64::MAX;

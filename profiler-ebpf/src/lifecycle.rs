@@ -18,7 +18,7 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use profiler_common::{ExitedThread, ThreadCpu, counter, exit_record};
+use profiler_common::{ExitedThread, NO_RUN_DELAY, ThreadCpu, counter, exit_record};
 
 use crate::{
     accum,
@@ -33,6 +33,14 @@ pub fn boot_ns() -> u64 {
     unsafe { bpf_ktime_get_boot_ns() }
 }
 
+/// A thread's run-queue delay (ns runnable but waiting for a CPU), or [`NO_RUN_DELAY`] on a
+/// kernel that keeps none.
+#[inline(always)]
+pub fn run_delay(task: Task) -> u64 {
+    let off = konst(&KERNEL.task_run_delay);
+    if off == 0 { NO_RUN_DELAY } else { task.u64_at(off) }
+}
+
 /// Tells userspace that the thread is exiting (`EXITING`) or that its entries are final
 /// (`FREED`: read them one last time).
 #[inline(always)]
@@ -44,6 +52,7 @@ fn notify(st: &ThreadState, task: Task, tag: u32) {
         _pad: 0,
         tid_start: st.tid_start,
         cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        queued_ns: run_delay(task),
         at_ns: boot_ns(),
         cgroup_id: 0,
         comm: comm_bytes(st.comm),
@@ -82,6 +91,7 @@ pub fn notify_exec(task: Task, tgid: u32) {
         _pad: 0,
         tid_start: task.u64_at(konst(&KERNEL.task_start_boottime)),
         cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        queued_ns: run_delay(task),
         at_ns: boot_ns(),
         cgroup_id: current_cgroup(),
         // The new image's name: exec set it before this tracepoint.
@@ -187,6 +197,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
         _pad: 0,
         tid_start: start,
         cpu_ns: 0,
+        queued_ns: 0,
         at_ns: boot_ns(),
         // The parent's, which the child has until it moves.
         cgroup_id: current_cgroup(),
@@ -214,6 +225,7 @@ fn report_cpu(st: &mut ThreadState, task: Task, seq: *mut c_void) {
         tgid: st.tgid,
         tid_start: st.tid_start,
         cpu_ns: cpu,
+        queued_ns: run_delay(task),
         at_ns: boot_ns(),
     };
     // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record on

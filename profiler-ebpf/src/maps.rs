@@ -47,6 +47,7 @@ pub static KERNEL: KernelLayout = KernelLayout {
     rwsem_owner: 0,
     task_stack: 0,
     regs_lr: 0,
+    task_run_delay: 0,
 };
 
 /// Run-time settings (`--stack-sample`, `--writes-only`, `--blockers`, ...).

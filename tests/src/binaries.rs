@@ -78,7 +78,7 @@ pub fn build_spawner_addon(dir: &Path) -> PathBuf {
 }
 
 /// Compiles the fixture `source` into the shared object `out` (with Node's headers).
-fn gcc(out: &Path, source: &str, link: &[&str]) {
+pub(crate) fn gcc(out: &Path, source: &str, link: &[&str]) {
     let status = Command::new("gcc")
         .args([
             "-shared",

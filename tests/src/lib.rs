@@ -13,6 +13,7 @@ mod checks;
 pub mod containers;
 mod ground_truth;
 mod kernel;
+pub mod lanes;
 mod lookup;
 pub mod nodes;
 pub mod otelcol;

@@ -1,7 +1,8 @@
 //! ROOT-ONLY: from numbers to a verdict. The lock's cost as a share of a thread's time,
 //! against a workload that measures its own waits and life with clock_gettime (`time-share`);
 //! "not your bottleneck" for a CPU-bound process; the demo's Worker threads recognised as
-//! glibc's arenas growing, first on its page as rendered by headless Chromium.
+//! glibc's arenas growing (their stacks' mechanism), first on its page as rendered by
+//! headless Chromium.
 
 use integration_tests::{
     Finished, Workload, bpf_test, find, finding, process, profile_workload, read_lines,
@@ -180,11 +181,14 @@ fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first(
         "the code that called malloc: {ev}"
     );
     let facts = ev["facts"].as_array().unwrap();
-    assert!(facts.iter().any(|x| {
-        x.as_str()
-            .unwrap()
-            .contains("sampled mprotect stacks are malloc's")
-    }));
+    assert!(
+        facts.iter().any(|x| {
+            x.as_str()
+                .unwrap()
+                .contains("sampled stacks show glibc's malloc arenas growing and shrinking")
+        }),
+        "{ev}"
+    );
     assert!(
         f["advice"][0]
             .as_str()
@@ -197,7 +201,7 @@ fn the_demos_workers_are_found_growing_glibcs_arenas_and_the_page_says_so_first(
     let page = dir.path().join("demo.html");
     let text = report_html(&json, &page);
     assert!(
-        text.contains("glibc's malloc arenas of the worker threads"),
+        text.contains("glibc's malloc arenas grow and shrink under"),
         "{text}"
     );
     let Some(dom) = rendered_dom(&page, None) else {

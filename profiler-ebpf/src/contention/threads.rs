@@ -33,6 +33,7 @@ pub fn notify_freed(w: &Waiter, task: Task) {
         _pad: 0,
         tid_start: w.tid_start,
         cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        queued_ns: lifecycle::run_delay(task),
         at_ns: boot_ns(),
         cgroup_id: 0,
         comm: lifecycle::comm_bytes(w.comm),
@@ -168,6 +169,7 @@ pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
         tgid,
         tid_start: start,
         cpu_ns: cpu,
+        queued_ns: lifecycle::run_delay(task),
         at_ns: boot_ns(),
     };
     // SAFETY: `meta` is the iterator's non-null metadata; its first field is the seq_file,

@@ -9,6 +9,7 @@ use crate::{
     registry::{
         Registry,
         addonlibs::AddonOrigin,
+        cpus::CpuAllowance,
         roles::{Decided, Role, comm_str},
     },
     vocab::ids::{ProcId, ThreadId},
@@ -21,6 +22,7 @@ pub struct Attribution {
     names: BTreeMap<ProcId, String>,
     cgroups: BTreeMap<ProcId, String>,
     exes: BTreeMap<ProcId, String>,
+    cpus: BTreeMap<ProcId, CpuAllowance>,
     roles: HashMap<(ProcId, ThreadId), Decided>,
 }
 
@@ -33,6 +35,11 @@ impl Attribution {
     /// A process's executable (the path `/proc/PID/exe` links to), when known.
     pub fn exe(&self, p: ProcId) -> Option<&str> {
         self.exes.get(&p).map(String::as_str)
+    }
+
+    /// The CPUs a process may use, when known.
+    pub fn cpus(&self, p: ProcId) -> Option<CpuAllowance> {
+        self.cpus.get(&p).copied()
     }
 
     /// A process's name: resolved, else its main thread's name as the kernel saw it.
@@ -80,6 +87,7 @@ impl Attribution {
             names: names.iter().map(|(p, n)| (*p, n.to_string())).collect(),
             cgroups: BTreeMap::new(),
             exes: BTreeMap::new(),
+            cpus: BTreeMap::new(),
             roles: roles
                 .iter()
                 .map(|(p, t, r)| ((*p, *t), (*r).into()))
@@ -152,6 +160,9 @@ impl Attribution {
         }
         if let Some(e) = kept(&window.exes, registry.exes.get(p)) {
             self.exes.insert(p, e);
+        }
+        if let Some(c) = window.cpus.get(&p).copied().or(registry.cpus.get(p)) {
+            self.cpus.insert(p, c);
         }
     }
 }

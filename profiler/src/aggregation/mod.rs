@@ -160,6 +160,8 @@ pub struct Window {
     /// Cgroups and executables of processes that are gone, likewise.
     pub cgroups: BTreeMap<ProcId, String>,
     pub exes: BTreeMap<ProcId, String>,
+    /// And the CPUs they could use.
+    pub cpus: BTreeMap<ProcId, crate::registry::cpus::CpuAllowance>,
     /// Waits charged to the holds that made them wait; None when blockers are off.
     pub blocked: Option<blocked::Blocked>,
     /// The time of live threads whose process took no lock in the window so far, kept apart

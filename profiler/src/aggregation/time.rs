@@ -25,19 +25,29 @@ pub struct ThreadTime {
     pub alive_ns: u64,
     /// CPU time within the window; None when the kernel reported none of it.
     pub cpu_ns: Option<u64>,
+    /// Time runnable but waiting for a CPU within the window (the scheduler's
+    /// `sched_info.run_delay`); None when the kernel reported none of it, or keeps none
+    /// (a kernel without CONFIG_SCHED_INFO).
+    pub queued_ns: Option<u64>,
+}
+
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
 }
 
 impl ThreadTime {
     pub fn merge(&mut self, o: &ThreadTime) {
         self.alive_ns += o.alive_ns;
-        self.cpu_ns = match (self.cpu_ns, o.cpu_ns) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
+        self.cpu_ns = add(self.cpu_ns, o.cpu_ns);
+        self.queued_ns = add(self.queued_ns, o.queued_ns);
     }
 }
 
-/// One thread's CPU time as the kernel reported it, the first and the last time.
+/// One thread's CPU time as the kernel reported it, the first and the last time, with its
+/// time waiting for a CPU (run-queue delay) read at the same moments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuSeen {
     /// CPU time (ns) and when it was read (ns since boot), the first time in this run.
@@ -46,6 +56,10 @@ pub struct CpuSeen {
     /// The same, the last time.
     pub last_ns: u64,
     pub last_at: u64,
+    /// Run-queue delay (ns) at the first and the last report; None where the kernel keeps
+    /// none.
+    pub first_queued: Option<u64>,
+    pub last_queued: Option<u64>,
 }
 
 /// The kernel's CPU reports by thread.
@@ -55,21 +69,29 @@ pub struct CpuTimes {
 }
 
 impl CpuTimes {
-    /// A report: `cpu_ns` of CPU time by `at` (ns since boot).
-    pub fn note(&mut self, thread: ThreadId, cpu_ns: u64, at: u64) {
+    /// A report: `cpu_ns` of CPU time and `queued_ns` of run-queue delay by `at` (ns since
+    /// boot).
+    pub fn note(&mut self, thread: ThreadId, cpu_ns: u64, queued_ns: Option<u64>, at: u64) {
         let seen = self.threads.entry(thread).or_insert(CpuSeen {
             first_ns: cpu_ns,
             first_at: at,
             last_ns: cpu_ns,
             last_at: at,
+            first_queued: queued_ns,
+            last_queued: queued_ns,
         });
         // Reports can arrive out of order (an exit notice and an iterator pass at once).
         if at >= seen.last_at {
             seen.last_ns = cpu_ns.max(seen.last_ns);
+            seen.last_queued = queued_ns.max(seen.last_queued);
             seen.last_at = at;
         }
         if at < seen.first_at {
             (seen.first_ns, seen.first_at) = (cpu_ns.min(seen.first_ns), at);
+            seen.first_queued = match (queued_ns, seen.first_queued) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
     }
 
@@ -101,11 +123,43 @@ pub struct Life {
     pub start_ns: u64,
     /// When its exit was noticed; None while it lives.
     pub exit_ns: Option<u64>,
-    /// Its CPU time at the run's start (see the module's doc); None before any report.
-    cpu_base: Option<u64>,
-    /// Its CPU time at the last tick that had a report of it, and the latest reported.
-    cpu_at_tick: Option<u64>,
-    cpu_last: u64,
+    /// Its CPU time as counted (see the module's doc).
+    cpu: Counter,
+    /// Its run-queue delay, counted the same way.
+    queued: Counter,
+}
+
+/// A counter the kernel reports of a thread (CPU time, run-queue delay), counted from the
+/// run's and each window's start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counter {
+    /// Its value at the run's start; None before any report.
+    base: Option<u64>,
+    /// Its value at the last tick that had a report of it, and the latest reported.
+    at_tick: Option<u64>,
+    last: u64,
+}
+
+impl Counter {
+    /// A tick: the counter's increase in the window (`first` and `last` reported this run;
+    /// `born_in_run`/`born_in_window`: the thread started since the run's/window's start,
+    /// when the counter was 0).
+    fn tick(&mut self, first: u64, last: u64, born_in_run: bool, born_in_window: bool) -> u64 {
+        let run_base = if born_in_run { 0 } else { first };
+        let window_base = if born_in_window {
+            0
+        } else {
+            self.at_tick.unwrap_or(first)
+        };
+        self.base.get_or_insert(run_base);
+        self.last = self.last.max(last);
+        self.at_tick = Some(self.last);
+        self.last.saturating_sub(window_base)
+    }
+
+    fn total(&self) -> Option<u64> {
+        self.base.map(|b| self.last.saturating_sub(b))
+    }
 }
 
 impl Life {
@@ -127,27 +181,37 @@ impl Life {
     /// A tick ending the window that began at `from` (the run began at `epoch`), with the
     /// kernel's reports of the thread's CPU time: the CPU it ran in the window, None when the
     /// kernel reported none.
+    #[cfg(test)]
     pub fn cpu_tick(&mut self, seen: Option<&CpuSeen>, from: u64, epoch: u64) -> Option<u64> {
-        let seen = seen?;
-        // What it had run when a window began: 0 if born since, else as last known.
-        let at = |start: u64, known: Option<u64>| {
-            if self.start_ns >= start {
-                0
-            } else {
-                known.unwrap_or(seen.first_ns)
-            }
+        self.tick(seen, from, epoch).0
+    }
+
+    /// The CPU time it ran in the window and its run-queue delay in it (None where the
+    /// kernel reported none, or keeps none), as [`cpu_tick`](Self::cpu_tick) says.
+    pub fn tick(
+        &mut self,
+        seen: Option<&CpuSeen>,
+        from: u64,
+        epoch: u64,
+    ) -> (Option<u64>, Option<u64>) {
+        let Some(seen) = seen else {
+            return (None, None);
         };
-        let run_base = at(epoch, None);
-        let window_base = at(from, self.cpu_at_tick);
-        self.cpu_base.get_or_insert(run_base);
-        self.cpu_last = self.cpu_last.max(seen.last_ns);
-        self.cpu_at_tick = Some(self.cpu_last);
-        Some(self.cpu_last.saturating_sub(window_base))
+        // What it had counted when a window began: 0 if born since, else as last known.
+        let (in_run, in_window) = (self.start_ns >= epoch, self.start_ns >= from);
+        let cpu = self
+            .cpu
+            .tick(seen.first_ns, seen.last_ns, in_run, in_window);
+        let queued = match (seen.first_queued, seen.last_queued) {
+            (Some(first), Some(last)) => Some(self.queued.tick(first, last, in_run, in_window)),
+            _ => None,
+        };
+        (Some(cpu), queued)
     }
 
     /// CPU time since the run's start, as last reported; None before any report.
     pub fn cpu_total(&self) -> Option<u64> {
-        self.cpu_base.map(|b| self.cpu_last.saturating_sub(b))
+        self.cpu.total()
     }
 
     /// Its time in the run `[epoch, now]`.
@@ -155,6 +219,7 @@ impl Life {
         ThreadTime {
             alive_ns: self.alive_within(epoch_ns, now_ns),
             cpu_ns: self.cpu_total(),
+            queued_ns: self.queued.total(),
         }
     }
 }
@@ -182,11 +247,11 @@ impl Totals {
     /// The kernel reported thread `tid`'s CPU time: `cpu_ns` at `at_ns` (boot-time clock),
     /// at a reading (the flush iterator's, for a thread that ran since the last one) or at its
     /// exit (its notice).
-    pub fn note_cpu(&mut self, tid: ThreadId, cpu_ns: u64, at_ns: u64) {
+    pub fn note_cpu(&mut self, tid: ThreadId, cpu_ns: u64, queued_ns: Option<u64>, at_ns: u64) {
         if self.owners.contains_key(&tid) {
-            self.cpu.note(tid, cpu_ns, at_ns);
+            self.cpu.note(tid, cpu_ns, queued_ns, at_ns);
         } else {
-            self.early_cpu.note(tid, cpu_ns, at_ns);
+            self.early_cpu.note(tid, cpu_ns, queued_ns, at_ns);
         }
     }
 
@@ -202,7 +267,7 @@ impl Totals {
         for (&(owner, tid), info) in &mut self.threads {
             let life = &mut info.life;
             let alive = life.alive_within(from, now_ns);
-            let cpu = life.cpu_tick(self.cpu.get(tid), from, epoch);
+            let (cpu, queued) = life.tick(self.cpu.get(tid), from, epoch);
             if let Some(w) = interval.as_deref_mut() {
                 // (Not clipped to its time alive: the CPU is read by the kernel a little
                 // before the tick, so a window's CPU may exceed it by that much, and the next
@@ -214,6 +279,7 @@ impl Totals {
                     &ThreadTime {
                         alive_ns: alive,
                         cpu_ns: cpu,
+                        queued_ns: queued,
                     },
                 );
             }

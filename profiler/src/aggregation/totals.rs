@@ -15,7 +15,7 @@ use super::{
     time::{CpuTimes, Life},
 };
 use crate::{
-    registry::roles::Decided,
+    registry::{cpus::CpuAllowance, roles::Decided},
     vocab::{
         hist::SideStats,
         ids::{ProcId, ThreadId},
@@ -47,6 +47,7 @@ pub struct Totals {
     names: BTreeMap<ProcId, String>,
     cgroups: BTreeMap<ProcId, String>,
     exes: BTreeMap<ProcId, String>,
+    cpus: BTreeMap<ProcId, CpuAllowance>,
     /// Keep exited threads' totals (and gone processes' names) for the summary; a
     /// long-running agent does not.
     pub keep_retired: bool,
@@ -81,6 +82,7 @@ impl Totals {
             names: BTreeMap::new(),
             cgroups: BTreeMap::new(),
             exes: BTreeMap::new(),
+            cpus: BTreeMap::new(),
             keep_retired: true,
             epoch_ns,
             last_tick_ns: epoch_ns,
@@ -231,6 +233,13 @@ impl Totals {
         }
     }
 
+    /// A gone process's CPU allowance, kept for the summary (like its name).
+    pub fn cpus_process(&mut self, owner: ProcId, cpus: CpuAllowance) {
+        if self.keep_retired {
+            self.cpus.insert(owner, cpus);
+        }
+    }
+
     /// Kernel entries of live threads.
     pub fn live_entries(&self) -> usize {
         self.threads.values().map(|i| i.kinds.len()).sum()
@@ -265,6 +274,7 @@ impl Totals {
         w.names = self.names.clone();
         w.cgroups = self.cgroups.clone();
         w.exes = self.exes.clone();
+        w.cpus = self.cpus.clone();
         w
     }
 }

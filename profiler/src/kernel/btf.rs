@@ -161,6 +161,14 @@ impl KernelInfo {
             rwsem_owner: member_offset(btf, "rw_semaphore", "owner")?.unwrap_or(0),
             task_stack: off("task_struct", "stack")?,
             regs_lr: arch.regs_lr,
+            // CONFIG_SCHED_INFO (schedstats, delay accounting): absent, the run-queue delay
+            // is unknown and the findings say so.
+            task_run_delay: nested_offset(
+                btf,
+                ("task_struct", "sched_info"),
+                ("sched_info", "run_delay"),
+            )?
+            .unwrap_or(0),
         };
         Ok(KernelInfo {
             tracepoints,
@@ -432,5 +440,9 @@ mod tests {
         assert!(l.mm_lock > 0 && l.mm_lock.is_multiple_of(8), "{l:?}");
         assert_eq!(l.rwsem_owner, 8, "{l:?}");
         assert!(l.task_stack > 0 && l.task_stack.is_multiple_of(8), "{l:?}");
+        assert!(
+            l.task_run_delay > 0 && l.task_run_delay.is_multiple_of(8),
+            "{l:?}"
+        );
     }
 }

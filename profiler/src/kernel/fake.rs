@@ -211,6 +211,7 @@ impl FakeKernel {
             _pad: 0,
             tid_start: t.start_ns,
             cpu_ns: 0,
+            queued_ns: 0,
             at_ns,
             cgroup_id: 0,
             comm: [0; COMM_LEN],

@@ -137,6 +137,7 @@ pub fn time_share(wait_ns: u64, alive_ns: u64, threads: u64) -> TimeShare {
         wall: wait_ns as f64 / alive_ns as f64,
         cpu_ns: None,
         cpu: None,
+        queued_ns: None,
         threads: Some(threads),
     }
 }

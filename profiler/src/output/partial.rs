@@ -315,6 +315,7 @@ mod tests {
             wall: wait_ns as f64 / alive_ns as f64,
             cpu_ns,
             cpu: cpu_ns.map(|c| wait_ns as f64 / c as f64),
+            queued_ns: None,
             threads,
         };
         let mut lines = Vec::new();

@@ -22,6 +22,9 @@ pub struct TimeShare {
     /// The wait of those threads over their CPU time (above 1 when they waited longer than
     /// they ran: a waiting thread is off CPU).
     pub cpu: Option<f64>,
+    /// Time runnable but waiting for a CPU in the window, ns (the scheduler's run-queue
+    /// delay), of the threads whose CPU time was read; absent where the kernel keeps none.
+    pub queued_ns: Option<u64>,
     /// Threads counted (processes and roles).
     pub threads: Option<u64>,
 }
@@ -46,6 +49,7 @@ pub struct ShareSum {
     /// The wait and CPU time of the threads whose CPU time is known.
     cpu_wait: u64,
     cpu: Option<u64>,
+    queued: Option<u64>,
     threads: u64,
 }
 
@@ -58,6 +62,9 @@ impl ShareSum {
             self.cpu_wait += wait_ns;
             self.cpu = Some(self.cpu.unwrap_or(0) + c);
         }
+        if let Some(q) = time.queued_ns {
+            self.queued = Some(self.queued.unwrap_or(0) + q);
+        }
     }
 
     /// None when no time is known (a window without it, or threads not alive in it).
@@ -68,6 +75,7 @@ impl ShareSum {
             wall: ratio(self.wait, self.alive),
             cpu_ns: self.cpu,
             cpu: self.cpu.filter(|&c| c > 0).map(|c| ratio(self.cpu_wait, c)),
+            queued_ns: self.queued,
             threads,
         })
     }
@@ -94,6 +102,9 @@ impl ShareSum {
             let w = s.cpu.map_or(0.0, |r| (r * c as f64).round());
             self.cpu_wait = self.cpu_wait.saturating_add(w as u64);
             self.cpu = Some(self.cpu.unwrap_or(0).saturating_add(c));
+        }
+        if let Some(q) = s.queued_ns {
+            self.queued = Some(self.queued.unwrap_or(0).saturating_add(q));
         }
         self.threads = self.threads.max(s.threads.unwrap_or(1));
     }
@@ -123,7 +134,11 @@ mod tests {
     use super::*;
 
     fn t(alive_ns: u64, cpu_ns: Option<u64>) -> ThreadTime {
-        ThreadTime { alive_ns, cpu_ns }
+        ThreadTime {
+            alive_ns,
+            cpu_ns,
+            queued_ns: None,
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod addonlibs;
 pub mod cgroups;
+pub mod cpus;
 pub mod exes;
 pub mod names;
 pub mod perfmap;
@@ -28,5 +29,6 @@ pub struct Registry {
     pub names: ProcessNames,
     pub cgroups: cgroups::CgroupNames,
     pub exes: exes::Executables,
+    pub cpus: cpus::CpuAllowances,
     pub roles: Roles,
 }

@@ -52,6 +52,12 @@ pub fn ticks_of_ns(ns: u64) -> u64 {
     ns / (1_000_000_000 / clock_ticks())
 }
 
+/// A record's run-queue delay: None on a kernel that keeps none
+/// ([`profiler_common::NO_RUN_DELAY`]).
+pub fn run_delay(queued_ns: u64) -> Option<u64> {
+    (queued_ns != profiler_common::NO_RUN_DELAY).then_some(queued_ns)
+}
+
 impl ThreadId {
     pub const fn new(tid: u32, start: u64) -> Self {
         ThreadId { tid, start }

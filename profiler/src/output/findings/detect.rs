@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 
 use super::{
     Finding, Severity,
-    evidence::{finding, js_functions, pct, ratio, roles_text, stacks_of},
+    evidence::{finding, pct, ratio, roles_text, stacks_of},
     listing::small_share,
+    mechanism::Mechanism,
     patterns::*,
-    view::{wait, writes_by},
+    view::{has_stacks, wait, writes_by},
+    writers::advice,
 };
 use crate::{
     output::{
@@ -17,15 +19,24 @@ use crate::{
         text::{fmt_ns, fmt_per_cpu},
     },
     registry::roles::Role,
+    vocab::Mode,
 };
 
 pub(super) fn not_a_bottleneck(s: &Report, p: &ProcessReport) -> Option<Finding> {
     // Its share of the threads' time rests on enough of its writes: a fork child's two
-    // writes before its exec say nothing.
-    if p.lock.write.count < MIN_WRITES || small_share(p) != Some(true) {
+    // writes before its exec say nothing. In contention mode, which counts only the waits,
+    // on enough of its threads' time watched: no wait at all is a result there.
+    let share = p.time_share.as_ref()?;
+    let enough = match s.mode {
+        Mode::Full => p.lock.write.count >= MIN_WRITES,
+        Mode::Contention => share.alive_ns >= MIN_WATCHED_NS,
+    };
+    if !enough || small_share(p) != Some(true) {
         return None;
     }
-    let share = p.time_share.as_ref()?;
+    if s.mode == Mode::Contention {
+        return Some(watched(s, p, share));
+    }
     let cpu = share.cpu.map_or(String::new(), |c| {
         format!(" ({} of wait per CPU-second)", fmt_per_cpu(c))
     });
@@ -55,6 +66,52 @@ pub(super) fn not_a_bottleneck(s: &Report, p: &ProcessReport) -> Option<Finding>
     Some(f)
 }
 
+/// Contention mode's verdict: what it watched (threads, their time, for how long) and how
+/// few of their acquisitions went to the lock's slow path, none at all being a result.
+fn watched(s: &Report, p: &ProcessReport, share: &crate::output::report::TimeShare) -> Finding {
+    let waits = p.lock.write.count + p.lock.read.count;
+    let threads = share.threads.unwrap_or(0);
+    let what = if waits == 0 {
+        "no contended wait".to_string()
+    } else {
+        format!(
+            "{} of their time in {waits} contended wait{}",
+            pct(share.wall),
+            if waits == 1 { "" } else { "s" }
+        )
+    };
+    let over = s
+        .duration_s
+        .map_or(String::new(), |d| format!(" in {d:.1} s"));
+    let mut f = Finding {
+        severity: Severity::Info,
+        time_share: Some(share.wall),
+        ..finding(
+            s,
+            p,
+            format!(
+                "mmap_lock is not this process's bottleneck: its {threads} thread{} watched{over}, {what}",
+                if threads == 1 { "" } else { "s" }
+            ),
+            share.wait_ns,
+            &[],
+        )
+    };
+    f.evidence.facts.push(format!(
+        "watched {threads} thread{} for {} of their time alive{}{over}: {waits} contended wait{} ({} writes, {} reads), {} of wait",
+        if threads == 1 { "" } else { "s" },
+        fmt_ns(share.alive_ns),
+        share
+            .cpu_ns
+            .map_or(String::new(), |c| format!(" ({} on CPU)", fmt_ns(c))),
+        if waits == 1 { "" } else { "s" },
+        p.lock.write.count,
+        p.lock.read.count,
+        fmt_ns(share.wait_ns)
+    ));
+    f
+}
+
 pub(super) fn arena_growth(s: &Report, p: &ProcessReport) -> Option<Finding> {
     let (n, w, per_role) = writes_by(p, "mprotect", NON_MAIN);
     if n < MIN_WRITES || ratio(w, wait(p)) < MIN_SHARE_OF_WAIT {
@@ -77,7 +134,6 @@ pub(super) fn arena_growth(s: &Report, p: &ProcessReport) -> Option<Finding> {
     );
     f.evidence.roles = roles;
     f.evidence.causes = vec!["mprotect".into()];
-    f.evidence.js_functions = js_functions(p);
     f.evidence.facts.push(format!(
         "mprotect writes by thread role: {by_role}; they waited {} ({} of the process's wait)",
         fmt_ns(w),
@@ -89,6 +145,7 @@ pub(super) fn arena_growth(s: &Report, p: &ProcessReport) -> Option<Finding> {
     } else {
         Vec::new()
     };
+    f.advice = advice(Mechanism::Arena, "the threads' code", false);
     Some(f)
 }
 
@@ -124,7 +181,6 @@ pub(super) fn mmap_threshold(s: &Report, p: &ProcessReport) -> Option<Finding> {
     );
     f.evidence.roles = roles;
     f.evidence.causes = vec!["mmap".into(), "munmap".into()];
-    f.evidence.js_functions = js_functions(p);
     f.evidence.facts.push(format!(
         "mmap and munmap writes by thread role: {by_role}; they waited {}",
         fmt_ns(w)
@@ -135,10 +191,16 @@ pub(super) fn mmap_threshold(s: &Report, p: &ProcessReport) -> Option<Finding> {
     } else {
         Vec::new()
     };
+    f.advice = advice(Mechanism::LargeAlloc, "the JavaScript", false);
     Some(f)
 }
 
 pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    // With stacks, the writers' wait for readers is their own mechanism's (the evidence
+    // chain's findings count it): they need the lock alone.
+    if has_stacks(p) {
+        return None;
+    }
     let roles = p.blocked_by_role.as_ref()?;
     let mut waiters: BTreeMap<Role, u64> = BTreeMap::new();
     let mut holders: BTreeMap<Role, u64> = BTreeMap::new();
@@ -178,11 +240,15 @@ pub(super) fn fault_reads(s: &Report, p: &ProcessReport) -> Option<Finding> {
     ));
     f.evidence.roles = waiter_roles;
     f.evidence.causes = vec!["read".into()];
-    f.evidence.js_functions = js_functions(p);
     Some(f)
 }
 
 pub(super) fn v8_gc_unmap(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    // With stacks, the evidence chain tells what V8's threads unmap (a large block freed,
+    // its heap's pages).
+    if has_stacks(p) {
+        return None;
+    }
     let (n, w, _) = writes_by(p, "munmap", &[Role::V8]);
     // With blockers: the wait V8's unmaps made others wait (the write hold, and the read
     // hold a munmap keeps after downgrading).

@@ -43,11 +43,13 @@ pub(super) fn finding(
         comm: p.comm.clone(),
         severity,
         title,
+        writes: None,
         wait_ns,
         share_of_wait: (ratio(wait_ns, wait(p)) * 1e4).round() / 1e4,
         time_share: time_share.map(|x| (x * 1e6).round() / 1e6),
         time_share_bound: time_share_bound.map(|x| (x * 1e6).round() / 1e6),
         evidence: Evidence::default(),
+        impact: None,
         advice: Vec::new(),
         measured: Vec::new(),
         measured_on: None,
@@ -152,15 +154,6 @@ pub(super) fn stacks_of(
     let mut code: Vec<(String, u64)> = code.into_iter().collect();
     code.sort_by_key(|c| std::cmp::Reverse(c.1));
     (n, malloc, code.into_iter().take(3).map(|c| c.0).collect())
-}
-
-pub(super) fn js_functions(p: &ProcessReport) -> Vec<String> {
-    p.js_functions
-        .iter()
-        .flatten()
-        .take(3)
-        .map(|f| format!("{} ({})", f.function, f.file))
-        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     output::{
-        report::{DsoReport, ProcessReport, Report, ThreadReport},
+        report::{ProcessReport, Report, ThreadReport},
         text::fmt_ns,
     },
     registry::roles::Role,
@@ -146,36 +146,19 @@ pub(super) fn long_holds(s: &Report, p: &ProcessReport) -> Option<Finding> {
     Some(f)
 }
 
+/// Without sampled stacks (`--stack-sample 0`, older builds): an addon's own threads' writes,
+/// and the wait they made the others wait (charged to their holds with `--blockers` and in
+/// contention mode; else the process's contended waits shared by the writes' hold time).
+/// With stacks, the evidence chain names the addon's code and what its writes were for.
 pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
-    let addon: Vec<&ThreadReport> = own(p).filter(|t| t.role == Role::Addon).collect();
-    let (writes, w): (u64, u64) = addon.iter().fold((0, 0), |a, t| {
-        (a.0 + t.lock.write.count, a.1 + thread_wait(t))
-    });
-    let sampled: u64 = p.dsos.iter().flatten().map(|d| d.write.count).sum();
-    let files: Vec<&DsoReport> = p
-        .dsos
-        .iter()
-        .flatten()
-        .filter(|d| d.dso.ends_with(".node"))
-        .collect();
-    let file_writes: u64 = files.iter().map(|d| d.write.count).sum();
-    if writes < MIN_WRITES
-        && (file_writes < MIN_WRITES || ratio(file_writes, sampled) < ADDON_SAMPLED_SHARE)
-    {
+    if super::view::has_stacks(p) {
         return None;
     }
-    // Sampled writes' wait, scaled to all writes by the sampling rate.
-    let scale = u64::from(s.stack_sample.unwrap_or(1).max(1));
-    let file_wait: u64 = files.iter().map(|d| d.write.wait_ns.sum * scale).sum();
-    let names: Vec<String> = files
-        .iter()
-        .map(|d| {
-            std::path::Path::new(&d.dso)
-                .file_name()
-                .map_or(d.dso.clone(), |n| n.to_string_lossy().into_owned())
-        })
-        .collect();
-    // Without sampled stacks, the addons its threads' start routines named.
+    let addon: Vec<&ThreadReport> = own(p).filter(|t| t.role == Role::Addon).collect();
+    let writes: u64 = addon.iter().map(|t| t.lock.write.count).sum();
+    if writes < MIN_WRITES {
+        return None;
+    }
     let file_name = |p: &str| {
         std::path::Path::new(p)
             .file_name()
@@ -185,29 +168,68 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
         .iter()
         .filter_map(|t| t.role_addon.as_deref().map(file_name))
         .collect();
-    let what = if !names.is_empty() {
-        names.join(", ")
-    } else if !started.is_empty() {
-        started.into_iter().collect::<Vec<_>>().join(", ")
-    } else {
+    // The addon's file: from the sampled writes' code where an older build kept it, else
+    // the addons its threads' start routines named.
+    let files: Vec<String> = (p.dsos.iter().flatten())
+        .filter(|d| d.dso.ends_with(".node"))
+        .map(|d| d.dso.clone())
+        .collect();
+    let what = if !files.is_empty() {
+        files
+            .iter()
+            .map(|f| file_name(f))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else if started.is_empty() {
         "a native addon (sample stacks to name its .node file)".to_string()
+    } else {
+        started.into_iter().collect::<Vec<_>>().join(", ")
     };
-    let explained = w.max(file_wait);
-    let mut roles = vec![Role::Addon];
-    if !files.is_empty() {
-        roles.extend(JS);
-    }
+    // What their holds made the others wait.
+    let (made_wait, how) = match p.blocked_by_role.as_ref() {
+        Some(rows) => (
+            rows.iter()
+                .filter(|r| r.holder_role == Role::Addon && r.cause != "read")
+                .map(|r| r.wait_ns)
+                .sum::<u64>(),
+            "charged to their holds",
+        ),
+        None => {
+            let held = |ts: &mut dyn Iterator<Item = &ThreadReport>| -> u64 {
+                ts.map(|t| t.lock.write.hold_ns.as_ref().map_or(0, |h| h.sum))
+                    .sum()
+            };
+            let all = held(&mut own(p));
+            let theirs = held(&mut addon.iter().copied());
+            let contended: u64 = own(p)
+                .map(|t| {
+                    super::chain::contended(&t.lock.write) + super::chain::contended(&t.lock.read)
+                })
+                .sum();
+            (
+                (contended as f64 * ratio(theirs, all)).round() as u64,
+                "estimated: the process's waits of over 2 us shared by the writes' hold time",
+            )
+        }
+    };
+    let roles: Vec<Role> = own(p).map(|t| t.role).collect();
     let mut f = finding(
         s,
         p,
-        format!("{what} takes the lock for write itself: {writes} writes by its own threads"),
-        explained,
+        format!(
+            "{what}'s threads map and unmap memory: {writes} writes; the others waited {} behind them",
+            fmt_ns(made_wait)
+        ),
+        made_wait,
         &roles,
     );
+    if made_wait == 0 || ratio(made_wait, wait(p)) < MIN_SHARE_OF_WAIT {
+        f.severity = super::Severity::Info;
+    }
     f.evidence.facts.push(format!(
-        "{} addon thread(s): {writes} writes, {} of wait",
+        "{} addon thread(s): {writes} writes; {} of the others' wait behind them ({how})",
         addon.len(),
-        fmt_ns(w)
+        fmt_ns(made_wait)
     ));
     // Threads that a library behind the addon started (libvips's, behind sharp's addon).
     let mut libraries: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
@@ -223,13 +245,7 @@ pub(super) fn addon_threads(s: &Report, p: &ProcessReport) -> Option<Finding> {
             file_name(a)
         ));
     }
-    for d in &files {
-        f.evidence.facts.push(format!(
-            "{} of {sampled} sampled writes came from {}",
-            d.write.count, d.dso
-        ));
-    }
-    f.evidence.code = files.iter().map(|d| d.dso.clone()).collect();
+    f.evidence.code = files;
     f.evidence.roles = vec!["addon".into()];
     f.evidence.causes = addon
         .iter()

@@ -7,10 +7,13 @@
 //! and of an optional study. The patterns are data: the table in [`patterns`], each with its
 //! sources in docs/findings.md.
 
+mod chain;
 mod detect;
 mod evidence;
 mod holders;
+pub mod impact;
 pub mod listing;
+mod mechanism;
 #[cfg(test)]
 mod minimums;
 mod patterns;
@@ -18,6 +21,7 @@ pub mod study;
 #[cfg(test)]
 mod tests;
 mod view;
+mod writers;
 
 use std::fmt::Write as _;
 
@@ -84,6 +88,16 @@ pub struct ThreadRef {
     pub cause: String,
 }
 
+/// A role whose threads waited behind a finding's writes, and how long.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VictimRef {
+    pub role: String,
+    /// Their wait behind those writes (reading and writing), ns.
+    pub wait_ns: u64,
+    /// The part of it their writes waited.
+    pub write_wait_ns: u64,
+}
+
 /// Why the pattern was recognised.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -98,6 +112,10 @@ pub struct Evidence {
     pub js_functions: Vec<String>,
     /// Threads named (e.g. the holder).
     pub threads: Vec<ThreadRef>,
+    /// The roles whose threads waited behind it, most wait first (the evidence chain's
+    /// findings: docs/findings.md, "Mechanisms").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub victims: Vec<VictimRef>,
     /// The figures behind it, one sentence each.
     pub facts: Vec<String>,
 }
@@ -112,6 +130,10 @@ pub struct Finding {
     pub severity: Severity,
     /// What was found, in one line.
     pub title: String,
+    /// The writes it rests on (the evidence chain's findings: the mechanism's writes,
+    /// estimated from its sampled stacks; in contention mode, its contended writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<u64>,
     /// The wait it explains, ns, and as a share of the process's wait (write and read).
     pub wait_ns: u64,
     pub share_of_wait: f64,
@@ -125,6 +147,10 @@ pub struct Finding {
     pub time_share_bound: Option<f64>,
     #[serde(default)]
     pub evidence: Evidence,
+    /// Whether removing its wait gives back throughput or only latency, from the process's
+    /// CPU use (docs/findings.md, "Throughput or latency").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impact: Option<impact::Impact>,
     /// What to change, most effective first.
     #[serde(default)]
     pub advice: Vec<String>,
@@ -165,6 +191,7 @@ pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
                     .extend(pattern.advice.iter().map(|a| a.to_string()));
                 f.source = format!("docs/findings.md#{}", pattern.id);
                 f.add_measured(study);
+                f.add_impact(s, p, pattern.id);
                 if s.mode == crate::vocab::Mode::Contention {
                     f.evidence.facts.push(CONTENTION_FACT.to_string());
                 }
@@ -180,6 +207,24 @@ pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
 }
 
 impl Finding {
+    /// Whether removing its wait gives back throughput or only latency (the evidence chain's
+    /// findings say it themselves), and the severity that follows: a wait on a process whose
+    /// CPUs were saturated is at most `low`.
+    fn add_impact(&mut self, s: &Report, p: &ProcessReport, id: &str) {
+        let verdicts = [patterns::NOT_A_BOTTLENECK, "profiler-presence"];
+        if self.impact.is_some() || verdicts.contains(&id) || self.severity == Severity::Info {
+            return;
+        }
+        if let Some(i) =
+            impact::CpuFigures::of(s, p).and_then(|c| c.impact(self.wait_ns as f64, None))
+        {
+            if i.kind == impact::ImpactKind::Latency {
+                self.severity = self.severity.min(Severity::Low);
+            }
+            self.impact = Some(i);
+        }
+    }
+
     /// With a study: what the pattern's advice measured on its host.
     pub fn add_measured(&mut self, study: Option<&StudyEffects>) {
         let (Some(st), Some(pattern)) = (study, PATTERNS.iter().find(|p| p.id == self.id)) else {
@@ -240,6 +285,51 @@ pub fn share_text(f: &Finding) -> String {
     )
 }
 
+/// A finding's severity as shown: `medium`, and what removing it gives back where the
+/// process's CPU use tells (`low, latency only`, `medium, throughput`).
+pub fn severity_text(f: &Finding) -> String {
+    match &f.impact {
+        Some(i) if i.kind == impact::ImpactKind::Latency => {
+            format!("{}, latency only", f.severity.as_str())
+        }
+        Some(_) => format!("{}, throughput", f.severity.as_str()),
+        None => f.severity.as_str().to_string(),
+    }
+}
+
+/// A finding's cost line: its share, and what removing it would give back (throughput or
+/// latency only), where the process's CPU use tells.
+pub fn cost_text(f: &Finding) -> String {
+    match &f.impact {
+        Some(i) => format!("{}; {}", share_text(f), i.text()),
+        None => share_text(f),
+    }
+}
+
+/// A finding's content as labelled lines, in its order: what the text view prints under its
+/// title and the page lists, the same for both (docs/findings.md, "One finding, one
+/// content"): `cost`, each `evidence` fact (the victims among them), `code`, `JavaScript`,
+/// each `change`, each `measured here`.
+pub fn lines(f: &Finding) -> Vec<(&'static str, String)> {
+    let mut out = vec![("cost", cost_text(f))];
+    for fact in &f.evidence.facts {
+        out.push(("evidence", fact.clone()));
+    }
+    if !f.evidence.code.is_empty() {
+        out.push(("code", f.evidence.code.join("; ")));
+    }
+    if !f.evidence.js_functions.is_empty() {
+        out.push(("JavaScript", f.evidence.js_functions.join("; ")));
+    }
+    for a in &f.advice {
+        out.push(("change", a.clone()));
+    }
+    for e in &f.measured {
+        out.push(("measured here", effect_text(e)));
+    }
+    out
+}
+
 /// `report`'s view for people: the findings alone.
 pub struct FindingsText;
 
@@ -267,38 +357,13 @@ pub fn to_text(findings: &[Finding]) -> String {
         let _ = writeln!(
             out,
             "  [{}] {} (pid {}): {}",
-            f.severity.as_str(),
+            severity_text(f),
             f.comm,
             f.pid,
             f.title
         );
-        let _ = writeln!(out, "      cost: {}", share_text(f));
-        // A pattern that costs next to nothing: its title and cost say enough, and what a
-        // study asked for (`--study`) measured of its advice.
-        if f.severity == Severity::Info && f.id != patterns::NOT_A_BOTTLENECK {
-            for e in &f.measured {
-                let _ = writeln!(out, "      measured here: {}", effect_text(e));
-            }
-            continue;
-        }
-        for fact in &f.evidence.facts {
-            let _ = writeln!(out, "      evidence: {fact}");
-        }
-        if !f.evidence.code.is_empty() {
-            let _ = writeln!(out, "      code: {}", f.evidence.code.join("; "));
-        }
-        if !f.evidence.js_functions.is_empty() {
-            let _ = writeln!(
-                out,
-                "      JavaScript: {}",
-                f.evidence.js_functions.join("; ")
-            );
-        }
-        for a in &f.advice {
-            let _ = writeln!(out, "      change: {a}");
-        }
-        for e in &f.measured {
-            let _ = writeln!(out, "      measured here: {}", effect_text(e));
+        for (label, line) in lines(f) {
+            let _ = writeln!(out, "      {label}: {line}");
         }
     }
     out

@@ -2,7 +2,7 @@
 //! its sources), its advice, the study scenarios that measure that advice, and the test that
 //! recognises it in one process of a summary.
 
-use super::{Finding, detect::*, holders::*};
+use super::{Finding, detect::*, holders::*, mechanism::Mechanism, writers::of_mechanism};
 use crate::{
     output::report::{ProcessReport, Report},
     registry::roles::Role,
@@ -33,25 +33,53 @@ pub const PATTERNS: &[Pattern] = &[
         detect: not_a_bottleneck,
     },
     Pattern {
-        id: "arena-growth",
-        advice: &[
-            "Cap glibc's malloc arenas: MALLOC_ARENA_MAX=2 in the process's environment (threads then share a few arenas, which seldom grow or shrink)",
-            "Or preload jemalloc (Debian's libjemalloc2: LD_PRELOAD=/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2), whose arenas grow by large chunks",
-            "Reuse Buffers instead of allocating one per operation (read into one preallocated Buffer with fs.readSync)",
-        ],
-        study: &["arena-1", "arena-2", "jemalloc", "reuse"],
-        always: false,
-        detect: arena_growth,
+        id: "thread-stacks",
+        advice: &[],
+        study: &[],
+        always: true,
+        detect: thread_stacks,
     },
     Pattern {
         id: "mmap-threshold",
-        advice: &[
-            "Reuse large Buffers (one per thread, read into with fs.readSync) or take them from a pool of your own: each fresh one at or above glibc's mmap threshold is an mmap, and freeing it an munmap",
-            "Carve small Buffers out of larger slabs, so that allocations stay under the threshold",
-        ],
+        advice: &[],
         study: &["reuse", "slab", "pool-256k", "finalization-pool"],
-        always: false,
-        detect: mmap_threshold,
+        always: true,
+        detect: large_allocations,
+    },
+    Pattern {
+        id: "arena-growth",
+        advice: &[],
+        study: &["arena-1", "arena-2", "jemalloc", "reuse"],
+        always: true,
+        detect: arenas,
+    },
+    Pattern {
+        id: "v8-heap",
+        advice: &[],
+        study: &[],
+        always: true,
+        detect: v8_heap,
+    },
+    Pattern {
+        id: "wasm-memory",
+        advice: &[],
+        study: &[],
+        always: true,
+        detect: wasm_memory,
+    },
+    Pattern {
+        id: "file-mappings",
+        advice: &[],
+        study: &[],
+        always: true,
+        detect: file_mappings,
+    },
+    Pattern {
+        id: "own-mappings",
+        advice: &[],
+        study: &[],
+        always: true,
+        detect: own_mappings,
     },
     Pattern {
         id: "fault-reads",
@@ -102,6 +130,50 @@ pub const PATTERNS: &[Pattern] = &[
     },
 ];
 
+fn thread_stacks(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    of_mechanism(s, p, Mechanism::Threads)
+}
+
+/// With sampled stacks, the chain's large allocations; without, the writes of the threads
+/// that run JavaScript (`mmap_threshold`).
+fn large_allocations(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    if super::view::has_stacks(p) {
+        of_mechanism(s, p, Mechanism::LargeAlloc)
+    } else if super::listing::waited_materially(p) {
+        mmap_threshold(s, p)
+    } else {
+        None
+    }
+}
+
+/// With sampled stacks, the chain's arenas; without, the non-main threads' mprotects
+/// (`arena_growth`).
+fn arenas(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    if super::view::has_stacks(p) {
+        of_mechanism(s, p, Mechanism::Arena)
+    } else if super::listing::waited_materially(p) {
+        arena_growth(s, p)
+    } else {
+        None
+    }
+}
+
+fn v8_heap(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    of_mechanism(s, p, Mechanism::V8Heap)
+}
+
+fn wasm_memory(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    of_mechanism(s, p, Mechanism::Wasm)
+}
+
+fn file_mappings(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    of_mechanism(s, p, Mechanism::FileMap)
+}
+
+fn own_mappings(s: &Report, p: &ProcessReport) -> Option<Finding> {
+    of_mechanism(s, p, Mechanism::Own)
+}
+
 /// A pattern must explain at least this share of its process's wait to be reported.
 pub(super) const MIN_SHARE_OF_WAIT: f64 = 0.10;
 
@@ -114,6 +186,9 @@ pub(super) const MIN_WRITES: u64 = 20;
 /// Sampled stacks of the syscall before they tell whose code it is (`arena-growth`,
 /// `mmap-threshold`): a majority of malloc's among fewer says nothing.
 pub(super) const MIN_SAMPLED_STACKS: u64 = 10;
+/// Contention mode's verdict rests on this much of the process's threads' time watched (it
+/// counts waits only: a process that never waited has no writes to count).
+pub(super) const MIN_WATCHED_NS: u64 = 1_000_000_000;
 /// Calls of the holder (`long-holds`): its holds of that cause, or in contention mode, which
 /// times no hold, the contended waits behind it.
 pub(super) const MIN_LONG_HOLDS: u64 = 10;
@@ -121,8 +196,6 @@ pub(super) const MIN_LONG_HOLDS: u64 = 10;
 /// [`MIN_PROFILER_SHARE`] of a material wait (listing::MATERIAL_WAIT_NS).
 pub(super) const MIN_PROFILER_HOLD_NS: u64 = 1_000_000;
 pub(super) const MIN_PROFILER_SHARE: f64 = 0.01;
-/// `addon-threads` without its threads' writes: a `.node` file's share of the sampled writes.
-pub(super) const ADDON_SAMPLED_SHARE: f64 = 0.10;
 /// `fault-reads`: the writers' wait charged to read holds, over all the writers' wait.
 pub(super) const FAULT_READS_SHARE: f64 = 0.25;
 /// Below this share of its threads' time (wall and CPU), mmap_lock is not the bottleneck.

@@ -48,8 +48,15 @@ pub fn alive_of(p: &ProcessReport, roles: &[Role]) -> Option<u64> {
     )
 }
 
+/// Whether the report has sampled stacks of the process (`samples`): the evidence chain's
+/// findings read them; without, the patterns read the counts alone.
+pub fn has_stacks(p: &ProcessReport) -> bool {
+    p.samples.as_ref().is_some_and(|s| !s.stacks.is_empty())
+}
+
 /// Writes of `cause` by own threads of the roles `roles` (empty: every own thread): count,
-/// wait, and the count per role.
+/// contended wait (acquisitions that found the lock free are no one's cost), and the count
+/// per role.
 pub fn writes_by(
     p: &ProcessReport,
     cause_: &str,
@@ -59,7 +66,7 @@ pub fn writes_by(
     for t in own(p).filter(|t| roles.is_empty() || roles.contains(&t.role)) {
         if let Some(s) = cause(t, cause_) {
             n += s.count;
-            wait += s.wait_ns.sum;
+            wait += super::chain::contended(s);
             *per_role.entry(t.role).or_default() += s.count;
         }
     }

@@ -343,6 +343,7 @@ fn the_findings_come_first_on_a_run_page_with_what_to_change() {
         comm: "node".into(),
         severity: Severity::Medium,
         title: "thread 9 holds it".into(),
+        writes: None,
         wait_ns: 5,
         share_of_wait: 0.5,
         time_share: Some(0.03),
@@ -351,6 +352,7 @@ fn the_findings_come_first_on_a_run_page_with_what_to_change() {
             facts: vec!["a fact".into()],
             ..Default::default()
         },
+        impact: None,
         advice: vec!["do this".into()],
         measured: Vec::new(),
         measured_on: None,
@@ -413,4 +415,135 @@ fn a_contention_run_page_says_its_mode_and_draws_no_hold() {
     assert!(charts(&c, "wait-histogram") > 0);
     assert!(!f.contains("contention mode"));
     assert!(charts(&f, "hold-histogram") > 0);
+}
+
+/// One finding, one content: every field of a finding (title, severity and what removing it
+/// gives back, cost, evidence, victims, code, JavaScript, change, measured) is in the text
+/// view, the JSON and the page alike, and in the same order in the text and the page.
+#[test]
+fn a_finding_says_the_same_in_text_json_and_page() {
+    use crate::output::findings::{
+        self, Effect, Evidence, Finding, Severity, VictimRef,
+        impact::{Impact, ImpactKind},
+        study::Ratio,
+    };
+    let ratio = |mean| Ratio {
+        mean,
+        min: mean,
+        max: mean,
+        runs: 1,
+    };
+    let f = Finding {
+        id: "thread-stacks".into(),
+        pid: 8,
+        comm: "node".into(),
+        // Info: the text once left out an info finding's evidence and advice.
+        severity: Severity::Info,
+        title: "hash_lanes (lanes.node) starts and joins threads (libuv threads): 882 writes map, guard & unmap <stacks>".into(),
+        writes: Some(882),
+        wait_ns: 3_070_000_000,
+        share_of_wait: 0.498,
+        time_share: Some(0.076),
+        time_share_bound: None,
+        evidence: Evidence {
+            roles: vec!["libuv".into()],
+            causes: vec!["mmap".into(), "munmap".into()],
+            code: vec!["hash_lanes (lanes.node)".into()],
+            js_functions: vec!["login (/srv/app.js:13:15) (20 of 221 sampled stacks)".into()],
+            threads: Vec::new(),
+            victims: vec![VictimRef {
+                role: "addon".into(),
+                wait_ns: 2_200_000_000,
+                write_wait_ns: 0,
+            }],
+            facts: vec![
+                "who waited behind them: addon threads 2.20s (reading: page faults)".into(),
+                "their holds lasted 3.89ms in all".into(),
+            ],
+        },
+        impact: Some(Impact {
+            kind: ImpactKind::Latency,
+            throughput_gain: 0.002,
+            cpu_ns: 1_830_000_000,
+            queued_ns: Some(27_730_000_000),
+            cpus: Some(1.0),
+            cpu_use: Some(0.547),
+        }),
+        advice: vec![
+            "Reuse threads".into(),
+            "GLIBC_TUNABLES=glibc.pthread.stack_cache_size=N".into(),
+        ],
+        measured: vec![Effect {
+            scenario: "reuse".into(),
+            file_kib: 64.0,
+            throughput: ratio(1.2),
+            writes: ratio(0.1),
+            verdict: "changed".into(),
+        }],
+        measured_on: Some("Linux 6.18".into()),
+        source: "docs/findings.md#mechanisms".into(),
+    };
+    let text = findings::to_text(std::slice::from_ref(&f));
+    let json = serde_json::to_value(&f).unwrap();
+    let page = super::verdict::findings_section(std::slice::from_ref(&f));
+    let esc = super::svg::esc;
+    // Every line of the text but the section's heading, in the page in the same order.
+    let mut at = 0;
+    for line in text.lines().skip(2) {
+        let content = line.trim_start();
+        let content = content
+            .split_once("]")
+            .filter(|_| content.starts_with('['))
+            .map_or(content, |(_, rest)| rest.trim_start());
+        let content = ["cost: ", "evidence: ", "change: ", "measured here: "]
+            .iter()
+            .find_map(|l| content.strip_prefix(l))
+            .unwrap_or(content);
+        let found = page[at..]
+            .find(&esc(content))
+            .unwrap_or_else(|| panic!("{content:?} is not in the page after {at}:\n{page}"));
+        at += found;
+    }
+    // Every field of the JSON, in the text and in the page.
+    let mut fields: Vec<String> = vec![
+        json["title"].as_str().unwrap().into(),
+        findings::severity_text(&f),
+        findings::cost_text(&f),
+    ];
+    for k in ["facts", "code", "js_functions"] {
+        fields.extend(
+            json["evidence"][k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string()),
+        );
+    }
+    fields.extend(
+        json["advice"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string()),
+    );
+    fields.push(findings::effect_text(&f.measured[0]));
+    for v in json["evidence"]["victims"].as_array().unwrap() {
+        fields.push(format!(
+            "{} threads {}",
+            v["role"].as_str().unwrap(),
+            crate::output::text::fmt_ns(v["wait_ns"].as_u64().unwrap())
+        ));
+    }
+    let kind = json["impact"]["kind"].as_str().unwrap();
+    assert!(findings::severity_text(&f).contains(kind));
+    for field in &fields {
+        assert!(
+            text.contains(field.as_str()),
+            "{field:?} not in the text:\n{text}"
+        );
+        assert!(
+            page.contains(&esc(field)),
+            "{field:?} not in the page:\n{page}"
+        );
+    }
 }

@@ -34,35 +34,39 @@ pub fn findings_section(findings: &[Finding]) -> String {
     for f in findings {
         let _ = write!(
             out,
-            r#"<div class="finding sev-{sev}" data-finding="{id}" data-pid="{pid}"><h3><span class="sev">{sev}</span> {comm} (pid {pid}): {title}</h3><p class="cost">{cost}</p>"#,
+            r#"<div class="finding sev-{sev}" data-finding="{id}" data-pid="{pid}"><h3><span class="sev">{shown}</span> {comm} (pid {pid}): {title}</h3>"#,
             sev = f.severity.as_str(),
+            shown = esc(&findings::severity_text(f)),
             id = esc(&f.id),
             pid = f.pid,
             comm = esc(&f.comm),
             title = esc(&f.title),
-            cost = esc(&findings::share_text(f)),
         );
-        let mut evidence = f.evidence.facts.clone();
-        if !f.evidence.code.is_empty() {
-            evidence.push(format!("code: {}", f.evidence.code.join("; ")));
-        }
-        if !f.evidence.js_functions.is_empty() {
-            evidence.push(format!(
-                "JavaScript: {}",
-                f.evidence.js_functions.join("; ")
-            ));
+        // The same lines as the text view, in its order (findings::lines).
+        let (mut evidence, mut advice, mut measured) = (Vec::new(), Vec::new(), Vec::new());
+        for (label, line) in findings::lines(f) {
+            match label {
+                "cost" => {
+                    let _ = write!(out, r#"<p class="cost">{}</p>"#, esc(&line));
+                }
+                "change" => advice.push(line),
+                "measured here" => measured.push(line),
+                "evidence" => evidence.push(line),
+                _ => evidence.push(format!("{label}: {line}")),
+            }
         }
         list(&mut out, "evidence", &evidence);
-        out.push_str("<p><b>What to change</b></p>");
-        list(&mut out, "advice", &f.advice);
-        if !f.measured.is_empty() {
+        if !advice.is_empty() {
+            out.push_str("<p><b>What to change</b></p>");
+            list(&mut out, "advice", &advice);
+        }
+        if !measured.is_empty() {
             let _ = write!(
                 out,
                 "<p><b>Measured on this host</b> <small>({})</small></p>",
                 esc(f.measured_on.as_deref().unwrap_or("the study"))
             );
-            let m: Vec<String> = f.measured.iter().map(findings::effect_text).collect();
-            list(&mut out, "measured", &m);
+            list(&mut out, "measured", &measured);
         }
         let _ = write!(out, r#"<p class="note">{}</p></div>"#, esc(&f.source));
     }

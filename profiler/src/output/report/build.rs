@@ -157,6 +157,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             profiler,
             cgroup: attribution.cgroup(proc_id).map(str::to_string),
             exe: attribution.exe(proc_id).map(str::to_string),
+            cpus: attribution.cpus(proc_id),
             pid,
             start_ticks: proc_id.start,
             comm,

@@ -6,6 +6,7 @@ use std::{borrow::Cow, collections::BTreeMap};
 use serde::{Deserialize, Serialize};
 
 use super::{BlockerReport, RoleBlock, RoleShare, Stats, TimeShare};
+pub use crate::registry::cpus::CpuAllowance;
 use crate::{
     aggregation::SideStats,
     registry::{reads::Reads, roles::Role},
@@ -229,6 +230,9 @@ pub struct ProcessReport {
     pub time_share: Option<TimeShare>,
     /// The same per thread role (foreign takers as the role `foreign`).
     pub time_share_by_role: Option<Vec<RoleShare>>,
+    /// The CPUs it may use, when they could be read: what its time share's CPU time is
+    /// measured against in a finding's throughput or latency (docs/findings.md).
+    pub cpus: Option<CpuAllowance>,
 }
 
 /// The profiler's own part of a process's lock acquisitions.

@@ -152,7 +152,11 @@ fn time_shares_per_thread_process_and_role_count_idle_threads_and_leave_foreign_
             .unwrap()
             .get_mut(&t(tid))
             .unwrap()
-            .time = crate::aggregation::ThreadTime { alive_ns, cpu_ns };
+            .time = crate::aggregation::ThreadTime {
+            alive_ns,
+            cpu_ns,
+            queued_ns: None,
+        };
     };
     // 10 (main) waited 800 ns of 8000; 11 (other) 45000 of 90000, 30000 on CPU.
     set(&mut w, 10, 8_000, None);

@@ -91,7 +91,8 @@ impl<K: Kernel> Profile<K> {
         let mut execs = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
-            self.totals.note_cpu(t, e.cpu_ns, e.at_ns);
+            self.totals
+                .note_cpu(t, e.cpu_ns, ids::run_delay(e.queued_ns), e.at_ns);
             // An exit ends the thread's time alive; an exec's or a fork's notice names a
             // process's main thread, which lives on.
             if matches!(e.tag, exit_record::EXITING | exit_record::FREED) {
@@ -319,8 +320,16 @@ impl<K: Kernel> Profile<K> {
                 w.exes.insert(owner, e.to_string());
             }
         }
+        // And the CPUs it could use (a finding's throughput or latency).
+        if let Some(c) = self.registry.cpus.get(owner) {
+            self.totals.cpus_process(owner, c);
+            if let Some(w) = self.interval.as_mut() {
+                w.cpus.insert(owner, c);
+            }
+        }
         self.registry.names.forget(owner);
         self.registry.cgroups.forget(owner);
+        self.registry.cpus.forget(owner);
         self.registry.exes.forget(owner);
         let mut read = self.registry.roles.forget_process(owner);
         if let Some(stacks) = self.stacks.as_mut() {

@@ -176,6 +176,7 @@ impl<K: Kernel> Profile<K> {
                 registry.names.prime(owner);
                 registry.cgroups.prime(owner);
                 registry.exes.prime(owner);
+                registry.cpus.prime(owner);
                 let seen = SeenThread {
                     owner,
                     thread,
@@ -206,7 +207,8 @@ impl<K: Kernel> Profile<K> {
     fn note_cpu_times(&mut self) {
         for c in self.collector.take_cpu_times() {
             let t = ThreadId::new(c.tid, ids::ticks_of_ns(c.tid_start));
-            self.totals.note_cpu(t, c.cpu_ns, c.at_ns);
+            self.totals
+                .note_cpu(t, c.cpu_ns, ids::run_delay(c.queued_ns), c.at_ns);
         }
     }
 

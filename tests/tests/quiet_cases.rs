@@ -1,0 +1,182 @@
+//! ROOT-ONLY: the quiet cases, in both modes. A busy process whose lock is taken but never
+//! contended gets a verdict, "not this process's bottleneck", also in contention mode where
+//! it never waited (zero waits is a result, not an absence); native worker threads growing
+//! glibc's arenas through posix_memalign are named so, with the arena's advice, whether
+//! their writes made anyone wait or not; and no finding sizes itself on acquisitions that
+//! waited behind no one.
+
+use std::process::Command;
+
+use integration_tests::{
+    Finished, Profiler, Workload, bpf_test, fixture, lanes::build_lanes_addon, process,
+};
+use serde_json::Value;
+
+/// `arenas.js`: `threads` threads of the addon's own, each `rounds` rounds of `count`
+/// posix_memalign(4096, 96 KiB) kept and freed (about 66 MiB a round: a thread arena's heap
+/// of 64 MiB is outgrown, a second one mapped and grown, and given back at the frees), and
+/// `spin_us` of computing after each; on the CPUs `cpus` (`taskset -c`), or any.
+fn arenas(
+    addon: &std::path::Path,
+    threads: u64,
+    rounds: u64,
+    spin_us: u64,
+    cpus: Option<&str>,
+) -> Workload {
+    let mut cmd = match cpus {
+        Some(c) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", c, "node"]);
+            cmd
+        }
+        None => Command::new("node"),
+    };
+    cmd.arg(fixture("addon/arenas.js"))
+        .arg(addon)
+        .args([threads, rounds, 700, 96 * 1024, spin_us].map(|n| n.to_string()));
+    Workload::spawn(cmd)
+}
+
+/// Profiles `w` from "go" to "done" with `args`: the profiler's output.
+fn profile(w: &mut Workload, args: &[&str]) -> Finished {
+    let pid = w.pid.to_string();
+    let mut all = vec!["-p", pid.as_str(), "-i", "0"];
+    all.extend_from_slice(args);
+    let prof = Profiler::start(&all);
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    prof.signal(libc::SIGINT);
+    let out = prof.finish_ok();
+    w.send("exit");
+    assert!(w.wait().success());
+    out
+}
+
+fn findings(out: &Finished) -> Vec<Value> {
+    out.summary()["findings"]
+        .as_array()
+        .expect("findings")
+        .clone()
+}
+
+fn texts(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The arena finding: glibc's arenas under the addon's code, on its own threads, with the
+/// arena cap and jemalloc first in its advice (never the addon "mapping memory itself").
+fn assert_arena_finding(f: &Value, mode: &str) {
+    eprintln!("{mode}: {}", serde_json::to_string_pretty(f).unwrap());
+    let title = f["title"].as_str().unwrap();
+    assert!(
+        title.starts_with(
+            "glibc's malloc arenas grow and shrink under arena_rounds (lanes.node) (addon threads)"
+        ),
+        "{mode}: {title}"
+    );
+    let advice = texts(&f["advice"]);
+    assert!(
+        advice.starts_with("Cap glibc's malloc arenas: MALLOC_ARENA_MAX=2"),
+        "{advice}"
+    );
+    assert!(advice.contains("jemalloc"), "{advice}");
+    assert!(
+        !advice.contains("maps and unmaps memory itself"),
+        "{advice}"
+    );
+    let causes = texts(&f["evidence"]["causes"]);
+    assert!(causes.contains("mprotect"), "{mode}: {causes}");
+}
+
+/// A busy process (one native thread computing, its arena grown and given back between)
+/// whose writes never wait: full mode says it is not this process's bottleneck, and names
+/// the arena's writes as what is there (info: no one waited for them), with the arena's
+/// advice; contention mode, which sees no wait at all, gives the same verdict with what it
+/// watched. No finding's wait is made of acquisitions that waited behind no one.
+#[test]
+fn a_busy_process_whose_lock_is_never_contended_is_not_its_bottleneck_in_both_modes() {
+    let Some(dir) = bpf_test() else { return };
+    let addon = build_lanes_addon(dir.path());
+    for (mode, args) in [
+        ("full", &["--stack-sample", "4"][..]),
+        (
+            "contention",
+            &["--mode", "contention", "--stack-sample", "1"][..],
+        ),
+    ] {
+        let mut w = arenas(&addon, 1, 40, 50_000, None);
+        let pid = w.pid;
+        let out = profile(&mut w, args);
+        let all = findings(&out);
+        let first = all.first().unwrap_or_else(|| panic!("{mode}: no verdict"));
+        eprintln!("{mode}: {}", serde_json::to_string_pretty(&all).unwrap());
+        assert_eq!(first["id"], "not-your-bottleneck", "{mode}: {first}");
+        assert_eq!(first["pid"], pid);
+        let p = process(out.summary(), pid).expect("the process is in the summary");
+        let share = &p["time_share"];
+        assert!(share["wall"].as_f64().unwrap() < 0.01, "{mode}: {share}");
+        for f in &all {
+            assert_eq!(f["severity"], "info", "{mode}: {f}");
+            // Uncontended acquisitions size no finding: none claims a tenth of a wait that
+            // is made of them.
+            if f["id"] != "not-your-bottleneck" && f["id"] != "profiler-presence" {
+                assert!(f["wait_ns"].as_u64().unwrap() < 10_000_000, "{mode}: {f}");
+            }
+        }
+        match mode {
+            "full" => {
+                let a = all
+                    .iter()
+                    .find(|f| f["id"] == "arena-growth")
+                    .unwrap_or_else(|| panic!("full: no arena finding in {all:?}"));
+                assert_arena_finding(a, mode);
+                assert!(
+                    a["title"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("no one waited for them"),
+                    "{a}"
+                );
+            }
+            _ => {
+                let t = first["title"].as_str().unwrap();
+                assert!(t.contains("threads watched in"), "{t}");
+                let facts = texts(&first["evidence"]["facts"]);
+                assert!(facts.starts_with("watched "), "{facts}");
+            }
+        }
+    }
+}
+
+/// Native worker threads of an addon (eight, its own, on one CPU) growing glibc's arenas
+/// through posix_memalign at once: preempted with the lock held, their writes make each other
+/// wait, and the finding says glibc's arenas, under the addon's code, with the arena cap and
+/// jemalloc, in both modes.
+#[test]
+fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
+    let Some(dir) = bpf_test() else { return };
+    let addon = build_lanes_addon(dir.path());
+    for (mode, args) in [
+        ("full", &["--blockers", "--stack-sample", "4"][..]),
+        (
+            "contention",
+            &["--mode", "contention", "--stack-sample", "1"][..],
+        ),
+    ] {
+        let mut w = arenas(&addon, 8, 20, 0, Some("0"));
+        let out = profile(&mut w, args);
+        let all = findings(&out);
+        let a = all
+            .iter()
+            .find(|f| f["id"] == "arena-growth")
+            .unwrap_or_else(|| panic!("{mode}: no arena finding in {all:#?}"));
+        assert_arena_finding(a, mode);
+        assert_eq!(texts(&a["evidence"]["roles"]), "addon", "{mode}");
+        assert_ne!(a["severity"], "info", "{mode}: they waited: {a}");
+    }
+}
