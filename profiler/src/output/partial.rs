@@ -11,7 +11,7 @@ use crate::{
     output::{
         report::{
             CauseReport, Kind, LockReport, Lost, ProcessReport, Report, SCHEMA_VERSION, Stats,
-            ThreadReport, Uncounted,
+            ThreadGroupReport, ThreadReport, TimeShare, Uncounted,
         },
         share::{self, ShareSum},
     },
@@ -70,6 +70,25 @@ struct Thread {
     time: Option<ShareSum>,
 }
 
+/// A group of threads (`thread_groups`) summed over lines: its threads (a thread grouped in
+/// two lines counts twice, so at most), sides and time.
+struct Group {
+    threads: u64,
+    comm: String,
+    sides: Sides,
+    time: Option<ShareSum>,
+}
+
+/// (why, role, taker's pid, addon, library, start routine).
+type GroupKey = (
+    String,
+    Role,
+    Option<u32>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
 #[derive(Default)]
 struct Process {
     comm: String,
@@ -82,6 +101,7 @@ struct Process {
     threads: BTreeMap<(u32, Option<u32>), Thread>,
     time: Option<ShareSum>,
     time_by_role: BTreeMap<Role, ShareSum>,
+    groups: BTreeMap<GroupKey, Group>,
 }
 
 /// Adds a line's share, if it has one.
@@ -139,6 +159,26 @@ impl Summed {
                     .or_default()
                     .add_reported(&r.share);
             }
+            for g in p.thread_groups.iter().flatten() {
+                let t = &g.row;
+                let key = (
+                    g.grouped.to_string(),
+                    t.role,
+                    t.pid,
+                    t.role_addon.clone(),
+                    t.role_library.clone(),
+                    g.start_routine.clone(),
+                );
+                let sum = e.groups.entry(key).or_insert_with(|| Group {
+                    threads: 0,
+                    comm: t.comm.clone(),
+                    sides: Sides::default(),
+                    time: None,
+                });
+                sum.threads += g.threads;
+                sum.sides.add(&t.lock);
+                add_share(&mut sum.time, t.time_share.as_ref());
+            }
             for t in &p.threads {
                 let th = e.threads.entry((t.tid, t.pid)).or_insert_with(|| Thread {
                     role: t.role,
@@ -194,6 +234,34 @@ impl Summed {
                     lock: p.sides.report(),
                     blocked_wait_ns: p.blocked_wait_ns,
                     threads,
+                    thread_groups: (!p.groups.is_empty()).then(|| {
+                        p.groups
+                            .iter()
+                            .map(
+                                |((why, role, pid, addon, library, start), g)| ThreadGroupReport {
+                                    threads: g.threads,
+                                    grouped: why.clone().into(),
+                                    start_routine: start.clone(),
+                                    row: ThreadReport {
+                                        tid: 0,
+                                        role: *role,
+                                        comm: g.comm.clone(),
+                                        pid: *pid,
+                                        role_addon: addon.clone(),
+                                        role_library: library.clone(),
+                                        lock: g.sides.report(),
+                                        blocked_by: None,
+                                        time_share: g.time.and_then(|s| s.thread()).map(|s| {
+                                            TimeShare {
+                                                threads: Some(g.threads),
+                                                ..s
+                                            }
+                                        }),
+                                    },
+                                },
+                            )
+                            .collect()
+                    }),
                     time_share: p.time.and_then(|s| s.total()),
                     time_share_by_role: share::by_role(&p.time_by_role),
                     // What interval lines do not carry (sampled stacks, blockers by name).

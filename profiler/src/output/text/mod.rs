@@ -21,6 +21,7 @@ mod over_time;
 mod stack_ends;
 #[cfg(test)]
 mod tests;
+mod threads;
 mod waits;
 
 use format::{BAR_WIDTH, fmt_f};
@@ -28,6 +29,7 @@ use format::{BAR_WIDTH, fmt_f};
 pub use format::{
     count_of, fit, fmt_ns, fmt_per_cpu, fmt_share, histogram_lines, side_by_side, size_name,
 };
+pub use threads::trimmed_text;
 pub use waits::{blockers_text, time_share_text};
 
 /// A file's name alone when its path does not fit a table column.
@@ -109,7 +111,7 @@ fn roles_text(p: &ProcessReport) -> String {
     }
     // Addon threads that a library behind the addon started: which library, whose addon.
     let mut libraries: Vec<(String, u64, u64)> = Vec::new();
-    for t in &p.threads {
+    for (t, n) in p.thread_rows() {
         let (Some(lib), Some(addon)) = (&t.role_library, &t.role_addon) else {
             continue;
         };
@@ -120,8 +122,8 @@ fn roles_text(p: &ProcessReport) -> String {
         };
         let what = format!("{}, which {} needs", name(lib), name(addon));
         match libraries.iter_mut().find(|l| l.0 == what) {
-            Some(l) => (l.1, l.2) = (l.1 + 1, l.2 + t.lock.write.count),
-            None => libraries.push((what, 1, t.lock.write.count)),
+            Some(l) => (l.1, l.2) = (l.1 + n, l.2 + t.lock.write.count),
+            None => libraries.push((what, n, t.lock.write.count)),
         }
     }
     for (what, threads, writes) in libraries {
@@ -307,6 +309,7 @@ fn process_text_with(p: &ProcessReport, mode: Mode, series: Option<&Series>) -> 
             own.share * 100.0
         );
     }
+    out.push_str(&threads::trimmed_text(p));
     out.push_str(&time_share_text(p));
     if let Some(series) = series {
         out.push_str(&over_time::over_time_text(series));
@@ -388,10 +391,15 @@ fn process_text_with(p: &ProcessReport, mode: Mode, series: Option<&Series>) -> 
     if p.threads.len() > TOP_THREADS {
         let _ = writeln!(
             out,
-            "  ... and {} more threads",
-            p.threads.len() - TOP_THREADS
+            "  ... and {} listed",
+            count_of(
+                (p.threads.len() - TOP_THREADS) as u64,
+                "more thread",
+                "more threads"
+            )
         );
     }
+    out.push_str(&threads::groups_text(p));
     let hists = histogram_lines(&[&p.lock.write.wait_ns, &p.lock.read.wait_ns]);
     if hists.iter().any(|h| !h.is_empty()) {
         let width = 8 + 1 + BAR_WIDTH + 1 + 8;
