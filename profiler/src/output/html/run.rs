@@ -16,6 +16,9 @@ use super::{
 };
 use crate::output::{Output, findings::Finding, report::ProcessReport, text::fmt_ns};
 
+/// Stacks a flame graph draws at most (the most sampled).
+const FLAME_STACKS: usize = 2000;
+
 /// A titled chart, laid out two to a row.
 fn panel(out: &mut String, title: &str, chart: &str) {
     let _ = write!(
@@ -228,9 +231,20 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
     out.push_str("</div>");
     code_tables(&mut out, p);
     let flame = p.flame.as_deref().unwrap_or_default();
-    if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), flame) {
+    // The most sampled stacks (the flame is sorted so): a graph of thousands more adds
+    // megabytes to the page and frames too narrow to see.
+    let (drawn, rest) = flame.split_at(flame.len().min(FLAME_STACKS));
+    if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), drawn) {
         out.push_str("<h3>Flame graph of the sampled writes</h3>");
         out.push_str(&frame);
+        if !rest.is_empty() {
+            let _ = write!(
+                out,
+                r#"<p class="note">{} less sampled stacks ({} sampled writes) not drawn.</p>"#,
+                rest.len(),
+                rest.iter().map(|f| f.count).sum::<u64>()
+            );
+        }
     }
     out.push_str("</section>");
     out

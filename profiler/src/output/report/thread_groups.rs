@@ -1,6 +1,6 @@
-//! Threads a report groups rather than lists: those that lived less than a second (an addon
-//! that starts a thread per call starts thousands), and those past the [`LISTED_THREADS`]
-//! that waited longest. A group is one row of the threads' role, start routine and addon,
+//! Threads a report groups rather than lists, in a process of more than [`LISTED_THREADS`]
+//! threads: those that lived less than a second (an addon that starts a thread per call
+//! starts thousands), and those past the [`LISTED_THREADS`] that waited longest. A group is one row of the threads' role, start routine and addon,
 //! with their exact totals (counts, waits, histograms merged, causes, time), so that the
 //! listed threads and the groups add up to the process; what a group does not keep is each
 //! thread's own `blocked_by` (the process's `blockers` and `blocked_by_role` have their waits).
@@ -152,6 +152,11 @@ pub fn group(rows: Vec<(ThreadReport, ThreadFacts)>, listed: usize) -> Grouping 
         std::cmp::Reverse((wait(t), t.lock.write.count))
     });
     let mut why: Vec<Option<&'static str>> = vec![None; rows.len()];
+    // A process of few threads lists them all, whatever their lives.
+    if rows.len() <= listed {
+        let out = rows.into_iter().map(|(t, _)| t).collect();
+        return (out, Vec::new(), HashMap::new());
+    }
     let mut kept = 0;
     for (n, &i) in rank.iter().enumerate() {
         let short = rows[i].1.lived_ns.is_some_and(|l| l < SHORT_LIVED_NS);
