@@ -255,13 +255,17 @@ impl Window {
     /// Puts the time kept apart where it belongs: with the threads of the processes that
     /// took a lock in the window, and, when `all`, for every other process too (the agent's
     /// metrics count every live thread's time; a report lists only processes that took a
-    /// lock).
+    /// lock). A process known only by its bystanders (threads that never took a profiled
+    /// lock) is not added: it is in no report, nor in the agent's metrics.
     pub fn settle(&mut self, all: bool) {
-        for t in std::mem::take(&mut self.idle) {
+        let mut idle = std::mem::take(&mut self.idle);
+        // Profiled threads first: they make the processes bystanders may join.
+        idle.sort_by_key(|t| t.role.is_some());
+        for t in idle {
             let (owner, tid) = (t.owner, t.tid);
             let threads = match self.processes.get_mut(&owner) {
                 Some(threads) => threads,
-                None if all => self.processes.entry(owner).or_default(),
+                None if all && t.role.is_none() => self.processes.entry(owner).or_default(),
                 None => continue,
             };
             threads
