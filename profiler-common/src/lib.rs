@@ -109,6 +109,10 @@ mod tests {
             cpu_ns: 123_456,
             queued_ns: 7,
             at_ns: u64::MAX,
+            owner_start: 1 << 39,
+            comm: *b"libuv-worker\0\0\0\0",
+            flags: thread_cpu::BYSTANDER,
+            _pad: 0,
         };
         let mut bytes = vec![0xa5u8; 3];
         bytes.extend_from_slice(bytemuck::bytes_of(&rec));
@@ -122,8 +126,8 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
         assert_eq!(size_of::<StatsKey>(), 32);
-        assert_eq!(size_of::<ExitedThread>(), 48 + COMM_LEN);
-        assert_eq!(size_of::<ThreadCpu>(), 32);
+        assert_eq!(size_of::<ExitedThread>(), 56 + COMM_LEN);
+        assert_eq!(size_of::<ThreadCpu>(), 48 + COMM_LEN);
         assert_eq!(
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()

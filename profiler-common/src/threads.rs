@@ -43,6 +43,11 @@ pub mod exit_record {
     /// A process was selected as it forked from a selected one (`tid` is its pid,
     /// `tid_start` its start time): it runs its parent's image, in its parent's cgroup.
     pub const FORK: u32 = 4;
+    /// A thread of a profiled process that was not profiled itself (it took none of its
+    /// profiled locks, or, in contention mode, never waited) is exiting: its time alive ends
+    /// at `at_ns`, its CPU time is `cpu_ns`, its process started at `owner_start`. Its time
+    /// is the process's all the same (the time shares count every thread).
+    pub const BYSTANDER: u32 = 5;
 }
 
 /// A record of the `EXITED` ring buffer.
@@ -64,14 +69,26 @@ pub struct ExitedThread {
     /// EXEC and FORK: the process's cgroup (v2 id), so that one gone before userspace could
     /// read its /proc entry is still labelled by its cgroup.
     pub cgroup_id: u64,
+    /// BYSTANDER: its process's start time (ns since boot, the clock of `tid_start`); 0
+    /// otherwise.
+    pub owner_start: u64,
     /// The thread's command name when the notice was sent: at EXEC, the new image's (a
     /// process that exits before userspace reads its /proc entry is still named after what
     /// it exec'd, not after runc's init that exec'd it).
     pub comm: [u8; COMM_LEN],
 }
 
-/// A profiled thread's CPU time, written by the flush iterator into its output (read by
-/// userspace each time it runs the iterator) whenever it changed since the last time.
+/// `ThreadCpu::flags`.
+pub mod thread_cpu {
+    /// The thread is not profiled itself but its process is (its address space is the one
+    /// the process's profiled threads noted): a bystander, whose time is its process's.
+    pub const BYSTANDER: u32 = 1;
+}
+
+/// A thread's CPU time, written by the flush iterator into its output (read by userspace each
+/// time it runs the iterator): a profiled thread's whenever it changed since the last time,
+/// and every pass that of each thread of a profiled process that is not profiled itself
+/// (`thread_cpu::BYSTANDER`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct ThreadCpu {
@@ -84,6 +101,13 @@ pub struct ThreadCpu {
     pub queued_ns: u64,
     /// When it was read, ns since boot.
     pub at_ns: u64,
+    /// A bystander's process's start time (ns since boot); 0 for a profiled thread.
+    pub owner_start: u64,
+    /// A bystander's name (its role is told by it: its start routine is not read).
+    pub comm: [u8; COMM_LEN],
+    /// [`thread_cpu`] flags.
+    pub flags: u32,
+    pub _pad: u32,
 }
 
 /// A record's `queued_ns` on a kernel that keeps no run-queue delay (no CONFIG_SCHED_INFO).

@@ -18,12 +18,13 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use profiler_common::{ExitedThread, NO_RUN_DELAY, ThreadCpu, counter, exit_record};
+use profiler_common::{ExitedThread, NO_RUN_DELAY, ThreadCpu, counter, exit_record, thread_cpu};
 
 use crate::{
     accum,
     kread::{self, Task},
-    maps::{EXITED, FILTER, KERNEL, SELECTED, bump, konst},
+    maps::{EXITED, FILTER, KERNEL, MM_OWNER, SELECTED, bump, konst},
+    owner::ctx_id,
     state::{THREAD_STATE, ThreadState, claim, unclaim_full},
 };
 
@@ -55,8 +56,87 @@ fn notify(st: &ThreadState, task: Task, tag: u32) {
         queued_ns: run_delay(task),
         at_ns: boot_ns(),
         cgroup_id: 0,
+        owner_start: 0,
         comm: comm_bytes(st.comm),
     });
+}
+
+/// The start time of `task`'s process when that process is profiled (its address space is
+/// the one its own profiled threads noted in `MM_OWNER`, in either mode) and `task` is one
+/// of its threads: a thread of it that is not profiled itself is a bystander, whose time
+/// alive and on CPU is its process's all the same.
+#[inline(always)]
+pub fn bystander_of(task: Task, tgid: u32) -> Option<u64> {
+    let mm = kread::u64_at(task.addr() + konst(&KERNEL.task_mm) as u64);
+    if mm == 0 {
+        return None;
+    }
+    // SAFETY: a map lookup, the value copied out at once.
+    let o = unsafe { MM_OWNER.get(mm) }.copied()?;
+    (o.pid == tgid && o.ctx_id == ctx_id(mm)).then_some(o.start)
+}
+
+/// A task's name, as a record carries it.
+#[inline(always)]
+fn task_comm(task: Task) -> [u8; profiler_common::COMM_LEN] {
+    comm_bytes(kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64))
+}
+
+/// A bystander (see [`bystander_of`]) is exiting: userspace is told its end and CPU time.
+/// Both copies of the exit program may send it (userspace takes one).
+#[inline(always)]
+pub fn bystander_exit(task: Task) {
+    let tgid = task.u32_at(konst(&KERNEL.task_tgid));
+    let Some(owner_start) = bystander_of(task, tgid) else {
+        return;
+    };
+    send_exit(&ExitedThread {
+        tag: exit_record::BYSTANDER,
+        tid: task.u32_at(konst(&KERNEL.task_pid)),
+        tgid,
+        _pad: 0,
+        tid_start: task.u64_at(konst(&KERNEL.task_start_boottime)),
+        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        queued_ns: run_delay(task),
+        at_ns: boot_ns(),
+        cgroup_id: 0,
+        owner_start,
+        comm: task_comm(task),
+    });
+}
+
+/// A bystander's CPU time into the iterator's output (every pass: it has no state to say
+/// whether it changed).
+#[inline(always)]
+pub fn report_bystander(task: Task, seq: *mut c_void) {
+    if seq.is_null() {
+        return;
+    }
+    let tgid = task.u32_at(konst(&KERNEL.task_tgid));
+    let Some(owner_start) = bystander_of(task, tgid) else {
+        return;
+    };
+    let rec = ThreadCpu {
+        tid: task.u32_at(konst(&KERNEL.task_pid)),
+        tgid,
+        tid_start: task.u64_at(konst(&KERNEL.task_start_boottime)),
+        cpu_ns: task.u64_at(konst(&KERNEL.task_cpu_ns)),
+        queued_ns: run_delay(task),
+        at_ns: boot_ns(),
+        owner_start,
+        comm: task_comm(task),
+        flags: thread_cpu::BYSTANDER,
+        _pad: 0,
+    };
+    // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record on
+    // our stack of the length given.
+    unsafe {
+        bpf_seq_write(
+            seq.cast(),
+            ptr::from_ref(&rec).cast(),
+            size_of::<ThreadCpu>() as u32,
+        )
+    };
 }
 
 /// Sends an exit notice (see `exit_record`).
@@ -94,6 +174,7 @@ pub fn notify_exec(task: Task, tgid: u32) {
         queued_ns: run_delay(task),
         at_ns: boot_ns(),
         cgroup_id: current_cgroup(),
+        owner_start: 0,
         // The new image's name: exec set it before this tracepoint.
         comm: comm_bytes(kread::comm_at(task.addr() + konst(&KERNEL.task_comm) as u64)),
     };
@@ -135,6 +216,7 @@ pub fn sched_process_exit_second(_ctx: RawTracePointContext) -> i32 {
 fn exit<const SECOND: bool>() -> i32 {
     let task = Task::current();
     let Some(st) = THREAD_STATE.get(task, false) else {
+        bystander_exit(task);
         return 0;
     };
     // SAFETY: a volatile read of a field the iterator reads too.
@@ -145,6 +227,7 @@ fn exit<const SECOND: bool>() -> i32 {
     // SAFETY: `head` is only written by this thread, `tail` by the claim's holder.
     let pending = st.head != unsafe { ptr::read_volatile(&st.tail) };
     if st.profiled == 0 && !pending {
+        bystander_exit(task);
         return 0;
     }
     if SECOND {
@@ -201,6 +284,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
         at_ns: boot_ns(),
         // The parent's, which the child has until it moves.
         cgroup_id: current_cgroup(),
+        owner_start: 0,
         comm: comm_bytes(kread::comm_at(child + konst(&KERNEL.task_comm) as u64)),
     };
     if EXITED.output::<ExitedThread>(&rec, 0).is_err() {
@@ -209,10 +293,15 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Reports a profiled thread's CPU time into the iterator's output, when it changed.
+/// Reports a profiled thread's CPU time into the iterator's output, when it changed; a
+/// thread with state that is not profiled is a bystander.
 #[inline(always)]
 fn report_cpu(st: &mut ThreadState, task: Task, seq: *mut c_void) {
-    if st.profiled == 0 || seq.is_null() {
+    if st.profiled == 0 {
+        report_bystander(task, seq);
+        return;
+    }
+    if seq.is_null() {
         return;
     }
     let cpu = task.u64_at(konst(&KERNEL.task_cpu_ns));
@@ -227,6 +316,10 @@ fn report_cpu(st: &mut ThreadState, task: Task, seq: *mut c_void) {
         cpu_ns: cpu,
         queued_ns: run_delay(task),
         at_ns: boot_ns(),
+        owner_start: 0,
+        comm: comm_bytes(st.comm),
+        flags: 0,
+        _pad: 0,
     };
     // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record on
     // our stack of the length given.
@@ -256,11 +349,12 @@ pub extern "C" fn flush_threads(ctx: *mut c_void) -> i32 {
     let Some(task) = Task::from_btf(task) else {
         return 0;
     };
-    let Some(st) = THREAD_STATE.get(task, false) else {
-        return 0;
-    };
     // SAFETY: `meta` is the iterator's non-null metadata; its first field is the seq_file.
     let seq = unsafe { *meta };
+    let Some(st) = THREAD_STATE.get(task, false) else {
+        report_bystander(task, seq);
+        return 0;
+    };
     // Twice at most: a second time when the thread began exiting while we held its claim
     // and left its last acquisitions to us.
     for _ in 0..2 {

@@ -284,6 +284,7 @@ mod tests {
             downgrade: SideStats::default(),
             role: None,
             time: Default::default(),
+            lived_ns: None,
         };
         for (c, s) in writes {
             t.writes.entry(*c).merge(s);

@@ -6,8 +6,9 @@
 //! counted, every write of the runner's process bpftrace's; the forks' children are counted;
 //! the findings stay few and the text report short; `compare --by run` lines the two runs up;
 //! and the profiler's own reads of the processes' locks grow with what it samples, not with
-//! the run. It prints the figures a user would quote, the share of the processes' wait the
-//! profiler's holds came to among them.
+//! the run; the output stays bounded (a summary line at most 1 MB a process, the page 5 MB,
+//! the profiler 100 MB resident). It prints the figures a user would quote, the share of the
+//! processes' wait the profiler's holds came to among them, and the output's sizes.
 //!
 //! `--comm node` takes any node on the host: what is checked of processes is of this test's
 //! own (the runner, and the children its test files name); a run's totals are the whole run's.
@@ -41,6 +42,12 @@ const FEW_READS: u64 = 200;
 /// forks pool of a 250-file suite).
 const TEXT_LINES: usize = 1500;
 const MS: u64 = 1_000_000;
+const MB: usize = 1 << 20;
+/// The output's bounds (docs/report-format.md): a summary line at most 1 MB a process, the
+/// page at most 5 MB, the profiler at most 100 MB resident.
+const PROCESS_BYTES: usize = MB;
+const PAGE_BYTES: usize = 5 * MB;
+const PEAK_BYTES: u64 = 100 << 20;
 
 /// One pool's run under the profiler.
 struct Ran {
@@ -331,6 +338,37 @@ fn figures_and_bounds(ran: &Ran) -> Vec<String> {
         .map(|f| format!("{} {}", f["id"].as_str().unwrap(), f["pid"]))
         .collect();
     let ((reads, holds, waited), mut wrong) = profiler_reads(ran, &ours);
+    // The output's size: the summary line, its largest process entry, the page.
+    let line = raw.lines().last().unwrap_or_default().len();
+    let largest = listed
+        .iter()
+        .map(|p| serde_json::to_string(p).unwrap().len())
+        .max()
+        .unwrap_or(0);
+    let page_path = ran.json.with_extension("html");
+    integration_tests::report_html(&ran.json, &page_path);
+    let page = std::fs::metadata(&page_path).unwrap().len() as usize;
+    let grouped: u64 = listed
+        .iter()
+        .flat_map(|p| list(p, "thread_groups"))
+        .map(|g| u(&g["threads"]))
+        .sum();
+    eprintln!(
+        "{}: summary line {:.2} MB, largest process entry {:.2} MB, page {:.2} MB, threads \
+         grouped {grouped}, profiler peak RSS {:.1} MB",
+        ran.pool,
+        line as f64 / 1e6,
+        largest as f64 / 1e6,
+        page as f64 / 1e6,
+        ran.peak as f64 / 1e6,
+    );
+    if largest > PROCESS_BYTES || page > PAGE_BYTES || ran.peak > PEAK_BYTES {
+        wrong.push(format!(
+            "{}: a process entry of {largest} bytes (at most {PROCESS_BYTES}), a page of \
+             {page} bytes (at most {PAGE_BYTES}), a peak of {} bytes (at most {PEAK_BYTES})",
+            ran.pool, ran.peak
+        ));
+    }
     eprintln!(
         "{}: {} processes ({} listed), {writes} writes, {:.1} ms of write wait, {:.1} ms of \
          wait in all; {} findings ({} of this test's: {mine:?}); text report {} lines; JSON \

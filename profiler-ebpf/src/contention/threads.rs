@@ -36,6 +36,7 @@ pub fn notify_freed(w: &Waiter, task: Task) {
         queued_ns: lifecycle::run_delay(task),
         at_ns: boot_ns(),
         cgroup_id: 0,
+        owner_start: 0,
         comm: lifecycle::comm_bytes(w.comm),
     });
 }
@@ -63,13 +64,16 @@ pub fn contention_free_second(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn exit<const SECOND: bool>() -> i32 {
     let tid = bpf_get_current_pid_tgid() as u32;
+    let task = Task::current();
+    // A thread that never waited: its time is its process's all the same.
     let Some(p) = WAITERS.get_ptr_mut(tid) else {
+        lifecycle::bystander_exit(task);
         return 0;
     };
     // SAFETY: as in `waiter`.
     let w = unsafe { &mut *p };
-    let task = Task::current();
     if w.tid_start != task.u64_at(konst(&KERNEL.task_start_boottime)) {
+        lifecycle::bystander_exit(task);
         return 0;
     }
     if SECOND {
@@ -152,7 +156,11 @@ pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
     if tid == tgid && NOTE_LOCKS.get(0).is_some_and(|&n| n != 0) {
         note_own_lock(task, tgid);
     }
+    // SAFETY: `meta` is the iterator's non-null metadata; its first field is the seq_file.
+    let seq: *mut c_void = unsafe { (*meta).cast() };
+    // A thread that never waited: reported as a bystander of its process.
     let Some(p) = WAITERS.get_ptr_mut(tid) else {
+        lifecycle::report_bystander(task, seq);
         return 0;
     };
     // SAFETY: as in `waiter`; the iterator writes only `cpu_reported`, which nothing else
@@ -160,7 +168,11 @@ pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
     let w = unsafe { &mut *p };
     let start = task.u64_at(konst(&KERNEL.task_start_boottime));
     let cpu = task.u64_at(konst(&KERNEL.task_cpu_ns));
-    if w.tid_start != start || cpu == w.cpu_reported {
+    if w.tid_start != start {
+        lifecycle::report_bystander(task, seq);
+        return 0;
+    }
+    if cpu == w.cpu_reported {
         return 0;
     }
     w.cpu_reported = cpu;
@@ -171,12 +183,16 @@ pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
         cpu_ns: cpu,
         queued_ns: lifecycle::run_delay(task),
         at_ns: boot_ns(),
+        owner_start: 0,
+        comm: lifecycle::comm_bytes(w.comm),
+        flags: 0,
+        _pad: 0,
     };
-    // SAFETY: `meta` is the iterator's non-null metadata; its first field is the seq_file,
-    // and `rec` a plain record on our stack of the length given.
+    // SAFETY: `seq` is the iterator's seq_file, and `rec` a plain record on our stack of the
+    // length given.
     unsafe {
         bpf_seq_write(
-            (*meta).cast(),
+            seq.cast(),
             ptr::from_ref(&rec).cast(),
             size_of::<ThreadCpu>() as u32,
         )

@@ -72,6 +72,16 @@ impl Attribution {
         self.decided(p, t, agg)?.origin.as_deref()
     }
 
+    /// A thread's start routine, when it was read.
+    pub fn start_routine<'a>(
+        &'a self,
+        p: ProcId,
+        t: ThreadId,
+        agg: &'a ThreadAgg,
+    ) -> Option<&'a str> {
+        self.decided(p, t, agg)?.start.as_deref()
+    }
+
     fn decided<'a>(&'a self, p: ProcId, t: ThreadId, agg: &'a ThreadAgg) -> Option<&'a Decided> {
         agg.role.as_ref().or_else(|| self.roles.get(&(p, t)))
     }

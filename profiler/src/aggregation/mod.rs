@@ -15,12 +15,13 @@ use std::collections::BTreeMap;
 use profiler_common::{COMM_LEN, StatsKey, cause};
 
 use crate::{
-    registry::roles::Decided,
+    registry::roles::{Decided, Role},
     vocab::ids::{ProcId, ThreadId, ticks_of_ns},
 };
 
 mod attribution;
 pub mod blocked;
+pub mod bystanders;
 pub mod time;
 mod totals;
 
@@ -30,6 +31,7 @@ pub use crate::vocab::hist::{
     DurationHist, MAX_BUCKET_COUNT, SideStats, bucket_of_upper, bucket_upper_ns,
 };
 pub use attribution::Attribution;
+pub use bystanders::BystanderSeen;
 pub use time::ThreadTime;
 pub use totals::Totals;
 
@@ -91,10 +93,13 @@ pub struct ThreadAgg {
     pub role: Option<Decided>,
     /// Its time alive and on CPU in the window (the denominators of its time share).
     pub time: ThreadTime,
+    /// It exited: how long it lived, from its start to its exit (not clipped to the window:
+    /// a report groups the short-lived ones).
+    pub lived_ns: Option<u64>,
 }
 
 impl ThreadAgg {
-    fn new(tgid: u32, comm: [u8; COMM_LEN], fsbase: u64) -> Self {
+    pub(super) fn new(tgid: u32, comm: [u8; COMM_LEN], fsbase: u64) -> Self {
         ThreadAgg {
             tgid,
             comm,
@@ -104,6 +109,7 @@ impl ThreadAgg {
             downgrade: SideStats::default(),
             role: None,
             time: ThreadTime::default(),
+            lived_ns: None,
         }
     }
 
@@ -140,7 +146,15 @@ impl ThreadAgg {
             self.role.clone_from(&o.role);
         }
         self.time.merge(&o.time);
+        self.lived_ns = self.lived_ns.or(o.lived_ns);
     }
+}
+
+/// A thread's entry made for its time alone: a bystander's carries its role.
+fn idle_agg(tgid: u32, comm: [u8; COMM_LEN], fsbase: u64, role: Option<Role>) -> ThreadAgg {
+    let mut t = ThreadAgg::new(tgid, comm, fsbase);
+    t.role = role.map(Into::into);
+    t
 }
 
 /// The process and thread of a kernel key.
@@ -181,6 +195,9 @@ struct IdleThread {
     comm: [u8; COMM_LEN],
     fsbase: u64,
     time: ThreadTime,
+    /// A bystander's role (its ids and name tell it); None for a profiled thread, whose role
+    /// the registry knows.
+    role: Option<Role>,
 }
 
 impl Window {
@@ -194,13 +211,35 @@ impl Window {
         &mut self,
         owner: ProcId,
         tid: ThreadId,
+        identity: (u32, [u8; COMM_LEN], u64),
+        time: &ThreadTime,
+    ) {
+        self.add_idle(owner, tid, identity, time, None);
+    }
+
+    /// Adds a bystander's time in the window (see `bystanders`), with its role.
+    pub fn add_bystander_time(
+        &mut self,
+        owner: ProcId,
+        tid: ThreadId,
+        (tgid, comm, role): (u32, [u8; COMM_LEN], Role),
+        time: &ThreadTime,
+    ) {
+        self.add_idle(owner, tid, (tgid, comm, 0), time, Some(role));
+    }
+
+    fn add_idle(
+        &mut self,
+        owner: ProcId,
+        tid: ThreadId,
         (tgid, comm, fsbase): (u32, [u8; COMM_LEN], u64),
         time: &ThreadTime,
+        role: Option<Role>,
     ) {
         match self.processes.get_mut(&owner) {
             Some(threads) => threads
                 .entry(tid)
-                .or_insert_with(|| ThreadAgg::new(tgid, comm, fsbase))
+                .or_insert_with(|| idle_agg(tgid, comm, fsbase, role))
                 .time
                 .merge(time),
             None => self.idle.push(IdleThread {
@@ -210,6 +249,7 @@ impl Window {
                 comm,
                 fsbase,
                 time: *time,
+                role,
             }),
         }
     }
@@ -217,18 +257,22 @@ impl Window {
     /// Puts the time kept apart where it belongs: with the threads of the processes that
     /// took a lock in the window, and, when `all`, for every other process too (the agent's
     /// metrics count every live thread's time; a report lists only processes that took a
-    /// lock).
+    /// lock). A process known only by its bystanders (threads that never took a profiled
+    /// lock) is not added: it is in no report, nor in the agent's metrics.
     pub fn settle(&mut self, all: bool) {
-        for t in std::mem::take(&mut self.idle) {
+        let mut idle = std::mem::take(&mut self.idle);
+        // Profiled threads first: they make the processes bystanders may join.
+        idle.sort_by_key(|t| t.role.is_some());
+        for t in idle {
             let (owner, tid) = (t.owner, t.tid);
             let threads = match self.processes.get_mut(&owner) {
                 Some(threads) => threads,
-                None if all => self.processes.entry(owner).or_default(),
+                None if all && t.role.is_none() => self.processes.entry(owner).or_default(),
                 None => continue,
             };
             threads
                 .entry(tid)
-                .or_insert_with(|| ThreadAgg::new(t.tgid, t.comm, t.fsbase))
+                .or_insert_with(|| idle_agg(t.tgid, t.comm, t.fsbase, t.role))
                 .time
                 .merge(&t.time);
         }

@@ -172,6 +172,11 @@ impl Life {
         }
     }
 
+    /// Its whole life, start to exit, once it exited.
+    pub fn lived_ns(&self) -> Option<u64> {
+        self.exit_ns.map(|e| e.saturating_sub(self.start_ns))
+    }
+
     /// Wall time alive within `[from, to]`.
     pub fn alive_within(&self, from: u64, to: u64) -> u64 {
         let end = self.exit_ns.map_or(to, |e| e.min(to));
@@ -262,8 +267,9 @@ impl Totals {
     pub fn tick(&mut self, now_ns: u64, mut interval: Option<&mut Window>) {
         let (from, epoch) = (self.last_tick_ns, self.epoch_ns);
         if let Some(w) = interval.as_deref_mut() {
-            w.expect_threads(self.threads.len());
+            w.expect_threads(self.threads.len() + self.bystanders.count());
         }
+        self.tick_bystanders(now_ns, interval.as_deref_mut());
         for (&(owner, tid), info) in &mut self.threads {
             let life = &mut info.life;
             let alive = life.alive_within(from, now_ns);

@@ -11,7 +11,9 @@ use profiler_common::{COMM_LEN, StatsKey, ThreadStats};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::{
-    Causes, ThreadAgg, ThreadDelta, Window, ids_of,
+    Causes, ThreadAgg, ThreadDelta, Window,
+    bystanders::Bystanders,
+    ids_of,
     time::{CpuTimes, Life},
 };
 use crate::{
@@ -42,7 +44,7 @@ pub struct Totals {
     /// The owners (processes whose locks) each live thread took.
     pub(super) owners: HashMap<ThreadId, smallvec::SmallVec<[ProcId; 1]>>,
     /// Threads whose kernel entries were deleted after they exited.
-    retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
+    pub(super) retired: Vec<(ProcId, ThreadId, ThreadAgg)>,
     /// Names, cgroups and executables of processes that are gone.
     names: BTreeMap<ProcId, String>,
     cgroups: BTreeMap<ProcId, String>,
@@ -62,6 +64,9 @@ pub struct Totals {
     /// (their first entries are in the reading to come; forgotten at the next tick).
     pub(super) cpu: CpuTimes,
     pub(super) early_cpu: CpuTimes,
+    /// The threads of profiled processes that are not profiled themselves: their time is
+    /// their process's (`bystanders.rs`).
+    pub(super) bystanders: Bystanders,
 }
 
 impl Default for Totals {
@@ -89,6 +94,7 @@ impl Totals {
             early_exits: HashMap::default(),
             cpu: CpuTimes::default(),
             early_cpu: CpuTimes::default(),
+            bystanders: Bystanders::default(),
         }
     }
 
@@ -99,9 +105,16 @@ impl Totals {
         for (key, cur) in snapshot {
             let (owner, tid) = ids_of(key);
             let fresh = cur.stats.count == 0 && cur.stats.failed == 0;
-            if fresh && !self.threads.contains_key(&(owner, tid)) {
+            let known = self.threads.contains_key(&(owner, tid));
+            if fresh && !known {
                 continue;
             }
+            // A bystander of this process until now: its life so far goes on.
+            let was_bystander = if known {
+                None
+            } else {
+                self.take_bystander(owner, tid)
+            };
             let info = self.threads.entry((owner, tid)).or_insert_with(|| {
                 let thread_owners = self.owners.entry(tid).or_default();
                 // A thread new to the totals: its CPU reports of this reading come with it.
@@ -118,7 +131,15 @@ impl Totals {
                     comm: cur.comm,
                     fsbase: cur.fsbase,
                     kinds: Causes::default(),
-                    life: Life::new(key.tid_start, self.early_exits.get(&tid).copied()),
+                    life: was_bystander.map_or_else(
+                        || Life::new(key.tid_start, self.early_exits.get(&tid).copied()),
+                        |mut life| {
+                            if let Some(&e) = self.early_exits.get(&tid) {
+                                life.exit_ns.get_or_insert(e);
+                            }
+                            life
+                        },
+                    ),
                 }
             });
             let prev = info.kinds.get(key.kind).unwrap_or(&zero);
@@ -191,10 +212,16 @@ impl Totals {
         if let Some(info) = self.threads.remove(&(owner, tid)) {
             let mut t = self.thread_agg(&info);
             t.role = role;
+            t.lived_ns = info.life.lived_ns();
             if self.keep_retired {
                 self.retired.push((owner, tid, t));
             }
         }
+    }
+
+    /// How long live thread `tid` (on `owner`'s lock) lived, once its exit was noticed.
+    pub fn lived_ns(&self, owner: ProcId, tid: ThreadId) -> Option<u64> {
+        self.threads.get(&(owner, tid))?.life.lived_ns()
     }
 
     /// The processes whose locks live thread `tid` took.
@@ -271,6 +298,7 @@ impl Totals {
         for (owner, tid, t) in &self.retired {
             w.add_thread(*owner, *tid, t);
         }
+        self.bystanders_into(&mut w);
         w.names = self.names.clone();
         w.cgroups = self.cgroups.clone();
         w.exes = self.exes.clone();

@@ -214,8 +214,51 @@ impl FakeKernel {
             queued_ns: 0,
             at_ns,
             cgroup_id: 0,
+            owner_start: 0,
             comm: [0; COMM_LEN],
         });
+    }
+
+    /// The iterator's next pass reports `t`'s CPU time, `cpu_ns`: a profiled thread's, or,
+    /// with `bystander`, that of a thread of a profiled process that is not profiled itself.
+    pub fn report_cpu(&mut self, t: &Task, cpu_ns: u64, bystander: bool) {
+        let at_ns = self.now_ns;
+        self.cpu.push(ThreadCpu {
+            tid: t.tid,
+            tgid: t.tgid,
+            tid_start: t.start_ns,
+            cpu_ns,
+            queued_ns: 0,
+            at_ns,
+            owner_start: if bystander { t.proc_start_ns } else { 0 },
+            comm: t.comm,
+            flags: if bystander {
+                profiler_common::thread_cpu::BYSTANDER
+            } else {
+                0
+            },
+            _pad: 0,
+        });
+    }
+
+    /// A bystander `t` (see [`report_cpu`](Self::report_cpu)) exits, having run `cpu_ns`: its
+    /// exit notice, and /proc no longer shows it.
+    pub fn bystander_exit(&mut self, t: &Task, cpu_ns: u64) {
+        let at_ns = self.tick();
+        self.notices.push(ExitedThread {
+            tag: exit_record::BYSTANDER,
+            tid: t.tid,
+            tgid: t.tgid,
+            _pad: 0,
+            tid_start: t.start_ns,
+            cpu_ns,
+            queued_ns: 0,
+            at_ns,
+            cgroup_id: 0,
+            owner_start: t.proc_start_ns,
+            comm: t.comm,
+        });
+        self.tasks.remove(&(t.tgid, t.tid));
     }
 
     /// `t`'s process execs an image named `comm` (its EXEC notice, with the new name).

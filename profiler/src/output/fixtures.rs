@@ -70,6 +70,32 @@ pub fn process(pid: u32, comm: &str, wait: u64, flame: bool) -> ProcessReport {
                 },
             ]
         }),
+        // The same stacks as a summary writes them (its `flame` is derived from them).
+        samples: flame.then(|| {
+            use crate::output::report::{FrameReport, SampleReport, SampledStacks};
+            let frame = |f: &str| FrameReport {
+                function: f.into(),
+                ..FrameReport::default()
+            };
+            let stack = |frames: Vec<u32>, count| SampleReport {
+                frames,
+                role: Role::Worker,
+                comm: "w".into(),
+                cause: "mmap".into(),
+                op: "write".into(),
+                count,
+                wait_ns_sum: 100 * count,
+                hold_ns_sum: Some(10),
+                holder: false,
+            };
+            SampledStacks {
+                frames: ["mmap", "alloc", "main", "munmap", "\"quoted\" <fn>"]
+                    .map(frame)
+                    .to_vec(),
+                stacks: vec![stack(vec![0, 1, 2], 5), stack(vec![3, 4, 2], 2)],
+                cut: Default::default(),
+            }
+        }),
         threads: vec![
             thread(pid, Role::Main, comm, stats(4, 1, 900, &[(1024, 4)])),
             thread(

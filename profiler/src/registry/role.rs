@@ -73,11 +73,18 @@ impl Role {
 pub struct Decided {
     pub role: Role,
     pub origin: Option<Arc<AddonOrigin>>,
+    /// Its start routine's name, when it was read: what a report groups short-lived threads
+    /// by, with their role.
+    pub start: Option<Arc<str>>,
 }
 
 impl From<Role> for Decided {
     fn from(role: Role) -> Self {
-        Decided { role, origin: None }
+        Decided {
+            role,
+            origin: None,
+            start: None,
+        }
     }
 }
 
@@ -105,6 +112,13 @@ pub(super) fn role_from_ids_and_name(
         return Some(Role::Main);
     }
     role_from_name(comm)
+}
+
+/// The role of a thread told by its ids and name alone, `other` when they do not tell: a
+/// bystander's (a thread of a profiled process that took none of its profiled locks), whose
+/// start routine is not read (that read would take the process's lock).
+pub fn role_by_ids_and_name(owner: u32, tid: u32, tgid: u32, comm: &str, profiler: u32) -> Role {
+    role_from_ids_and_name(owner, tid, tgid, comm, profiler).unwrap_or(Role::Other)
 }
 
 /// Roles that runtimes announce in thread names (truncated to 15 bytes by the kernel; Node 26

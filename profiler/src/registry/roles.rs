@@ -17,7 +17,7 @@ use std::{
 
 use profiler_common::COMM_LEN;
 
-pub use crate::registry::role::{Decided, Role, comm_str};
+pub use crate::registry::role::{Decided, Role, comm_str, role_by_ids_and_name};
 use crate::{
     registry::addonlibs::{self, AddonOrigin},
     registry::procmaps::{Keep, Lookups, Maps, Proc, readable_path},
@@ -399,18 +399,25 @@ fn resolve(symbolizer: &StartNames, thread: ThreadId, known: &mut ThreadRole) ->
                 thread.tid,
                 path.display()
             );
+            let start = Some(Arc::from(name.as_str()));
             match role_from_start_routine(&name, Some(path)) {
                 // Started in the addon itself.
                 Role::Addon => Decided {
                     role: Role::Addon,
                     origin: site.origin.clone(),
+                    start,
                 },
                 // Nothing in the name: in a library behind an addon, the thread is the addon's.
                 Role::Other if site.origin.is_some() => Decided {
                     role: Role::Addon,
                     origin: site.origin.clone(),
+                    start,
                 },
-                r => r.into(),
+                role => Decided {
+                    role,
+                    origin: None,
+                    start,
+                },
             }
         }
     };

@@ -162,7 +162,8 @@ fn start_routine_of_a_live_thread_is_found_and_symbolized_in_its_own_process_onl
         roles.processes[&me()].threads[&thread],
         ThreadRole::Known(Decided {
             role: Role::Other,
-            origin: None
+            origin: None,
+            ..
         })
     ));
     assert_eq!(roles.decide(&own(me(), thread, 0)).role, Role::Other);
@@ -207,7 +208,8 @@ fn a_start_routine_read_by_its_thread_is_placed_after_its_process_is_gone() {
             threads[&t],
             ThreadRole::Known(Decided {
                 role: Role::Other,
-                origin: None
+                origin: None,
+                ..
             })
         ));
     }
@@ -293,13 +295,14 @@ fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
         d,
         Decided {
             role: Role::Addon,
-            origin: Some(origin.clone())
+            origin: Some(origin.clone()),
+            start: Some("mmaplock_prof::registry::roles::tests::mlp_library_thread_body".into()),
         }
     );
     assert!(matches!(behind, ThreadRole::Known(ref k) if *k == d));
     assert_eq!(
-        resolve(&symbolizer, t, &mut pending(None)),
-        Role::Other.into()
+        resolve(&symbolizer, t, &mut pending(None)).role,
+        Role::Other
     );
     // A routine whose name gives a role keeps it, even in a library behind an addon.
     let named = mlp_inspector_thread_body as *const () as u64;
@@ -314,8 +317,8 @@ fn a_thread_started_in_a_library_behind_an_addon_is_the_addons() {
         m.file_offset(named),
     )));
     assert_eq!(
-        resolve(&symbolizer, t, &mut inspector),
-        Role::Inspector.into()
+        resolve(&symbolizer, t, &mut inspector).role,
+        Role::Inspector
     );
 }
 

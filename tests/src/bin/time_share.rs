@@ -8,6 +8,12 @@
 //!                          that it sleeps half of its time and waits most of the rest
 //!   time-share spin SECS   one thread spins on the CPU for SECS, with one mmap and munmap of
 //!                          its own every 10 ms: a CPU-bound thread that hardly waits
+//!   time-share bystanders SECS N
+//!                          `wait`'s two threads, and N threads named `libuv-worker` that spin
+//!                          on the CPU without ever taking the lock (their stacks are the
+//!                          process's own populated memory: no fault, no mmap, no munmap, not
+//!                          even at their end, which is the process's exit) until SECS have
+//!                          passed; once they run it prints `{"spinners":[TID, ...]}`
 //!
 //! The threads start after "go" (ready_then_wait_for_go), so their whole lives are in the
 //! profile. Prints one JSON line: the threads' tids and, for the waiter, the time its calls
@@ -64,11 +70,18 @@ fn main() {
         eprintln!("usage: time-share wait|spin SECS");
         std::process::exit(2);
     };
-    let wait_mode = match mode.as_str() {
-        "wait" => true,
-        "spin" => false,
+    let (wait_mode, spinners) = match mode.as_str() {
+        "wait" => (true, 0),
+        "spin" => (false, 0),
+        "bystanders" => match args.get(2).and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n > 0 => (true, n),
+            _ => {
+                eprintln!("usage: time-share bystanders SECS N");
+                std::process::exit(2);
+            }
+        },
         _ => {
-            eprintln!("usage: time-share wait|spin SECS");
+            eprintln!("usage: time-share wait|spin|bystanders SECS [N]");
             std::process::exit(2);
         }
     };
@@ -139,9 +152,17 @@ fn main() {
     };
     integration_tests::ready_then_wait_for_go();
     let threads = RawThreads::spawn(if wait_mode { 2 } else { 1 }, 256 * 1024, &work);
+    let spun = (spinners > 0).then(|| bystanders::start(spinners));
+    if let Some(tids) = &spun {
+        println!("{}", serde_json::json!({ "spinners": tids }));
+        use std::io::Write;
+        std::io::stdout().flush().expect("stdout");
+        sleep_ns(span);
+    }
     threads.join();
     let out = if wait_mode {
         serde_json::json!({
+            "spinners": spun,
             "holder_tid": tids[0].load(Relaxed),
             "holds": holds.load(Relaxed),
             "waiter_tid": tids[1].load(Relaxed),
@@ -161,4 +182,63 @@ fn main() {
     };
     println!("{out}");
     integration_tests::exit_now(0);
+}
+
+/// Threads that never take the process's lock: started with `pthread_create` on stacks of
+/// memory the process populated beforehand (glibc then maps nothing, and unmaps and advises
+/// nothing at their end), they name themselves and spin, touching nothing else, until the
+/// process exits. On any kernel they fault no page: none of them takes the lock.
+mod bystanders {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+    const STACK: usize = 256 * 1024;
+    const MAX: usize = 64;
+
+    /// Their tids, written as they start (the page is touched before any starts).
+    static TIDS: [AtomicU32; MAX] = [const { AtomicU32::new(0) }; MAX];
+
+    extern "C" fn spin(arg: *mut libc::c_void) -> *mut libc::c_void {
+        let i = arg as usize;
+        // SAFETY: gettid and prctl(PR_SET_NAME) with a NUL-terminated name take no lock.
+        unsafe {
+            TIDS[i].store(libc::gettid() as u32, Relaxed);
+            libc::prctl(libc::PR_SET_NAME, c"libuv-worker".as_ptr());
+        }
+        let mut x = 0u64;
+        loop {
+            x = x.wrapping_mul(31).wrapping_add(std::hint::black_box(7));
+            std::hint::black_box(x);
+        }
+    }
+
+    /// Starts `n` of them and returns their tids once all run.
+    pub fn start(n: usize) -> Vec<u32> {
+        assert!(n <= MAX);
+        for t in &TIDS {
+            t.store(0, Relaxed);
+        }
+        for i in 0..n {
+            let stack = integration_tests::map_anon_populated(STACK);
+            // SAFETY: a zeroed attribute object initialised first, given a stack of our own
+            // populated memory that stays mapped until the process exits; the thread is
+            // detached (it spins until then).
+            unsafe {
+                let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+                assert_eq!(libc::pthread_attr_init(&mut attr), 0);
+                assert_eq!(libc::pthread_attr_setstack(&mut attr, stack, STACK), 0);
+                let mut id: libc::pthread_t = 0;
+                let rc = libc::pthread_create(&mut id, &attr, spin, i as *mut libc::c_void);
+                assert_eq!(rc, 0, "pthread_create");
+                libc::pthread_detach(id);
+                libc::pthread_attr_destroy(&mut attr);
+            }
+        }
+        loop {
+            let tids: Vec<u32> = TIDS[..n].iter().map(|t| t.load(Relaxed)).collect();
+            if tids.iter().all(|&t| t != 0) {
+                return tids;
+            }
+            std::thread::yield_now();
+        }
+    }
 }

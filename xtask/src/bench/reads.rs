@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 
 use super::{
-    capture::{last_line, started, wait},
+    capture::{last_line, started},
     procfs::Guard,
     stats::Spread,
 };
@@ -42,6 +42,8 @@ pub struct Round {
     pub memory: u64,
     pub memory_ranges: u64,
     pub v8_copied: u64,
+    /// The profiler's peak resident memory (its maximum RSS as the kernel kept it), MiB.
+    pub peak_rss_mib: f64,
 }
 
 impl Round {
@@ -75,6 +77,7 @@ fn figures(summary: &Value, pid: u64) -> Result<Round> {
         memory: n(read, "memory"),
         memory_ranges: n(read, "memory_ranges"),
         v8_copied: n(read, "v8_copied"),
+        peak_rss_mib: 0.0,
     })
 }
 
@@ -115,10 +118,36 @@ fn round(prof: &Path, dir: &Path) -> Result<Round> {
     }
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(p.0.id() as i32, libc::SIGINT) };
-    wait(&mut p, Duration::from_secs(60))?;
+    let peak_kib = reap(&mut p, Duration::from_secs(60))?;
     stdin.write_all(b"exit\n")?;
     let _ = w.0.wait();
-    figures(&last_line(&file)?, u64::from(pid))
+    let mut r = figures(&last_line(&file)?, u64::from(pid))?;
+    r.peak_rss_mib = peak_kib as f64 / 1024.0;
+    Ok(r)
+}
+
+/// Waits for the profiler to end and reaps it: its maximum resident memory, KiB.
+fn reap(g: &mut Guard, within: Duration) -> Result<u64> {
+    let pid = g.0.id() as i32;
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data for wait4 to fill; our own child.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, with valid pointers.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if got == pid {
+            // ru_maxrss is in KiB.
+            return Ok(ru.ru_maxrss as u64);
+        }
+        if got < 0 {
+            bail!("wait4: {}", std::io::Error::last_os_error());
+        }
+        if t0.elapsed() > within {
+            bail!("a profiler did not end within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `rounds` rounds.
@@ -129,7 +158,7 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Vec<Round>> {
         eprintln!(
             "reads round {}/{rounds}: {:.2}% ({:.2} ms held over {:.1} ms of wait, {} read \
              acquisitions); map read whole {}, {} mappings asked for, {} memory reads ({} ranges), \
-             {} V8 objects copied at the samples",
+             {} V8 objects copied at the samples; the profiler's peak RSS {:.1} MiB",
             i + 1,
             r.share_pct(),
             r.hold_ns as f64 / 1e6,
@@ -139,7 +168,8 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Vec<Round>> {
             r.map_queries,
             r.memory,
             r.memory_ranges,
-            r.v8_copied
+            r.v8_copied,
+            r.peak_rss_mib
         );
         out.push(r);
     }
@@ -149,7 +179,7 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Vec<Round>> {
 /// The section's JSON and markdown.
 pub fn summarize(rounds: &[Round]) -> (Value, String) {
     let sp = |f: &dyn Fn(&Round) -> f64| Spread::of(rounds.iter().map(f));
-    let rows: [(&str, Option<Spread>, usize, &str); 10] = [
+    let rows: [(&str, Option<Spread>, usize, &str); 11] = [
         ("run (s)", sp(&|r| r.duration_s), 1, "duration_s"),
         (
             "process's wait (ms)",
@@ -199,6 +229,12 @@ pub fn summarize(rounds: &[Round]) -> (Value, String) {
             sp(&|r| r.v8_copied as f64),
             0,
             "v8_copied",
+        ),
+        (
+            "the profiler's peak RSS (MiB; target: under 100)",
+            sp(&|r| r.peak_rss_mib),
+            1,
+            "peak_rss_mib",
         ),
     ];
     let mut md = format!(

@@ -170,7 +170,7 @@ impl Grouped {
                 }
             };
             add("all", "all".into(), &p.lock.write, Some(&p.lock.read));
-            for t in &p.threads {
+            for (t, _) in p.thread_rows() {
                 add(
                     "role",
                     t.role.as_str().into(),

@@ -29,10 +29,12 @@ pub fn cause<'a>(t: &'a ThreadReport, cause: &str) -> Option<&'a Stats> {
         .map(|c| &c.write)
 }
 
-/// The process's own threads: not other processes' (`foreign`), not the profiler's.
+/// The process's own threads: not other processes' (`foreign`), not the profiler's. A
+/// group of threads the report did not list one by one is one row (`thread_rows` says how
+/// many threads each stands for).
 pub fn own(p: &ProcessReport) -> impl Iterator<Item = &ThreadReport> {
-    p.threads
-        .iter()
+    p.thread_rows()
+        .map(|(t, _)| t)
         .filter(|t| !matches!(t.role, Role::Foreign | Role::Profiler))
 }
 

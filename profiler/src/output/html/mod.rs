@@ -9,6 +9,7 @@ mod others;
 mod run;
 pub mod study;
 pub mod svg;
+mod tables;
 #[cfg(test)]
 mod tests;
 mod verdict;

@@ -12,8 +12,12 @@ use super::{
     others::{PAGE_PROCESSES, minor_section, others_section},
     page,
     svg::{Unit, bars, esc, histogram, lines},
+    tables::{blockers_table, code_tables, groups_table, table},
 };
 use crate::output::{Output, findings::Finding, report::ProcessReport, text::fmt_ns};
+
+/// Stacks a flame graph draws at most (the most sampled).
+const FLAME_STACKS: usize = 2000;
 
 /// A titled chart, laid out two to a row.
 fn panel(out: &mut String, title: &str, chart: &str) {
@@ -71,7 +75,16 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
             &crate::output::text::fmt_share(share.wall),
         );
     }
-    out.push_str(r#"</div><div class="grid">"#);
+    out.push_str("</div>");
+    let trimmed = crate::output::text::trimmed_text(p);
+    if !trimmed.is_empty() {
+        let _ = write!(
+            out,
+            r#"<p class="note trimmed">{}</p>"#,
+            esc(trimmed.trim().trim_start_matches('(').trim_end_matches(')'))
+        );
+    }
+    out.push_str(r#"<div class="grid">"#);
     panel(
         &mut out,
         "Wait per acquisition (log2 buckets)",
@@ -214,123 +227,27 @@ fn process_section(p: &ProcessReport, series: Option<&Series>, t0: Option<f64>) 
     }
     blockers_table(&mut out, p);
     out.push_str(&super::verdict::time_share_table(p));
+    groups_table(&mut out, p);
     out.push_str("</div>");
     code_tables(&mut out, p);
     let flame = p.flame.as_deref().unwrap_or_default();
-    if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), flame) {
+    // The most sampled stacks (the flame is sorted so): a graph of thousands more adds
+    // megabytes to the page and frames too narrow to see.
+    let (drawn, rest) = flame.split_at(flame.len().min(FLAME_STACKS));
+    if let Some(frame) = flame_graph(&format!("Sampled writes of {comm} ({pid})"), drawn) {
         out.push_str("<h3>Flame graph of the sampled writes</h3>");
         out.push_str(&frame);
+        if !rest.is_empty() {
+            let _ = write!(
+                out,
+                r#"<p class="note">{} less sampled stacks ({} sampled writes) not drawn.</p>"#,
+                rest.len(),
+                rest.iter().map(|f| f.count).sum::<u64>()
+            );
+        }
     }
     out.push_str("</section>");
     out
-}
-
-/// The threads whose holds made this process's threads wait (`--blockers`).
-fn blockers_table(out: &mut String, p: &ProcessReport) {
-    let Some(b) = p.blockers.as_ref().filter(|b| !b.is_empty()) else {
-        return;
-    };
-    out.push_str("<div class=\"panel\">");
-    table(
-        out,
-        "Blockers: the holds that made them wait",
-        &["holder", "tid", "role", "its hold", "waits", "wait charged"],
-        b.iter().take(12).map(|x| {
-            [
-                esc(&x.comm),
-                x.tid.to_string(),
-                x.role.as_str().to_string(),
-                esc(&x.cause),
-                x.waits.to_string(),
-                fmt_ns(x.wait_ns),
-            ]
-        }),
-    );
-    out.push_str("</div>");
-}
-
-/// A table under its heading: the columns' names, then a row per item (its cells HTML
-/// already, escaped where they are text).
-fn table<const N: usize>(
-    out: &mut String,
-    heading: &str,
-    columns: &[&str; N],
-    rows: impl IntoIterator<Item = [String; N]>,
-) {
-    let _ = write!(out, "<h3>{heading}</h3>");
-    super::others::table(out, "", columns, rows.into_iter().map(Vec::from));
-}
-
-/// Sampled writes by code and by JavaScript function.
-fn code_tables(out: &mut String, p: &ProcessReport) {
-    if let Some(d) = p.dsos.as_ref().filter(|d| !d.is_empty()) {
-        table(
-            out,
-            "Sampled writes by code",
-            &["code", "writes", "wait"],
-            d.iter().take(10).map(|x| {
-                [
-                    esc(&x.dso),
-                    x.write.count.to_string(),
-                    fmt_ns(x.write.wait_ns.sum),
-                ]
-            }),
-        );
-    }
-    if let Some(js) = p.js_functions.as_ref().filter(|d| !d.is_empty()) {
-        table(
-            out,
-            "Sampled writes by JavaScript function",
-            &["function", "file", "writes", "wait"],
-            js.iter().take(10).map(|f| {
-                [
-                    esc(&f.function),
-                    esc(&f.file),
-                    f.writes.to_string(),
-                    fmt_ns(f.wait_ns_sum),
-                ]
-            }),
-        );
-    }
-    if let Some(h) = &p.js_hint {
-        let _ = write!(out, r#"<p class="note">{}</p>"#, esc(h));
-    }
-    holder_tables(out, p);
-}
-
-/// Contention mode: what the writers that sampled waits began behind were running.
-fn holder_tables(out: &mut String, p: &ProcessReport) {
-    if let Some(f) = p.holder_functions.as_ref().filter(|f| !f.is_empty()) {
-        table(
-            out,
-            "Held by: the JavaScript the writers ran that sampled waits began behind",
-            &["function", "file", "held for", "waits behind it", "wait"],
-            f.iter().take(10).map(|h| {
-                [
-                    esc(&h.function),
-                    esc(&h.file),
-                    esc(&h.cause),
-                    h.waits.to_string(),
-                    fmt_ns(h.wait_ns_sum),
-                ]
-            }),
-        );
-    }
-    if let Some(s) = p.holder_stacks.as_ref().filter(|s| !s.is_empty()) {
-        table(
-            out,
-            "Held by: the holders' stacks (innermost first)",
-            &["stack", "waits behind it", "wait"],
-            s.iter().take(5).map(|h| {
-                let frames: Vec<String> = h.frames.iter().take(8).map(|f| esc(f)).collect();
-                [
-                    frames.join("<br>"),
-                    h.count.to_string(),
-                    fmt_ns(h.wait_ns_sum),
-                ]
-            }),
-        );
-    }
 }
 
 /// `report --html`: the page of a run read from its file, with these findings first.

@@ -164,8 +164,16 @@ fn parse_line(bytes: &[u8]) -> Result<Option<Line>, String> {
     }
     Ok(Some(match kind.as_str() {
         "interval" => Line::Interval(typed(bytes)?),
-        "summary" => Line::Summary(typed(bytes)?),
-        "demo" => Line::Demo(typed(bytes)?),
+        "summary" => {
+            let mut r: Report = typed(bytes)?;
+            r.derive_flames();
+            Line::Summary(r)
+        }
+        "demo" => {
+            let mut d: DemoLine = typed(bytes)?;
+            d.runs.iter_mut().for_each(|r| r.report.derive_flames());
+            Line::Demo(d)
+        }
         _ => Line::Study(typed(bytes)?),
     }))
 }

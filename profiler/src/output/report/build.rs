@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use profiler_common::cause;
 
 use super::{
-    CauseReport, DsoReport, FlameStack, HolderFunctionReport, JsFramesReport, JsFunctionReport,
-    Kind, LockReport, Meta, ProcessReport, ProfilerShare, Report, SCHEMA_VERSION, StackReport,
-    Stats, ThreadReport, rfc3339,
+    CauseReport, DsoReport, HolderFunctionReport, JsFramesReport, JsFunctionReport, Kind,
+    LockReport, Meta, ProcessReport, ProfilerShare, Report, SCHEMA_VERSION, StackReport, Stats,
+    ThreadReport, rfc3339,
+    thread_groups::{self, LISTED_THREADS, ThreadFacts},
 };
 use crate::{
     aggregation::{Attribution, SideStats, Window},
@@ -29,9 +30,6 @@ fn cause_reports<'a>(causes: impl Iterator<Item = (u32, &'a SideStats)>) -> Vec<
         })
         .collect()
 }
-
-/// How many folded stacks a summary keeps per process.
-const FLAME_STACKS: usize = 2000;
 
 /// Said in a summary whose sampled writes went through JIT code no perf map named.
 pub const JS_HINT: &str = "JavaScript frames are unnamed ([jit]): start node with \
@@ -120,33 +118,48 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                     causes.entry(c).or_default().merge(s);
                 }
             }
-            threads.push(ThreadReport {
-                tid: thread.tid,
-                role: r,
-                comm: comm_str(&t.comm),
-                pid: matches!(r, Role::Foreign | Role::Profiler).then_some(t.tgid),
-                role_addon: origin.map(|o| o.addon.display().to_string()),
-                role_library: origin
-                    .and_then(|o| o.library.as_ref())
-                    .map(|l| l.display().to_string()),
-                lock: LockReport::new(&tw, &t.read, &t.downgrade, cause_reports(t.writes.iter())),
-                blocked_by: blockers
-                    .as_mut()
-                    .map(|b| b.threads.remove(&thread).unwrap_or_default()),
-                time_share: ShareSum::of_thread(wait, &t.time),
-            });
+            let facts = ThreadFacts {
+                lived_ns: t.lived_ns,
+                start_routine: attribution
+                    .start_routine(proc_id, thread, t)
+                    .map(str::to_string),
+            };
+            threads.push((
+                ThreadReport {
+                    tid: thread.tid,
+                    role: r,
+                    comm: comm_str(&t.comm),
+                    pid: matches!(r, Role::Foreign | Role::Profiler).then_some(t.tgid),
+                    role_addon: origin.map(|o| o.addon.display().to_string()),
+                    role_library: origin
+                        .and_then(|o| o.library.as_ref())
+                        .map(|l| l.display().to_string()),
+                    lock: LockReport::new(
+                        &tw,
+                        &t.read,
+                        &t.downgrade,
+                        cause_reports(t.writes.iter()),
+                    ),
+                    blocked_by: blockers
+                        .as_mut()
+                        .map(|b| b.threads.remove(&thread).unwrap_or_default()),
+                    time_share: ShareSum::of_thread(wait, &t.time),
+                },
+                facts,
+            ));
         }
         // A process whose threads were only alive in the window took no lock in it.
         if threads.is_empty() {
             continue;
         }
-        threads.sort_by(|a, b| {
+        threads.sort_by(|(a, _), (b, _)| {
             (b.lock.write.wait_ns.sum, b.lock.write.count, a.tid).cmp(&(
                 a.lock.write.wait_ns.sum,
                 a.lock.write.count,
                 b.tid,
             ))
         });
+        let (threads, groups, grouped_tids) = thread_groups::group(threads, LISTED_THREADS);
         let own = own_read.count + own_write.count;
         let profiler = (own > 0).then(|| ProfilerShare {
             read: Stats::new(&own_read),
@@ -171,6 +184,8 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
             blocked_by_role,
             blockers: blockers.map(|b| b.process),
             threads,
+            thread_groups: (!groups.is_empty()).then_some(groups),
+            grouped_tids,
             time_share: own_time.total(),
             time_share_by_role: share::by_role(&role_time),
             // The sampled stacks' parts come with the summary (`run`), not from the window.
@@ -247,21 +262,6 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
                 (b.writes, b.wait_ns_sum, &a.function).cmp(&(a.writes, a.wait_ns_sum, &b.function))
             },
         );
-        let mut flame = sorted_rows(
-            labelled.as_ref().map(|s| s.iter()),
-            |(frames, agg)| FlameStack {
-                stack: frames
-                    .iter()
-                    .rev()
-                    .map(|f| f.replace(';', ":"))
-                    .collect::<Vec<_>>()
-                    .join(";"),
-                count: agg.count,
-            },
-            |a, b| (b.count, &a.stack).cmp(&(a.count, &b.stack)),
-        );
-        flame.truncate(FLAME_STACKS);
-        p.flame = Some(flame);
         if o.is_some_and(|o| !o.holder_samples.is_empty()) {
             let held = o.map(|o| o.holder_stacks());
             let mut holders = sorted_rows(
@@ -295,7 +295,12 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
                 },
             ));
         }
-        p.samples = Some(o.map_or_else(Default::default, |o| super::sampled_stacks(o, &p.threads)));
+        let samples = o.map_or_else(Default::default, |o| {
+            super::sampled_stacks(o, &p.threads, &p.grouped_tids)
+        });
+        // The flame graph's stacks, as a file's reader derives them (`derive_flames`).
+        p.flame = Some(samples.folded_writes());
+        p.samples = Some(samples);
         p.dsos = Some(dsos);
         p.stacks = Some(top);
         p.js_functions = Some(js);

@@ -199,13 +199,13 @@ pub fn group(r: &mut Report, mut listed: impl FnMut(&ProcessReport) -> bool) {
             .max_wait_ns
             .max(p.lock.write.wait_ns.sum + p.lock.read.wait_ns.sum);
         minor.threads += p
-            .threads
-            .iter()
-            .filter(|t| t.role != Role::Profiler)
-            .count() as u64;
+            .thread_rows()
+            .filter(|(t, _)| t.role != Role::Profiler)
+            .map(|(_, n)| n)
+            .sum::<u64>();
         minor.profiler_reads += p.profiler.as_ref().map_or(0, |o| o.read.count);
         minor.sampled_writes += p.dsos.iter().flatten().map(|d| d.write.count).sum::<u64>();
-        for t in &p.threads {
+        for (t, _) in p.thread_rows() {
             let (write, read) = roles
                 .entry(t.role)
                 .or_insert_with(|| (Stats::default(), Some(Stats::default())));

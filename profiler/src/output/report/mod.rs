@@ -14,6 +14,7 @@ use crate::vocab::Mode;
 
 #[cfg(test)]
 mod bounded;
+pub mod budget;
 mod build;
 mod costs;
 mod minor;
@@ -23,6 +24,7 @@ mod samples;
 mod selected;
 #[cfg(test)]
 mod tests;
+pub mod thread_groups;
 
 pub use super::blockers::{BlockerReport, RoleBlock};
 pub use super::share::{RoleShare, TimeShare};
@@ -39,6 +41,7 @@ pub use samples::{
     FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
 };
 pub use selected::{SelectedBy, SelectedHow};
+pub use thread_groups::ThreadGroupReport;
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
 /// those they do not know, and take those they know but a file lacks as absent); a file of
@@ -167,6 +170,20 @@ impl Report {
             }
             if let Some(s) = p.samples.as_mut() {
                 s.drop_holds();
+            }
+        }
+    }
+}
+
+impl Report {
+    /// Each process's `flame` from its `samples`, where the line has none (this build writes
+    /// none: it is `samples` again): the page's flame graph and the findings read it.
+    pub fn derive_flames(&mut self) {
+        for p in &mut self.processes {
+            if p.flame.is_none()
+                && let Some(s) = &p.samples
+            {
+                p.flame = Some(s.folded_writes());
             }
         }
     }

@@ -195,7 +195,10 @@ pub struct ProcessReport {
     /// the reason they stop before it (summary, with stack sampling).
     pub stack_ends: Option<BTreeMap<String, u64>>,
     /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
-    /// for flame graphs (summary, with stack sampling; the most sampled 2,000).
+    /// for flame graphs and the findings: made with the summary, never written (it was
+    /// `samples` again, at several times its size); read back from a file of an earlier build
+    /// that wrote it, else derived from `samples` ([`Report::derive_flames`]).
+    #[serde(default, skip_serializing)]
     pub flame: Option<Vec<FlameStack>>,
     /// Every distinct sampled stack with its frames in parts and its labels, for pprof
     /// (summary, with stack sampling; the 5,000 that waited longest, the rest counted).
@@ -223,8 +226,20 @@ pub struct ProcessReport {
     /// for alone, its memory): what its acquisitions in `profiler` came from (summary; absent
     /// when nothing was read).
     pub read_by_profiler: Option<Reads>,
-    /// Ordered by total write wait, then write count (the threads that matter first).
+    /// Ordered by total write wait, then write count (the threads that matter first): the
+    /// [`LISTED_THREADS`](super::thread_groups::LISTED_THREADS) that waited longest at most,
+    /// but for the short-lived, which are in `thread_groups`.
     pub threads: Vec<ThreadReport>,
+    /// The threads not listed one by one (short-lived ones; past the listed), grouped by role,
+    /// start routine and addon with their totals, the longest wait first; absent when none is.
+    pub thread_groups: Option<Vec<super::ThreadGroupReport>>,
+    /// Summary: what its entry lost to the bound of a summary line per process (its parts
+    /// that waited least, counted); absent when nothing was cut.
+    pub trimmed: Option<super::budget::Trimmed>,
+    /// Not part of the report: each grouped thread's role and name by tid, for its sampled
+    /// stacks' labels.
+    #[serde(skip)]
+    pub grouped_tids: std::collections::HashMap<u32, (Role, String)>,
     /// The process's own threads' wait for its lock as a share of their time (foreign
     /// takers left out), idle threads of an interval included.
     pub time_share: Option<TimeShare>,

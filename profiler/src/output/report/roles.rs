@@ -49,8 +49,8 @@ pub fn role_totals(p: &ProcessReport) -> Vec<RoleTotals> {
         r.reads += lock.read.count;
         r.read_wait_ns += lock.read.wait_ns.sum;
     };
-    for t in &p.threads {
-        add(t.role, 1, &t.lock);
+    for (t, n) in p.thread_rows() {
+        add(t.role, n, &t.lock);
     }
     roles.retain(|r| r.writes + r.reads > 0);
     roles.sort_by(|a, b| (b.wait_ns(), b.writes, a.role).cmp(&(a.wait_ns(), a.writes, b.role)));

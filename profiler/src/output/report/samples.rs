@@ -35,6 +35,56 @@ pub struct FrameReport {
     pub build_id: Option<String>,
 }
 
+impl FrameReport {
+    /// How the report shows it, as a sampled frame is shown (`SampledFrame::label`):
+    /// `function (file)` for native code, `name (script:line:column)` for JavaScript.
+    pub fn label(&self) -> String {
+        if let Some(script) = &self.script {
+            let mut at = script.clone();
+            for n in [self.line, self.column].into_iter().flatten() {
+                at = format!("{at}:{n}");
+            }
+            return format!("{} ({at})", self.function);
+        }
+        match &self.dso {
+            Some(dso) => {
+                let file = std::path::Path::new(dso)
+                    .file_name()
+                    .map_or(dso.clone(), |n| n.to_string_lossy().into_owned());
+                format!("{} ({file})", self.function)
+            }
+            None => self.function.clone(),
+        }
+    }
+}
+
+impl SampledStacks {
+    /// The sampled write stacks folded for flame graphs (`outermost;...;innermost`, a `;` in
+    /// a name written `:`), each with its count, the most sampled first: the waiters' own
+    /// stacks of writes (not the holders' rows), their labels merged.
+    pub fn folded_writes(&self) -> Vec<super::FlameStack> {
+        let labels: Vec<String> = self
+            .frames
+            .iter()
+            .map(|f| f.label().replace(';', ":"))
+            .collect();
+        let mut by: HashMap<String, u64> = HashMap::new();
+        for s in self.stacks.iter().filter(|s| !s.holder && s.op == "write") {
+            let stack = (s.frames.iter().rev())
+                .filter_map(|&i| labels.get(i as usize).map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(";");
+            *by.entry(stack).or_default() += s.count;
+        }
+        let mut out: Vec<super::FlameStack> = by
+            .into_iter()
+            .map(|(stack, count)| super::FlameStack { stack, count })
+            .collect();
+        out.sort_by(|a, b| (b.count, &a.stack).cmp(&(a.count, &b.stack)));
+        out
+    }
+}
+
 impl From<&SampledFrame> for FrameReport {
     fn from(f: &SampledFrame) -> Self {
         FrameReport {
@@ -111,6 +161,28 @@ impl SampleCut {
 }
 
 impl SampledStacks {
+    /// Keeps the `n` stacks that waited longest (the first), counting the others in `cut`,
+    /// and only the frames those `n` use.
+    pub fn keep_first(&mut self, n: usize) {
+        if self.stacks.len() <= n {
+            return;
+        }
+        for s in self.stacks.drain(n..) {
+            self.cut.add(&s);
+        }
+        let mut index: HashMap<u32, u32> = HashMap::new();
+        let mut frames = Vec::new();
+        for s in &mut self.stacks {
+            for i in &mut s.frames {
+                *i = *index.entry(*i).or_insert_with(|| {
+                    frames.push(std::mem::take(&mut self.frames[*i as usize]));
+                    frames.len() as u32 - 1
+                });
+            }
+        }
+        self.frames = frames;
+    }
+
     /// Holds not measured (contention mode): absent rather than zero.
     pub fn drop_holds(&mut self) {
         for s in &mut self.stacks {
@@ -137,14 +209,21 @@ fn op_of(c: u32) -> &'static str {
 }
 
 /// A process's sampled stacks for its report: per stack, thread role and name (from the
-/// report's threads; a thread not among them is `other`) and cause, the threads merged;
-/// the [`MAX_SAMPLED_STACKS`] that waited longest kept, the rest counted in `cut`.
-pub fn sampled_stacks(o: &OwnerStacks, threads: &[ThreadReport]) -> SampledStacks {
+/// report's threads, listed or `grouped`; a thread not among them is `other`) and cause, the
+/// threads merged; the [`MAX_SAMPLED_STACKS`] that waited longest kept, the rest counted in
+/// `cut`.
+pub fn sampled_stacks(
+    o: &OwnerStacks,
+    threads: &[ThreadReport],
+    grouped: &HashMap<u32, (Role, String)>,
+) -> SampledStacks {
     let by_tid: HashMap<u32, &ThreadReport> = threads.iter().rev().map(|t| (t.tid, t)).collect();
-    sampled_stacks_by(o, |tid| {
-        by_tid
+    sampled_stacks_by(o, |tid| match by_tid.get(&tid) {
+        Some(t) => (t.role, t.comm.clone()),
+        None => grouped
             .get(&tid)
-            .map_or((Role::Other, String::new()), |t| (t.role, t.comm.clone()))
+            .cloned()
+            .unwrap_or((Role::Other, String::new())),
     })
 }
 

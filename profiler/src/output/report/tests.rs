@@ -215,10 +215,10 @@ fn time_shares_per_thread_process_and_role_count_idle_threads_and_leave_foreign_
     // Text: the process's and the roles' shares.
     let text = to_text(&r);
     assert!(
-        text.contains("its threads spent 45.8% of their time"),
+        text.contains("its 3 threads spent 45.8% of their time"),
         "{text}"
     );
-    assert!(text.contains("other threads spent 48.9% of their time waiting for mmap_lock (1.50 s of wait per CPU-second)"), "{text}");
+    assert!(text.contains("other threads (2) spent 48.9% of their time waiting for mmap_lock (1.50 s of wait per CPU-second)"), "{text}");
 }
 
 #[test]

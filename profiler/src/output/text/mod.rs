@@ -18,16 +18,20 @@ use crate::{
 mod format;
 pub mod listing;
 mod over_time;
+mod roles;
 mod stack_ends;
 #[cfg(test)]
 mod tests;
+mod threads;
 mod waits;
 
 use format::{BAR_WIDTH, fmt_f};
+use roles::roles_text;
 
 pub use format::{
     count_of, fit, fmt_ns, fmt_per_cpu, fmt_share, histogram_lines, side_by_side, size_name,
 };
+pub use threads::trimmed_text;
 pub use waits::{blockers_text, time_share_text};
 
 /// A file's name alone when its path does not fit a table column.
@@ -83,57 +87,6 @@ pub fn mode_note(mode: Mode) -> Option<&'static str> {
 
 /// How many threads (and roles) a process's text lists.
 const TOP_THREADS: usize = 8;
-
-/// Acquisitions by the role of the threads that made them: writes and reads, and their wait
-/// (the longest wait first: a role may wait most on reads).
-fn roles_text(p: &ProcessReport) -> String {
-    let roles = crate::output::report::role_totals(p);
-    if roles.is_empty() {
-        return String::new();
-    }
-    let mut out = format!(
-        "\n  by thread role:\n  {:<10} {:>7} {:>9} {:>10} {:>9} {:>10}\n",
-        "role", "threads", "writes", "write wait", "reads", "read wait"
-    );
-    for r in &roles {
-        let _ = writeln!(
-            out,
-            "  {:<10} {:>7} {:>9} {:>10} {:>9} {:>10}",
-            r.role.as_str(),
-            r.threads,
-            r.writes,
-            fmt_ns(r.write_wait_ns),
-            r.reads,
-            fmt_ns(r.read_wait_ns)
-        );
-    }
-    // Addon threads that a library behind the addon started: which library, whose addon.
-    let mut libraries: Vec<(String, u64, u64)> = Vec::new();
-    for t in &p.threads {
-        let (Some(lib), Some(addon)) = (&t.role_library, &t.role_addon) else {
-            continue;
-        };
-        let name = |p: &str| {
-            std::path::Path::new(p)
-                .file_name()
-                .map_or(p.to_string(), |n| n.to_string_lossy().into_owned())
-        };
-        let what = format!("{}, which {} needs", name(lib), name(addon));
-        match libraries.iter_mut().find(|l| l.0 == what) {
-            Some(l) => (l.1, l.2) = (l.1 + 1, l.2 + t.lock.write.count),
-            None => libraries.push((what, 1, t.lock.write.count)),
-        }
-    }
-    for (what, threads, writes) in libraries {
-        let _ = writeln!(
-            out,
-            "  {} started in {what}: {}",
-            count_of(threads, "addon thread", "addon threads"),
-            count_of(writes, "write", "writes")
-        );
-    }
-    out
-}
 
 /// A process's figures over time, by (pid, start_ticks), when the text is of a file whose
 /// interval lines were read (`report FILE`).
@@ -307,6 +260,7 @@ fn process_text_with(p: &ProcessReport, mode: Mode, series: Option<&Series>) -> 
             own.share * 100.0
         );
     }
+    out.push_str(&threads::trimmed_text(p));
     out.push_str(&time_share_text(p));
     if let Some(series) = series {
         out.push_str(&over_time::over_time_text(series));
@@ -388,10 +342,15 @@ fn process_text_with(p: &ProcessReport, mode: Mode, series: Option<&Series>) -> 
     if p.threads.len() > TOP_THREADS {
         let _ = writeln!(
             out,
-            "  ... and {} more threads",
-            p.threads.len() - TOP_THREADS
+            "  ... and {} listed",
+            count_of(
+                (p.threads.len() - TOP_THREADS) as u64,
+                "more thread",
+                "more threads"
+            )
         );
     }
+    out.push_str(&threads::groups_text(p));
     let hists = histogram_lines(&[&p.lock.write.wait_ns, &p.lock.read.wait_ns]);
     if hists.iter().any(|h| !h.is_empty()) {
         let width = 8 + 1 + BAR_WIDTH + 1 + 8;

@@ -169,3 +169,51 @@ fn held_by_names_the_holders_function_and_stack() {
     );
     assert!(held.contains("      __mprotect (libc.so.6)"), "{held}");
 }
+
+/// Threads grouped are said after the listed ones, a line per group with its count, where it
+/// started and its totals; a process's entry cut to the bound says what it lost.
+#[test]
+fn grouped_threads_and_what_was_cut_are_said() {
+    use crate::output::report::{
+        ThreadGroupReport,
+        budget::{RowsCut, Trimmed},
+        thread_groups::SHORT_LIVED,
+    };
+    let mut p = process(1, "node", 5_000_000, false);
+    let mut row = p.threads[1].clone();
+    row.tid = 0;
+    row.role = Role::Addon;
+    row.role_addon = Some("/app/node_modules/argon2/build/Release/argon2.node".into());
+    p.thread_groups = Some(vec![ThreadGroupReport {
+        threads: 4922,
+        grouped: SHORT_LIVED.into(),
+        start_routine: Some("fill_segment_thr".into()),
+        row,
+    }]);
+    p.trimmed = Some(Trimmed {
+        bytes: 3_400_000,
+        samples: Some(2_100),
+        threads: None,
+        js_functions: Some(RowsCut {
+            rows: 40,
+            count: 55,
+            wait_ns_sum: 1_000,
+        }),
+        holder_functions: None,
+    });
+    let text = process_text(&p, crate::vocab::Mode::Full);
+    assert!(
+        text.contains("  4922 more threads grouped (JSON `thread_groups`, their totals exact):\n    4922 addon threads started in fill_segment_thr of argon2.node (each lived under a second): 6 writes (5.00ms wait), 0 reads (0ns wait)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(its entry, 3.4 MB, was cut to the summary's bound of 1 MB a process: 2100 sampled stacks that waited least (in samples.cut), 40 JavaScript functions (55 samples, 1.0us); its totals are whole)"),
+        "{text}"
+    );
+    // The roles count the grouped threads.
+    assert!(
+        roles_text(&p).contains("  addon         4922 "),
+        "{}",
+        roles_text(&p)
+    );
+}

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{TOP_THREADS, fmt_ns, fmt_per_cpu, fmt_share};
+use super::{TOP_THREADS, count_of, fmt_ns, fmt_per_cpu, fmt_share};
 use crate::{
     output::report::{ProcessReport, role_totals},
     registry::roles::Role,
@@ -20,9 +20,16 @@ pub fn time_share_text(p: &ProcessReport) -> String {
             format!(" ({} of wait per CPU-second)", fmt_per_cpu(c))
         })
     };
+    // Every thread of the process, whether it took the lock or not: its whole time.
+    let threads = all.threads.map_or("its threads".to_string(), |n| {
+        format!("its {}", count_of(n, "thread", "threads"))
+    });
+    let ran = all
+        .cpu_ns
+        .map_or(String::new(), |c| format!(", {} of CPU", fmt_ns(c)));
     let _ = writeln!(
         out,
-        "\n  time share: its threads spent {} of their time waiting for mmap_lock{} ({} of {} alive)",
+        "\n  time share: {threads} spent {} of their time waiting for mmap_lock{} ({} of wait in {} alive{ran})",
         fmt_share(all.wall),
         cpu(all),
         fmt_ns(all.wait_ns),
@@ -37,8 +44,9 @@ pub fn time_share_text(p: &ProcessReport) -> String {
     {
         let _ = writeln!(
             out,
-            "    {} threads spent {} of their time waiting for mmap_lock{}",
+            "    {} threads{} spent {} of their time waiting for mmap_lock{}",
             r.role.as_str(),
+            r.share.threads.map_or(String::new(), |n| format!(" ({n})")),
             fmt_share(r.share.wall),
             cpu(&r.share)
         );

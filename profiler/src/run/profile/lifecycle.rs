@@ -91,6 +91,18 @@ impl<K: Kernel> Profile<K> {
         let mut execs = Vec::new();
         for e in self.collector.exited_threads() {
             let t = ThreadId::new(e.tid, ids::ticks_of_ns(e.tid_start));
+            if e.tag == exit_record::BYSTANDER {
+                let seen = super::bystander(t, e.tid_start, e.owner_start, e.tgid, e.comm);
+                self.totals
+                    .note_bystander(&crate::aggregation::BystanderSeen {
+                        cpu_ns: e.cpu_ns,
+                        queued_ns: ids::run_delay(e.queued_ns),
+                        at_ns: e.at_ns,
+                        exited: true,
+                        ..seen
+                    });
+                continue;
+            }
             self.totals
                 .note_cpu(t, e.cpu_ns, ids::run_delay(e.queued_ns), e.at_ns);
             // An exit ends the thread's time alive; an exec's or a fork's notice names a
@@ -281,10 +293,12 @@ impl<K: Kernel> Profile<K> {
             });
         // The interval's copy too: its last counts keep the role decided while it lived, and
         // nothing asks the registry (which forgets it below) about it again.
+        let lived = self.totals.lived_ns(owner, thread);
         if let (Some(w), Some(r)) = (self.interval.as_mut(), role.clone())
             && let Some(t) = w.processes.get_mut(&owner).and_then(|m| m.get_mut(&thread))
         {
             t.role = Some(r);
+            t.lived_ns = lived;
         }
         self.totals.retire(owner, thread, role);
         self.registry.roles.forget_thread(owner, thread);
@@ -327,6 +341,9 @@ impl<K: Kernel> Profile<K> {
                 w.cpus.insert(owner, c);
             }
         }
+        // Its bystanders whose exit notices were lost end with it.
+        self.totals
+            .end_bystanders_of(owner, self.collector.now_ns());
         self.registry.names.forget(owner);
         self.registry.cgroups.forget(owner);
         self.registry.cpus.forget(owner);

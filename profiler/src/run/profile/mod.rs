@@ -11,11 +11,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use profiler_common::NewThread;
+use profiler_common::{NewThread, thread_cpu};
 
 use crate::{
     aggregation::{
-        Totals, Window,
+        BystanderSeen, Totals, Window,
         blocked::{Blocked, BlockedReadings},
         ids_of,
     },
@@ -25,7 +25,7 @@ use crate::{
     },
     registry::Registry,
     registry::reads::Reads,
-    registry::roles::SeenThread,
+    registry::roles::{SeenThread, comm_str, role_by_ids_and_name},
     registry::stacks::StackAttribution,
     vocab::ids::{self, ProcId, ThreadId},
 };
@@ -203,12 +203,22 @@ impl<K: Kernel> Profile<K> {
         self.retire_exited(done)
     }
 
-    /// The CPU times the last iterator pass reported.
+    /// The CPU times the last iterator pass reported: profiled threads' and bystanders'.
     fn note_cpu_times(&mut self) {
         for c in self.collector.take_cpu_times() {
             let t = ThreadId::new(c.tid, ids::ticks_of_ns(c.tid_start));
-            self.totals
-                .note_cpu(t, c.cpu_ns, ids::run_delay(c.queued_ns), c.at_ns);
+            if c.flags & thread_cpu::BYSTANDER != 0 {
+                let seen = bystander(t, c.tid_start, c.owner_start, c.tgid, c.comm);
+                self.totals.note_bystander(&BystanderSeen {
+                    cpu_ns: c.cpu_ns,
+                    queued_ns: ids::run_delay(c.queued_ns),
+                    at_ns: c.at_ns,
+                    ..seen
+                });
+            } else {
+                self.totals
+                    .note_cpu(t, c.cpu_ns, ids::run_delay(c.queued_ns), c.at_ns);
+            }
         }
     }
 
@@ -337,5 +347,29 @@ impl<K: Kernel> Profile<K> {
     /// counts): memory stays bounded whatever the churn.
     pub fn forget_history(&mut self) {
         self.totals.keep_retired = false;
+    }
+}
+
+/// A bystander as the kernel side named it, its CPU time and exit yet to be said: its role
+/// told by its ids and name (its start routine is not read: that would take its process's
+/// lock).
+pub(super) fn bystander(
+    thread: ThreadId,
+    start_ns: u64,
+    owner_start_ns: u64,
+    tgid: u32,
+    comm: [u8; profiler_common::COMM_LEN],
+) -> BystanderSeen {
+    BystanderSeen {
+        thread,
+        start_ns,
+        owner: ProcId::new(tgid, ids::ticks_of_ns(owner_start_ns)),
+        tgid,
+        comm,
+        role: role_by_ids_and_name(tgid, thread.tid, tgid, &comm_str(&comm), std::process::id()),
+        cpu_ns: 0,
+        queued_ns: None,
+        at_ns: 0,
+        exited: false,
     }
 }

@@ -127,6 +127,8 @@ impl<K: Kernel> Profile<K> {
         let attribution = Attribution::of(&mut self.registry, &window);
         let mut r = report::build(&window, &attribution, meta);
         self.label_selection(&mut r);
+        // A summary line at most a megabyte per process, whatever its threads and stacks.
+        report::budget::bound(&mut r);
         r
     }
 
@@ -184,6 +186,8 @@ impl<K: Kernel> Profile<K> {
             p.read_by_profiler = (!read.is_empty()).then_some(read);
         }
         self.label_selection(&mut r);
+        // A summary line at most a megabyte per process, whatever its threads and stacks.
+        report::budget::bound(&mut r);
         r
     }
 

@@ -509,3 +509,51 @@ async fn the_end_of_a_run_retires_the_freed_and_counts_the_exits_still_pending()
     assert_eq!(thread(proc, &slow).lock.write.count, 3);
     assert_eq!(thread(proc, &stuck).lock.write.count, 3);
 }
+
+/// The time share is over every thread of the process: those that took its lock, and the
+/// bystanders the kernel side reports (their CPU at each pass, their exit), each with the
+/// role its ids and name tell. Its totals are theirs, and so are its roles'.
+#[test]
+fn the_time_share_counts_the_threads_that_never_took_the_lock() {
+    let mut p = profile(false);
+    let (main, worker) = node_and_worker(&mut p.collector, [(cause::MMAP, 3), (cause::MMAP, 2)]);
+    let pool = p.collector.spawn_thread(&main, "libuv-worker");
+    let plain = p.collector.spawn_thread(&main, "node");
+    let short = p.collector.spawn_thread(&main, "node");
+    let s = 1_000_000_000;
+    p.collector.report_cpu(&main, s / 10, false);
+    p.collector.report_cpu(&worker, s / 10, false);
+    for (t, cpu) in [(&pool, 2 * s), (&plain, s / 2), (&short, s)] {
+        p.collector.report_cpu(t, cpu, true);
+    }
+    p.poll(false).unwrap();
+    // The short one exits having run 1.5 s; the others run on, unreported since.
+    p.collector.bystander_exit(&short, 3 * s / 2);
+    p.poll(false).unwrap();
+    let r = p.summary();
+    let proc_ = process(&r, &main);
+    // The bystanders are in no thread row (they took no lock): in the shares only.
+    assert_eq!(proc_.threads.len(), 2);
+    let share = proc_.time_share.as_ref().expect("a time share");
+    assert_eq!(share.threads, Some(5), "{share:?}");
+    assert_eq!(share.cpu_ns, Some(s / 10 * 2 + 2 * s + s / 2 + 3 * s / 2));
+    let role = |r: Role| {
+        proc_
+            .time_share_by_role
+            .iter()
+            .flatten()
+            .find(|x| x.role == r)
+            .map(|x| (x.share.threads, x.share.cpu_ns))
+    };
+    assert_eq!(role(Role::Libuv), Some((Some(2), Some(s / 10 + 2 * s))));
+    assert_eq!(role(Role::Other), Some((Some(2), Some(2 * s))));
+    assert_eq!(role(Role::Main), Some((Some(1), Some(s / 10))));
+    // Its life ends at its exit, the others' at the run's last reading.
+    let alive = share.alive_ns;
+    let lives: u64 = [&main, &worker, &pool, &plain]
+        .iter()
+        .map(|t| p.collector.now_ns() - t.start_ns)
+        .sum::<u64>()
+        + s;
+    assert_eq!(alive, lives);
+}
