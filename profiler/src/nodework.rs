@@ -177,6 +177,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
                 period: Duration::from_secs(1),
                 duration: None,
                 targets: Some(&targets),
+                signals_end: true,
             },
             &mut Quiet,
         )

@@ -360,6 +360,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                         period: cfg.interval,
                         duration: None,
                         targets: None,
+                        signals_end: true,
                     },
                     &mut agent,
                 )

@@ -61,7 +61,14 @@ pub struct Totals {
     /// (their first entries are in the reading to come; forgotten at the next tick).
     pub(super) cpu: CpuTimes,
     pub(super) early_cpu: CpuTimes,
+    /// The names threads took at an exec, for threads not known yet (the kernel named
+    /// their entries as it first saw them, inside the exec, under the old image's name).
+    renamed: HashMap<ThreadId, [u8; COMM_LEN]>,
 }
+
+/// Renames kept for threads not seen yet, at most (an exec's thread is nearly always seen
+/// in the same reading).
+const MAX_RENAMES: usize = 4096;
 
 impl Default for Totals {
     /// Totals of a run starting now.
@@ -87,6 +94,25 @@ impl Totals {
             early_exits: HashMap::default(),
             cpu: CpuTimes::default(),
             early_cpu: CpuTimes::default(),
+            renamed: HashMap::default(),
+        }
+    }
+
+    /// Thread `tid` exec'd under the name `comm`: its entries, whenever the kernel named
+    /// them (before the exec's rename, or as its parent before it), are its under that name.
+    pub fn rename(&mut self, tid: ThreadId, comm: [u8; COMM_LEN]) {
+        let mut known = false;
+        for owner in self.owners.get(&tid).into_iter().flatten() {
+            if let Some(info) = self.threads.get_mut(&(*owner, tid)) {
+                info.comm = comm;
+                known = true;
+            }
+        }
+        if !known {
+            if self.renamed.len() >= MAX_RENAMES {
+                self.renamed.clear();
+            }
+            self.renamed.insert(tid, comm);
         }
     }
 
@@ -113,7 +139,7 @@ impl Totals {
                     owner_start_ns: key.owner_start,
                     tid_start_ns: key.tid_start,
                     tgid: cur.tgid,
-                    comm: cur.comm,
+                    comm: self.renamed.remove(&tid).unwrap_or(cur.comm),
                     fsbase: cur.fsbase,
                     kinds: Causes::default(),
                     life: Life::new(key.tid_start, self.early_exits.get(&tid).copied()),
@@ -128,7 +154,7 @@ impl Totals {
             out.push(ThreadDelta {
                 key: *key,
                 tgid: cur.tgid,
-                comm: cur.comm,
+                comm: info.comm,
                 fsbase: cur.fsbase,
                 stats,
             });
