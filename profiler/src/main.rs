@@ -144,6 +144,7 @@ fn run(cli: Cli) -> Result<u8, Error> {
                 length: a.escalate_for,
                 cooldown: a.escalate_cooldown,
                 budget_bytes: a.escalate_budget_mib << 20,
+                stack_sample: a.stack_sample,
             }),
             quiet: a.quiet,
         }))?,
@@ -185,6 +186,7 @@ fn run(cli: Cli) -> Result<u8, Error> {
                     } else {
                         cli::Config::STACK_SAMPLE
                     }),
+                    sample_floor_ms: 0,
                 },
                 duration: p.duration,
                 interval: (interval > 0.0).then(|| Duration::from_secs_f64(interval)),

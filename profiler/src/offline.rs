@@ -29,6 +29,8 @@ pub enum OfflineError {
         "{0} has no sampled stacks for a pprof profile (a summary's `samples`): profile with stack sampling on (the default; not --stack-sample 0), with a build that writes them"
     )]
     NoSamples(String),
+    #[error("{0}: {1}")]
+    Trigger(String, String),
 }
 
 impl OfflineError {
@@ -101,6 +103,9 @@ fn run_text(
 /// `report`: the run's text report as the live run printed it (or, `-f json`, its findings),
 /// the findings recomputed (with the study's effects, if given) and put first on the page.
 pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
+    if let Some(t) = &args.trigger {
+        add_trigger(&args.input, t)?;
+    }
     let study = study(args.study.as_deref())?;
     let run = RunLines::read_file(&args.input)?;
     let name = args
@@ -148,6 +153,52 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
             ));
         }
     }
+    Ok(())
+}
+
+/// An agent's capture: its `trigger` (read from `trigger`) put into the summary of `input`,
+/// its last line, and the summary's findings recomputed with those of the window that
+/// crossed; the file is replaced whole (a sibling written, then renamed over it), its other
+/// lines copied as they are.
+fn add_trigger(input: &Path, trigger: &Path) -> Result<(), OfflineError> {
+    use std::io::{BufRead as _, BufWriter};
+    let bad = |p: &Path, e: &dyn std::fmt::Display| {
+        OfflineError::Trigger(p.display().to_string(), e.to_string())
+    };
+    let t: crate::output::report::Trigger = std::fs::read(trigger)
+        .map_err(|e| bad(trigger, &e))
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| bad(trigger, &e)))?;
+    let dir = input.parent().unwrap_or(Path::new("."));
+    let f = std::fs::File::open(input).map_err(|e| bad(input, &e))?;
+    let mut out = tempfile::NamedTempFile::new_in(dir).map_err(|e| bad(input, &e))?;
+    let mut last: Option<Vec<u8>> = None;
+    {
+        let mut w = BufWriter::new(out.as_file_mut());
+        let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+        loop {
+            let mut line = Vec::new();
+            let n = r.read_until(b'\n', &mut line).map_err(|e| bad(input, &e))?;
+            if n == 0 {
+                break;
+            }
+            if let Some(prev) = last.replace(line) {
+                w.write_all(&prev).map_err(|e| bad(input, &e))?;
+            }
+        }
+        let last = last.ok_or_else(|| bad(input, &"empty"))?;
+        let mut summary: crate::output::report::Report =
+            serde_json::from_slice(&last).map_err(|e| bad(input, &e))?;
+        if summary.kind != crate::output::report::Kind::Summary {
+            return Err(bad(input, &"its last line is not a summary"));
+        }
+        summary.trigger = Some(Box::new(t));
+        findings::attach(&mut summary, None);
+        serde_json::to_writer(&mut w, &summary).map_err(|e| bad(input, &e))?;
+        w.write_all(b"\n")
+            .and_then(|()| w.flush())
+            .map_err(|e| bad(input, &e))?;
+    }
+    out.persist(input).map_err(|e| bad(input, &e.error))?;
     Ok(())
 }
 

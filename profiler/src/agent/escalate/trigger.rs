@@ -5,6 +5,11 @@
 //! capture runs; among the processes above the threshold, the one that waited most of its
 //! time goes first, and the others wait their turn. A crossing that cannot be captured now
 //! (cooldown, or another capture running) is counted once per crossing, not per interval.
+//!
+//! A process is judged only once it has lived a whole window: the share must hold over a
+//! full window of its life. A burst as it starts (its Workers' heaps and glibc's arenas set up
+//! at once) is then weighed against the rest of that window, and a process contended only
+//! while it starts does not take the host's one capture from a process that stays contended.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -27,7 +32,7 @@ pub struct Reading {
 }
 
 impl Reading {
-    fn add(&mut self, o: &Reading) {
+    pub fn add(&mut self, o: &Reading) {
         self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
         self.waits = self.waits.saturating_add(o.waits);
         self.alive_ns = self.alive_ns.saturating_add(o.alive_ns);
@@ -43,12 +48,23 @@ impl Reading {
     }
 }
 
-/// A process's last intervals, and what was said of its current crossing.
+/// A process's last intervals (when each ended, its length, the reading), its age, and what
+/// was said of its current crossing.
 #[derive(Default)]
 struct History {
-    intervals: VecDeque<(Instant, Reading)>,
+    intervals: VecDeque<(Instant, Duration, Reading)>,
+    /// How long the process had lived at its last interval's end.
+    age: Duration,
     /// Its current crossing was counted as held back (by its cooldown or another capture).
     held: bool,
+}
+
+/// A process's window: its reading summed, and the time it was measured over (the lengths
+/// of the intervals it had readings in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Windowed {
+    pub reading: Reading,
+    pub span: Duration,
 }
 
 /// What a crossing that is not captured now was held back by.
@@ -71,7 +87,7 @@ impl Held {
 #[derive(Debug, Default, PartialEq)]
 pub struct Decision {
     /// The process to capture now, with its window's reading.
-    pub start: Option<(ProcId, Reading)>,
+    pub start: Option<(ProcId, Windowed)>,
     /// Crossings newly held back, each counted once.
     pub held: Vec<(ProcId, Held)>,
     /// Processes above the threshold, out of their cooldown, waiting for the running
@@ -100,22 +116,26 @@ impl Trigger {
         }
     }
 
-    /// Adds an interval that ended at `now`: a reading per process that took the lock or was
-    /// alive in it. Processes with no interval left in the window are forgotten.
-    pub fn observe(&mut self, now: Instant, readings: impl IntoIterator<Item = (ProcId, Reading)>) {
-        for (p, r) in readings {
-            self.history
-                .entry(p)
-                .or_default()
-                .intervals
-                .push_back((now, r));
+    /// Adds an interval of length `span` that ended at `now`: a reading per process that
+    /// took the lock or was alive in it, with the process's age. Processes with no interval
+    /// left in the window are forgotten.
+    pub fn observe(
+        &mut self,
+        now: Instant,
+        span: Duration,
+        readings: impl IntoIterator<Item = (ProcId, Reading, Duration)>,
+    ) {
+        for (p, r, age) in readings {
+            let h = self.history.entry(p).or_default();
+            h.intervals.push_back((now, span, r));
+            h.age = age;
         }
         let since = now.checked_sub(self.window);
         self.history.retain(|_, h| {
             while h
                 .intervals
                 .front()
-                .is_some_and(|(t, _)| since.is_some_and(|s| *t <= s))
+                .is_some_and(|(t, _, _)| since.is_some_and(|s| *t <= s))
             {
                 h.intervals.pop_front();
             }
@@ -126,27 +146,37 @@ impl Trigger {
             .retain(|_, t| now.duration_since(*t) < cooldown);
     }
 
-    /// A process's reading summed over the window.
-    pub fn window(&self, p: ProcId) -> Reading {
-        let mut sum = Reading::default();
+    /// A process's reading summed over the window, and the time it covers.
+    pub fn window(&self, p: ProcId) -> Windowed {
+        let mut w = Windowed::default();
         if let Some(h) = self.history.get(&p) {
-            h.intervals.iter().for_each(|(_, r)| sum.add(r));
+            for (_, span, r) in &h.intervals {
+                w.reading.add(r);
+                w.span += *span;
+            }
         }
-        sum
+        w
     }
 
-    fn above(&self, r: &Reading) -> bool {
-        r.waits >= MIN_WAITS && r.alive_ns > 0 && r.share() >= self.at
+    /// Above the threshold over a full window of its life, on enough waits.
+    fn above(&self, p: ProcId, w: &Windowed) -> bool {
+        let r = &w.reading;
+        let aged = self.history.get(&p).is_some_and(|h| h.age >= self.window);
+        aged && r.waits >= MIN_WAITS && r.alive_ns > 0 && r.share() >= self.at
     }
 
     /// Decides at `now`: `busy` when a capture is running.
     pub fn decide(&mut self, now: Instant, busy: bool) -> Decision {
-        let mut above: Vec<(ProcId, Reading)> = (self.history.keys())
+        let mut above: Vec<(ProcId, Windowed)> = (self.history.keys())
             .map(|&p| (p, self.window(p)))
-            .filter(|(_, r)| self.above(r))
+            .filter(|(p, w)| self.above(*p, w))
             .collect();
         // The longest share first; equal shares by pid, for a stable order.
-        above.sort_by(|a, b| b.1.share().total_cmp(&a.1.share()).then(a.0.cmp(&b.0)));
+        above.sort_by(|a, b| {
+            (b.1.reading.share())
+                .total_cmp(&a.1.reading.share())
+                .then(a.0.cmp(&b.0))
+        });
         let mut d = Decision::default();
         for (p, r) in &above {
             let cooling =
@@ -211,24 +241,34 @@ mod tests {
         t0 + Duration::from_secs(s)
     }
 
+    /// A process that has lived long before the agent saw it.
+    const OLD: Duration = Duration::from_secs(3600);
+
+    /// One-second intervals of old processes.
+    fn obs(t: &mut Trigger, at: Instant, readings: impl IntoIterator<Item = (ProcId, Reading)>) {
+        let r = readings.into_iter().map(|(p, r)| (p, r, OLD));
+        t.observe(at, Duration::from_secs(1), r);
+    }
+
     #[test]
     fn the_share_is_summed_over_the_window_and_needs_its_evidence() {
         let t0 = Instant::now();
         let mut t = Trigger::new(5.0, Duration::from_secs(3), Duration::from_secs(600));
         // 4% in each of 3 intervals: under 5% over the window.
         for s in 1..=3 {
-            t.observe(secs(t0, s), [(p(1), r(40, 30, 1000))]);
+            obs(&mut t, secs(t0, s), [(p(1), r(40, 30, 1000))]);
         }
         assert_eq!(t.decide(secs(t0, 3), false), Decision::default());
         // One interval at 11%: (40+40+110)/3000 = 6.3% over the last three.
-        t.observe(secs(t0, 4), [(p(1), r(110, 30, 1000))]);
-        assert_eq!(t.window(p(1)), r(190, 90, 3000));
+        obs(&mut t, secs(t0, 4), [(p(1), r(110, 30, 1000))]);
+        assert_eq!(t.window(p(1)).reading, r(190, 90, 3000));
+        assert_eq!(t.window(p(1)).span, Duration::from_secs(3));
         let d = t.decide(secs(t0, 4), false);
         assert_eq!(d.start.map(|s| s.0), Some(p(1)));
         // A share far above the threshold on fewer than MIN_WAITS waits triggers nothing.
-        t.observe(secs(t0, 5), [(p(2), r(900, MIN_WAITS - 1, 1000))]);
+        obs(&mut t, secs(t0, 5), [(p(2), r(900, MIN_WAITS - 1, 1000))]);
         assert!(t.decide(secs(t0, 5), false).start.is_none());
-        t.observe(secs(t0, 6), [(p(2), r(1, 1, 1000))]);
+        obs(&mut t, secs(t0, 6), [(p(2), r(1, 1, 1000))]);
         assert_eq!(t.decide(secs(t0, 6), false).start.map(|s| s.0), Some(p(2)));
     }
 
@@ -239,7 +279,7 @@ mod tests {
         let readings: Vec<_> = (1..=1000)
             .map(|i| (p(i), r(50 + i as u64 % 7, 100, 1000)))
             .collect();
-        t.observe(secs(t0, 1), readings.clone());
+        obs(&mut t, secs(t0, 1), readings.clone());
         let d = t.decide(secs(t0, 1), false);
         assert_eq!(
             d.start.map(|s| s.0),
@@ -249,12 +289,12 @@ mod tests {
         assert_eq!((d.held.len(), d.waiting), (999, 999));
         assert!(d.held.iter().all(|(_, h)| *h == Held::Busy));
         // Still above, a capture running: none started, none counted again.
-        t.observe(secs(t0, 2), readings.clone());
+        obs(&mut t, secs(t0, 2), readings.clone());
         let d = t.decide(secs(t0, 2), true);
         assert_eq!((d.start, d.held.len(), d.waiting), (None, 0, 999));
         // The capture over: the next one, one at a time; the first, still above the
         // threshold in its cooldown, is the crossing already captured, not counted again.
-        t.observe(secs(t0, 3), readings);
+        obs(&mut t, secs(t0, 3), readings);
         let d = t.decide(secs(t0, 3), false);
         assert_eq!(d.start.map(|s| s.0), Some(p(13)));
         assert_eq!((d.held.len(), d.waiting), (0, 998));
@@ -268,7 +308,7 @@ mod tests {
         let mut cooldowns = 0;
         // Above the threshold every second for 200 s.
         for s in 1..=200 {
-            t.observe(secs(t0, s), [(p(1), r(500, 100, 1000))]);
+            obs(&mut t, secs(t0, s), [(p(1), r(500, 100, 1000))]);
             let d = t.decide(secs(t0, s), false);
             if let Some((q, _)) = d.start {
                 assert_eq!(q, p(1));
@@ -285,22 +325,77 @@ mod tests {
     fn a_crossing_after_falling_back_is_counted_again_and_gone_processes_are_forgotten() {
         let t0 = Instant::now();
         let mut t = Trigger::new(5.0, Duration::from_secs(2), Duration::from_secs(600));
-        t.observe(secs(t0, 1), [(p(1), r(500, 100, 1000))]);
+        obs(&mut t, secs(t0, 1), [(p(1), r(500, 100, 1000))]);
         assert!(t.decide(secs(t0, 1), false).start.is_some());
-        t.observe(secs(t0, 2), [(p(1), r(500, 100, 1000))]);
+        obs(&mut t, secs(t0, 2), [(p(1), r(500, 100, 1000))]);
         assert_eq!(t.decide(secs(t0, 2), false), Decision::default());
         // Under the threshold over the window from 4 s: the crossing is over.
         for s in 3..=4 {
-            t.observe(secs(t0, s), [(p(1), r(0, 0, 1000))]);
+            obs(&mut t, secs(t0, s), [(p(1), r(0, 0, 1000))]);
             assert!(t.decide(secs(t0, s), false).held.is_empty());
         }
-        t.observe(secs(t0, 5), [(p(1), r(900, 100, 1000))]);
+        obs(&mut t, secs(t0, 5), [(p(1), r(900, 100, 1000))]);
         assert_eq!(
             t.decide(secs(t0, 5), false).held,
             vec![(p(1), Held::Cooldown)]
         );
         // No readings for longer than the window: forgotten.
-        t.observe(secs(t0, 9), []);
+        obs(&mut t, secs(t0, 9), []);
         assert_eq!(t.tracked(), 0);
+    }
+
+    /// A burst as a process starts is judged over a full window of its life: a process
+    /// contended only as it starts is not captured, nor does it hold another's capture back;
+    /// one that stays contended is, once it has lived a window.
+    #[test]
+    fn a_start_up_burst_is_weighed_against_a_full_window_of_the_processs_life() {
+        let t0 = Instant::now();
+        let mut t = Trigger::new(5.0, Duration::from_secs(5), Duration::from_secs(600));
+        let (burst, steady) = (p(1), p(2));
+        let mut starts = Vec::new();
+        for s in 1..=12u64 {
+            let age = Duration::from_secs(s);
+            // The burst: 40% of its threads' time in its first second, nothing after.
+            let b = if s == 1 {
+                r(400, 50, 1000)
+            } else {
+                r(0, 0, 1000)
+            };
+            // Steady: 10% all along, from the same start.
+            let readings = [(burst, b, age), (steady, r(100, 30, 1000), age)];
+            t.observe(secs(t0, s), Duration::from_secs(1), readings);
+            let d = t.decide(secs(t0, s), false);
+            // Nothing young is above the threshold, held or waiting.
+            if s < 5 {
+                assert_eq!(d, Decision::default(), "at {s} s");
+            }
+            starts.extend(d.start.map(|(q, w)| (s, q, w)));
+        }
+        // The steady process once it has lived the window, over the window's 5 s; the burst
+        // (8% of its first five seconds' time, 40% of its first) never.
+        assert_eq!(starts.len(), 1, "{starts:?}");
+        let (at, q, w) = starts[0];
+        assert_eq!((at, q), (5, steady));
+        assert_eq!(w.span, Duration::from_secs(5));
+        assert_eq!(w.reading, r(500, 150, 5000));
+        // A burst that lasts: 40% for three seconds holds over the first five (24%).
+        let mut t = Trigger::new(5.0, Duration::from_secs(5), Duration::from_secs(600));
+        let mut first = None;
+        for s in 1..=8u64 {
+            let b = if s <= 3 {
+                r(400, 50, 1000)
+            } else {
+                r(0, 0, 1000)
+            };
+            t.observe(
+                secs(t0, s),
+                Duration::from_secs(1),
+                [(burst, b, Duration::from_secs(s))],
+            );
+            if let Some((_, w)) = t.decide(secs(t0, s), false).start {
+                first.get_or_insert((s, w.reading.share()));
+            }
+        }
+        assert_eq!(first, Some((5, 0.24)));
     }
 }

@@ -52,6 +52,7 @@ pub(super) fn finding(
         measured: Vec::new(),
         measured_on: None,
         source: String::new(),
+        window: None,
     }
 }
 

@@ -355,6 +355,7 @@ fn the_findings_come_first_on_a_run_page_with_what_to_change() {
         measured: Vec::new(),
         measured_on: None,
         source: "docs/findings.md#long-holds".into(),
+        window: None,
     }]);
     let mut recorded = RunLines::default();
     recorded.add_report(&s);

@@ -23,6 +23,7 @@ mod samples;
 mod selected;
 #[cfg(test)]
 mod tests;
+mod trigger;
 
 pub use super::blockers::{BlockerReport, RoleBlock};
 pub use super::share::{RoleShare, TimeShare};
@@ -39,6 +40,10 @@ pub use samples::{
     FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
 };
 pub use selected::{SelectedBy, SelectedHow};
+pub use trigger::{
+    CAPTURE, CROSSING, Trigger, TriggerFunction, TriggerMeasure, lines as trigger_lines,
+    verdict_line,
+};
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
 /// those they do not know, and take those they know but a file lacks as absent); a file of
@@ -109,6 +114,9 @@ pub struct Report {
     /// waited longer), grouped by command with their totals; absent when every process is
     /// listed (none to group, `--all-processes`, interval lines, older builds).
     pub minor_processes: Option<MinorProcesses>,
+    /// An agent's capture: why it was taken (the window that crossed `--escalate-at`), and
+    /// how the capture compares (docs/agent.md).
+    pub trigger: Option<Box<Trigger>>,
     /// Not part of the report: whoever renders it was asked for every process
     /// (`--all-processes`), which the text and the page then show each in full.
     #[serde(skip)]
@@ -140,6 +148,7 @@ impl Report {
             stack_work: None,
             findings: None,
             minor_processes: None,
+            trigger: None,
             show_all: false,
             summed_lines: None,
         }
