@@ -276,4 +276,100 @@ mod tests {
             assert!(got.contains(part), "{part:?} missing from:\n{got}");
         }
     }
+
+    /// `report --trigger`: the agent's trigger goes into the summary, in place; the other
+    /// lines stay as they were; the findings are the capture's and the window's, each saying
+    /// its window, the window's first when the contention had passed; the page and the text
+    /// begin with the verdict.
+    #[test]
+    fn a_captures_trigger_is_written_into_its_summary() {
+        use crate::output::report::{CROSSING, Trigger, TriggerMeasure};
+        let d = tempfile::tempdir().unwrap();
+        let interval = fixtures::interval("2026-01-01T00:00:01.000Z", 100);
+        let mut summary = fixtures::summary(vec![fixtures::process(1, "node", 5_000_000, true)]);
+        findings::attach(&mut summary, None);
+        let run = d.path().join("report.ndjson");
+        std::fs::write(&run, fixtures::ndjson(&[&interval, &summary])).unwrap();
+        let before: Vec<String> = std::fs::read_to_string(&run)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        let crossing = findings::Finding {
+            id: "mmap-threshold".into(),
+            pid: 1,
+            comm: "node".into(),
+            severity: findings::Severity::High,
+            title: "what crossed".into(),
+            wait_ns: 31,
+            share_of_wait: 1.0,
+            time_share: Some(0.31),
+            time_share_bound: None,
+            evidence: Default::default(),
+            advice: Vec::new(),
+            measured: Vec::new(),
+            measured_on: None,
+            source: String::new(),
+            window: None,
+        };
+        let t = Trigger {
+            pid: 1,
+            comm: "node".into(),
+            share: 0.31,
+            threshold: 0.05,
+            window_s: 30.0,
+            waits: 3582,
+            at: "2026-01-01T00:00:00.000Z".into(),
+            wait_ns: 31,
+            alive_ns: 100,
+            from: String::new(),
+            to: String::new(),
+            mode: crate::vocab::Mode::Contention,
+            waiting: Vec::new(),
+            holding: Vec::new(),
+            sampled: 12,
+            findings: vec![crossing],
+            capture: Some(TriggerMeasure {
+                share: 0.001,
+                window_s: 15.0,
+                ..Default::default()
+            }),
+            passed: Some(true),
+            verdict: Some("the contention had passed: this".into()),
+        };
+        let file = d.path().join("trigger.json");
+        std::fs::write(&file, serde_json::to_vec(&t).unwrap()).unwrap();
+        add_trigger(&run, &file).unwrap();
+        let after: Vec<String> = std::fs::read_to_string(&run)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0], before[0], "the interval line is as it was");
+        let s: serde_json::Value = serde_json::from_str(&after[1]).unwrap();
+        assert_eq!(s["trigger"]["verdict"], "the contention had passed: this");
+        let f = s["findings"].as_array().unwrap();
+        assert_eq!(f[0]["window"], CROSSING);
+        assert_eq!(f[0]["title"], "what crossed");
+        assert!(f[1..].iter().all(|f| f["window"] == "capture"), "{f:?}");
+        // Read back, the page and the text begin with it.
+        let run_lines = RunLines::read_file(&run).unwrap();
+        let all = run_lines.findings(None);
+        assert_eq!(all[0].window.as_deref(), Some(CROSSING));
+        let text = String::from_utf8(run_text(&run_lines, None, &all, false)).unwrap();
+        let second = text.lines().nth(1).unwrap();
+        assert!(
+            second.starts_with("why this capture: node (pid 1) waited 31.0%"),
+            "{text}"
+        );
+        assert!(text.contains("the contention had passed: this"));
+        assert!(
+            text.contains("(pid 1, in the window that crossed): what crossed"),
+            "{text}"
+        );
+        // A file whose last line is no summary is refused, untouched.
+        std::fs::write(&run, fixtures::ndjson(&[&interval])).unwrap();
+        assert!(add_trigger(&run, &file).is_err());
+    }
 }

@@ -148,7 +148,7 @@ fn agent_of(dir: &Path, pids: &[u32], comms: &[&str], cooldown: &str, extra: &[&
         ("--escalate-window", WINDOW),
         ("--escalate-for", LENGTH),
         ("--escalate-cooldown", cooldown),
-        ("--stack-sample", "8"),
+        ("--stack-sample", "16"),
     ];
     let mut args: Vec<String> = Vec::new();
     for (flag, value) in defaults {
@@ -387,8 +387,8 @@ fn check_verdict(capture: &Path, pid: u32, passed: bool) -> Value {
 }
 
 /// A burst as a process starts does not take the host's one capture from a process that
-/// stays contended: the bursting process is judged once it has lived a full window, by then
-/// behind the contended one's capture.
+/// stays contended: the bursting process is judged once the agent has measured it a full
+/// window, by then behind the contended one's capture.
 #[test]
 fn a_start_up_burst_does_not_take_the_capture_from_steady_contention() {
     let Some((dir, node, chunk)) = setup() else {

@@ -197,8 +197,11 @@ pub struct Capture {
     pub crossed: super::Windowed,
     /// Why it was taken, and (once it has ended) how it compares.
     pub trigger: Box<Trigger>,
-    /// The process's readings while its profiler ran, as the agent measured the crossing.
+    /// The process's readings while its profiler ran (its length at most), as the agent
+    /// measured the crossing.
     pub during: super::Windowed,
+    /// When it began.
+    pub began: std::time::Instant,
     child: Child,
     stage: Stage,
     /// Reads its profiler's standard error; gives its last line once it is closed.
@@ -289,6 +292,7 @@ impl Capture {
             crossed,
             trigger,
             during: super::Windowed::default(),
+            began: std::time::Instant::now(),
             child,
             stage: Stage::Profiling,
             said,

@@ -40,10 +40,7 @@ use crate::{
         report::{self, CROSSING},
     },
     registry::roles::Role,
-    vocab::{
-        Mode,
-        ids::{self, ProcId},
-    },
+    vocab::{Mode, ids::ProcId},
 };
 
 /// With `--escalate-dir`, a thread that waits has its wait sampled if it had no sample for
@@ -96,21 +93,14 @@ pub struct Interval<'a> {
     pub attribution: &'a Attribution,
 }
 
-/// How long process `p` had lived at boot-time `now_ns`.
-fn age(p: ProcId, now_ns: u64) -> Duration {
-    let born = p.start.saturating_mul(1_000_000_000) / ids::clock_ticks().max(1);
-    Duration::from_nanos(now_ns.saturating_sub(born))
-}
-
 /// Each selected process's reading of an interval: its own threads' wait for its lock (write
 /// and read) and their time alive, as `time_share` counts them (the profiler's threads and
-/// other processes' threads that took its lock are not its own); and its age.
+/// other processes' threads that took its lock are not its own).
 pub fn readings(
     window: &Window,
     attribution: &Attribution,
     selected: impl Fn(ProcId) -> bool,
-) -> Vec<(ProcId, Reading, Duration)> {
-    let now = ids::boot_ns();
+) -> Vec<(ProcId, Reading)> {
     (window.processes.iter())
         .filter(|(p, _)| selected(**p))
         .map(|(&p, threads)| {
@@ -124,7 +114,7 @@ pub fn readings(
                 r.waits += w.count + agg.read.count;
                 r.alive_ns += agg.time.alive_ns;
             }
-            (p, r, age(p, now))
+            (p, r)
         })
         .collect()
 }
@@ -202,8 +192,9 @@ impl Escalator {
         let span = i.end.duration_since(i.start).unwrap_or_default();
         // The capture's own time, as the agent measures the crossing: its intervals while
         // its profiler runs.
-        if let Some(c) = self.running.as_mut().filter(|c| c.profiling())
-            && let Some((_, r, _)) = readings.iter().find(|(p, _, _)| *p == c.proc)
+        if let Some(c) = (self.running.as_mut())
+            .filter(|c| c.profiling() && c.began.elapsed() <= self.cfg.length)
+            && let Some((_, r)) = readings.iter().find(|(p, _)| *p == c.proc)
         {
             c.during.reading.add(r);
             c.during.span += span;
@@ -216,8 +207,8 @@ impl Escalator {
         }
         let now = Instant::now();
         let waited: Vec<ProcId> = (readings.iter())
-            .filter(|(_, r, _)| r.waits > 0)
-            .map(|(p, _, _)| *p)
+            .filter(|(_, r)| r.waits > 0)
+            .map(|(p, _)| *p)
             .collect();
         self.windows.observe(
             now,
@@ -249,7 +240,7 @@ impl Escalator {
             ) {
                 Ok(c) => self.running = Some(c),
                 Err(out) => {
-                    self.log(&n.process, p.pid, &w, None, &out);
+                    self.log(&n.process, p.pid, &w, (None, None), &out);
                     health.count(n.process, n.cgroup, out.reason());
                 }
             }
@@ -330,7 +321,14 @@ impl Escalator {
     }
 
     fn ended(&self, c: &Capture, out: Outcome, health: &mut Escalations) {
-        self.log(&c.labels.0, c.proc.pid, &c.crossed, Some(&c.dir), &out);
+        let verdict = c.trigger.verdict.as_deref();
+        self.log(
+            &c.labels.0,
+            c.proc.pid,
+            &c.crossed,
+            (Some(&c.dir), verdict),
+            &out,
+        );
         health.count(c.labels.0.clone(), c.labels.1.clone(), out.reason());
     }
 
@@ -340,7 +338,7 @@ impl Escalator {
         process: &str,
         pid: u32,
         w: &Windowed,
-        dir: Option<&std::path::Path>,
+        (dir, verdict): (Option<&std::path::Path>, Option<&str>),
         out: &Outcome,
     ) {
         if self.quiet {
@@ -358,7 +356,8 @@ impl Escalator {
         );
         let what = match (out, dir) {
             (Outcome::Captured, Some(d)) => {
-                format!("captured in {} ({})", d.display(), self.plan.why)
+                let v = verdict.map_or(String::new(), |v| format!(": {v}"));
+                format!("captured in {} ({}){v}", d.display(), self.plan.why)
             }
             (Outcome::Exited, _) => "not captured: the process exited first".into(),
             (Outcome::NoSpace(e), _) => {

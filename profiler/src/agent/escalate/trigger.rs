@@ -6,10 +6,14 @@
 //! time goes first, and the others wait their turn. A crossing that cannot be captured now
 //! (cooldown, or another capture running) is counted once per crossing, not per interval.
 //!
-//! A process is judged only once it has lived a whole window: the share must hold over a
-//! full window of its life. A burst as it starts (its Workers' heaps and glibc's arenas set up
-//! at once) is then weighed against the rest of that window, and a process contended only
-//! while it starts does not take the host's one capture from a process that stays contended.
+//! A process is judged only once the agent has measured it over a whole window: the share
+//! must hold over a full window of the process's life as the agent sees it (from its first
+//! reading: a new process's first lock, or in contention mode its threads' first contended
+//! wait; the agent's start for a process older than it). A burst (its Workers' heaps and
+//! glibc's arenas set up at once as it starts, or a moment's contention in a long quiet life)
+//! is then weighed against the rest of that window, its threads' idle time counted, and a
+//! process contended only for a moment does not take the host's one capture from a process
+//! that stays contended.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -48,13 +52,12 @@ impl Reading {
     }
 }
 
-/// A process's last intervals (when each ended, its length, the reading), its age, and what
-/// was said of its current crossing.
-#[derive(Default)]
+/// A process's last intervals (when each ended, its length, the reading), since when the
+/// agent has measured it, and what was said of its current crossing.
 struct History {
     intervals: VecDeque<(Instant, Duration, Reading)>,
-    /// How long the process had lived at its last interval's end.
-    age: Duration,
+    /// The start of its first interval (kept while it has intervals in the window).
+    since: Instant,
     /// Its current crossing was counted as held back (by its cooldown or another capture).
     held: bool,
 }
@@ -103,6 +106,8 @@ pub struct Trigger {
     history: HashMap<ProcId, History>,
     /// When each process's last capture began.
     captured: HashMap<ProcId, Instant>,
+    /// The last interval's length: a window is whole within half of one.
+    last_span: Duration,
 }
 
 impl Trigger {
@@ -113,23 +118,28 @@ impl Trigger {
             cooldown,
             history: HashMap::new(),
             captured: HashMap::new(),
+            last_span: Duration::ZERO,
         }
     }
 
     /// Adds an interval of length `span` that ended at `now`: a reading per process that
-    /// took the lock or was alive in it, with the process's age. Processes with no interval
-    /// left in the window are forgotten.
+    /// took the lock or was alive in it. Processes with no interval left in the window are
+    /// forgotten.
     pub fn observe(
         &mut self,
         now: Instant,
         span: Duration,
-        readings: impl IntoIterator<Item = (ProcId, Reading, Duration)>,
+        readings: impl IntoIterator<Item = (ProcId, Reading)>,
     ) {
-        for (p, r, age) in readings {
-            let h = self.history.entry(p).or_default();
+        for (p, r) in readings {
+            let h = self.history.entry(p).or_insert_with(|| History {
+                intervals: VecDeque::new(),
+                since: now.checked_sub(span).unwrap_or(now),
+                held: false,
+            });
             h.intervals.push_back((now, span, r));
-            h.age = age;
         }
+        self.last_span = span;
         let since = now.checked_sub(self.window);
         self.history.retain(|_, h| {
             while h
@@ -158,18 +168,20 @@ impl Trigger {
         w
     }
 
-    /// Above the threshold over a full window of its life, on enough waits.
-    fn above(&self, p: ProcId, w: &Windowed) -> bool {
+    /// Above the threshold over a full window of its life as the agent saw it, on enough
+    /// waits.
+    fn above(&self, now: Instant, p: ProcId, w: &Windowed) -> bool {
         let r = &w.reading;
-        let aged = self.history.get(&p).is_some_and(|h| h.age >= self.window);
-        aged && r.waits >= MIN_WAITS && r.alive_ns > 0 && r.share() >= self.at
+        let whole = (self.history.get(&p))
+            .is_some_and(|h| now.duration_since(h.since) + self.last_span / 2 >= self.window);
+        whole && r.waits >= MIN_WAITS && r.alive_ns > 0 && r.share() >= self.at
     }
 
     /// Decides at `now`: `busy` when a capture is running.
     pub fn decide(&mut self, now: Instant, busy: bool) -> Decision {
         let mut above: Vec<(ProcId, Windowed)> = (self.history.keys())
             .map(|&p| (p, self.window(p)))
-            .filter(|(p, w)| self.above(*p, w))
+            .filter(|(p, w)| self.above(now, *p, w))
             .collect();
         // The longest share first; equal shares by pid, for a stable order.
         above.sort_by(|a, b| {
@@ -241,26 +253,46 @@ mod tests {
         t0 + Duration::from_secs(s)
     }
 
-    /// A process that has lived long before the agent saw it.
-    const OLD: Duration = Duration::from_secs(3600);
-
-    /// One-second intervals of old processes.
+    /// One-second intervals.
     fn obs(t: &mut Trigger, at: Instant, readings: impl IntoIterator<Item = (ProcId, Reading)>) {
-        let r = readings.into_iter().map(|(p, r)| (p, r, OLD));
-        t.observe(at, Duration::from_secs(1), r);
+        t.observe(at, Duration::from_secs(1), readings);
+    }
+
+    /// The agent saw `readings` in every interval of a whole window up to `t0`.
+    fn seen(t: &mut Trigger, t0: Instant, readings: &[(ProcId, Reading)]) {
+        let secs = t.window.as_secs();
+        for s in 0..secs {
+            let at = t0 - Duration::from_secs(secs - 1 - s);
+            obs(t, at, readings.iter().copied());
+        }
+    }
+
+    /// Processes `pids` seen quiet (their threads alive, not waiting) for a whole window.
+    fn seen_quiet(t: &mut Trigger, t0: Instant, pids: impl Iterator<Item = ProcId>) {
+        let quiet: Vec<(ProcId, Reading)> = pids.map(|p| (p, r(0, 0, 1000))).collect();
+        seen(t, t0, &quiet);
     }
 
     #[test]
     fn the_share_is_summed_over_the_window_and_needs_its_evidence() {
         let t0 = Instant::now();
         let mut t = Trigger::new(5.0, Duration::from_secs(3), Duration::from_secs(600));
-        // 4% in each of 3 intervals: under 5% over the window.
+        seen_quiet(&mut t, t0, [p(1), p(2)].into_iter());
+        // 4% in each of 3 intervals: under 5% over the window (the other process quiet).
         for s in 1..=3 {
-            obs(&mut t, secs(t0, s), [(p(1), r(40, 30, 1000))]);
+            obs(
+                &mut t,
+                secs(t0, s),
+                [(p(1), r(40, 30, 1000)), (p(2), r(0, 0, 1000))],
+            );
         }
         assert_eq!(t.decide(secs(t0, 3), false), Decision::default());
         // One interval at 11%: (40+40+110)/3000 = 6.3% over the last three.
-        obs(&mut t, secs(t0, 4), [(p(1), r(110, 30, 1000))]);
+        obs(
+            &mut t,
+            secs(t0, 4),
+            [(p(1), r(110, 30, 1000)), (p(2), r(0, 0, 1000))],
+        );
         assert_eq!(t.window(p(1)).reading, r(190, 90, 3000));
         assert_eq!(t.window(p(1)).span, Duration::from_secs(3));
         let d = t.decide(secs(t0, 4), false);
@@ -279,6 +311,8 @@ mod tests {
         let readings: Vec<_> = (1..=1000)
             .map(|i| (p(i), r(50 + i as u64 % 7, 100, 1000)))
             .collect();
+        // Each at its share over a whole window already.
+        seen(&mut t, t0, &readings);
         obs(&mut t, secs(t0, 1), readings.clone());
         let d = t.decide(secs(t0, 1), false);
         assert_eq!(
@@ -304,6 +338,7 @@ mod tests {
     fn the_cooldown_holds_and_a_process_still_above_is_captured_after_it() {
         let t0 = Instant::now();
         let mut t = Trigger::new(5.0, Duration::from_secs(10), Duration::from_secs(60));
+        seen_quiet(&mut t, t0, [p(1)].into_iter());
         let mut starts = Vec::new();
         let mut cooldowns = 0;
         // Above the threshold every second for 200 s.
@@ -325,6 +360,7 @@ mod tests {
     fn a_crossing_after_falling_back_is_counted_again_and_gone_processes_are_forgotten() {
         let t0 = Instant::now();
         let mut t = Trigger::new(5.0, Duration::from_secs(2), Duration::from_secs(600));
+        seen_quiet(&mut t, t0, [p(1)].into_iter());
         obs(&mut t, secs(t0, 1), [(p(1), r(500, 100, 1000))]);
         assert!(t.decide(secs(t0, 1), false).start.is_some());
         obs(&mut t, secs(t0, 2), [(p(1), r(500, 100, 1000))]);
@@ -344,17 +380,17 @@ mod tests {
         assert_eq!(t.tracked(), 0);
     }
 
-    /// A burst as a process starts is judged over a full window of its life: a process
-    /// contended only as it starts is not captured, nor does it hold another's capture back;
-    /// one that stays contended is, once it has lived a window.
+    /// A burst is judged over a full window of the process's life as the agent saw it: a
+    /// process contended only as it starts is not captured, nor does it hold another's
+    /// capture back; one that stays contended is, once the agent has measured it a window; so
+    /// is a long quiet process's, once a window has passed since its burst began.
     #[test]
-    fn a_start_up_burst_is_weighed_against_a_full_window_of_the_processs_life() {
+    fn a_burst_is_weighed_against_a_full_window_of_the_processs_life() {
         let t0 = Instant::now();
         let mut t = Trigger::new(5.0, Duration::from_secs(5), Duration::from_secs(600));
         let (burst, steady) = (p(1), p(2));
         let mut starts = Vec::new();
         for s in 1..=12u64 {
-            let age = Duration::from_secs(s);
             // The burst: 40% of its threads' time in its first second, nothing after.
             let b = if s == 1 {
                 r(400, 50, 1000)
@@ -362,17 +398,20 @@ mod tests {
                 r(0, 0, 1000)
             };
             // Steady: 10% all along, from the same start.
-            let readings = [(burst, b, age), (steady, r(100, 30, 1000), age)];
-            t.observe(secs(t0, s), Duration::from_secs(1), readings);
+            obs(
+                &mut t,
+                secs(t0, s),
+                [(burst, b), (steady, r(100, 30, 1000))],
+            );
             let d = t.decide(secs(t0, s), false);
-            // Nothing young is above the threshold, held or waiting.
+            // Nothing measured less than a window is above the threshold, held or waiting.
             if s < 5 {
                 assert_eq!(d, Decision::default(), "at {s} s");
             }
             starts.extend(d.start.map(|(q, w)| (s, q, w)));
         }
-        // The steady process once it has lived the window, over the window's 5 s; the burst
-        // (8% of its first five seconds' time, 40% of its first) never.
+        // The steady process once measured a window, over the window's 5 s; the burst (8% of
+        // its first five seconds' time, 40% of its first) never.
         assert_eq!(starts.len(), 1, "{starts:?}");
         let (at, q, w) = starts[0];
         assert_eq!((at, q), (5, steady));
@@ -387,15 +426,30 @@ mod tests {
             } else {
                 r(0, 0, 1000)
             };
-            t.observe(
-                secs(t0, s),
-                Duration::from_secs(1),
-                [(burst, b, Duration::from_secs(s))],
-            );
+            obs(&mut t, secs(t0, s), [(burst, b)]);
             if let Some((_, w)) = t.decide(secs(t0, s), false).start {
                 first.get_or_insert((s, w.reading.share()));
             }
         }
         assert_eq!(first, Some((5, 0.24)));
+        // A process the agent first sees in a burst (its threads' first contended waits, after
+        // a long quiet life): judged once a window has passed, its idle threads counted.
+        let mut t = Trigger::new(5.0, Duration::from_secs(5), Duration::from_secs(600));
+        let mut got = Vec::new();
+        for s in 1..=8u64 {
+            let b = if s == 1 {
+                r(900, 80, 1000)
+            } else {
+                r(0, 0, 1000)
+            };
+            obs(&mut t, secs(t0, s), [(burst, b)]);
+            got.extend(
+                t.decide(secs(t0, s), false)
+                    .start
+                    .map(|(_, w)| (s, w.reading.share())),
+            );
+        }
+        // 18% over its first window: captured then, not at its first second (90%).
+        assert_eq!(got, [(5, 0.18)]);
     }
 }
