@@ -33,6 +33,11 @@ pub struct Settings {
     /// take the path of a full ring held elsewhere (`counter::SPILLED`), so that its counts
     /// can be checked against ground truth.
     pub spill_test: u32,
+    /// Non-zero: a thread's wait (contention mode: a contended write or read; full mode: a
+    /// write) is sampled whenever the thread had no sample for this many milliseconds,
+    /// besides one in `stack_sample`: every thread that waits in a second has a stack in it
+    /// (the agent's triggered captures, whose `before.pb.gz` must hold the window's waits).
+    pub sample_floor_ms: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and

@@ -60,6 +60,7 @@ pub static SETTINGS: Settings = Settings {
     strong_order: 0,
     start_routine_off: 0,
     spill_test: 0,
+    sample_floor_ms: 0,
 };
 
 /// Which owners to profile (`--pid`, or the `SELECTED` map).

@@ -53,6 +53,22 @@ pub fn pick_in(writes: &mut u32, sample_left: &mut u32) -> u16 {
     if seq == 0 { 1 } else { seq }
 }
 
+/// The sampling floor (`Settings::sample_floor_ms`): when the thread's last sample is that
+/// old (or it has none), its next pick is a sample (`*left` set to 1). Returns the time read
+/// (0 without a floor: the clock is then not read).
+#[inline(always)]
+pub fn floor_due(left: &mut u32, last_sample_ns: u64) -> u64 {
+    let ms = konst(&SETTINGS.sample_floor_ms);
+    if ms == 0 {
+        return 0;
+    }
+    let t = crate::timing::now();
+    if t.wrapping_sub(last_sample_ns) >= ms as u64 * 1_000_000 {
+        *left = 1;
+    }
+    t
+}
+
 /// Copies the current thread's user registers and the top of its user stack to STACKS.
 /// Returns whether it was sent.
 #[inline(always)]

@@ -55,11 +55,15 @@ impl Error {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Error> {
+/// Runs the command line; its exit status when the run decides it (`-- COMMAND`,
+/// `--fail-above`), else 0.
+fn run(cli: Cli) -> Result<u8, Error> {
     // Files only: no kernel involved.
     match &cli.command {
-        Some(Command::Report(r)) => return offline::report(r).map_err(Error::Offline),
-        Some(Command::Compare(c)) => return offline::compare(c).map_err(Error::Offline),
+        Some(Command::Report(r)) => return offline::report(r).map(|()| 0).map_err(Error::Offline),
+        Some(Command::Compare(c)) => {
+            return offline::compare(c).map(|()| 0).map_err(Error::Offline);
+        }
         _ => {}
     }
     // Before anything is loaded (every other command loads the programs): what this kernel
@@ -144,12 +148,24 @@ fn run(cli: Cli) -> Result<(), Error> {
                 length: a.escalate_for,
                 cooldown: a.escalate_cooldown,
                 budget_bytes: a.escalate_budget_mib << 20,
+                stack_sample: a.stack_sample,
             }),
             quiet: a.quiet,
         }))?,
         None => {
             let p = cli.profile;
-            rt.block_on(run::run(run::SessionConfig {
+            let interval = p.interval();
+            // A command's output has standard output: reports without -o go to standard error.
+            let to_stderr = !p.command.is_empty() && p.output.output.is_none();
+            let format = match (p.output.format, to_stderr) {
+                (Some(f), _) => f,
+                (None, true) if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+                    Format::Text
+                }
+                (None, true) => Format::Json,
+                (None, false) => Format::resolve(None, p.output.output.as_ref()),
+            };
+            let ended = rt.block_on(run::run(run::SessionConfig {
                 collector: CollectorConfig {
                     pids: p.pids,
                     comms: p.comms,
@@ -174,10 +190,11 @@ fn run(cli: Cli) -> Result<(), Error> {
                     } else {
                         cli::Config::STACK_SAMPLE
                     }),
+                    sample_floor_ms: 0,
                 },
                 duration: p.duration,
-                interval: (p.interval > 0.0).then(|| Duration::from_secs_f64(p.interval)),
-                format: Format::resolve(p.output.format, p.output.output.as_ref()),
+                interval: (interval > 0.0).then(|| Duration::from_secs_f64(interval)),
+                format,
                 output: p.output.output,
                 stacks_file: p.stacks,
                 html: p.html,
@@ -185,12 +202,15 @@ fn run(cli: Cli) -> Result<(), Error> {
                 study: p.study,
                 all_processes: p.all_processes,
                 pid_start_ticks: p.pid_start_ticks,
+                command: p.command,
+                fail_above: p.fail_above,
                 verbose: p.output.verbose,
                 quiet: p.quiet,
-            }))?
+            }))?;
+            return Ok(ended.code());
         }
     }
-    Ok(())
+    Ok(0)
 }
 
 /// The soft limit of open files up to the hard one: the default 1024 is shared by the kernel
@@ -270,7 +290,7 @@ fn main() -> ExitCode {
         signals::restore_default();
     }
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("mmaplock-prof: {e}");
             ExitCode::from(e.exit_code())

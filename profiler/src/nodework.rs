@@ -145,6 +145,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         children: false,
         blockers: spec.blockers,
         mode: crate::vocab::Mode::Full,
+        sample_floor_ms: 0,
     })?;
     let mut session = Session::new(collector, None, &pids)?;
     // The command set the profiler's options, not its user: no advice names one.
@@ -177,6 +178,7 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
                 period: Duration::from_secs(1),
                 duration: None,
                 targets: Some(&targets),
+                signals_end: true,
             },
             &mut Quiet,
         )

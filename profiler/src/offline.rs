@@ -29,6 +29,8 @@ pub enum OfflineError {
         "{0} has no sampled stacks for a pprof profile (a summary's `samples`): profile with stack sampling on (the default; not --stack-sample 0), with a build that writes them"
     )]
     NoSamples(String),
+    #[error("{0}: {1}")]
+    Trigger(String, String),
 }
 
 impl OfflineError {
@@ -101,6 +103,9 @@ fn run_text(
 /// `report`: the run's text report as the live run printed it (or, `-f json`, its findings),
 /// the findings recomputed (with the study's effects, if given) and put first on the page.
 pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
+    if let Some(t) = &args.trigger {
+        add_trigger(&args.input, t)?;
+    }
     let study = study(args.study.as_deref())?;
     let run = RunLines::read_file(&args.input)?;
     let name = args
@@ -148,6 +153,52 @@ pub fn report(args: &ReportArgs) -> Result<(), OfflineError> {
             ));
         }
     }
+    Ok(())
+}
+
+/// An agent's capture: its `trigger` (read from `trigger`) put into the summary of `input`,
+/// its last line, and the summary's findings recomputed with those of the window that
+/// crossed; the file is replaced whole (a sibling written, then renamed over it), its other
+/// lines copied as they are.
+fn add_trigger(input: &Path, trigger: &Path) -> Result<(), OfflineError> {
+    use std::io::{BufRead as _, BufWriter};
+    let bad = |p: &Path, e: &dyn std::fmt::Display| {
+        OfflineError::Trigger(p.display().to_string(), e.to_string())
+    };
+    let t: crate::output::report::Trigger = std::fs::read(trigger)
+        .map_err(|e| bad(trigger, &e))
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| bad(trigger, &e)))?;
+    let dir = input.parent().unwrap_or(Path::new("."));
+    let f = std::fs::File::open(input).map_err(|e| bad(input, &e))?;
+    let mut out = tempfile::NamedTempFile::new_in(dir).map_err(|e| bad(input, &e))?;
+    let mut last: Option<Vec<u8>> = None;
+    {
+        let mut w = BufWriter::new(out.as_file_mut());
+        let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+        loop {
+            let mut line = Vec::new();
+            let n = r.read_until(b'\n', &mut line).map_err(|e| bad(input, &e))?;
+            if n == 0 {
+                break;
+            }
+            if let Some(prev) = last.replace(line) {
+                w.write_all(&prev).map_err(|e| bad(input, &e))?;
+            }
+        }
+        let last = last.ok_or_else(|| bad(input, &"empty"))?;
+        let mut summary: crate::output::report::Report =
+            serde_json::from_slice(&last).map_err(|e| bad(input, &e))?;
+        if summary.kind != crate::output::report::Kind::Summary {
+            return Err(bad(input, &"its last line is not a summary"));
+        }
+        summary.trigger = Some(Box::new(t));
+        findings::attach(&mut summary, None);
+        serde_json::to_writer(&mut w, &summary).map_err(|e| bad(input, &e))?;
+        w.write_all(b"\n")
+            .and_then(|()| w.flush())
+            .map_err(|e| bad(input, &e))?;
+    }
+    out.persist(input).map_err(|e| bad(input, &e.error))?;
     Ok(())
 }
 
@@ -224,5 +275,103 @@ mod tests {
         ] {
             assert!(got.contains(part), "{part:?} missing from:\n{got}");
         }
+    }
+
+    /// `report --trigger`: the agent's trigger goes into the summary, in place; the other
+    /// lines stay as they were; the findings are the capture's and the window's, each saying
+    /// its window, the window's first when the contention had passed; the page and the text
+    /// begin with the verdict.
+    #[test]
+    fn a_captures_trigger_is_written_into_its_summary() {
+        use crate::output::report::{CROSSING, Trigger, TriggerMeasure};
+        let d = tempfile::tempdir().unwrap();
+        let interval = fixtures::interval("2026-01-01T00:00:01.000Z", 100);
+        let mut summary = fixtures::summary(vec![fixtures::process(1, "node", 5_000_000, true)]);
+        findings::attach(&mut summary, None);
+        let run = d.path().join("report.ndjson");
+        std::fs::write(&run, fixtures::ndjson(&[&interval, &summary])).unwrap();
+        let before: Vec<String> = std::fs::read_to_string(&run)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        let crossing = findings::Finding {
+            id: "mmap-threshold".into(),
+            pid: 1,
+            comm: "node".into(),
+            severity: findings::Severity::High,
+            title: "what crossed".into(),
+            writes: None,
+            wait_ns: 31,
+            share_of_wait: 1.0,
+            time_share: Some(0.31),
+            time_share_bound: None,
+            evidence: Default::default(),
+            advice: Vec::new(),
+            measured: Vec::new(),
+            measured_on: None,
+            source: String::new(),
+            impact: None,
+            window: None,
+        };
+        let t = Trigger {
+            pid: 1,
+            comm: "node".into(),
+            share: 0.31,
+            threshold: 0.05,
+            window_s: 30.0,
+            waits: 3582,
+            at: "2026-01-01T00:00:00.000Z".into(),
+            wait_ns: 31,
+            alive_ns: 100,
+            from: String::new(),
+            to: String::new(),
+            mode: crate::vocab::Mode::Contention,
+            waiting: Vec::new(),
+            holding: Vec::new(),
+            sampled: 12,
+            findings: vec![crossing],
+            capture: Some(TriggerMeasure {
+                share: 0.001,
+                window_s: 15.0,
+                ..Default::default()
+            }),
+            passed: Some(true),
+            verdict: Some("the contention had passed: this".into()),
+        };
+        let file = d.path().join("trigger.json");
+        std::fs::write(&file, serde_json::to_vec(&t).unwrap()).unwrap();
+        add_trigger(&run, &file).unwrap();
+        let after: Vec<String> = std::fs::read_to_string(&run)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0], before[0], "the interval line is as it was");
+        let s: serde_json::Value = serde_json::from_str(&after[1]).unwrap();
+        assert_eq!(s["trigger"]["verdict"], "the contention had passed: this");
+        let f = s["findings"].as_array().unwrap();
+        assert_eq!(f[0]["window"], CROSSING);
+        assert_eq!(f[0]["title"], "what crossed");
+        assert!(f[1..].iter().all(|f| f["window"] == "capture"), "{f:?}");
+        // Read back, the page and the text begin with it.
+        let run_lines = RunLines::read_file(&run).unwrap();
+        let all = run_lines.findings(None);
+        assert_eq!(all[0].window.as_deref(), Some(CROSSING));
+        let text = String::from_utf8(run_text(&run_lines, None, &all, false)).unwrap();
+        let second = text.lines().nth(1).unwrap();
+        assert!(
+            second.starts_with("why this capture: node (pid 1) waited 31.0%"),
+            "{text}"
+        );
+        assert!(text.contains("the contention had passed: this"));
+        assert!(
+            text.contains("(pid 1, in the window that crossed): what crossed"),
+            "{text}"
+        );
+        // A file whose last line is no summary is refused, untouched.
+        std::fs::write(&run, fixtures::ndjson(&[&interval])).unwrap();
+        assert!(add_trigger(&run, &file).is_err());
     }
 }

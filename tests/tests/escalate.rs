@@ -2,7 +2,11 @@
 //! lock crosses the threshold gets one bounded full profile, with its diagnosis, written under
 //! the directory; a quiet process, a process outside the selection and a process in its
 //! cooldown get none; two processes crossing at once are captured one after the other; the
-//! directory's budget holds, and a full disk loses the capture, not the agent.
+//! directory's budget holds, and a full disk loses the capture, not the agent. Every capture
+//! carries its verdict (`trigger`): the share that crossed and over how long, the window's
+//! sampled functions and findings, and whether the contention went on or had passed; a
+//! burst as a process starts is judged over a full window of its life, so that it does not
+//! take the capture from a process that stays contended.
 //!
 //! The contended process is `phases.js`: Workers that `fs.readFileSync` a 64 KiB file in a
 //! named function (`readChunks`) when told to, under `MALLOC_MMAP_THRESHOLD_=65536`, which
@@ -36,7 +40,20 @@ const LENGTH: &str = "5";
 
 /// `phases.js` with 4 Workers reading `chunk` (idle until "go").
 fn phases(node: &Node, chunk: &Path) -> Workload {
-    let mut cmd = node.command();
+    phases_as(node.command(), chunk)
+}
+
+/// `phases.js` run by `node` exec'd under the name `name` (a link to it in `dir`): its
+/// command name, which an agent's `--comm` selects at its exec, from its first instruction.
+fn phases_named(node: &Node, dir: &Path, name: &str, chunk: &Path) -> Workload {
+    let link = dir.join(name);
+    if !link.exists() {
+        std::os::unix::fs::symlink(&node.bin, &link).unwrap();
+    }
+    phases_as(Command::new(link), chunk)
+}
+
+fn phases_as(mut cmd: Command, chunk: &Path) -> Workload {
     cmd.env("MALLOC_MMAP_THRESHOLD_", "65536")
         .arg(fixture("phases.js"))
         .arg("4")
@@ -120,13 +137,18 @@ fn summary(capture: &Path) -> Value {
 /// Starts the agent with escalation on, watching `pids`, with the tests' settings unless
 /// `extra` (flag, value pairs) gives its own.
 fn agent(dir: &Path, pids: &[u32], cooldown: &str, extra: &[&str]) -> Agent {
+    agent_of(dir, pids, &[], cooldown, extra)
+}
+
+/// [`agent`], selecting the processes named `comms` too.
+fn agent_of(dir: &Path, pids: &[u32], comms: &[&str], cooldown: &str, extra: &[&str]) -> Agent {
     let defaults = [
         ("--escalate-dir", dir.to_str().unwrap()),
         ("--escalate-at", AT),
         ("--escalate-window", WINDOW),
         ("--escalate-for", LENGTH),
         ("--escalate-cooldown", cooldown),
-        ("--stack-sample", "8"),
+        ("--stack-sample", "16"),
     ];
     let mut args: Vec<String> = Vec::new();
     for (flag, value) in defaults {
@@ -136,6 +158,9 @@ fn agent(dir: &Path, pids: &[u32], cooldown: &str, extra: &[&str]) -> Agent {
     }
     for p in pids {
         args.extend(["--pid".to_string(), p.to_string()]);
+    }
+    for c in comms {
+        args.extend(["--comm".to_string(), c.to_string()]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -263,6 +288,175 @@ fn a_contended_process_is_captured_once_with_its_diagnosis_and_its_cooldown_hold
     );
     agent.stop();
     check_diagnosis(&first[0], busy.pid);
+    // Contended from its crossing to its end: the capture says the contention went on.
+    check_verdict(&first[0], busy.pid, false);
+}
+
+/// Text as the page escapes it.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// A capture's verdict (`trigger`): why it was taken and whether the contention had
+/// `passed` by the capture; the window's findings among its own, and its page beginning
+/// with it.
+fn check_verdict(capture: &Path, pid: u32, passed: bool) -> Value {
+    let s = summary(capture);
+    let t = &s["trigger"];
+    assert_eq!(t["pid"], pid, "{t}");
+    let share = t["share"].as_f64().unwrap();
+    let threshold = t["threshold"].as_f64().unwrap();
+    assert_eq!(threshold, AT.parse::<f64>().unwrap() / 100.0);
+    assert!(share >= threshold, "it crossed: {t}");
+    // Measured over a full window of the agent's intervals (a second each, give or take
+    // one), on enough waits.
+    let window: f64 = WINDOW.parse().unwrap();
+    let span = t["window_s"].as_f64().unwrap();
+    assert!((window - 1.5..=window + 1.5).contains(&span), "{t}");
+    assert!(t["waits"].as_u64().unwrap() >= 20, "{t}");
+    let (w, a) = (
+        t["wait_ns"].as_f64().unwrap(),
+        t["alive_ns"].as_f64().unwrap(),
+    );
+    assert!(
+        (share - w / a).abs() < 1e-9,
+        "the share is the wait over the time: {t}"
+    );
+    assert!(
+        t["at"].as_str().unwrap() <= s["start"].as_str().unwrap(),
+        "it crossed before the capture began: {t}"
+    );
+    // The window's samples: before.pb.gz is not empty, and the functions it names.
+    assert!(t["sampled"].as_u64().unwrap() > 0, "{t}");
+    assert!(!t["waiting"].as_array().unwrap().is_empty(), "{t}");
+    // The capture's own share, as the agent measured the crossing, and its verdict.
+    let during = t["capture"]["share"].as_f64().unwrap();
+    assert_eq!(t["passed"], passed, "{during} during the capture: {t}");
+    assert_eq!(during < threshold, passed);
+    let verdict = t["verdict"].as_str().unwrap();
+    let said = if passed {
+        "the contention had passed: "
+    } else {
+        "the contention went on: "
+    };
+    assert!(verdict.starts_with(said), "{verdict}");
+    // Every finding says its window; the crossing window's are there, first when the
+    // contention had passed.
+    let findings = s["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .all(|f| f["window"] == "capture" || f["window"] == "crossing"),
+        "{findings:?}"
+    );
+    let crossing: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["window"] == "crossing")
+        .collect();
+    assert!(!crossing.is_empty(), "the window's findings: {findings:?}");
+    assert_eq!(crossing.len(), t["findings"].as_array().unwrap().len());
+    if passed {
+        assert_eq!(findings[0]["window"], "crossing", "{findings:?}");
+    }
+    // The page says why first, then the findings; the trigger file is gone.
+    let page = fs::read_to_string(capture.join("report.html")).unwrap();
+    let (why, found) = (page.find(r#"id="trigger""#), page.find(r#"id="findings""#));
+    assert!(why.is_some() && why < found, "the page begins with why");
+    assert!(page.contains(&esc(verdict)), "the page says the verdict");
+    assert!(page.contains(r#"data-window="crossing""#));
+    assert!(!capture.join("trigger.json").exists());
+    // `report` recomputes the findings with the window's.
+    let text = integration_tests::run_ok([
+        "report",
+        capture.join("report.ndjson").to_str().unwrap(),
+        "-f",
+        "text",
+    ]);
+    assert!(text.starts_with("═══") && text.contains(verdict), "{text}");
+    assert!(text.contains("in the window that crossed"), "{text}");
+    eprintln!(
+        "capture {}: {verdict}; waiting {}",
+        capture.display(),
+        t["waiting"][0]["function"]
+    );
+    t.clone()
+}
+
+/// A burst as a process starts does not take the host's one capture from a process that
+/// stays contended: the bursting process is judged once the agent has measured it a full
+/// window, by then behind the contended one's capture.
+#[test]
+fn a_start_up_burst_does_not_take_the_capture_from_steady_contention() {
+    let Some((dir, node, chunk)) = setup() else {
+        return;
+    };
+    let root = dir.path().join("captures");
+    let agent = agent_of(&root, &[], &["mlp-steady", "mlp-burst"], "600", &[]);
+    // Steady: contended from its start on.
+    let mut steady = phases_named(&node, dir.path(), "mlp-steady", &chunk);
+    go(&mut steady);
+    // Halfway through the steady one's first window, a process whose Workers are
+    // contended for half a second as it starts (without the rule, it crossed at its first
+    // interval and took the capture).
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut burst = phases_named(&node, dir.path(), "mlp-burst", &chunk);
+    go(&mut burst);
+    std::thread::sleep(Duration::from_millis(500));
+    stop(&mut burst);
+    wait_escalations(&agent, "captured", 1);
+    // Its capture and a window more: the burst is not captured.
+    std::thread::sleep(integration_tests::scaled(Duration::from_secs(8)));
+    stop(&mut steady);
+    agent.stop();
+    let (s, b) = (
+        captures_of(&root, steady.pid),
+        captures_of(&root, burst.pid),
+    );
+    assert_eq!((s.len(), b.len()), (1, 0), "{s:?} {b:?}");
+    check_verdict(&s[0], steady.pid, false);
+}
+
+/// A burst that does hold over a full window of its process's life is captured, and the
+/// capture, which finds the process quiet, says the contention had passed and what it was.
+#[test]
+fn a_start_up_burst_that_holds_a_window_is_captured_with_its_verdict() {
+    let Some((dir, node, chunk)) = setup() else {
+        return;
+    };
+    let root = dir.path().join("captures");
+    let agent = agent_of(&root, &[], &["mlp-startup"], "600", &[]);
+    let mut w = phases_named(&node, dir.path(), "mlp-startup", &chunk);
+    go(&mut w);
+    // Contended for its first three seconds (over half its first window), then quiet.
+    std::thread::sleep(Duration::from_secs(3));
+    stop(&mut w);
+    wait_escalations(&agent, "captured", 1);
+    agent.stop();
+    let c = captures_of(&root, w.pid);
+    assert_eq!(c.len(), 1, "{c:?}");
+    let t = check_verdict(&c[0], w.pid, true);
+    // What crossed: the Workers' reads (their writes waited behind each other's).
+    let named = |list: &Value| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["function"].as_str().unwrap_or("").contains("readChunks"))
+    };
+    assert!(named(&t["waiting"]) || named(&t["holding"]), "{t}");
+    if let Some(go) = installed_or_skip(go_bin(), "go (Debian's golang-go)") {
+        let before = c[0].join("before.pb.gz");
+        assert!(top_total(&go, "contentions", before.to_str().unwrap()) > 0);
+    }
+    if let Some(dom) = rendered_dom(&c[0].join("report.html"), None) {
+        assert!(
+            dom.contains("Why this capture was taken"),
+            "the page opens with its verdict"
+        );
+    }
 }
 
 #[test]

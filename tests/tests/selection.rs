@@ -449,3 +449,58 @@ fn a_retitled_node_stays_selected_when_the_agent_reloads() {
         }
     });
 }
+
+/// Node 24 and 26 name their main thread (`MainThread`, `node-MainThread`), so a node
+/// process's command name changes once it runs: `--comm node` still selects it in all its
+/// threads, the main one included, whether it runs before the profiler (by its executable's
+/// name: `running`) or is started under it (at its exec: `exec`).
+#[test]
+fn comm_node_selects_node_24_and_26_that_name_their_main_thread() {
+    let Some(_dir) = bpf_test() else { return };
+    // Allocations of a MiB, four kept: an mmap and a munmap each, from the main thread.
+    let script = "const k=[];const t=setInterval(()=>{k.push(Buffer.alloc(1<<20).fill(1));if(k.length>4)k.shift();},5);process.stdin.on('data',()=>{clearInterval(t);process.exit(0)});process.stdout.write('ready\\n');";
+    for major in [24, 26] {
+        let Some(node) = integration_tests::nodes::node_or_skip(major) else {
+            continue;
+        };
+        let start = || {
+            let mut cmd = node.command();
+            cmd.args(["-e", script]);
+            // (Returns once it has said "ready".)
+            Workload::spawn(cmd)
+        };
+        let mut before = start();
+        // Its main thread renamed itself as it started.
+        let named = wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+            let c =
+                std::fs::read_to_string(format!("/proc/{}/comm", before.pid)).unwrap_or_default();
+            match c.trim() {
+                "node" | "" => Err(format!("node {major} has not named its main thread")),
+                other => Ok(other.to_string()),
+            }
+        });
+        let prof = Profiler::start(&["--comm", "node", "--all-processes", "-i", "0"]);
+        let mut under = start();
+        std::thread::sleep(Duration::from_millis(500));
+        for w in [&mut before, &mut under] {
+            w.send("exit");
+            assert!(w.wait().success());
+        }
+        let out = stop(prof);
+        let s = out.summary();
+        for (w, how) in [(&before, "running"), (&under, "exec")] {
+            let p =
+                process(s, w.pid).unwrap_or_else(|| panic!("node {major} ({how}) is not selected"));
+            assert_eq!(p["selected_by"]["comm"], "node", "{}", p["selected_by"]);
+            assert_eq!(p["selected_by"]["how"], how, "node {major}");
+            let main = p["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["tid"] == w.pid && t["role"] == "main")
+                .unwrap_or_else(|| panic!("node {major} ({how}): its main thread"));
+            assert!(main["write"]["count"].as_u64().unwrap() > 0, "{main}");
+        }
+        eprintln!("node {major}: main thread named {named}; selected running and at exec");
+    }
+}

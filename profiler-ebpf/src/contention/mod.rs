@@ -174,6 +174,13 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
     if !SECOND {
         // One contended write in `--stack-sample` has its stack taken, and one read in as
         // many (apart: the reads' sequence numbers have bit 16 set) has only its holder's.
+        // With a floor, a thread's first wait and any after a floor's time without a sample
+        // are sampled too (the agent's captures: every thread that waits has a stack).
+        let t = if write {
+            sampling::floor_due(&mut w.sample_left, w.last_sample_ns)
+        } else {
+            sampling::floor_due(&mut w.read_left, w.last_sample_ns)
+        };
         let s = if write {
             sampling::pick_in(&mut w.writes, &mut w.sample_left) as u32
         } else {
@@ -218,6 +225,9 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
             if sampling::sample_holder(&holder, &head) {
                 seq = s;
             }
+        }
+        if seq != 0 && t != 0 {
+            w.last_sample_ns = t;
         }
     }
     if w.lock == 0

@@ -165,8 +165,7 @@ impl Driver for Agent<'_> {
             }
         }
         if let Some(mut esc) = self.escalator.take() {
-            let readings =
-                escalate::readings(&window, &attribution, |p| self.selection.get(p).is_some());
+            let selection = &self.selection;
             let names = &mut profile.registry.names;
             let mut name = |p: ProcId| {
                 let comm = match window.processes.get(&p) {
@@ -180,7 +179,18 @@ impl Driver for Agent<'_> {
                     comm,
                 }
             };
-            esc.interval(readings, &mut name, self.profiles.as_ref());
+            let i = escalate::Interval {
+                start,
+                end,
+                window: &window,
+                attribution: &attribution,
+            };
+            esc.interval(
+                i,
+                |p| selection.get(p).is_some(),
+                &mut name,
+                self.profiles.as_ref(),
+            );
             self.metrics.0.lock().expect("metrics lock").escalations = Some(esc.health().clone());
             self.escalator = Some(esc);
         }
@@ -278,6 +288,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         children: false,
         blockers: cfg.blockers,
         mode,
+        // A capture's before.pb.gz holds every thread of the window that waited.
+        sample_floor_ms: if cfg.escalate.is_some() {
+            escalate::SAMPLE_FLOOR_MS
+        } else {
+            0
+        },
     })?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -302,7 +318,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     session.profile.forget_history();
     let registry = Arc::new(prometheus::registry(metrics.clone()));
     if let Some(e) = escalator.as_mut() {
-        e.for_kernel(collector_layout);
+        e.for_kernel(collector_layout, mode);
         if !cfg.quiet {
             eprintln!(
                 "mmaplock-prof agent: escalation on: captures under {} in {}",
@@ -398,6 +414,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                         period: cfg.interval,
                         duration: None,
                         targets: None,
+                        signals_end: true,
                     },
                     &mut agent,
                 )

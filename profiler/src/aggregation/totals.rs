@@ -67,7 +67,14 @@ pub struct Totals {
     /// The threads of profiled processes that are not profiled themselves: their time is
     /// their process's (`bystanders.rs`).
     pub(super) bystanders: Bystanders,
+    /// The names threads took at an exec, for threads not known yet (the kernel named
+    /// their entries as it first saw them, inside the exec, under the old image's name).
+    renamed: HashMap<ThreadId, [u8; COMM_LEN]>,
 }
+
+/// Renames kept for threads not seen yet, at most (an exec's thread is nearly always seen
+/// in the same reading).
+const MAX_RENAMES: usize = 4096;
 
 impl Default for Totals {
     /// Totals of a run starting now.
@@ -95,6 +102,25 @@ impl Totals {
             cpu: CpuTimes::default(),
             early_cpu: CpuTimes::default(),
             bystanders: Bystanders::default(),
+            renamed: HashMap::default(),
+        }
+    }
+
+    /// Thread `tid` exec'd under the name `comm`: its entries, whenever the kernel named
+    /// them (before the exec's rename, or as its parent before it), are its under that name.
+    pub fn rename(&mut self, tid: ThreadId, comm: [u8; COMM_LEN]) {
+        let mut known = false;
+        for owner in self.owners.get(&tid).into_iter().flatten() {
+            if let Some(info) = self.threads.get_mut(&(*owner, tid)) {
+                info.comm = comm;
+                known = true;
+            }
+        }
+        if !known {
+            if self.renamed.len() >= MAX_RENAMES {
+                self.renamed.clear();
+            }
+            self.renamed.insert(tid, comm);
         }
     }
 
@@ -128,7 +154,7 @@ impl Totals {
                     owner_start_ns: key.owner_start,
                     tid_start_ns: key.tid_start,
                     tgid: cur.tgid,
-                    comm: cur.comm,
+                    comm: self.renamed.remove(&tid).unwrap_or(cur.comm),
                     fsbase: cur.fsbase,
                     kinds: Causes::default(),
                     life: was_bystander.map_or_else(
@@ -151,7 +177,7 @@ impl Totals {
             out.push(ThreadDelta {
                 key: *key,
                 tgid: cur.tgid,
-                comm: cur.comm,
+                comm: info.comm,
                 fsbase: cur.fsbase,
                 stats,
             });

@@ -121,6 +121,10 @@ pub struct ReportArgs {
     /// build, or of `--all-processes`, lists every process).
     #[arg(long)]
     pub all_processes: bool,
+    /// The agent's captures only: write this `trigger` (a JSON file) into the run's summary,
+    /// in place, before rendering it.
+    #[arg(long, hide = true, value_name = "FILE", value_parser = parse_path)]
+    pub trigger: Option<PathBuf>,
 }
 
 /// `mmaplock-prof compare BEFORE.json AFTER.json`.

@@ -21,7 +21,9 @@ pub use values::{
     parse_cgroup, parse_comm, parse_glob, parse_pid, parse_push_header, parse_push_interval,
     parse_push_url,
 };
-use values::{parse_interval, parse_max_threads, parse_path, parse_positive_secs};
+use values::{
+    parse_fail_above, parse_interval, parse_max_threads, parse_path, parse_positive_secs,
+};
 
 /// Default settings.
 pub struct Config;
@@ -172,9 +174,10 @@ pub struct ProfileArgs {
     /// Stop after SECS (default: until Ctrl-C, SIGTERM, or the targets exit).
     #[arg(short, long, value_name = "SECS", value_parser = parse_positive_secs)]
     pub duration: Option<Duration>,
-    /// An interval report every SECS; 0 = the summary only.
-    #[arg(short, long, value_name = "SECS", default_value_t = Config::INTERVAL_S, value_parser = parse_interval)]
-    pub interval: f64,
+    /// An interval report every SECS; 0 = the summary only. Default 1, or 0 with a COMMAND
+    /// whose reports go to standard error (no -o).
+    #[arg(short, long, value_name = "SECS", value_parser = parse_interval)]
+    pub interval: Option<f64>,
     /// Threads the kernel's statistics map has room for (4 entries each: reads and write
     /// causes); beyond it, acquisitions are counted in `lost.map_full`. Allocated as used.
     #[arg(long, value_name = "N", default_value_t = Config::MAX_THREADS, value_parser = parse_max_threads)]
@@ -251,9 +254,35 @@ pub struct ProfileArgs {
     /// page show the 10 that waited longest in full, a line for the others.
     #[arg(long)]
     pub all_processes: bool,
+    /// Exit with status 3 (once the summary is written) when the profiled threads' wait for
+    /// their processes' mmap_lock is over PCT percent of their time alive: the summary's
+    /// processes' `time_share` pooled (their waits summed over their times summed). With a
+    /// COMMAND, its own failure wins: its status is the exit status.
+    #[arg(long, value_name = "PCT", value_parser = parse_fail_above)]
+    pub fail_above: Option<f64>,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Run COMMAND and profile it and its descendants from their first instruction; the run
+    /// ends when it exits, and the exit status is its own. Under sudo it runs as the user who
+    /// ran sudo (SUDO_UID, SUDO_GID). Signals sent to the profiler are passed on to it.
+    #[arg(last = true, value_name = "COMMAND", num_args = 1.., value_parser = clap::value_parser!(std::ffi::OsString),
+          conflicts_with_all = ["pids", "children", "pid_start_ticks"])]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+impl ProfileArgs {
+    /// `--interval`: as given, else 1, or 0 (the summary only) for a COMMAND whose reports go
+    /// to standard error among its own output.
+    pub fn interval(&self) -> f64 {
+        self.interval.unwrap_or(
+            if !self.command.is_empty() && self.output.output.is_none() {
+                0.0
+            } else {
+                Config::INTERVAL_S
+            },
+        )
+    }
 }

@@ -10,7 +10,7 @@ fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
 fn defaults() {
     let c = parse(&[]).unwrap();
     assert!(c.command.is_none());
-    assert_eq!(c.profile.interval, Config::INTERVAL_S);
+    assert_eq!(c.profile.interval(), Config::INTERVAL_S);
     assert_eq!(c.profile.max_threads, Config::MAX_THREADS);
     assert!(c.profile.pids.is_empty() && c.profile.duration.is_none());
     assert_eq!(c.log_level, None);
@@ -53,7 +53,7 @@ fn repeatable_filters_and_durations() {
     assert_eq!(c.profile.pids, vec![4194312, 4194313]);
     assert_eq!(c.profile.comms, vec!["node"]);
     assert_eq!(c.profile.duration, Some(Duration::from_millis(1500)));
-    assert_eq!(c.profile.interval, 0.0);
+    assert_eq!(c.profile.interval(), 0.0);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn the_agent_and_the_profiler_refuse_the_same_values() {
         assert!(!line.contains('\n'), "{line}");
     }
     // Zero is zero, and a comm of exactly 15 bytes is fine.
-    assert_eq!(parse(&["-i", "0e5"]).unwrap().profile.interval, 0.0);
+    assert_eq!(parse(&["-i", "0e5"]).unwrap().profile.interval(), 0.0);
     assert!(parse(&["--comm", "fifteen-bytes-x"]).is_ok());
     assert!(
         parse(&["--stacks", "f", "--stack-sample", "1"])
@@ -290,5 +290,53 @@ fn demo_subcommand() {
             assert_eq!((d.workers, d.iterations, d.file_kib), (2, 10, 64));
         }
         _ => panic!("expected demo"),
+    }
+}
+
+/// `-- COMMAND [ARGS...]`: everything after `--` is the command, hyphens and all; it takes no
+/// `--pid` beside it, and its reports default to the summary alone unless written to a file.
+#[test]
+fn a_command_after_the_double_dash() {
+    let c = parse(&["-f", "json", "--", "sh", "-c", "a | b", "--pid", "1"]).unwrap();
+    assert!(c.command.is_none());
+    let words: Vec<&str> = c
+        .profile
+        .command
+        .iter()
+        .map(|w| w.to_str().unwrap())
+        .collect();
+    assert_eq!(words, ["sh", "-c", "a | b", "--pid", "1"]);
+    assert_eq!(c.profile.interval(), 0.0);
+    let c = parse(&["-o", "run.json", "--", "npm", "test"]).unwrap();
+    assert_eq!(c.profile.interval(), Config::INTERVAL_S);
+    let c = parse(&["-i", "2", "--", "npm", "test"]).unwrap();
+    assert_eq!(c.profile.interval(), 2.0);
+    // Words that look like subcommands are the command's.
+    let c = parse(&["--", "agent", "--listen", "x"]).unwrap();
+    assert!(c.command.is_none() && c.profile.command.len() == 3);
+    for args in [
+        &["-p", "4194312", "--", "true"][..],
+        &["--comm", "x", "--children", "--", "true"],
+    ] {
+        let e = parse(args).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            clap::error::ErrorKind::ArgumentConflict,
+            "{args:?}"
+        );
+    }
+    assert!(parse(&["--"]).unwrap().profile.command.is_empty());
+    let c = parse(&["--fail-above", "2.5%", "--", "true"]).unwrap();
+    assert_eq!(c.profile.fail_above, Some(2.5));
+    assert_eq!(
+        parse(&["--fail-above", "0"]).unwrap().profile.fail_above,
+        Some(0.0)
+    );
+    for bad in ["-1", "101", "x"] {
+        let e = parse(&[&format!("--fail-above={bad}")]).unwrap_err();
+        assert!(
+            one_line(&e).contains("is not a percentage from 0 to 100"),
+            "{bad}"
+        );
     }
 }

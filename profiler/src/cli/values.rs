@@ -197,6 +197,14 @@ pub fn parse_push_interval(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--fail-above`: a percentage from 0 (any wait fails) to 100.
+pub(super) fn parse_fail_above(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
+}
+
 pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() {
         return Err("a path cannot be empty".into());

@@ -150,6 +150,11 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         start_routine_off: super::pthread::start_routine_offset().unwrap_or(0),
         // Tests only: the spill path of a full ring, taken at random (counter::SPILLED).
         spill_test: std::env::var_os("MMAPLOCK_PROF_SPILL_TEST").is_some() as u32,
+        sample_floor_ms: if cfg.stack_sample == 0 {
+            0
+        } else {
+            cfg.sample_floor_ms
+        },
     };
     // The programs' diagnostics: 0 (none, the log calls removed by the verifier) unless the
     // logger takes them (`--log-level`, `RUST_LOG`).

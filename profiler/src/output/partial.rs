@@ -295,6 +295,7 @@ impl Summed {
             stack_work: None,
             findings: None,
             minor_processes: None,
+            trigger: None,
             show_all: false,
             summed_lines: Some(self.lines),
         };

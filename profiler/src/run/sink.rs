@@ -31,6 +31,8 @@ use crate::{
 /// Where records go once the run has attached.
 enum Dest {
     Stdout,
+    /// A COMMAND's run without `-o`: the command's own output has standard output.
+    Stderr,
     File(PathBuf, LineFile),
     /// The agent's NDJSON: appended to, rotated by size.
     Rotating(Rotating),
@@ -45,6 +47,10 @@ impl Destination for Dest {
                 let mut out = io::stdout().lock();
                 out.write_all(record).and_then(|()| out.flush())
             }
+            Dest::Stderr => {
+                let mut out = io::stderr().lock();
+                out.write_all(record).and_then(|()| out.flush())
+            }
         }
     }
 
@@ -53,6 +59,7 @@ impl Destination for Dest {
             Dest::File(p, _) => p.display().to_string(),
             Dest::Rotating(r) => r.path().display().to_string(),
             Dest::Stdout => "standard output".into(),
+            Dest::Stderr => "standard error".into(),
         }
     }
 
@@ -106,6 +113,16 @@ impl Sink {
             format,
             "the run goes on (its totals are kept); the next reports and the summary are tried again",
         ))
+    }
+
+    /// Standard error (a COMMAND's run without `-o`).
+    pub fn stderr(format: Format) -> Self {
+        Sink::new(
+            Out::Ready(Dest::Stderr),
+            None,
+            format,
+            "the run goes on (its totals are kept); the next reports and the summary are tried again",
+        )
     }
 
     /// The agent's rotating file, already open: it is appended to, never emptied.

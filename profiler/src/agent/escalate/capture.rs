@@ -3,6 +3,12 @@
 //! its full-mode programs are attached only while it runs, its memory goes back when it ends,
 //! nothing it does can stall `/metrics` or take the agent down, and what it writes is exactly
 //! the one-shot's report (its summary complete even when the process exits first).
+//!
+//! Once it has ended, the capture is given its verdict: why it was taken (the window that
+//! crossed, its functions and findings) and how its own time compared, measured by the agent
+//! as the crossing was (`trigger`). A second child, `mmaplock-prof report --trigger`, writes
+//! it into the summary and renders the page from the report, so that a large report is read
+//! and drawn outside the agent.
 
 use std::{
     fs,
@@ -14,7 +20,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::{kernel::btf::TracepointLayout, vocab::ids::ProcId};
+use crate::{
+    kernel::btf::TracepointLayout,
+    output::report::{Trigger, TriggerMeasure, verdict_line},
+    vocab::ids::ProcId,
+};
 
 /// What the child profiles in, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,12 +36,12 @@ pub struct Plan {
 impl Plan {
     /// Full mode with `--blockers`, except where attaching full mode's tracepoints makes the
     /// kernel format a cgroup path on every acquisition of every process on the host (their
-    /// `memcg_path` layout, before Linux 6.14): contention mode there, every wait's stack taken.
+    /// `memcg_path` layout, before Linux 6.14): contention mode there.
     pub fn for_kernel(layout: TracepointLayout) -> Plan {
         match layout {
             TracepointLayout::WithMemcgPath => Plan {
-                args: vec!["--mode", "contention", "--stack-sample", "1"],
-                why: "contention mode, every contended wait's stack sampled: in full mode this kernel's mmap_lock tracepoints format a memory cgroup path on every acquisition of every process (before Linux 6.14)",
+                args: vec!["--mode", "contention"],
+                why: "contention mode: in full mode this kernel's mmap_lock tracepoints format a memory cgroup path on every acquisition of every process (before Linux 6.14)",
             },
             _ => Plan {
                 args: vec!["--mode", "full", "--blockers"],
@@ -164,6 +174,17 @@ pub struct Settings {
     pub budget: u64,
     /// The profiler to run (the agent's own executable).
     pub exe: PathBuf,
+    /// The agent's `--stack-sample`, which the capture samples at too.
+    pub stack_sample: u32,
+}
+
+/// Where a capture is.
+enum Stage {
+    /// Its profiler runs.
+    Profiling,
+    /// Its profiler ended with `Captured`; `report --trigger` writes the verdict into its
+    /// summary and draws its page.
+    Rendering(Child),
 }
 
 /// A capture running.
@@ -173,11 +194,22 @@ pub struct Capture {
     pub labels: (String, String),
     pub dir: PathBuf,
     /// Its window that crossed the threshold.
-    pub crossed: super::Reading,
+    pub crossed: super::Windowed,
+    /// Why it was taken, and (once it has ended) how it compares.
+    pub trigger: Box<Trigger>,
+    /// The process's readings while its profiler ran (its length at most), as the agent
+    /// measured the crossing.
+    pub during: super::Windowed,
+    /// When it began.
+    pub began: std::time::Instant,
     child: Child,
+    stage: Stage,
     /// Reads its profiler's standard error; gives its last line once it is closed.
     said: Option<JoinHandle<String>>,
 }
+
+/// The trigger handed to `report --trigger` (removed once it is in the summary).
+pub const TRIGGER_FILE: &str = "trigger.json";
 
 /// Room kept for the capture about to be written when pruning before it: 15 s of a process
 /// of 4 contended Workers wrote 706 KiB, most of it its interval lines; a process of
@@ -192,7 +224,7 @@ impl Capture {
         proc: ProcId,
         comm: &str,
         labels: (String, String),
-        crossed: super::Reading,
+        (crossed, trigger): (super::Windowed, Box<Trigger>),
         plan: &Plan,
         before: impl FnOnce(&mut Vec<u8>) -> io::Result<()>,
     ) -> Result<Capture, Outcome> {
@@ -221,10 +253,10 @@ impl Capture {
             .args(["--interval", "1", "--format", "json", "--quiet"])
             .arg("--output")
             .arg(path("report.ndjson"))
-            .arg("--html")
-            .arg(path("report.html"))
             .arg("--pprof")
             .arg(path("profile.pb.gz"))
+            .arg("--stack-sample")
+            .arg(s.stack_sample.max(1).to_string())
             .args(&plan.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -258,29 +290,121 @@ impl Capture {
             labels,
             dir,
             crossed,
+            trigger,
+            during: super::Windowed::default(),
+            began: std::time::Instant::now(),
             child,
+            stage: Stage::Profiling,
             said,
         })
     }
 
-    /// Its outcome once the profiler has ended (None while it runs).
-    pub fn poll(&mut self, budget: u64) -> Option<Outcome> {
-        match self.child.try_wait() {
-            Ok(None) => None,
-            Ok(Some(status)) => Some(self.settle(status, budget)),
-            Err(e) => Some(Outcome::Failed(e.to_string())),
+    /// Whether its profiler still runs (the agent's readings of the process then count as
+    /// the capture's).
+    pub fn profiling(&self) -> bool {
+        matches!(self.stage, Stage::Profiling)
+    }
+
+    /// Its outcome once it is over (None while it runs or its page is drawn).
+    pub fn poll(&mut self, s: &Settings) -> Option<Outcome> {
+        match &mut self.stage {
+            Stage::Profiling => match self.child.try_wait() {
+                Ok(None) => None,
+                Ok(Some(status)) => self.ended(status, s),
+                Err(e) => Some(Outcome::Failed(e.to_string())),
+            },
+            Stage::Rendering(r) => match r.try_wait() {
+                Ok(None) => None,
+                Ok(Some(status)) => Some(self.rendered(Some(status))),
+                Err(_) => Some(self.rendered(None)),
+            },
         }
     }
 
-    /// Stops the profiler early (the agent is stopping): it ends as on SIGTERM, its report
-    /// complete.
-    pub fn stop(&mut self, budget: u64) -> Outcome {
-        // SAFETY: plain kill(2) of our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        match self.child.wait() {
-            Ok(status) => self.settle(status, budget),
-            Err(e) => Outcome::Failed(e.to_string()),
+    /// Stops it early (the agent is stopping): its profiler ends as on SIGTERM, its report
+    /// complete, and it is given its verdict.
+    pub fn stop(&mut self, s: &Settings) -> Outcome {
+        if self.profiling() {
+            // SAFETY: plain kill(2) of our own child, not yet reaped.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let out = match self.child.wait() {
+                Ok(status) => self.ended(status, s),
+                Err(e) => Some(Outcome::Failed(e.to_string())),
+            };
+            if let Some(out) = out {
+                return out;
+            }
         }
+        match &mut self.stage {
+            Stage::Rendering(r) => {
+                let status = r.wait().ok();
+                self.rendered(status)
+            }
+            Stage::Profiling => Outcome::Failed("stopped".into()),
+        }
+    }
+
+    /// Its profiler ended: what came of it, or (captured) its verdict's writing begun.
+    fn ended(&mut self, status: ExitStatus, s: &Settings) -> Option<Outcome> {
+        let out = self.settle(status, s.budget);
+        if out != Outcome::Captured {
+            return Some(out);
+        }
+        match self.give_verdict(s) {
+            Ok(child) => {
+                self.stage = Stage::Rendering(child);
+                None
+            }
+            Err(e) => {
+                eprintln!(
+                    "mmaplock-prof agent: capture of {}: its verdict could not be written: {e}",
+                    self.proc.pid
+                );
+                Some(Outcome::Captured)
+            }
+        }
+    }
+
+    /// The trigger with the capture's own measure, in `trigger.json`, and `report --trigger`
+    /// started on it.
+    fn give_verdict(&mut self, s: &Settings) -> io::Result<Child> {
+        let d = self.during;
+        self.trigger.capture = Some(TriggerMeasure {
+            share: d.reading.share(),
+            wait_ns: d.reading.wait_ns,
+            alive_ns: d.reading.alive_ns,
+            waits: d.reading.waits,
+            window_s: d.span.as_secs_f64(),
+        });
+        self.trigger.passed = Some(d.reading.share() < self.trigger.threshold);
+        self.trigger.verdict = verdict_line(&self.trigger);
+        let path = self.dir.join(TRIGGER_FILE);
+        fs::write(&path, serde_json::to_vec(&self.trigger)?)?;
+        let mut cmd = Command::new(&s.exe);
+        cmd.arg("report")
+            .arg(self.dir.join("report.ndjson"))
+            .arg("--trigger")
+            .arg(&path)
+            .arg("--html")
+            .arg(self.dir.join("report.html"))
+            .args(["--format", "json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        cmd.spawn()
+    }
+
+    /// Its page drawn (or not: the report and the verdict in its summary stay).
+    fn rendered(&mut self, status: Option<ExitStatus>) -> Outcome {
+        if !status.is_some_and(|s| s.success()) {
+            eprintln!(
+                "mmaplock-prof agent: capture of {}: its verdict and page could not be written ({})",
+                self.proc.pid,
+                status.map_or("not run".into(), |s| s.to_string())
+            );
+        }
+        let _ = fs::remove_file(self.dir.join(TRIGGER_FILE));
+        Outcome::Captured
     }
 
     fn settle(&mut self, status: ExitStatus, budget: u64) -> Outcome {

@@ -5,9 +5,15 @@
 //! the window that crossed the threshold (the moment that crossed it is in the capture,
 //! not only what followed). One capture at a time on the host, a cooldown per process, a
 //! byte budget for the directory, oldest capture out first.
+//!
+//! Every capture carries its verdict (`trigger` in its summary): the share that crossed, over
+//! the time it was measured on, the window's functions and findings (`window.rs`,
+//! `samples.rs`), and the same share during the capture.
 
 mod capture;
+mod samples;
 mod trigger;
+mod window;
 
 use std::{
     io,
@@ -18,21 +24,29 @@ use std::{
 
 pub use capture::Outcome;
 use capture::{Capture, Plan, Settings};
-pub use trigger::Reading;
+use samples::WindowSamples;
 use trigger::Trigger;
+pub use trigger::{Reading, Windowed};
+use window::Windows;
 
 use super::profiles::SharedProfiles;
 use crate::{
     aggregation::{Attribution, Window},
     kernel::btf::TracepointLayout,
     output::{
-        Output,
+        Output, findings,
         pprof::{Pprof, Samples},
         prometheus::Escalations,
+        report::{self, CROSSING},
     },
     registry::roles::Role,
-    vocab::ids::ProcId,
+    vocab::{Mode, ids::ProcId},
 };
+
+/// With `--escalate-dir`, a thread that waits has its wait sampled if it had no sample for
+/// this long (besides one in `--stack-sample`): every thread that waited in a window has
+/// stacks in its capture's `before.pb.gz`, at most one more a second per thread.
+pub const SAMPLE_FLOOR_MS: u32 = 1000;
 
 /// `--escalate-*` (shared/design/agent-and-metrics.md).
 #[derive(Clone, Debug)]
@@ -44,6 +58,8 @@ pub struct EscalateConfig {
     pub length: Duration,
     pub cooldown: Duration,
     pub budget_bytes: u64,
+    /// The agent's `--stack-sample`: its own samples' rate, and the capture's.
+    pub stack_sample: u32,
 }
 
 /// A process's labels and name, for the metrics and the capture's directory.
@@ -56,6 +72,10 @@ pub struct Named {
 pub struct Escalator {
     cfg: EscalateConfig,
     trigger: Trigger,
+    /// The processes' intervals over the window, for the crossing window's findings.
+    windows: Windows,
+    /// The agent's mode, which the windows are measured in.
+    mode: Mode,
     settings: Settings,
     plan: Plan,
     running: Option<Capture>,
@@ -63,6 +83,14 @@ pub struct Escalator {
     quiet: bool,
     /// The agent is stopping: no capture begins.
     closed: bool,
+}
+
+/// An interval of the agent, as the escalator sees it.
+pub struct Interval<'a> {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub window: &'a Window,
+    pub attribution: &'a Attribution,
 }
 
 /// Each selected process's reading of an interval: its own threads' wait for its lock (write
@@ -105,9 +133,12 @@ impl Escalator {
             length: cfg.length,
             budget: cfg.budget_bytes,
             exe: PathBuf::from("/proc/self/exe"),
+            stack_sample: cfg.stack_sample,
         };
         Ok(Escalator {
             trigger: Trigger::new(cfg.at_percent, cfg.window, cfg.cooldown),
+            windows: Windows::new(cfg.window),
+            mode: Mode::Contention,
             plan: Plan::for_kernel(TracepointLayout::Current),
             settings,
             cfg,
@@ -118,9 +149,11 @@ impl Escalator {
         })
     }
 
-    /// Captures on a kernel whose tracepoints have `layout` (see [`Plan::for_kernel`]).
-    pub fn for_kernel(&mut self, layout: TracepointLayout) {
+    /// Captures on a kernel whose tracepoints have `layout` (see [`Plan::for_kernel`]), for an
+    /// agent measuring in `mode`.
+    pub fn for_kernel(&mut self, layout: TracepointLayout, mode: Mode) {
         self.plan = Plan::for_kernel(layout);
+        self.mode = mode;
     }
 
     /// The series so far.
@@ -137,49 +170,136 @@ impl Escalator {
     /// (selected processes only), and begins the next capture if a process crossed.
     pub fn interval(
         &mut self,
-        readings: Vec<(ProcId, Reading)>,
+        i: Interval<'_>,
+        selected: impl Fn(ProcId) -> bool,
         name: &mut dyn FnMut(ProcId) -> Named,
         ring: Option<&SharedProfiles>,
     ) {
         let mut health = std::mem::take(&mut self.health);
-        self.step(readings, name, ring, &mut health);
+        self.step(i, selected, name, ring, &mut health);
         self.health = health;
     }
 
     fn step(
         &mut self,
-        readings: Vec<(ProcId, Reading)>,
+        i: Interval<'_>,
+        selected: impl Fn(ProcId) -> bool,
         name: &mut dyn FnMut(ProcId) -> Named,
         ring: Option<&SharedProfiles>,
         health: &mut Escalations,
     ) {
+        let readings = readings(i.window, i.attribution, selected);
+        let span = i.end.duration_since(i.start).unwrap_or_default();
+        // The capture's own time, as the agent measures the crossing: its intervals while
+        // its profiler runs.
+        if let Some(c) = (self.running.as_mut())
+            .filter(|c| c.profiling() && c.began.elapsed() <= self.cfg.length)
+            && let Some((_, r)) = readings.iter().find(|(p, _)| *p == c.proc)
+        {
+            c.during.reading.add(r);
+            c.during.span += span;
+        }
         if let Some(c) = self.running.as_mut()
-            && let Some(out) = c.poll(self.cfg.budget_bytes)
+            && let Some(out) = c.poll(&self.settings)
         {
             let c = self.running.take().expect("running");
             self.ended(&c, out, health);
         }
         let now = Instant::now();
-        self.trigger.observe(now, readings);
+        let waited: Vec<ProcId> = (readings.iter())
+            .filter(|(_, r)| r.waits > 0)
+            .map(|(p, _)| *p)
+            .collect();
+        self.windows.observe(
+            now,
+            (i.start, i.end, self.mode),
+            i.window,
+            i.attribution,
+            &waited,
+        );
+        self.trigger.observe(now, span, readings);
         let d = (self.trigger).decide(now, self.running.is_some() || self.closed);
         for (p, why) in d.held {
             let n = name(p);
             health.count(n.process, n.cgroup, why.reason());
         }
         health.waiting = d.waiting as u64;
-        if let Some((p, r)) = d.start {
+        if let Some((p, w)) = d.start {
             let n = name(p);
             let before = |out: &mut Vec<u8>| before_profile(ring, &self.cfg, p, out);
             let labels = (n.process.clone(), n.cgroup.clone());
-            match Capture::begin(&self.settings, p, &n.comm, labels, r, &self.plan, before) {
+            let why = self.why((p, &n.comm), w, i.end, ring);
+            match Capture::begin(
+                &self.settings,
+                p,
+                &n.comm,
+                labels,
+                (w, why),
+                &self.plan,
+                before,
+            ) {
                 Ok(c) => self.running = Some(c),
                 Err(out) => {
-                    self.log(&n.process, p.pid, &r, None, &out);
+                    self.log(&n.process, p.pid, &w, (None, None), &out);
                     health.count(n.process, n.cgroup, out.reason());
                 }
             }
         }
         health.in_progress = self.running.as_ref().map(|c| c.labels.clone());
+    }
+
+    /// Why process `p` is captured: its window `w`, crossed at `at`, with the functions of
+    /// the agent's samples of it and the window's findings.
+    fn why(
+        &self,
+        (p, comm): (ProcId, &str),
+        w: Windowed,
+        at: SystemTime,
+        ring: Option<&SharedProfiles>,
+    ) -> Box<report::Trigger> {
+        let samples = match ring.and_then(|r| r.lock().ok()) {
+            Some(ring) => WindowSamples::of(&ring.window_of(self.window_secs(), at, p)),
+            None => WindowSamples::default(),
+        };
+        let mut findings = Vec::new();
+        let (mut from, mut to) = (report::rfc3339(at - w.span), report::rfc3339(at));
+        if let Some(mut r) = self.windows.report(p, self.mode) {
+            (from, to) = (r.start.clone(), r.end.clone());
+            if let Some(proc) = r.processes.first_mut() {
+                samples.fill(proc);
+            }
+            r.stack_sample = Some(self.cfg.stack_sample);
+            findings = findings::find(&r, None);
+            for f in &mut findings {
+                f.window = Some(CROSSING.to_string());
+            }
+        }
+        Box::new(report::Trigger {
+            pid: p.pid,
+            comm: comm.to_string(),
+            share: w.reading.share(),
+            threshold: self.cfg.at_percent / 100.0,
+            window_s: w.span.as_secs_f64(),
+            waits: w.reading.waits,
+            at: report::rfc3339(at),
+            wait_ns: w.reading.wait_ns,
+            alive_ns: w.reading.alive_ns,
+            from,
+            to,
+            mode: self.mode,
+            waiting: samples.functions(false),
+            holding: samples.functions(true),
+            sampled: samples.sampled,
+            findings,
+            capture: None,
+            passed: None,
+            verdict: None,
+        })
+    }
+
+    /// The ring's window: the crossing window's seconds, whole.
+    fn window_secs(&self) -> u64 {
+        self.cfg.window.as_secs_f64().ceil().max(1.0) as u64
     }
 
     /// The agent is stopping: the capture running ends, its report complete, and no other
@@ -192,7 +312,7 @@ impl Escalator {
     /// Stops a capture running: it ends with its report complete.
     fn stop(&mut self) {
         if let Some(mut c) = self.running.take() {
-            let out = c.stop(self.cfg.budget_bytes);
+            let out = c.stop(&self.settings);
             let mut health = std::mem::take(&mut self.health);
             self.ended(&c, out, &mut health);
             self.health = health;
@@ -201,7 +321,14 @@ impl Escalator {
     }
 
     fn ended(&self, c: &Capture, out: Outcome, health: &mut Escalations) {
-        self.log(&c.labels.0, c.proc.pid, &c.crossed, Some(&c.dir), &out);
+        let verdict = c.trigger.verdict.as_deref();
+        self.log(
+            &c.labels.0,
+            c.proc.pid,
+            &c.crossed,
+            (Some(&c.dir), verdict),
+            &out,
+        );
         health.count(c.labels.0.clone(), c.labels.1.clone(), out.reason());
     }
 
@@ -210,17 +337,18 @@ impl Escalator {
         &self,
         process: &str,
         pid: u32,
-        r: &Reading,
-        dir: Option<&std::path::Path>,
+        w: &Windowed,
+        (dir, verdict): (Option<&std::path::Path>, Option<&str>),
         out: &Outcome,
     ) {
         if self.quiet {
             return;
         }
+        let r = &w.reading;
         let crossed = format!(
-            "{process} {pid} waited {:.1}% of its threads' time over {} s ({} waits, {:.1} ms of {:.1} s; threshold {}%)",
+            "{process} {pid} waited {:.1}% of its threads' time over {:.1} s ({} waits, {:.1} ms of {:.1} s of its threads' time; threshold {}%)",
             r.share() * 100.0,
-            self.cfg.window.as_secs(),
+            w.span.as_secs_f64(),
             r.waits,
             r.wait_ns as f64 / 1e6,
             r.alive_ns as f64 / 1e9,
@@ -228,7 +356,8 @@ impl Escalator {
         );
         let what = match (out, dir) {
             (Outcome::Captured, Some(d)) => {
-                format!("captured in {} ({})", d.display(), self.plan.why)
+                let v = verdict.map_or(String::new(), |v| format!(": {v}"));
+                format!("captured in {} ({}){v}", d.display(), self.plan.why)
             }
             (Outcome::Exited, _) => "not captured: the process exited first".into(),
             (Outcome::NoSpace(e), _) => {
@@ -264,6 +393,10 @@ fn before_profile(
     let ring = ring
         .lock()
         .map_err(|_| io::Error::other("profiles unavailable"))?;
-    let w = ring.window_of(cfg.window.as_secs().max(1), SystemTime::now(), p);
+    let w = ring.window_of(
+        cfg.window.as_secs_f64().ceil().max(1.0) as u64,
+        SystemTime::now(),
+        p,
+    );
     Output::<dyn Samples>::emit(&mut Pprof, &w, out)
 }

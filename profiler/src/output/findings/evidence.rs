@@ -54,6 +54,7 @@ pub(super) fn finding(
         measured: Vec::new(),
         measured_on: None,
         source: String::new(),
+        window: None,
     }
 }
 

@@ -163,6 +163,10 @@ pub struct Finding {
     /// Where the pattern and its advice come from.
     #[serde(default)]
     pub source: String,
+    /// In an agent's capture: the window it was found in, `capture` (the capture's own) or
+    /// `crossing` (the agent's window that crossed the threshold: `trigger`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 /// The findings of a summary: of the processes it lists (`listing`), the one that waited
@@ -203,7 +207,40 @@ pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
             (nb(b), b.severity, b.wait_ns).cmp(&(nb(a), a.severity, a.wait_ns))
         });
     }
+    if let Some(t) = &s.trigger {
+        with_crossing(&mut out, t);
+    }
     out
+}
+
+/// An agent's capture: its findings, and those of the window that crossed (`trigger`), each
+/// saying its window; the crossing window's first when the contention had passed by the
+/// capture.
+fn with_crossing(out: &mut Vec<Finding>, t: &crate::output::report::Trigger) {
+    use crate::output::report::{CAPTURE, CROSSING};
+    for f in out.iter_mut() {
+        f.window = Some(CAPTURE.to_string());
+    }
+    let crossing = t.findings.iter().cloned().map(|mut f| {
+        f.window = Some(CROSSING.to_string());
+        f
+    });
+    if t.passed == Some(true) {
+        let capture = std::mem::take(out);
+        out.extend(crossing);
+        out.extend(capture);
+    } else {
+        out.extend(crossing);
+    }
+}
+
+/// How a finding's window is said: ", in the window that crossed" (empty outside captures).
+pub fn window_text(f: &Finding) -> &'static str {
+    match f.window.as_deref() {
+        Some(crate::output::report::CROSSING) => ", in the window that crossed",
+        Some(crate::output::report::CAPTURE) => ", during the capture",
+        _ => "",
+    }
 }
 
 impl Finding {
@@ -356,10 +393,11 @@ pub fn to_text(findings: &[Finding]) -> String {
     for f in findings {
         let _ = writeln!(
             out,
-            "  [{}] {} (pid {}): {}",
+            "  [{}] {} (pid {}{}): {}",
             severity_text(f),
             f.comm,
             f.pid,
+            window_text(f),
             f.title
         );
         for (label, line) in lines(f) {

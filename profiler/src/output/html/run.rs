@@ -311,6 +311,9 @@ fn run_page_with_findings(name: &str, run: &RunLines, findings: &[Finding], all:
         PAGE_PROCESSES.min(procs.len())
     });
     // The verdict first: what was found and what to change, and what was grouped.
+    if let Some(t) = summary.and_then(|s| s.trigger.as_deref()) {
+        body.push_str(&super::verdict::trigger_section(t));
+    }
     body.push_str(&super::verdict::findings_section(findings));
     for m in sources.iter().filter_map(|s| s.minor_processes.as_ref()) {
         body.push_str(&minor_section(m));

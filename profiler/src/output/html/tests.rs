@@ -357,6 +357,7 @@ fn the_findings_come_first_on_a_run_page_with_what_to_change() {
         measured: Vec::new(),
         measured_on: None,
         source: "docs/findings.md#long-holds".into(),
+        window: None,
     }]);
     let mut recorded = RunLines::default();
     recorded.add_report(&s);
@@ -469,6 +470,7 @@ fn a_finding_says_the_same_in_text_json_and_page() {
             cpus: Some(1.0),
             cpu_use: Some(0.547),
         }),
+        window: None,
         advice: vec![
             "Reuse threads".into(),
             "GLIBC_TUNABLES=glibc.pthread.stack_cache_size=N".into(),

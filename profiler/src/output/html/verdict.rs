@@ -21,6 +21,33 @@ fn list(out: &mut String, class: &str, items: &[String]) {
     out.push_str("</ul>");
 }
 
+/// An agent's capture: why it was taken, and its verdict, before anything else on its page.
+pub fn trigger_section(t: &crate::output::report::Trigger) -> String {
+    let mut out = String::from(
+        r#"<section class="process trigger" id="trigger"><h2>Why this capture was taken</h2>"#,
+    );
+    let lines = crate::output::report::trigger_lines(t);
+    let passed = match t.passed {
+        Some(true) => "passed",
+        Some(false) => "went-on",
+        None => "unknown",
+    };
+    for (i, l) in lines.iter().enumerate() {
+        let class = match i {
+            0 => "why",
+            1 if t.verdict.is_some() => "verdict",
+            _ => "window",
+        };
+        let _ = write!(
+            out,
+            r#"<p class="{class}" data-verdict="{passed}">{}</p>"#,
+            esc(l)
+        );
+    }
+    out.push_str("</section>");
+    out
+}
+
 /// The findings section, at the top of a run's page.
 pub fn findings_section(findings: &[Finding]) -> String {
     let mut out =
@@ -34,11 +61,16 @@ pub fn findings_section(findings: &[Finding]) -> String {
     for f in findings {
         let _ = write!(
             out,
-            r#"<div class="finding sev-{sev}" data-finding="{id}" data-pid="{pid}"><h3><span class="sev">{shown}</span> {comm} (pid {pid}): {title}</h3>"#,
+            r#"<div class="finding sev-{sev}" data-finding="{id}" data-pid="{pid}"{window}><h3><span class="sev">{shown}</span> {comm} (pid {pid}{said}): {title}</h3>"#,
             sev = f.severity.as_str(),
             shown = esc(&findings::severity_text(f)),
             id = esc(&f.id),
             pid = f.pid,
+            window = f
+                .window
+                .as_deref()
+                .map_or(String::new(), |w| format!(r#" data-window="{}""#, esc(w))),
+            said = findings::window_text(f),
             comm = esc(&f.comm),
             title = esc(&f.title),
         );

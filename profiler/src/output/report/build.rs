@@ -209,6 +209,7 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
         stack_work: None,
         findings: None,
         minor_processes: None,
+        trigger: None,
         show_all: false,
         summed_lines: None,
     };

@@ -25,6 +25,7 @@ mod selected;
 #[cfg(test)]
 mod tests;
 pub mod thread_groups;
+mod trigger;
 
 pub use super::blockers::{BlockerReport, RoleBlock};
 pub use super::share::{RoleShare, TimeShare};
@@ -42,6 +43,10 @@ pub use samples::{
 };
 pub use selected::{SelectedBy, SelectedHow};
 pub use thread_groups::ThreadGroupReport;
+pub use trigger::{
+    CAPTURE, CROSSING, Trigger, TriggerFunction, TriggerMeasure, lines as trigger_lines,
+    verdict_line,
+};
 
 /// The report format's major version. Fields are only ever added within one (readers ignore
 /// those they do not know, and take those they know but a file lacks as absent); a file of
@@ -112,6 +117,9 @@ pub struct Report {
     /// waited longer), grouped by command with their totals; absent when every process is
     /// listed (none to group, `--all-processes`, interval lines, older builds).
     pub minor_processes: Option<MinorProcesses>,
+    /// An agent's capture: why it was taken (the window that crossed `--escalate-at`), and
+    /// how the capture compares (docs/agent.md).
+    pub trigger: Option<Box<Trigger>>,
     /// Not part of the report: whoever renders it was asked for every process
     /// (`--all-processes`), which the text and the page then show each in full.
     #[serde(skip)]
@@ -143,6 +151,7 @@ impl Report {
             stack_work: None,
             findings: None,
             minor_processes: None,
+            trigger: None,
             show_all: false,
             summed_lines: None,
         }

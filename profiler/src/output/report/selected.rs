@@ -28,6 +28,8 @@ pub enum SelectedHow {
     Running,
     /// At its fork, by a selected process (its parent's selection passes on).
     Fork,
+    /// The COMMAND the profiler ran (`mmaplock-prof -- COMMAND`), selected before its exec.
+    Command,
 }
 
 impl SelectedBy {
@@ -41,11 +43,13 @@ impl SelectedBy {
                     SelectedHow::Rename => "when it renamed itself",
                     SelectedHow::Running => "running when the run began",
                     SelectedHow::Fork => "forked by a process it selected",
+                    SelectedHow::Command => "as the command run",
                 }
             ),
+            (None, _, SelectedHow::Command) => "the command run by the profiler".into(),
             (None, Some(pid), _) => format!("selected by --pid {pid}"),
             (None, None, SelectedHow::Fork) => {
-                "selected by --children, forked by a followed process".into()
+                "forked by a followed process (--children, or the command's descendants)".into()
             }
             (None, None, _) => {
                 "selected by --children, a descendant running when the run began".into()
@@ -92,7 +96,17 @@ mod tests {
         };
         assert_eq!(
             child.describe(),
-            "selected by --children, forked by a followed process"
+            "forked by a followed process (--children, or the command's descendants)"
         );
+        let command = SelectedBy {
+            comm: None,
+            pid: Some(7),
+            how: SelectedHow::Command,
+        };
+        assert_eq!(
+            serde_json::to_string(&command).unwrap(),
+            r#"{"pid":7,"how":"command"}"#
+        );
+        assert_eq!(command.describe(), "the command run by the profiler");
     }
 }

@@ -140,6 +140,12 @@ pub fn to_text_with(r: &Report, over_time: OverTime<'_>) -> String {
                 out.push_str(&partial_note(lines, r.duration_s.unwrap_or(0.0)));
                 out.push('\n');
             }
+            // A capture says why it was taken before anything else.
+            if let Some(t) = &r.trigger {
+                for l in crate::output::report::trigger_lines(t) {
+                    let _ = writeln!(out, "{l}");
+                }
+            }
             if let Some(note) = mode_note(r.mode) {
                 let _ = writeln!(out, "{note}");
             }

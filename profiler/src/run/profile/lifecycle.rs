@@ -121,6 +121,10 @@ impl<K: Kernel> Profile<K> {
                 exit_record::EXEC => {
                     let p = ProcId::new(e.tgid, t.start);
                     self.registry.cgroups.note_id(p, e.cgroup_id);
+                    // The thread that exec'd is named after its new image.
+                    if e.comm[0] != 0 {
+                        self.totals.rename(t, e.comm);
+                    }
                     execs.push((p, e.at_ns, e.comm));
                 }
                 exit_record::FORK => {

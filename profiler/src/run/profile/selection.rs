@@ -21,6 +21,8 @@ pub(super) struct Selections {
     comms: Vec<String>,
     /// The `--pid` targets.
     targets: Vec<ProcId>,
+    /// The targets are the COMMAND the profiler ran.
+    command: bool,
     by: HashMap<ProcId, SelectedBy>,
 }
 
@@ -33,6 +35,7 @@ impl Selections {
         let p = ProcId::new(s.pid, s.ticks);
         let pid = (!s.by_rule && s.how == How::Set && self.targets.contains(&p)).then_some(s.pid);
         let how = match s.how {
+            How::Set if pid.is_some() && self.command => SelectedHow::Command,
             How::Set => SelectedHow::Running,
             How::Exec => SelectedHow::Exec,
             How::Rename => SelectedHow::Rename,
@@ -60,10 +63,11 @@ impl<K: Kernel> Profile<K> {
     /// Names the run's selectors, so that its reports say why each process is in them:
     /// `comms`, the `--comm` names as the kernel numbers them; `targets`, the `--pid`
     /// processes.
-    pub fn name_selection(&mut self, comms: Vec<String>, targets: &[ProcId]) {
+    pub fn name_selection(&mut self, comms: Vec<String>, targets: &[ProcId], command: bool) {
         let mut s = Selections {
             comms,
             targets: targets.to_vec(),
+            command,
             by: HashMap::default(),
         };
         for &p in targets {
@@ -72,7 +76,11 @@ impl<K: Kernel> Profile<K> {
                 SelectedBy {
                     comm: None,
                     pid: Some(p.pid),
-                    how: SelectedHow::Running,
+                    how: if command {
+                        SelectedHow::Command
+                    } else {
+                        SelectedHow::Running
+                    },
                 },
             );
         }
@@ -156,7 +164,11 @@ mod tests {
         // The start: one found running under a name, the target by its pid.
         k.select(&running, How::Set, 2);
         k.select(&target, How::Set, 0);
-        p.name_selection(vec!["node".into(), "myapp".into()], &[target.process()]);
+        p.name_selection(
+            vec!["node".into(), "myapp".into()],
+            &[target.process()],
+            false,
+        );
         let k = &mut p.collector;
         k.select(&exec, How::Exec, 1);
         k.select(&renamed, How::Rename, 2);
