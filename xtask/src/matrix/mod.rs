@@ -168,35 +168,25 @@ pub const ARM64_SUBSET: &[(&str, &str)] = &[
         "profiler",
         "write_count_matches_ground_truth_exactly_up_to_exit",
     ),
+    ("fidelity", "stack_growth_is_a_page_fault_write"),
+    ("profiler", "node26_thread_roles_are_recognised_on_a_running_process"),
+    (
+        "contention",
+        "contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper",
+    ),
+    (
+        "agent",
+        "short_processes_are_counted_from_their_first_instruction",
+    ),
+    ("jsnames", "node26_names_with_no_flags"),
+    ("holders", "a_native_holder_is_named_by_its_function"),
 ];
 
 /// The arm64 kernels' tests that wait for the profiler's aarch64 support (issue 47): not
 /// run, each reported skipped with what it waits for, until its feature lands and the test
 /// moves to [`ARM64_SUBSET`]. Under CI they do not fail the run, as a skip for want of a tool
 /// would: what they wait for is code, not the machine.
-pub const ARM64_PENDING: &[(&str, &str, &str)] = &[
-    (
-        "contention",
-        "contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper",
-        "write causes (aarch64's syscall numbers) are not read on arm64 yet: its waits \
-         matched bpftrace's, run in the guest, and its writes were all `other`",
-    ),
-    (
-        "agent",
-        "short_processes_are_counted_from_their_first_instruction",
-        "write causes (aarch64's syscall numbers) are not read on arm64 yet",
-    ),
-    (
-        "jsnames",
-        "node26_names_with_no_flags",
-        "user stacks and V8's frames are not unwound on arm64 yet",
-    ),
-    (
-        "holders",
-        "a_native_holder_is_named_by_its_function",
-        "holder stacks are not taken on arm64 yet",
-    ),
-];
+pub const ARM64_PENDING: &[(&str, &str, &str)] = &[];
 
 /// The tests a kernel runs.
 pub fn tests_of(k: &Kernel) -> &'static [(&'static str, &'static str)] {
