@@ -171,7 +171,10 @@ pub const ARM64_SUBSET: &[(&str, &str)] = &[
         "write_count_matches_ground_truth_exactly_up_to_exit",
     ),
     ("fidelity", "stack_growth_is_a_page_fault_write"),
-    ("profiler", "node26_thread_roles_are_recognised_on_a_running_process"),
+    (
+        "profiler",
+        "node26_thread_roles_are_recognised_on_a_running_process",
+    ),
     (
         "contention",
         "contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper",

@@ -76,9 +76,12 @@ struct Sum {
     read: SideStats,
     downgrade: SideStats,
     causes: BTreeMap<String, SideStats>,
-    /// Wait, alive, CPU-known wait and CPU of the threads with a time share.
-    time: Option<(u64, u64, u64, Option<u64>, Option<u64>)>,
+    /// The time shares of the threads that have one, summed.
+    time: Option<TimeSum>,
 }
+
+/// Wait, alive, CPU-known wait, CPU and run-queue delay, summed.
+type TimeSum = (u64, u64, u64, Option<u64>, Option<u64>);
 
 impl Sum {
     fn add(&mut self, t: &ThreadReport) {
