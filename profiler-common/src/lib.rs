@@ -126,13 +126,13 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<LockStats>(), 6 * 8 + 2 * 4 * HIST_BUCKETS);
         assert_eq!(size_of::<StatsKey>(), 32);
-        assert_eq!(size_of::<ExitedThread>(), 56 + COMM_LEN);
-        assert_eq!(size_of::<ThreadCpu>(), 48 + COMM_LEN);
+        assert_eq!(size_of::<ExitedThread>(), 64 + COMM_LEN);
+        assert_eq!(size_of::<ThreadCpu>(), 56 + COMM_LEN);
         assert_eq!(
             size_of::<ThreadStats>(),
             16 + COMM_LEN + size_of::<LockStats>()
         );
-        assert_eq!(size_of::<KernelLayout>(), 26 * 4);
+        assert_eq!(size_of::<KernelLayout>(), 27 * 4);
         assert_eq!(size_of::<HolderId>(), 24);
         assert_eq!(size_of::<LockAcc>(), 64 + HOLDER_SLOTS * (8 + 24));
         assert_eq!(size_of::<BlockedKey>(), 6 * 4 + 3 * 8);

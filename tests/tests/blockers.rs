@@ -128,10 +128,14 @@ fn a_long_holder_is_charged_the_bulk_of_the_waits_behind_it() {
         "{title}"
     );
     assert_eq!(long["wait_ns"], top["wait_ns"], "the wait charged to it");
-    assert!(
-        ["high", "medium"].contains(&long["severity"].as_str().unwrap()),
-        "{long}"
-    );
+    // Its severity as its cost: high or medium, but at most low where removing the wait
+    // would give back latency only (the threads queued for their CPUs: a loaded host).
+    let severity = long["severity"].as_str().unwrap();
+    if long["impact"]["kind"] == "latency" {
+        assert_eq!(severity, "low", "{long}");
+    } else {
+        assert!(["high", "medium"].contains(&severity), "{long}");
+    }
 }
 
 /// Without `--blockers` nothing is charged and no field says otherwise.

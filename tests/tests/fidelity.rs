@@ -141,8 +141,20 @@ fn check_thread_waves(w: &mut Workload, out: &Finished, waves: u64, threads: u64
     // Every thread is there, with its own N mmaps and N munmaps. The process's exit
     // (exit_mmap) is the write of whichever thread drops the last reference to the mm:
     // a last Worker still in its exit_mm after main's join has returned may be the one.
+    // The summary lists threads that lived a second or more (and those that waited long);
+    // the short-lived are in `thread_groups`, each group with its exact totals and count:
+    // listed and grouped together are every thread.
     let workers = helper_threads(p, w.pid);
-    assert_eq!(workers.len() as u64, waves * threads, "{shape}: threads");
+    let groups: Vec<&Value> = (p["thread_groups"].as_array().into_iter().flatten())
+        .filter(|g| g["role"] != "foreign" && g["role"] != "profiler")
+        .collect();
+    let grouped: u64 = groups.iter().map(|g| g["threads"].as_u64().unwrap()).sum();
+    assert_eq!(
+        workers.len() as u64 + grouped,
+        waves * threads,
+        "{shape}: threads ({} listed, {grouped} grouped)",
+        workers.len()
+    );
     for t in workers {
         let c = cause_counts(t);
         let own = c.get("mmap").copied().unwrap_or(0) + c.get("munmap").copied().unwrap_or(0);
@@ -152,6 +164,18 @@ fn check_thread_waves(w: &mut Workload, out: &Finished, waves: u64, threads: u64
             own + c.get("exit").copied().unwrap_or(0),
             "{shape}: {} {c:?}",
             t["tid"]
+        );
+    }
+    // A group's threads each made their own N mmaps and N munmaps.
+    for g in groups {
+        let k = g["threads"].as_u64().unwrap();
+        let c = cause_counts(g);
+        let own = c.get("mmap").copied().unwrap_or(0) + c.get("munmap").copied().unwrap_or(0);
+        assert_eq!(own, 2 * n * k, "{shape}: a group of {k}: {c:?}");
+        assert_eq!(
+            stats(g, "write").0,
+            own + c.get("exit").copied().unwrap_or(0),
+            "{shape}: a group of {k}: {c:?}"
         );
     }
 }

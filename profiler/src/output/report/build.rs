@@ -17,7 +17,7 @@ use crate::{
     output::share::{self, ShareSum},
     registry::roles::{Role, comm_str},
     registry::stacks::{OwnerStacks, StackAttribution},
-    vocab::ids::ProcId,
+    vocab::{Mode, ids::ProcId},
 };
 
 /// The causes that took the lock (in [`LockReport::new`]'s order once there).
@@ -148,8 +148,11 @@ pub fn build(window: &Window, attribution: &Attribution, meta: Meta) -> Report {
                 facts,
             ));
         }
-        // A process whose threads were only alive in the window took no lock in it.
-        if threads.is_empty() {
+        // A process whose threads were only alive in the window took no lock in it: left
+        // out, but for contention mode's summary, where a watched process none of whose
+        // threads waited is a result (its `not-your-bottleneck` verdict rests on it).
+        let watched = kind == Kind::Summary && mode == Mode::Contention;
+        if threads.is_empty() && !(watched && own_time.total().is_some()) {
             continue;
         }
         threads.sort_by(|(a, _), (b, _)| {
