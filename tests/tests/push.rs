@@ -34,12 +34,25 @@ fn certificate(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 
 /// `contended.js`: 4 Workers running `allocateInWorker` (1 MiB Buffers: an mmap and a munmap
 /// each), `rounds` each, at once on "go".
+/// `contended.js`'s 4 Workers, the process staying until [`finish`] (its stacks are
+/// unwound from its memory maps while it lives: a run of 400 rounds lasts under 100 ms).
 fn workers(rounds: u32) -> Workload {
     let mut cmd = Command::new("node");
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
         .arg(fixture("contended.js"))
-        .args(["4", &rounds.to_string()]);
+        .args(["4", &rounds.to_string(), "stay"]);
     Workload::spawn(cmd)
+}
+
+/// Runs the Workers, then lets the process go once the agent has had its stacks (it reads
+/// them within a tenth of a second of their sample, and unwinds a process's first in
+/// about 150 ms on this machine kind: 3 s leaves room for one several times slower).
+fn finish(w: &mut Workload) {
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    std::thread::sleep(Duration::from_secs(3));
+    w.send("exit");
+    assert!(w.wait().success());
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -130,9 +143,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         "-o",
         ndjson.to_str().unwrap(),
     ]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    assert!(w.wait().success());
+    finish(&mut w);
     // Pushes while the agent runs (their deliveries in the last metrics), then the last at
     // its end.
     std::thread::sleep(Duration::from_secs(3));
@@ -270,9 +281,7 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         "-o",
         ndjson.to_str().unwrap(),
     ]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    assert!(w.wait().success());
+    finish(&mut w);
     std::thread::sleep(Duration::from_secs(2));
     let page = agent.metrics();
     agent.stop();
@@ -312,7 +321,7 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
             p["main_binary"]
                 .as_str()
                 .is_some_and(|b| b.ends_with("node")),
-            "main binary {}",
+            "main binary {} in {p}",
             p["main_binary"]
         );
         totals.0 += p["totals"]["contentions"].as_i64().unwrap_or(0);
