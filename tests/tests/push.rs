@@ -32,15 +32,15 @@ fn certificate(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (cert, key)
 }
 
-/// `contended.js`: 4 Workers running `allocateInWorker` (1 MiB Buffers: an mmap and a munmap
-/// each), `rounds` each, at once on "go".
-/// `contended.js`'s 4 Workers, the process staying until [`finish`] (its stacks are
-/// unwound from its memory maps while it lives: a run of 400 rounds lasts under 100 ms).
-fn workers(rounds: u32) -> Workload {
+/// `contended.js`'s 4 Workers running `allocateInWorker` (1 MiB Buffers: an mmap and a
+/// munmap each), 2,000 rounds each at once on "go" (400 left a run without one contended
+/// write at times: nothing sampled, no function to push), the process staying until
+/// [`finish`] (its stacks are unwound from its memory maps while it lives).
+fn workers() -> Workload {
     let mut cmd = Command::new("node");
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
         .arg(fixture("contended.js"))
-        .args(["4", &rounds.to_string(), "stay"]);
+        .args(["4", "2000", "stay"]);
     Workload::spawn(cmd)
 }
 
@@ -119,7 +119,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
     };
     let (cert, key) = certificate(dir.path());
     let collector = Collector::start(&bin, dir.path(), &cert, &key, "t0k3n-for-the-test");
-    let mut w = workers(400);
+    let mut w = workers();
     let ndjson = dir.path().join("agent.json");
     let otlp = format!("https://localhost:{}", collector.port);
     let agent = Agent::start(&[
@@ -263,7 +263,7 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         return;
     };
     let ingest = Ingest::start(&bin, dir.path());
-    let mut w = workers(400);
+    let mut w = workers();
     let ndjson = dir.path().join("agent.json");
     let agent = Agent::start(&[
         "--mode",
