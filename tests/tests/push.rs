@@ -32,15 +32,20 @@ fn certificate(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (cert, key)
 }
 
-/// `contended.js`'s 4 Workers running `allocateInWorker` (1 MiB Buffers: an mmap and a
-/// munmap each), 2,000 rounds each at once on "go" (400 left a run without one contended
-/// write at times: nothing sampled, no function to push), the process staying until
-/// [`finish`] (its stacks are unwound from its memory maps while it lives).
+/// `holder.js`: one Worker holding the lock for write for milliseconds at a time
+/// (`shrinkResizableBuffer`, 20 mprotects of a populated 64 MiB) while 3 Workers allocate
+/// behind it (`allocateBehindHolder`, 1 MiB Buffers: an mmap and a munmap each), on "go",
+/// its Workers living until [`finish`] (their stacks are unwound from the process's memory
+/// maps, their functions named from their heaps, while they live). Waits begin behind a
+/// writer of their own process, whose stack contention mode takes, in every run
+/// (`tests/tests/holders.rs` checks it against bpftrace): a workload of mmaps and munmaps
+/// alone waits mostly behind readers (page faults, munmap's downgraded hold), and a run of
+/// `contended.js` had at times no wait begun behind a writer, no holder to push.
 fn workers() -> Workload {
     let mut cmd = Command::new("node");
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
-        .arg(fixture("contended.js"))
-        .args(["4", "2000", "stay"]);
+        .arg(fixture("holder.js"))
+        .args(["3", "20"]);
     Workload::spawn(cmd)
 }
 
@@ -197,14 +202,16 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         };
         assert_eq!(side, Some(want), "{t}: {attrs:?}");
     }
-    // The Workers' JavaScript function, with the delay of the stacks through it.
+    // The waiting Workers' JavaScript function, with the delay of the stacks through it.
     let through: i64 = (all.iter())
-        .filter(|(t, _, names, _)| t == "delay" && names.iter().any(|n| n == "allocateInWorker"))
+        .filter(|(t, _, names, _)| {
+            t == "delay" && names.iter().any(|n| n == "allocateBehindHolder")
+        })
         .map(|(_, v, ..)| v)
         .sum();
     assert!(
         through > 0 && through <= sampled_wait,
-        "allocateInWorker: {through} ns of {sampled_wait}"
+        "allocateBehindHolder: {through} ns of {sampled_wait}"
     );
     // Each resource is the process, as the agent labels it (the Collector moves resource
     // attributes' strings into the dictionary: `keyStrindex`, `stringValueStrindex`).
@@ -224,7 +231,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         .map(|a| text(&a["value"], "stringValue", "stringValueStrindex"));
     assert_eq!(service.as_deref(), Some("node"), "{resource}");
     eprintln!(
-        "pushed: waiters' delay {sampled_wait} ns in {sampled} sampled writes (agent's contended write wait {contended_wait} ns in {contended}); holders' delay {holder_delay} ns; allocateInWorker {through} ns"
+        "pushed: waiters' delay {sampled_wait} ns in {sampled} sampled writes (agent's contended write wait {contended_wait} ns in {contended}); holders' delay {holder_delay} ns; allocateBehindHolder {through} ns"
     );
     // The metrics: the same series as /metrics; the last push, made at the agent's end, has
     // its contended writes exactly.
@@ -248,8 +255,8 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
 /// Pyroscope's ingest path, against the stand-in that reads a push with Pyroscope's own
 /// label-set parser and pprof's parser (Pyroscope's server cannot be had here): every push
 /// taken, named after the process with the agent's labels, its default view the waiters'
-/// delay, which adds up to the agent's sampled wait, the Workers' function named, node the
-/// main binary.
+/// delay, which adds up to the agent's sampled wait, with the waiting Workers' function, the
+/// holders' delay pushed too, with the holding Worker's function, node the main binary.
 #[test]
 fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
     let Some(dir) = bpf_test() else { return };
@@ -295,7 +302,9 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
     );
     let (sampled, sampled_wait, _, contended_wait) = intervals_total(&lines(&ndjson), w.pid);
     let mut totals = (0, 0, 0);
-    let mut through = 0;
+    // The waiters' delay through the waiting Workers' function, the holders' through the
+    // holding Worker's.
+    let (mut through, mut holding) = (0, 0);
     for p in &pushes {
         assert_eq!(p["labels"]["__name__"], "node", "{p}");
         assert_eq!(p["labels"]["process"], "node", "{p}");
@@ -329,16 +338,30 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         totals.2 += p["totals"]["holder_delay"].as_i64().unwrap_or(0);
         for s in p["samples"].as_array().unwrap() {
             let names = s["functions"].as_array().unwrap();
-            if names.iter().any(|n| n == "allocateInWorker") {
-                through += s["values"][1].as_i64().unwrap();
+            let value = |i: usize| s["values"][i].as_i64().unwrap();
+            if names.iter().any(|n| n == "allocateBehindHolder") {
+                through += value(1);
+            }
+            if names.iter().any(|n| n == "shrinkResizableBuffer") {
+                holding += value(3);
             }
         }
     }
-    assert_eq!((totals.0, totals.1), (sampled, sampled_wait));
-    assert!(totals.2 > 0, "no holder pushed");
-    assert!(through > 0, "allocateInWorker not pushed");
+    let each: Vec<&Value> = pushes.iter().map(|p| &p["totals"]).collect();
+    assert_eq!(
+        (totals.0, totals.1),
+        (sampled, sampled_wait),
+        "pushes' totals {each:?}"
+    );
+    assert!(totals.2 > 0, "no holder pushed: pushes' totals {each:?}");
+    assert!(through > 0, "allocateBehindHolder not pushed");
+    assert!(
+        holding > 0 && holding <= totals.2,
+        "shrinkResizableBuffer held {holding} ns of the holders' {} ns",
+        totals.2
+    );
     eprintln!(
-        "pyroscope: {} pushes; waiters' delay {} ns (agent's sampled {sampled_wait}, contended {contended_wait}); holders' {} ns; allocateInWorker {through} ns",
+        "pyroscope: {} pushes; waiters' delay {} ns (agent's sampled {sampled_wait}, contended {contended_wait}); holders' {} ns; allocateBehindHolder {through} ns, shrinkResizableBuffer holding {holding} ns",
         pushes.len(),
         totals.1,
         totals.2
