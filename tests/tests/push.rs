@@ -32,14 +32,32 @@ fn certificate(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (cert, key)
 }
 
-/// `contended.js`: 4 Workers running `allocateInWorker` (1 MiB Buffers: an mmap and a munmap
-/// each), `rounds` each, at once on "go".
-fn workers(rounds: u32) -> Workload {
+/// `holder.js`: one Worker holding the lock for write for milliseconds at a time
+/// (`shrinkResizableBuffer`, 20 mprotects of a populated 64 MiB) while 3 Workers allocate
+/// behind it (`allocateBehindHolder`, 1 MiB Buffers: an mmap and a munmap each), on "go",
+/// its Workers living until [`finish`] (their stacks are unwound from the process's memory
+/// maps, their functions named from their heaps, while they live). Waits begin behind a
+/// writer of their own process, whose stack contention mode takes, in every run
+/// (`tests/tests/holders.rs` checks it against bpftrace): a workload of mmaps and munmaps
+/// alone waits mostly behind readers (page faults, munmap's downgraded hold), and a run of
+/// `contended.js` had at times no wait begun behind a writer, no holder to push.
+fn workers() -> Workload {
     let mut cmd = Command::new("node");
     cmd.env("MALLOC_MMAP_THRESHOLD_", "131072")
-        .arg(fixture("contended.js"))
-        .args(["4", &rounds.to_string()]);
+        .arg(fixture("holder.js"))
+        .args(["3", "20"]);
     Workload::spawn(cmd)
+}
+
+/// Runs the Workers, then lets the process go once the agent has had its stacks (it reads
+/// them within a tenth of a second of their sample, and unwinds a process's first in
+/// about 150 ms on this machine kind: 3 s leaves room for one several times slower).
+fn finish(w: &mut Workload) {
+    w.send("go");
+    assert_eq!(w.read_line(), "done");
+    std::thread::sleep(Duration::from_secs(3));
+    w.send("exit");
+    assert!(w.wait().success());
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -106,7 +124,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
     };
     let (cert, key) = certificate(dir.path());
     let collector = Collector::start(&bin, dir.path(), &cert, &key, "t0k3n-for-the-test");
-    let mut w = workers(400);
+    let mut w = workers();
     let ndjson = dir.path().join("agent.json");
     let otlp = format!("https://localhost:{}", collector.port);
     let agent = Agent::start(&[
@@ -130,9 +148,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         "-o",
         ndjson.to_str().unwrap(),
     ]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    assert!(w.wait().success());
+    finish(&mut w);
     // Pushes while the agent runs (their deliveries in the last metrics), then the last at
     // its end.
     std::thread::sleep(Duration::from_secs(3));
@@ -186,14 +202,16 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         };
         assert_eq!(side, Some(want), "{t}: {attrs:?}");
     }
-    // The Workers' JavaScript function, with the delay of the stacks through it.
+    // The waiting Workers' JavaScript function, with the delay of the stacks through it.
     let through: i64 = (all.iter())
-        .filter(|(t, _, names, _)| t == "delay" && names.iter().any(|n| n == "allocateInWorker"))
+        .filter(|(t, _, names, _)| {
+            t == "delay" && names.iter().any(|n| n == "allocateBehindHolder")
+        })
         .map(|(_, v, ..)| v)
         .sum();
     assert!(
         through > 0 && through <= sampled_wait,
-        "allocateInWorker: {through} ns of {sampled_wait}"
+        "allocateBehindHolder: {through} ns of {sampled_wait}"
     );
     // Each resource is the process, as the agent labels it (the Collector moves resource
     // attributes' strings into the dictionary: `keyStrindex`, `stringValueStrindex`).
@@ -213,7 +231,7 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         .map(|a| text(&a["value"], "stringValue", "stringValueStrindex"));
     assert_eq!(service.as_deref(), Some("node"), "{resource}");
     eprintln!(
-        "pushed: waiters' delay {sampled_wait} ns in {sampled} sampled writes (agent's contended write wait {contended_wait} ns in {contended}); holders' delay {holder_delay} ns; allocateInWorker {through} ns"
+        "pushed: waiters' delay {sampled_wait} ns in {sampled} sampled writes (agent's contended write wait {contended_wait} ns in {contended}); holders' delay {holder_delay} ns; allocateBehindHolder {through} ns"
     );
     // The metrics: the same series as /metrics; the last push, made at the agent's end, has
     // its contended writes exactly.
@@ -237,8 +255,8 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
 /// Pyroscope's ingest path, against the stand-in that reads a push with Pyroscope's own
 /// label-set parser and pprof's parser (Pyroscope's server cannot be had here): every push
 /// taken, named after the process with the agent's labels, its default view the waiters'
-/// delay, which adds up to the agent's sampled wait, the Workers' function named, node the
-/// main binary.
+/// delay, which adds up to the agent's sampled wait, with the waiting Workers' function, the
+/// holders' delay pushed too, with the holding Worker's function, node the main binary.
 #[test]
 fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
     let Some(dir) = bpf_test() else { return };
@@ -252,7 +270,7 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         return;
     };
     let ingest = Ingest::start(&bin, dir.path());
-    let mut w = workers(400);
+    let mut w = workers();
     let ndjson = dir.path().join("agent.json");
     let agent = Agent::start(&[
         "--mode",
@@ -270,9 +288,7 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         "-o",
         ndjson.to_str().unwrap(),
     ]);
-    w.send("go");
-    assert_eq!(w.read_line(), "done");
-    assert!(w.wait().success());
+    finish(&mut w);
     std::thread::sleep(Duration::from_secs(2));
     let page = agent.metrics();
     agent.stop();
@@ -286,7 +302,9 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
     );
     let (sampled, sampled_wait, _, contended_wait) = intervals_total(&lines(&ndjson), w.pid);
     let mut totals = (0, 0, 0);
-    let mut through = 0;
+    // The waiters' delay through the waiting Workers' function, the holders' through the
+    // holding Worker's.
+    let (mut through, mut holding) = (0, 0);
     for p in &pushes {
         assert_eq!(p["labels"]["__name__"], "node", "{p}");
         assert_eq!(p["labels"]["process"], "node", "{p}");
@@ -312,7 +330,7 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
             p["main_binary"]
                 .as_str()
                 .is_some_and(|b| b.ends_with("node")),
-            "main binary {}",
+            "main binary {} in {p}",
             p["main_binary"]
         );
         totals.0 += p["totals"]["contentions"].as_i64().unwrap_or(0);
@@ -320,16 +338,30 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         totals.2 += p["totals"]["holder_delay"].as_i64().unwrap_or(0);
         for s in p["samples"].as_array().unwrap() {
             let names = s["functions"].as_array().unwrap();
-            if names.iter().any(|n| n == "allocateInWorker") {
-                through += s["values"][1].as_i64().unwrap();
+            let value = |i: usize| s["values"][i].as_i64().unwrap();
+            if names.iter().any(|n| n == "allocateBehindHolder") {
+                through += value(1);
+            }
+            if names.iter().any(|n| n == "shrinkResizableBuffer") {
+                holding += value(3);
             }
         }
     }
-    assert_eq!((totals.0, totals.1), (sampled, sampled_wait));
-    assert!(totals.2 > 0, "no holder pushed");
-    assert!(through > 0, "allocateInWorker not pushed");
+    let each: Vec<&Value> = pushes.iter().map(|p| &p["totals"]).collect();
+    assert_eq!(
+        (totals.0, totals.1),
+        (sampled, sampled_wait),
+        "pushes' totals {each:?}"
+    );
+    assert!(totals.2 > 0, "no holder pushed: pushes' totals {each:?}");
+    assert!(through > 0, "allocateBehindHolder not pushed");
+    assert!(
+        holding > 0 && holding <= totals.2,
+        "shrinkResizableBuffer held {holding} ns of the holders' {} ns",
+        totals.2
+    );
     eprintln!(
-        "pyroscope: {} pushes; waiters' delay {} ns (agent's sampled {sampled_wait}, contended {contended_wait}); holders' {} ns; allocateInWorker {through} ns",
+        "pyroscope: {} pushes; waiters' delay {} ns (agent's sampled {sampled_wait}, contended {contended_wait}); holders' {} ns; allocateBehindHolder {through} ns, shrinkResizableBuffer holding {holding} ns",
         pushes.len(),
         totals.1,
         totals.2

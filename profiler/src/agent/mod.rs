@@ -100,7 +100,10 @@ impl Driver for Agent<'_> {
         let remove: Vec<(u32, u64)> = removed.iter().map(|p| (p.pid, p.start)).collect();
         profile.collector.update_selection(&add, &remove)?;
         // What the kernel selected at exec or fork since: labelled now, while it lives.
-        self.selection.adopt(&profile.collector.selected());
+        let adopted = self.selection.adopt(&profile.collector.selected());
+        // Their stacks unwound and their JavaScript named from their first burst on, as the
+        // one-shot does for its targets (see `Profile::prepare_stacks_of`).
+        profile.prepare_stacks_of(&[added, adopted].concat());
         Ok(())
     }
 

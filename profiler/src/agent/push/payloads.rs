@@ -222,7 +222,123 @@ pub fn otlp_metrics(base: &str, src: &Sources) -> Option<Payload> {
 
 #[cfg(test)]
 mod tests {
+    use std::{
+        io::Read as _,
+        sync::{Arc, Mutex},
+        time::Duration,
+    };
+
     use super::*;
+    use crate::{
+        agent::profiles::{BUDGET_BYTES, ProcessSampled},
+        output::report::{FrameReport, SampleReport, SampledStacks},
+        registry::roles::Role,
+        vocab::{Mode, ids::ProcId},
+    };
+
+    /// One stack of process 7, a waiter's or (`holder`) a holder's: `count` waits, `wait` ns.
+    fn interval(holder: bool, count: u64, wait: u64) -> Vec<ProcessSampled> {
+        let stacks = SampledStacks {
+            frames: vec![FrameReport {
+                function: if holder { "hold" } else { "wait" }.into(),
+                ..FrameReport::default()
+            }],
+            stacks: vec![SampleReport {
+                frames: vec![0],
+                role: Role::Worker,
+                comm: "node".into(),
+                cause: "mmap".into(),
+                op: "write".into(),
+                count,
+                wait_ns_sum: wait,
+                hold_ns_sum: Some(0),
+                holder,
+            }],
+            ..SampledStacks::default()
+        };
+        vec![ProcessSampled {
+            proc: ProcId::new(7, 1),
+            labels: vec![("process", "node".into()), ("cgroup", "/".into())],
+            exe: Some("/usr/bin/node".into()),
+            stacks,
+        }]
+    }
+
+    /// A push's profile, decoded from its form: each sample type's total.
+    fn totals(p: &Payload) -> std::collections::HashMap<String, i64> {
+        let body = &p.body;
+        let start = (body.windows(4)).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let end = (body[start..].windows(4))
+            .position(|w| w == b"\r\n--")
+            .unwrap();
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&body[start..start + end])
+            .read_to_end(&mut raw)
+            .unwrap();
+        let prof = pprof::proto::Profile::decode(raw.as_slice()).unwrap();
+        let mut t = std::collections::HashMap::new();
+        for s in &prof.sample {
+            for (ty, v) in prof.sample_type.iter().zip(&s.value) {
+                *t.entry(prof.string_table[ty.r#type as usize].clone())
+                    .or_default() += v;
+            }
+        }
+        t
+    }
+
+    /// A holder's charge comes at its waiter's end, which may be an interval after the
+    /// waiters' samples of the same process, with nothing else: a push of that interval
+    /// alone carries it, under the process's labels, and over pushes every wait is pushed
+    /// once, the waiters' and the holders'.
+    #[test]
+    fn holders_are_pushed_whichever_interval_their_charge_comes_in() {
+        let ring = Arc::new(Mutex::new(Profiles::new(1, Mode::Contention, BUDGET_BYTES)));
+        let src = Sources {
+            profiles: Some(ring.clone()),
+            metrics: prometheus::Shared(Arc::new(Mutex::new(prometheus::Metrics::new(
+                false,
+                String::new(),
+                String::new(),
+            )))),
+            started: SystemTime::UNIX_EPOCH,
+            host: "h".into(),
+        };
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s);
+        let mut since = SystemTime::UNIX_EPOCH;
+        let mut pushed = Vec::new();
+        ring.lock()
+            .unwrap()
+            .push(at(0), at(1), interval(false, 5, 500));
+        pushed.extend(pyroscope("http://p", &src, &mut since));
+        ring.lock()
+            .unwrap()
+            .push(at(1), at(2), interval(true, 2, 70));
+        let last = pyroscope("http://p", &src, &mut since);
+        let [holders] = &last[..] else {
+            panic!("{} pushes", last.len())
+        };
+        assert_eq!(
+            holders.query[0].1, "node{process=node,cgroup=/,host=h}",
+            "the process's labels"
+        );
+        pushed.extend(last);
+        assert!(pyroscope("http://p", &src, &mut since).is_empty());
+        let sum = |ty: &str| -> i64 {
+            pushed
+                .iter()
+                .map(|p| totals(p).get(ty).copied().unwrap_or(0))
+                .sum()
+        };
+        assert_eq!(
+            [
+                sum("contentions"),
+                sum("delay"),
+                sum("holder_contentions"),
+                sum("holder_delay")
+            ],
+            [5, 500, 2, 70]
+        );
+    }
 
     #[test]
     fn the_ingest_name_is_the_process_with_the_agents_labels() {

@@ -16,7 +16,7 @@
 //! `op`, `side`); frames are functions with their script and line (JavaScript) or their
 //! file's mapping and build id (native code), the process's executable the first mapping.
 
-mod proto;
+pub(crate) mod proto;
 #[cfg(test)]
 mod tests;
 

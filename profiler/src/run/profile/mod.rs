@@ -294,6 +294,22 @@ impl<K: Kernel> Profile<K> {
         self.share_v8_frames();
     }
 
+    /// With stack sampling, reads the unwind information of processes selected since the
+    /// start (the agent's, as it selects them) now, not at their first sample: the kernel
+    /// side copies a process's V8 frames' objects at its samples only once its unwinder has
+    /// given their layout, and a first burst sampled before that is named from the heap
+    /// hundreds of milliseconds later (a first unwinder of node takes that long to make),
+    /// when the young objects of its frames (a new Worker's functions) have moved.
+    pub fn prepare_stacks_of(&mut self, processes: &[ProcId]) {
+        let Some(stacks) = self.stacks.as_mut() else {
+            return;
+        };
+        for &p in processes {
+            stacks.prepare(p);
+        }
+        self.share_v8_frames();
+    }
+
     /// Folds sampled stack records into the stack attribution, then ends their batch.
     pub fn take_stacks(&mut self, records: impl Iterator<Item = Vec<u8>>) {
         let Some(stacks) = self.stacks.as_mut() else {
