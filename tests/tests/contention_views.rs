@@ -352,7 +352,7 @@ fn full_mode_says_when_the_kernel_formats_memcg_paths() {
     let _ = agent.kill();
     let _ = agent.wait();
     let plan = plan.expect("the agent says how it captures");
-    let contention = plan.contains("in contention mode, every contended wait's stack sampled");
+    let contention = plan.contains("contention mode: in full mode this kernel's mmap_lock");
     let full = plan.contains("in full mode with --blockers");
     assert_eq!(
         (contention, full),
