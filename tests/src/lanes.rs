@@ -171,21 +171,10 @@ pub fn profiled(
     prof.signal(libc::SIGINT);
     let out = prof.finish_ok();
     assert_eq!(stop(server), shape.requests);
-    keep(&out, shape, env, args);
+    crate::keep_output(
+        &out,
+        "lanes",
+        &format!("{shape:?}\nenv {env:?}\nargs {args:?}\n"),
+    );
     (out, r)
-}
-
-/// With `MMAPLOCK_PROF_TEST_KEEP=DIR`, the run's report is kept there (`lanes-N.ndjson`,
-/// with `lanes-N.txt` saying its shape, environment and options), for `mmaplock-prof report`
-/// to show it as a user would see it.
-fn keep(out: &Finished, shape: &Shape, env: &[(&str, &str)], args: &[&str]) {
-    let Some(dir) = std::env::var_os("MMAPLOCK_PROF_TEST_KEEP") else {
-        return;
-    };
-    let dir = Path::new(&dir);
-    std::fs::create_dir_all(dir).expect("MMAPLOCK_PROF_TEST_KEEP is a directory");
-    let n = (0..).find(|n| !dir.join(format!("lanes-{n}.ndjson")).exists()).unwrap();
-    std::fs::write(dir.join(format!("lanes-{n}.ndjson")), &out.raw_stdout).unwrap();
-    let what = format!("{shape:?}\nenv {env:?}\nargs {args:?}\n");
-    std::fs::write(dir.join(format!("lanes-{n}.txt")), what).unwrap();
 }

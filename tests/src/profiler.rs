@@ -283,3 +283,18 @@ pub fn stop_when_done(w: &mut Workload, prof: Profiler) -> Finished {
     assert!(w.wait().success());
     out
 }
+
+/// With `MMAPLOCK_PROF_TEST_KEEP=DIR`, a run's output is kept there (`NAME-N.ndjson`, with
+/// `NAME-N.txt` saying what ran), for `mmaplock-prof report` to show it as a user sees it.
+pub fn keep_output(out: &Finished, name: &str, what: &str) {
+    let Some(dir) = std::env::var_os("MMAPLOCK_PROF_TEST_KEEP") else {
+        return;
+    };
+    let dir = std::path::Path::new(&dir);
+    std::fs::create_dir_all(dir).expect("MMAPLOCK_PROF_TEST_KEEP is a directory");
+    let n = (0..)
+        .find(|n| !dir.join(format!("{name}-{n}.ndjson")).exists())
+        .unwrap();
+    std::fs::write(dir.join(format!("{name}-{n}.ndjson")), &out.raw_stdout).unwrap();
+    std::fs::write(dir.join(format!("{name}-{n}.txt")), what).unwrap();
+}

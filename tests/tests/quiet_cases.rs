@@ -49,6 +49,7 @@ fn profile(w: &mut Workload, args: &[&str]) -> Finished {
     let out = prof.finish_ok();
     w.send("exit");
     assert!(w.wait().success());
+    integration_tests::keep_output(&out, "quiet", &format!("args {args:?}\n"));
     out
 }
 
