@@ -45,6 +45,7 @@ fn whole_process_in(mode: &str) {
     let before: u64 = spinners.iter().map(|&t| cpu_ns(w.pid, t)).sum();
     let out = prof.finish_ok();
     let after: u64 = spinners.iter().map(|&t| cpu_ns(w.pid, t)).sum();
+    integration_tests::keep_output(&out, "bystanders", &format!("mode {mode}\n"));
     let summary = out.summary();
     let p = process(summary, w.pid).expect("the workload is in the summary");
     // None of the spinners took the lock: no thread row of theirs.
