@@ -69,7 +69,7 @@ fn contended_run(run: impl Fn() -> Finished) -> Finished {
 }
 
 /// Contended writes a contention-mode run of the shape needs to tell its mechanisms apart.
-const MIN_CONTENDED: u64 = 50;
+const MIN_CONTENDED: u64 = 20;
 
 /// The findings of a run's summary.
 fn findings(out: &Finished) -> Vec<Value> {

@@ -195,6 +195,14 @@ fn build(
             ),
         };
         format!("{who}: {count} {}; {behind}", what_writes_do(m))
+    } else if cost >= 1 && !victims.is_empty() {
+        // Waits too small to matter (waited_materially): said as what they were.
+        format!(
+            "{who}: {count} {}; {} threads waited only {} behind them",
+            what_writes_do(m),
+            and_list(&names(&victims)),
+            fmt_ns(cost)
+        )
     } else {
         format!(
             "{who}: {count} {}; no one waited for them",
