@@ -180,8 +180,12 @@ fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
             p["write"]["count"].as_u64().unwrap_or(0) + p["read"]["count"].as_u64().unwrap_or(0)
         });
         if mode == "contention" && waited < 10 {
-            let first = all.first().expect("a verdict");
-            assert_eq!(first["id"], "not-your-bottleneck", "{first}");
+            // (Its verdict needs a second of the threads' time watched: a short run has
+            // none.) No mechanism is claimed without the waits.
+            assert!(
+                all.iter().all(|f| f["id"] == "not-your-bottleneck"),
+                "{all:?}"
+            );
             eprintln!("contention: {waited} contended waits in this run: its verdict only");
             continue;
         }
