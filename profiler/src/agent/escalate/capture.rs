@@ -360,7 +360,15 @@ impl Capture {
                     "mmaplock-prof agent: capture of {}: its verdict could not be written: {e}",
                     self.proc.pid
                 );
-                Some(Outcome::Captured)
+                // A disk that filled before the verdict: the capture is lost as any other
+                // that found no space (its directory removed, counted as `no_space`).
+                match Outcome::of_io(&e) {
+                    out @ Outcome::NoSpace(_) => {
+                        let _ = fs::remove_dir_all(&self.dir);
+                        Some(out)
+                    }
+                    _ => Some(Outcome::Captured),
+                }
             }
         }
     }
