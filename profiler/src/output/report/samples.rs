@@ -39,22 +39,12 @@ impl FrameReport {
     /// How the report shows it, as a sampled frame is shown (`SampledFrame::label`):
     /// `function (file)` for native code, `name (script:line:column)` for JavaScript.
     pub fn label(&self) -> String {
-        if let Some(script) = &self.script {
-            let mut at = script.clone();
-            for n in [self.line, self.column].into_iter().flatten() {
-                at = format!("{at}:{n}");
-            }
-            return format!("{} ({at})", self.function);
-        }
-        match &self.dso {
-            Some(dso) => {
-                let file = std::path::Path::new(dso)
-                    .file_name()
-                    .map_or(dso.clone(), |n| n.to_string_lossy().into_owned());
-                format!("{} ({file})", self.function)
-            }
-            None => self.function.clone(),
-        }
+        crate::registry::stacks::label_parts(
+            &self.function,
+            self.script.as_deref(),
+            [self.line, self.column],
+            self.dso.as_deref(),
+        )
     }
 }
 

@@ -95,22 +95,12 @@ impl SampledFrame {
     /// How the report shows it: `function (file)` for native code (the file's name alone),
     /// `name (script:line:column)` for a JavaScript function, the name alone otherwise.
     pub fn label(&self) -> String {
-        if let Some(script) = &self.script {
-            let mut at = script.clone();
-            for n in [self.line, self.column].into_iter().flatten() {
-                at = format!("{at}:{n}");
-            }
-            return format!("{} ({at})", self.function);
-        }
-        match &self.dso {
-            Some(dso) => {
-                let file = std::path::Path::new(dso)
-                    .file_name()
-                    .map_or(dso.clone(), |n| n.to_string_lossy().into_owned());
-                format!("{} ({file})", self.function)
-            }
-            None => self.function.clone(),
-        }
+        label_parts(
+            &self.function,
+            self.script.as_deref(),
+            [self.line, self.column],
+            self.dso.as_deref(),
+        )
     }
 }
 
@@ -135,6 +125,32 @@ impl FrameTable {
 
     pub fn get(&self, i: u32) -> &SampledFrame {
         &self.frames[i as usize]
+    }
+}
+
+/// A frame as reports show it: `name (script:line:column)` for a JavaScript function,
+/// `function (file)` for native code (the file's name alone), the name alone otherwise.
+pub fn label_parts(
+    function: &str,
+    script: Option<&str>,
+    [line, column]: [Option<u32>; 2],
+    dso: Option<&str>,
+) -> String {
+    if let Some(script) = script {
+        let mut at = script.to_string();
+        for n in [line, column].into_iter().flatten() {
+            at = format!("{at}:{n}");
+        }
+        return format!("{function} ({at})");
+    }
+    match dso {
+        Some(dso) => {
+            let file = std::path::Path::new(dso)
+                .file_name()
+                .map_or(dso.to_string(), |n| n.to_string_lossy().into_owned());
+            format!("{function} ({file})")
+        }
+        None => function.to_string(),
     }
 }
 

@@ -30,7 +30,7 @@ use crate::{
 };
 
 use deferred::Deferred;
-pub use frames::{FrameTable, SampledFrame};
+pub use frames::{FrameTable, SampledFrame, label_parts};
 pub use labels::charge;
 use owner::RawKey;
 pub use owner::{JsFrameCounts, OwnerStacks, SampleKey, StackAgg};
