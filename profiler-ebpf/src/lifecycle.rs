@@ -128,12 +128,18 @@ pub fn report_bystander(task: Task, seq: *mut c_void) {
         flags: thread_cpu::BYSTANDER,
         _pad: 0,
     };
-    // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record on
-    // our stack of the length given.
+    write_cpu(seq, &rec);
+}
+
+/// Writes a thread's CPU record into the task iterator's output (`seq`, its seq_file).
+#[inline(always)]
+pub fn write_cpu(seq: *mut c_void, rec: &ThreadCpu) {
+    // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record of
+    // the length given.
     unsafe {
         bpf_seq_write(
             seq.cast(),
-            ptr::from_ref(&rec).cast(),
+            ptr::from_ref(rec).cast(),
             size_of::<ThreadCpu>() as u32,
         )
     };
@@ -321,15 +327,7 @@ fn report_cpu(st: &mut ThreadState, task: Task, seq: *mut c_void) {
         flags: 0,
         _pad: 0,
     };
-    // SAFETY: `seq` is the iterator's seq_file (from its context), `rec` a plain record on
-    // our stack of the length given.
-    unsafe {
-        bpf_seq_write(
-            seq.cast(),
-            ptr::from_ref(&rec).cast(),
-            size_of::<ThreadCpu>() as u32,
-        )
-    };
+    write_cpu(seq, &rec);
 }
 
 /// Hands over what every live thread accumulated, when userspace reads the iterator (each

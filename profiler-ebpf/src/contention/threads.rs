@@ -1,10 +1,10 @@
 //! Contention mode's threads coming and going: exit notices for the threads that waited, their
 //! entries freed with the task, and the iterator userspace runs before each reading.
 
-use core::{ffi::c_void, ptr};
+use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, generated::bpf_seq_write},
+    helpers::bpf_get_current_pid_tgid,
     macros::{map, raw_tracepoint},
     maps::Array,
     programs::RawTracePointContext,
@@ -188,15 +188,7 @@ pub extern "C" fn contention_threads(ctx: *mut c_void) -> i32 {
         flags: 0,
         _pad: 0,
     };
-    // SAFETY: `seq` is the iterator's seq_file, and `rec` a plain record on our stack of the
-    // length given.
-    unsafe {
-        bpf_seq_write(
-            seq.cast(),
-            ptr::from_ref(&rec).cast(),
-            size_of::<ThreadCpu>() as u32,
-        )
-    };
+    lifecycle::write_cpu(seq, &rec);
     0
 }
 
