@@ -63,6 +63,14 @@ pub static SETTINGS: Settings = Settings {
     sample_floor_ms: 0,
 };
 
+/// With a sampling floor (`Settings::sample_floor_ms`), when each process last had a wait or
+/// write sampled by it (ns, the programs' clock), by tgid. Per process, not per thread: what
+/// needs the floor (a capture's `before.pb.gz`) is a process's window, and a floor per thread
+/// cost the agent one unwound stack a second per waiting thread. LRU: a process gone is
+/// forgotten, and one forgotten is only sampled once more.
+#[map]
+pub static FLOOR_LAST: LruHashMap<u32, u64> = LruHashMap::with_max_entries(4096, 0);
+
 /// Which owners to profile (`--pid`, or the `SELECTED` map).
 #[unsafe(no_mangle)]
 pub static FILTER: Filter = Filter::ALL;

@@ -14,7 +14,7 @@ use profiler_common::{
 
 use crate::{
     kread::{self, Task},
-    maps::{KERNEL, SAMPLE_BUF, SETTINGS, STACKS, STACKS_WAKE, bump, konst},
+    maps::{FLOOR_LAST, KERNEL, SAMPLE_BUF, SETTINGS, STACKS, STACKS_WAKE, bump, konst},
     state::ThreadState,
 };
 
@@ -53,20 +53,31 @@ pub fn pick_in(writes: &mut u32, sample_left: &mut u32) -> u16 {
     if seq == 0 { 1 } else { seq }
 }
 
-/// The sampling floor (`Settings::sample_floor_ms`): when the thread's last sample is that
-/// old (or it has none), its next pick is a sample (`*left` set to 1). Returns the time read
-/// (0 without a floor: the clock is then not read).
+/// The sampling floor (`Settings::sample_floor_ms`): when process `tgid`'s last floor sample
+/// is that old (or it has none), this pick is a sample (`*left` set to 1). Returns the time
+/// read, for [`floor_taken`] (0 without a floor: the clock is then not read).
 #[inline(always)]
-pub fn floor_due(left: &mut u32, last_sample_ns: u64) -> u64 {
+pub fn floor_due(tgid: u32, left: &mut u32) -> u64 {
     let ms = konst(&SETTINGS.sample_floor_ms);
     if ms == 0 {
         return 0;
     }
     let t = crate::timing::now();
-    if t.wrapping_sub(last_sample_ns) >= ms as u64 * 1_000_000 {
+    // SAFETY: the value is copied out at once (another CPU may update it: a stale time only
+    // samples one more wait).
+    let last = unsafe { FLOOR_LAST.get(&tgid) }.copied().unwrap_or(0);
+    if t.wrapping_sub(last) >= ms as u64 * 1_000_000 {
         *left = 1;
     }
     t
+}
+
+/// A sample was taken at `t` (from [`floor_due`]; 0: no floor) for process `tgid`.
+#[inline(always)]
+pub fn floor_taken(tgid: u32, t: u64) {
+    if t != 0 {
+        let _ = FLOOR_LAST.insert(&tgid, &t, 0);
+    }
 }
 
 /// Copies the current thread's user registers and the top of its user stack to STACKS.

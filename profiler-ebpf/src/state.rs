@@ -158,9 +158,6 @@ pub struct ThreadState {
     /// 1 while a context accumulates or copies (claimed with a compare-and-swap; 64 bits, as
     /// the BPF instruction set without alu32 has a 64-bit compare-and-swap only).
     pub flushing: u64,
-    /// When its last write was sampled (ns, the programs' clock; 0: never): with a sampling
-    /// floor (`Settings::sample_floor_ms`), a write after that long is sampled.
-    pub last_sample_ns: u64,
     /// Writes started by this thread: the sequence numbers of its samples.
     pub writes: u32,
     /// Writes until the next sample (0: draw the next gap; see `sampling::pick`).

@@ -277,14 +277,14 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
         let c = kind_of(task, true, teardown);
         // The second copy samples no stack: the sample is assembled in a per-CPU buffer
         // that a first copy preempted on this CPU may be filling.
+        let pid_tgid = bpf_get_current_pid_tgid();
         let (seq, t) = if SECOND {
             (0, 0)
         } else {
-            let t = sampling::floor_due(&mut st.sample_left, st.last_sample_ns);
+            let t = sampling::floor_due((pid_tgid >> 32) as u32, &mut st.sample_left);
             (sampling::pick(st), t)
         };
         if seq != 0 {
-            let pid_tgid = bpf_get_current_pid_tgid();
             if sampling::sample(
                 task,
                 pid_tgid as u32,
@@ -295,9 +295,7 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
                 seq,
             ) {
                 sample_seq = seq;
-                if t != 0 {
-                    st.last_sample_ns = t;
-                }
+                sampling::floor_taken((pid_tgid >> 32) as u32, t);
                 if blockers_on() && owner == (pid_tgid >> 32) as u32 {
                     own_writer_stack(task, mm, pid_tgid, owner_start, seq);
                 }

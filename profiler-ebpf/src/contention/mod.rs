@@ -174,12 +174,12 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
     if !SECOND {
         // One contended write in `--stack-sample` has its stack taken, and one read in as
         // many (apart: the reads' sequence numbers have bit 16 set) has only its holder's.
-        // With a floor, a thread's first wait and any after a floor's time without a sample
-        // are sampled too (the agent's captures: every thread that waits has a stack).
+        // With a floor, a process's first wait and any after a floor's time without a
+        // sample are sampled too (the agent's captures: every process that waits has stacks).
         let t = if write {
-            sampling::floor_due(&mut w.sample_left, w.last_sample_ns)
+            sampling::floor_due(w.tgid, &mut w.sample_left)
         } else {
-            sampling::floor_due(&mut w.read_left, w.last_sample_ns)
+            sampling::floor_due(w.tgid, &mut w.read_left)
         };
         let s = if write {
             sampling::pick_in(&mut w.writes, &mut w.sample_left) as u32
@@ -226,8 +226,8 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
                 seq = s;
             }
         }
-        if seq != 0 && t != 0 {
-            w.last_sample_ns = t;
+        if seq != 0 {
+            sampling::floor_taken(w.tgid, t);
         }
     }
     if w.lock == 0

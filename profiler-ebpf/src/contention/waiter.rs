@@ -52,9 +52,6 @@ pub struct Waiter {
     pub exiting: u32,
     /// CPU time when last reported by the iterator.
     pub cpu_reported: u64,
-    /// When its last wait was sampled (ns, the programs' clock; 0: never): with a sampling
-    /// floor, a wait after that long is sampled.
-    pub last_sample_ns: u64,
 }
 
 
@@ -175,7 +172,6 @@ fn new_waiter(task: Task, tid: u32, tid_start: u64, of: &LockOf) -> Option<&'sta
     init.read_left = 0;
     init.exiting = 0;
     init.cpu_reported = 0;
-    init.last_sample_ns = 0;
     init.sample_seq = 0;
     // (A pid reused since its last thread was freed replaces that thread's entry.) By
     // reference: a value would be copied to the stack first.

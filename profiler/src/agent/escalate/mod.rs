@@ -43,9 +43,11 @@ use crate::{
     vocab::{Mode, ids::ProcId},
 };
 
-/// With `--escalate-dir`, a thread that waits has its wait sampled if it had no sample for
-/// this long (besides one in `--stack-sample`): every thread that waited in a window has
-/// stacks in its capture's `before.pb.gz`, at most one more a second per thread.
+/// With `--escalate-dir`, a process that waits has its wait sampled if it had no sample for
+/// this long (besides one in `--stack-sample` per thread): every process that waited in a
+/// window has stacks in its capture's `before.pb.gz` (which reaches back this much further),
+/// at most one more a second per process. Per process, not per thread: per thread it cost
+/// the agent one unwound stack a second per waiting thread (its CPU doubled on Workers).
 pub const SAMPLE_FLOOR_MS: u32 = 1000;
 
 /// `--escalate-*` (shared/design/agent-and-metrics.md).
@@ -393,8 +395,11 @@ fn before_profile(
     let ring = ring
         .lock()
         .map_err(|_| io::Error::other("profiles unavailable"))?;
+    // The window and the floor before it: a wait at the window's start was sampled, or its
+    // process was within the floor's time before.
+    let floor_s = u64::from(SAMPLE_FLOOR_MS).div_ceil(1000);
     let w = ring.window_of(
-        cfg.window.as_secs_f64().ceil().max(1.0) as u64,
+        cfg.window.as_secs_f64().ceil().max(1.0) as u64 + floor_s,
         SystemTime::now(),
         p,
     );
