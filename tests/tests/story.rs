@@ -104,6 +104,13 @@ fn assert_thread_headline(out: &Finished, mode: &str) -> Value {
     // those of their threads' stacks take turns at the head from run to run: there thread
     // creation is the headline or the finding after the blocks'.
     let f = if mode == "contention" && first["id"] == "mmap-threshold" {
+        // And the headline says why the modes differ: its rank rests on contended writes.
+        assert!(
+            texts(&first["evidence"]["facts"])
+                .iter()
+                .any(|x| x.starts_with("ranked above thread-stacks on contended writes only")),
+            "{mode}: the blocks head without saying why: {first}"
+        );
         all.get(1)
             .filter(|g| g["id"] == "thread-stacks")
             .unwrap_or_else(|| panic!("{mode}: thread creation is not next to the blocks: {all:?}"))

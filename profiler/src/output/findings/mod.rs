@@ -17,6 +17,7 @@ mod mechanism;
 #[cfg(test)]
 mod minimums;
 mod patterns;
+mod ranking;
 pub mod study;
 #[cfg(test)]
 mod tests;
@@ -206,6 +207,9 @@ pub fn find(s: &Report, study: Option<&StudyEffects>) -> Vec<Finding> {
             let nb = |f: &Finding| f.id == patterns::NOT_A_BOTTLENECK;
             (nb(b), b.severity, b.wait_ns).cmp(&(nb(a), a.severity, a.wait_ns))
         });
+        if s.mode == crate::vocab::Mode::Contention {
+            ranking::note_close_ranks(&mut out[start..]);
+        }
     }
     if let Some(t) = &s.trigger {
         with_crossing(&mut out, t);
