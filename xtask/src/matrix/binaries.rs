@@ -13,16 +13,22 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::Arch;
-use crate::packages;
 
 /// What a guest of `arch` runs: the directory of the profiler and the helpers (`mmaplock-prof`,
-/// `speed-factor`...), and the integration tests' executables (test file -> path).
+/// `speed-factor`...), the integration tests' executables (test file -> path), and a tarball
+/// as a host installs the profiler (arm64: this build's binary packed as `cargo xtask dist`
+/// packs a release one, or the tarball [`TARBALL_ENV`] names).
 #[derive(Clone, Debug)]
 pub struct Build {
     pub arch: Arch,
     pub bin_dir: PathBuf,
     pub tests: Vec<(String, PathBuf)>,
+    pub tarball: Option<PathBuf>,
 }
+
+/// A tarball of `cargo xtask dist` for the arm64 guests to unpack and probe with, in place
+/// of this build's packed binary (docs/kernels.md).
+pub const TARBALL_ENV: &str = "MMAPLOCK_PROF_MATRIX_TARBALL";
 
 /// The binaries for `arch`'s guests, built if needed (cargo's own fingerprints decide), in
 /// the foreground.
@@ -40,9 +46,10 @@ pub fn build_for(linker_dir: &Path, arch: Arch) -> Result<Build> {
                     .args(["test", "--workspace", "--tests", "--no-run"])
                     .stderr(Stdio::inherit()),
             )?,
+            tarball: None,
         });
     };
-    ensure_cross_toolchain(target)?;
+    ensure_cross_toolchain()?;
     cross_build(linker_dir, arch, target, None)
 }
 
@@ -58,7 +65,7 @@ pub fn build_beside(
         .rust_target()
         .with_context(|| format!("{arch:?} is the host's own build"))?;
     // Here, not in the thread: apt installs one package at a time.
-    ensure_cross_toolchain(target)?;
+    ensure_cross_toolchain()?;
     let linker_dir = linker_dir.to_path_buf();
     Ok(std::thread::spawn(move || {
         cross_build(&linker_dir, arch, target, Some(&log))
@@ -116,10 +123,20 @@ fn cross_build(linker_dir: &Path, arch: Arch, target: &str, log: Option<&Path>) 
         Some(l) => format!("the arm64 guests' build (its output: {})", l.display()),
         None => "the arm64 guests' build".into(),
     })?;
+    let bin_dir = dir.join(target).join("debug");
+    let tarball = match std::env::var_os(TARBALL_ENV) {
+        Some(t) => PathBuf::from(t),
+        None => crate::dist::pack(
+            &bin_dir.join("mmaplock-prof"),
+            &crate::target_dir().join("dist-test"),
+            crate::cross::AARCH64,
+        )?,
+    };
     Ok(Build {
         arch,
-        bin_dir: dir.join(target).join("debug"),
+        bin_dir,
         tests,
+        tarball: Some(tarball),
     })
 }
 
@@ -135,26 +152,10 @@ fn linker_env(target: &str) -> String {
     )
 }
 
-/// The Rust standard library for `target` (rustup) and Debian's cross gcc with its C
-/// library, installed when missing.
-fn ensure_cross_toolchain(target: &str) -> Result<()> {
-    packages::ensure("gcc-aarch64-linux-gnu", &["/usr/bin/aarch64-linux-gnu-gcc"])?;
-    packages::ensure(
-        "libc6-dev-arm64-cross",
-        &["/usr/aarch64-linux-gnu/lib/libc.so"],
-    )?;
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .context("cannot run rustup")?;
-    if !String::from_utf8_lossy(&installed.stdout)
-        .lines()
-        .any(|l| l.trim() == target)
-    {
-        eprintln!("xtask: installing the Rust target {target} (rustup)");
-        crate::run(Command::new("rustup").args(["target", "add", target]))?;
-    }
-    Ok(())
+/// The cross toolchain (Rust's aarch64 standard library, Debian's cross gcc, binutils and C
+/// library, qemu-user for the packed binary's check), installed when missing.
+fn ensure_cross_toolchain() -> Result<()> {
+    crate::cross::AARCH64.ensure_toolchain()
 }
 
 /// Runs a cargo build or `test --no-run` with JSON messages: the integration tests'

@@ -55,6 +55,33 @@ pub struct KernelRun {
     pub killed: Option<Killed>,
 }
 
+/// The test of the tarball a guest unpacked (`tarball.status`, `tarball.txt`): passed when
+/// its binary ran and probed the kernel as the tests' binary did (`probe`).
+pub fn tarball_probe(rwdir: &Path, probe: &str) -> TestRun {
+    let status = std::fs::read_to_string(rwdir.join("tarball.status")).ok();
+    let said = std::fs::read_to_string(rwdir.join("tarball.txt")).unwrap_or_default();
+    let bar = |t: &str| {
+        t.lines()
+            .map(|l| format!("        | {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let outcome = match status.as_deref().map(str::trim) {
+        None => Outcome::NotRun,
+        Some("0") if said == probe => Outcome::Passed,
+        Some(s) => Outcome::Failed(format!(
+            "        | exit status {s}; it printed:\n{}\n        | the tests' binary printed:\n{}",
+            bar(&said),
+            bar(probe)
+        )),
+    };
+    TestRun {
+        name: "tarball::probe_kernel".into(),
+        outcome,
+        secs: 0,
+    }
+}
+
 impl KernelRun {
     /// Every test of the kernel skipped, for `why`.
     pub fn skipped(k: &Kernel, tests: &[(&str, &str)], why: String) -> Self {

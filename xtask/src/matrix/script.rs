@@ -11,12 +11,14 @@ use super::watch::{KILL_AFTER_S, SPEED_ENV, STEP_BASE_S, TEST_BASE_S};
 /// The script for `tests`, with `binaries` (test file -> executable) and the profiler and
 /// helpers in `bin_dir`; `default_factor` is the speed factor its limits take when the guest
 /// cannot measure its own, and `test_most_s` the longest a test's limit may be, however slow
-/// the guest says it is.
+/// the guest says it is. With `tarball` (as `cargo xtask dist` packs one), the guest unpacks
+/// it and its binary probes the kernel too (`tarball.txt`, its status in `tarball.status`).
 pub fn guest_script(
     rwdir: &Path,
     tests: &[(&str, &str)],
     binaries: &[(String, PathBuf)],
     bin_dir: &Path,
+    tarball: Option<&Path>,
     default_factor: f64,
     test_most_s: u64,
 ) -> Result<String> {
@@ -60,6 +62,16 @@ pub fn guest_script(
          printf '%s\\t%s\\t%s\\n' \"$1\" $? $(( $(date +%s) - s )) >> {rw}/results.tsv; }}\n",
         profiler = bin_dir.join("mmaplock-prof").display(),
     ));
+    if let Some(t) = tarball {
+        // Unpacked where the guest may write, as a host installs it: the binary alone.
+        s.push_str(&format!(
+            "step tarball $(lim {STEP_BASE_S})\n\
+             mkdir -p {rw}/tarball && tar -xzf {t} -C {rw}/tarball && \
+             timeout -k {KILL_AFTER_S} $(lim {STEP_BASE_S}) {rw}/tarball/*/bin/mmaplock-prof --probe-kernel > {rw}/tarball.txt 2>&1; \
+             echo $? > {rw}/tarball.status\n",
+            t = t.display(),
+        ));
+    }
     for (file, test) in tests {
         let bin = binaries
             .iter()
@@ -87,7 +99,33 @@ mod tests {
             ("profiler".to_string(), PathBuf::from("/t/profiler-2")),
         ];
         let tests = [("kernel", "a"), ("profiler", "b")];
-        let s = guest_script(Path::new("/rw"), &tests, &bins, Path::new("/b"), 40.0, 900).unwrap();
+        let s = guest_script(
+            Path::new("/rw"),
+            &tests,
+            &bins,
+            Path::new("/b"),
+            None,
+            40.0,
+            900,
+        )
+        .unwrap();
+        assert!(!s.contains("tarball"), "{s}");
+        let packed = Path::new("/d/mmaplock-prof-1-aarch64-linux.tar.gz");
+        let t = guest_script(
+            Path::new("/rw"),
+            &tests,
+            &bins,
+            Path::new("/b"),
+            Some(packed),
+            40.0,
+            900,
+        )
+        .unwrap();
+        assert!(
+            t.contains("tar -xzf /d/mmaplock-prof-1-aarch64-linux.tar.gz -C /rw/tarball")
+                && t.contains("/rw/tarball/*/bin/mmaplock-prof --probe-kernel > /rw/tarball.txt"),
+            "{t}"
+        );
         assert!(s.contains("t kernel::a /t/kernel-1 a\n"), "{s}");
         assert!(s.contains("t profiler::b /t/profiler-2 b\n"), "{s}");
         assert!(
@@ -101,6 +139,7 @@ mod tests {
                 &[("jsnames", "x")],
                 &bins,
                 Path::new("/b"),
+                None,
                 40.0,
                 900
             )
@@ -132,7 +171,7 @@ mod tests {
         }
         let bins = vec![("kernel".to_string(), test.clone())];
         let bin_dir = Path::new("/nonexistent-bin");
-        let script = guest_script(&dir, &[("kernel", "a")], &bins, bin_dir, 40.0, 900)
+        let script = guest_script(&dir, &[("kernel", "a")], &bins, bin_dir, None, 40.0, 900)
             .unwrap()
             .replace(
                 &bin_dir.join("speed-factor").display().to_string(),
