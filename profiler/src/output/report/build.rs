@@ -302,6 +302,9 @@ fn add_stacks_measured(r: &mut Report, stacks: &StackAttribution, sample: u32) {
         let samples = o.map_or_else(Default::default, |o| {
             super::sampled_stacks(o, &p.threads, &p.grouped_tids)
         });
+        p.stack_cuts = o
+            .map(|o| super::stack_cuts(o, &p.threads, &p.grouped_tids))
+            .filter(|c| !c.is_empty());
         // The flame graph's stacks, as a file's reader derives them (`derive_flames`).
         p.flame = Some(samples.folded_writes());
         p.samples = Some(samples);

@@ -35,11 +35,13 @@ pub use costs::{Lost, Overhead, Uncounted};
 pub use minor::{MinorProcesses, MinorTotals, group};
 pub use process::{
     CauseReport, DsoReport, FlameStack, HolderFunctionReport, JsFramesReport, JsFunctionReport,
-    LockReport, ProcessReport, ProfilerShare, StackReport, StackWork, ThreadReport,
+    LockReport, MAX_STACK_CUTS, ProcessReport, ProfilerShare, StackCutReport, StackReport,
+    StackWork, ThreadReport,
 };
 pub use roles::role_totals;
 pub use samples::{
     FrameReport, SampleCut, SampleReport, SampledStacks, sampled_stacks, sampled_stacks_by,
+    stack_cuts,
 };
 pub use selected::{SelectedBy, SelectedHow};
 pub use thread_groups::ThreadGroupReport;

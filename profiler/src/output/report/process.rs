@@ -194,6 +194,11 @@ pub struct ProcessReport {
     /// Sampled stacks by why they end where they do: `root` (the thread's first frame) or
     /// the reason they stop before it (summary, with stack sampling).
     pub stack_ends: Option<BTreeMap<String, u64>>,
+    /// The stacks that stop before their thread's first frame, by the threads' role and name,
+    /// the reason and the file they stop in, most first ([`MAX_STACK_CUTS`] rows at most;
+    /// `stack_ends` has every stack): whose stacks cannot be read, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_cuts: Option<Vec<StackCutReport>>,
     /// Every distinct sampled write stack, folded (`outermost;...;innermost`) with its count,
     /// for flame graphs and the findings: made with the summary, never written (it was
     /// `samples` again, at several times its size); read back from a file of an earlier build
@@ -268,4 +273,19 @@ pub struct StackWork {
     pub us_per_stack: f64,
     /// Of which reading V8's heap.
     pub v8_us_per_stack: f64,
+}
+
+/// Rows of a process's `stack_cuts` at most.
+pub const MAX_STACK_CUTS: usize = 20;
+
+/// Sampled stacks of threads of one role and name that stop, for one reason, in one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackCutReport {
+    pub role: Role,
+    pub comm: String,
+    /// A `stack_ends` key other than `root`.
+    pub end: String,
+    /// The file of the outermost frame reached (`[anonymous]`: code in no file, e.g. JIT).
+    pub stops_in: String,
+    pub stacks: u64,
 }

@@ -9,7 +9,7 @@ use std::{borrow::Cow, collections::HashMap};
 use profiler_common::cause;
 use serde::{Deserialize, Serialize};
 
-use super::ThreadReport;
+use super::{MAX_STACK_CUTS, StackCutReport, ThreadReport};
 use crate::registry::{
     roles::Role,
     stacks::{OwnerStacks, SampledFrame, StackAgg},
@@ -215,6 +215,44 @@ pub fn sampled_stacks(
             .cloned()
             .unwrap_or((Role::Other, String::new())),
     })
+}
+
+/// A process's cut stacks ([`OwnerStacks::cuts`]) by its threads' role and name (told as
+/// [`sampled_stacks`] tells them), reason and file, most first, [`MAX_STACK_CUTS`] rows.
+pub fn stack_cuts(
+    o: &OwnerStacks,
+    threads: &[ThreadReport],
+    grouped: &HashMap<u32, (Role, String)>,
+) -> Vec<StackCutReport> {
+    let by_tid: HashMap<u32, &ThreadReport> = threads.iter().rev().map(|t| (t.tid, t)).collect();
+    let mut rows: HashMap<(Role, String, &str, &str), u64> = HashMap::new();
+    for ((tid, end, file), n) in &o.cuts {
+        let (role, comm) = match by_tid.get(tid) {
+            Some(t) => (t.role, t.comm.clone()),
+            None => grouped
+                .get(tid)
+                .cloned()
+                .unwrap_or((Role::Other, String::new())),
+        };
+        *rows
+            .entry((role, comm, end.as_str(), file.as_str()))
+            .or_default() += n;
+    }
+    let mut out: Vec<StackCutReport> = rows
+        .into_iter()
+        .map(|((role, comm, end, file), stacks)| StackCutReport {
+            role,
+            comm,
+            end: end.to_string(),
+            stops_in: file.to_string(),
+            stacks,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.stacks, &a.end, &a.stops_in, &a.comm).cmp(&(a.stacks, &b.end, &b.stops_in, &b.comm))
+    });
+    out.truncate(MAX_STACK_CUTS);
+    out
 }
 
 /// [`sampled_stacks`], each thread's role and name told by `thread` (by tid).

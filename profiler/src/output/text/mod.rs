@@ -309,7 +309,10 @@ fn process_text_with(p: &ProcessReport, mode: Mode, series: Option<&Series>) -> 
         let _ = writeln!(out, "\n  JavaScript frames unnamed from the heap: {note}");
     }
     if let Some(ends) = &p.stack_ends {
-        out.push_str(&stack_ends::stack_ends_text(ends));
+        out.push_str(&stack_ends::stack_ends_text(
+            ends,
+            p.stack_cuts.as_deref().unwrap_or_default(),
+        ));
     }
     if let Some(hint) = &p.js_hint {
         let _ = writeln!(out, "\n  {hint}");

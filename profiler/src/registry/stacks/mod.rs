@@ -70,6 +70,20 @@ struct Pending {
     frames: Vec<RawFrame>,
     dso: String,
     end: StackEnd,
+    /// The file of its outermost frame: where a cut stack stops.
+    stops_in: String,
+}
+
+/// Threads whose cut stacks a process keeps apart (see [`OwnerStacks::cuts`]).
+const MAX_CUT_THREADS: usize = 4096;
+
+/// The file name of a stack's outermost frame's mapping (`[anonymous]` for code in none: JIT
+/// code, or an address no mapping holds).
+fn stops_in(path: Option<&std::path::Path>) -> String {
+    path.and_then(|p| p.file_name()).map_or_else(
+        || "[anonymous]".to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    )
 }
 
 /// A sample's key among those waiting for their outcome: its thread and sequence number, or
@@ -259,7 +273,7 @@ impl StackAttribution {
         let t0 = std::time::Instant::now();
         let actor = actor(s);
         let mut deferred = None;
-        let (frames, dso, end) = match self.unwinder(actor) {
+        let (frames, dso, end, stops_in) = match self.unwinder(actor) {
             Some(u) => {
                 let unwound = u.unwind(UserRegs::of(s), stack, MAX_FRAMES);
                 let kinds: Vec<CodeKind> =
@@ -303,13 +317,14 @@ impl StackAttribution {
                     })
                     .collect();
                 let dso = charge(&labels);
+                let stops_in = stops_in(labels.last().and_then(|f| f.dso.as_deref()));
                 let frames = (unwound.frames.iter())
                     .map(|f| RawFrame {
                         addr: f.addr,
                         js: JsRef::None,
                     })
                     .collect();
-                (frames, dso, unwound.end)
+                (frames, dso, unwound.end, stops_in)
             }
             None => (
                 vec![RawFrame {
@@ -318,6 +333,7 @@ impl StackAttribution {
                 }],
                 "[unknown]".to_string(),
                 StackEnd::NoProcess,
+                "[unknown]".to_string(),
             ),
         };
         self.pending.insert(
@@ -330,6 +346,7 @@ impl StackAttribution {
                 frames,
                 dso,
                 end,
+                stops_in,
             },
         );
         self.work.0 += t0.elapsed();
@@ -382,6 +399,15 @@ impl StackAttribution {
         s.hold.max = s.hold.max.max(d.hold_ns);
         s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
         *o.stack_ends.entry(p.end).or_default() += 1;
+        if p.end != StackEnd::Root {
+            // Bounded whatever the threads: past MAX_CUT_THREADS, a new thread's cut stacks
+            // are kept under tid 0 (reported as `other` threads), still counted.
+            let mut key = (p.tid, p.end, p.stops_in);
+            if o.cuts.len() >= MAX_CUT_THREADS && !o.cuts.contains_key(&key) {
+                key.0 = 0;
+            }
+            *o.cuts.entry(key).or_default() += 1;
+        }
         let key = RawKey {
             actor: p.actor,
             tid: p.tid,

@@ -59,6 +59,9 @@ pub struct JsFrameCounts {
 pub struct OwnerStacks {
     /// Sampled stacks by why they end where they do.
     pub stack_ends: BTreeMap<StackEnd, u64>,
+    /// The stacks that stop before their thread's first frame, by thread, reason and the
+    /// file their outermost frame is in: which threads' stacks cannot be read, and why.
+    pub cuts: BTreeMap<(u32, StackEnd, String), u64>,
     pub js_frames: JsFrameCounts,
     /// Whether anything could name JavaScript frames (a perf map, or V8's layout).
     pub js_source: bool,

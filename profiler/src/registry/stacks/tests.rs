@@ -87,6 +87,7 @@ fn pending(owner: ProcId, actor: ProcId, addr: u64) -> Pending {
         }],
         dso: "[jit]".into(),
         end: StackEnd::Root,
+        stops_in: "[anonymous]".into(),
     }
 }
 
@@ -110,6 +111,36 @@ fn outcomes_join_their_stacks_and_fold() {
     // The ip alone, with no process to read: not known to be JIT code, so no hint to start
     // node with a perf map.
     assert_eq!(a.owner(p).unwrap().unnamed_jit, 0);
+}
+
+/// A stack that stops before its thread's first frame is kept by thread, reason and the file
+/// it stops in; one that reaches it is not.
+#[test]
+fn cut_stacks_are_kept_by_thread_reason_and_file() {
+    let mut a = StackAttribution::default();
+    let p = ProcId::new(5, 77);
+    a.unwinders.insert(p, None);
+    for (seq, end, file) in [
+        (1, StackEnd::NoUnwindInfo, "libvips-cpp.so.8"),
+        (2, StackEnd::NoUnwindInfo, "libvips-cpp.so.8"),
+        (3, StackEnd::UnreadableMemory, "libc.so.6"),
+        (4, StackEnd::Root, "libc.so.6"),
+    ] {
+        let mut s = pending(p, p, 0x1000);
+        (s.end, s.stops_in) = (end, file.into());
+        a.pending.insert((7, seq), s);
+        a.on_done(&done(7, seq, 10));
+    }
+    let cuts = &a.owner(p).unwrap().cuts;
+    assert_eq!(cuts.len(), 2, "{cuts:?}");
+    assert_eq!(
+        cuts[&(7, StackEnd::NoUnwindInfo, "libvips-cpp.so.8".into())],
+        2
+    );
+    assert_eq!(
+        cuts[&(7, StackEnd::UnreadableMemory, "libc.so.6".into())],
+        1
+    );
 }
 
 /// The end of a run out of time: records read without being unwound are lost stacks, each
