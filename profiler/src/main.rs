@@ -190,7 +190,7 @@ fn run(cli: Cli) -> Result<u8, Error> {
                     } else {
                         cli::Config::STACK_SAMPLE
                     }),
-                    sample_floor_ms: 0,
+                    sample_floor_ms: cli::Config::SAMPLE_FLOOR_MS,
                 },
                 duration: p.duration,
                 interval: (interval > 0.0).then(|| Duration::from_secs_f64(interval)),

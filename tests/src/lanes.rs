@@ -45,6 +45,23 @@ pub fn build_lanes_addon(dir: &Path) -> std::path::PathBuf {
     out
 }
 
+/// Builds `lanes.node` into `dir` as many prebuilt native libraries are built (sharp's
+/// libvips among them): without unwind tables, and at -O2 without frame pointers, so that no
+/// unwinder can walk out of its code (`lanes-nounwind.node`).
+pub fn build_lanes_addon_without_unwind_tables(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("lanes-nounwind.node");
+    crate::binaries::gcc(
+        &out,
+        "addon/lanes.c",
+        &[
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-fomit-frame-pointer",
+        ],
+    );
+    out
+}
+
 /// Whether this host can run the shapes: two CPUs or more, `taskset` and `chrt`, and
 /// real-time scheduling allowed (a container may refuse it). Records the skip otherwise.
 pub fn can_shape() -> bool {

@@ -8,7 +8,9 @@
 use std::process::Command;
 
 use integration_tests::{
-    Finished, Profiler, Workload, bpf_test, fixture, lanes::build_lanes_addon, process,
+    Finished, Profiler, Workload, bpf_test, fixture,
+    lanes::{build_lanes_addon, build_lanes_addon_without_unwind_tables},
+    process, run_ok,
 };
 use serde_json::Value;
 
@@ -23,6 +25,18 @@ fn arenas(
     spin_us: u64,
     cpus: Option<&str>,
 ) -> Workload {
+    arenas_of(addon, threads, rounds, 700, spin_us, cpus)
+}
+
+/// [`arenas`] with `count` blocks a round.
+fn arenas_of(
+    addon: &std::path::Path,
+    threads: u64,
+    rounds: u64,
+    count: u64,
+    spin_us: u64,
+    cpus: Option<&str>,
+) -> Workload {
     let mut cmd = match cpus {
         Some(c) => {
             let mut cmd = Command::new("taskset");
@@ -33,7 +47,7 @@ fn arenas(
     };
     cmd.arg(fixture("addon/arenas.js"))
         .arg(addon)
-        .args([threads, rounds, 700, 96 * 1024, spin_us].map(|n| n.to_string()));
+        .args([threads, rounds, count, 96 * 1024, spin_us].map(|n| n.to_string()));
     Workload::spawn(cmd)
 }
 
@@ -212,4 +226,61 @@ fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
             );
         }
     }
+}
+
+/// A library's native threads growing glibc's arenas a few dozen times a second, the library
+/// built without unwind tables (as sharp's prebuilt libvips): at the default sampling (one
+/// write in 64 per thread would sample a handful of these writes) the arena finding has its
+/// evidence, from the process's write sampled each second besides; the stacks stop in the
+/// library, and the report says whose, why and in which file.
+#[test]
+fn rare_arena_writes_in_a_library_without_unwind_tables_are_named_at_the_default_rate() {
+    let Some(dir) = bpf_test() else { return };
+    let addon = build_lanes_addon_without_unwind_tables(dir.path());
+    // Two threads, 30 rounds of 5 blocks, 400 ms of computing after each: 12 s.
+    let mut w = arenas_of(&addon, 2, 30, 5, 400_000, None);
+    let pid = w.pid;
+    let out = profile(&mut w, &[]);
+    let p = process(out.summary(), pid).expect("the process");
+    let writes = p["write"]["count"].as_u64().unwrap();
+    let addon_samples: u64 = (p["samples"]["stacks"].as_array().into_iter().flatten())
+        .filter(|s| s["role"] == "addon")
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    eprintln!("{writes} writes, {addon_samples} of the addon threads' sampled");
+    // More than one in 64 of the process's writes: the floor's samples.
+    assert!(
+        addon_samples >= 10 && addon_samples * 64 > writes * 2,
+        "{addon_samples} sampled of {writes} writes"
+    );
+    let all = findings(&out);
+    let a = all
+        .iter()
+        .find(|f| f["id"] == "arena-growth")
+        .unwrap_or_else(|| panic!("no arena finding in {all:#?}"));
+    assert!(
+        a["title"].as_str().unwrap().starts_with(
+            "glibc's malloc arenas grow and shrink under arena_rounds (lanes-nounwind.node) (addon threads)"
+        ),
+        "{a}"
+    );
+    // Whose stacks stop, and where: in the library, on its threads.
+    let cuts = p["stack_cuts"].as_array().expect("stack_cuts");
+    let stopped: u64 = (cuts.iter())
+        .filter(|c| c["role"] == "addon" && c["stops_in"] == "lanes-nounwind.node")
+        .map(|c| c["stacks"].as_u64().unwrap())
+        .sum();
+    assert!(stopped * 2 >= addon_samples, "{cuts:?}");
+    let file = dir.path().join("run.ndjson");
+    std::fs::write(&file, &out.raw_stdout).unwrap();
+    let text = run_ok([
+        "report".as_ref(),
+        file.as_os_str(),
+        "-f".as_ref(),
+        "text".as_ref(),
+    ]);
+    assert!(
+        text.contains("in lanes-nounwind.node on addon threads"),
+        "{text}"
+    );
 }

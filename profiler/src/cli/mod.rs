@@ -37,6 +37,11 @@ impl Config {
     /// Code attribution by default: one write in this many per thread has its stack taken
     /// (cost in docs/benchmark.md); `--stack-sample 0` turns it off.
     pub const STACK_SAMPLE: u32 = 64;
+    /// With stacks sampled, a process's write (contention mode: wait) is sampled too when the
+    /// process had none sampled for this long: a process whose writes are few, or spread
+    /// over many threads that each make fewer than `STACK_SAMPLE`, still shows its code (a
+    /// native library's threads growing glibc's arenas a few times a second each).
+    pub const SAMPLE_FLOOR_MS: u32 = 1000;
     pub const DEMO_WORKERS: u32 = 4;
     pub const DEMO_FILE_KIB: u32 = 64;
     pub const DEMO_ITERATIONS: u32 = 2_000;
@@ -185,6 +190,7 @@ pub struct ProfileArgs {
     /// Capture the user stack of one in N write acquisitions (per thread), to charge writes
     /// to code (`dsos`, `js_functions`, `stacks` in the summary); 0 turns it off. Default 64
     /// (1 with --stacks): a 16 KiB stack copy per sampled write, before the lock is taken.
+    /// Also a process's write whenever it had none sampled for a second.
     /// Reads are never stack-walked.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32))]
     pub stack_sample: Option<u32>,

@@ -62,8 +62,8 @@ pub struct CollectorConfig {
     pub bpf_stats: bool,
     /// Capture the user stack of one in this many writes per thread (0: none).
     pub stack_sample: u32,
-    /// With stack sampling: also a thread's wait whenever it had no sample for this many
-    /// milliseconds (0: one in `stack_sample` only).
+    /// With stack sampling: also a process's write (contention mode: wait) whenever the
+    /// process had no sample for this many milliseconds (0: one in `stack_sample` only).
     pub sample_floor_ms: u32,
     /// Profile write acquisitions only.
     pub writes_only: bool,
