@@ -65,7 +65,7 @@ pub fn floor_due(tgid: u32, left: &mut u32) -> u64 {
     let t = crate::timing::now();
     // SAFETY: the value is copied out at once (another CPU may update it: a stale time only
     // samples one more wait).
-    let last = unsafe { FLOOR_LAST.get(&tgid) }.copied().unwrap_or(0);
+    let last = unsafe { FLOOR_LAST.get(tgid) }.copied().unwrap_or(0);
     if t.wrapping_sub(last) >= ms as u64 * 1_000_000 {
         *left = 1;
     }
@@ -76,7 +76,7 @@ pub fn floor_due(tgid: u32, left: &mut u32) -> u64 {
 #[inline(always)]
 pub fn floor_taken(tgid: u32, t: u64) {
     if t != 0 {
-        let _ = FLOOR_LAST.insert(&tgid, &t, 0);
+        let _ = FLOOR_LAST.insert(tgid, t, 0);
     }
 }
 

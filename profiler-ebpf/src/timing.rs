@@ -284,8 +284,8 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
             let t = sampling::floor_due((pid_tgid >> 32) as u32, &mut st.sample_left);
             (sampling::pick(st), t)
         };
-        if seq != 0 {
-            if sampling::sample(
+        if seq != 0
+            && sampling::sample(
                 task,
                 pid_tgid as u32,
                 (pid_tgid >> 32) as u32,
@@ -293,12 +293,12 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
                 owner_start,
                 c,
                 seq,
-            ) {
-                sample_seq = seq;
-                sampling::floor_taken((pid_tgid >> 32) as u32, t);
-                if blockers_on() && owner == (pid_tgid >> 32) as u32 {
-                    own_writer_stack(task, mm, pid_tgid, owner_start, seq);
-                }
+            )
+        {
+            sample_seq = seq;
+            sampling::floor_taken((pid_tgid >> 32) as u32, t);
+            if blockers_on() && owner == (pid_tgid >> 32) as u32 {
+                own_writer_stack(task, mm, pid_tgid, owner_start, seq);
             }
         }
         c
