@@ -14,7 +14,7 @@ pub fn stack_end_words(key: &str) -> &str {
     match key {
         "root" => "complete: they reach the thread's first frame",
         "unreadable_memory" => {
-            "cut: the stack goes deeper than the 16 KiB copied at the sample (or a frame pointer led out of it)"
+            "cut: the stack goes deeper than the 16 KiB copied at the sample, or a frame pointer led out of it (code without frame pointers or unwind tables)"
         }
         "no_unwind_info" => {
             "cut: code with no unwind information and no frame pointer to follow (built without unwind tables, as many prebuilt native libraries are)"
@@ -109,7 +109,7 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            "         10  cut: the stack goes deeper than the 16 KiB copied at the sample (or a frame pointer led out of it) (unreadable_memory)"
+            "         10  cut: the stack goes deeper than the 16 KiB copied at the sample, or a frame pointer led out of it (code without frame pointers or unwind tables) (unreadable_memory)"
         );
         assert_eq!(lines[3], "          3  a_later_reason (a_later_reason)");
         assert_eq!(
