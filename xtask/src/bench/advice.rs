@@ -29,6 +29,8 @@ pub struct Predicted {
     pub gain: f64,
     pub writes: [u64; 2],
     pub wait_ns: [u64; 2],
+    /// No such finding with the advice (its writes and wait after are 0).
+    pub gone: bool,
 }
 
 /// A round of one shape: requests per second of the base, the advice applied, the base again.
@@ -46,8 +48,14 @@ pub struct ShapeRun {
     pub rounds: Vec<Round>,
 }
 
-/// The section's runs, or why it could not run here.
-pub type Outcome = std::result::Result<Vec<ShapeRun>, String>;
+/// The section's runs and the load average (`/proc/loadavg`) before and after them, or why it
+/// could not run here.
+pub type Outcome = std::result::Result<(Vec<ShapeRun>, [String; 2]), String>;
+
+fn loadavg() -> String {
+    let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
 
 /// One profiled run (`-p PID -i 0 --blockers --stack-sample 4`, SIGINT once the client is
 /// done): the summary's finding `s.finding`, if any.
@@ -92,6 +100,7 @@ fn predict(prof: &Path, addon: &Path, s: &'static Shape, dir: &Path) -> Result<S
             gain,
             writes: [n(&before, "writes"), n(&after, "writes")],
             wait_ns: [n(&before, "wait_ns"), n(&after, "wait_ns")],
+            gone: after.is_null(),
         }),
         _ if before.is_null() => Err(format!("no {} finding in the profiled run", s.finding)),
         _ => Err(format!("the {} finding has no impact", s.finding)),
@@ -111,6 +120,7 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Outcome> {
         return Ok(Err(why));
     }
     let addon = build_addon(dir)?;
+    let load_before = loadavg();
     let mut runs = Vec::new();
     for s in &SHAPES {
         runs.push(predict(prof, &addon, s, dir)?);
@@ -132,7 +142,7 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Outcome> {
             r.rounds.push(Round { base, tuned, base2 });
         }
     }
-    Ok(Ok(runs))
+    Ok(Ok((runs, [load_before, loadavg()])))
 }
 
 /// The verdict of a prediction `p` against a measured gain `g` (median), `noise` the largest
@@ -141,6 +151,7 @@ pub fn run(rounds: usize, prof: &Path, dir: &Path) -> Result<Outcome> {
 /// nothing is lost (g >= -noise).
 fn verdict(kind: &str, p: f64, g: f64, noise: f64) -> String {
     let pct = |x: f64| format!("{:+.1}%", x * 100.0);
+    let within = format!("within the noise, ±{:.1}%", noise * 100.0);
     if g > p + noise {
         return format!(
             "NOT matched: gains {} beyond the bound and the noise",
@@ -154,19 +165,19 @@ fn verdict(kind: &str, p: f64, g: f64, noise: f64) -> String {
         return "NOT matched: no gain beyond the noise, where throughput was promised".into();
     }
     if kind == "throughput" && p <= noise {
-        return "matches (the bound is within the noise: the kind is not told apart)".into();
+        return format!("matches ({within}, the bound too: the kind is not told apart)");
     }
-    "matches".into()
+    format!("matches ({within})")
 }
 
 pub fn summarize(outcome: &Outcome) -> (Value, String) {
     let mut md = String::from("## What a finding's advice gives back, against its prediction\n\n");
-    let runs = match outcome {
+    let (runs, load) = match outcome {
         Err(why) => {
             md.push_str(&format!("Skipped: {why}.\n"));
             return (json!({ "skipped": why }), md);
         }
-        Ok(runs) => runs,
+        Ok((runs, load)) => (runs, load),
     };
     let rounds = runs.first().map_or(0, |r| r.rounds.len());
     md.push_str(&format!(
@@ -180,9 +191,10 @@ pub fn summarize(outcome: &Outcome) -> (Value, String) {
          Verdict: with noise the largest A/A deviation from 0, the bound holds when the median \
          gain is at most the prediction plus the noise, and nothing is lost when it is at least \
          minus the noise; a throughput finding whose bound stands above the noise also needs a \
-         gain above the noise.\n\n\
+         gain above the noise. Load average (1, 5, 15 min) before the runs: {}; after: {}.\n\n\
          | shape | finding, advice | predicted: kind, gain at most | measured gain | A/A | writes before -> after | wait before -> after (ms) | verdict |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         |---|---|---|---|---|---|---|---|\n",
+        load[0], load[1]
     ));
     let pct = |s: Option<Spread>| s.map_or("-".into(), |s| s.show_pct());
     let mut shapes = Vec::new();
@@ -198,7 +210,12 @@ pub fn summarize(outcome: &Outcome) -> (Value, String) {
         let (kind, writes, wait) = match &r.predicted {
             Ok(p) => (
                 format!("{}, {:+.1}%", p.kind, p.gain * 100.0),
-                format!("{} -> {}", p.writes[0], p.writes[1]),
+                format!(
+                    "{} -> {}{}",
+                    p.writes[0],
+                    p.writes[1],
+                    if p.gone { " (no finding)" } else { "" }
+                ),
                 format!(
                     "{:.1} -> {:.1}",
                     p.wait_ns[0] as f64 / 1e6,
@@ -225,6 +242,7 @@ pub fn summarize(outcome: &Outcome) -> (Value, String) {
                     "kind": p.kind, "throughput_gain": p.gain,
                     "writes_before": p.writes[0], "writes_after": p.writes[1],
                     "wait_ns_before": p.wait_ns[0], "wait_ns_after": p.wait_ns[1],
+                    "gone_after": p.gone,
                 }),
                 Err(why) => json!({ "missing": why }),
             },
@@ -236,7 +254,11 @@ pub fn summarize(outcome: &Outcome) -> (Value, String) {
             })).collect::<Vec<_>>(),
         }));
     }
-    (json!({ "rounds": rounds, "shapes": shapes }), md)
+    let loadavg = json!({ "before": load[0], "after": load[1] });
+    (
+        json!({ "rounds": rounds, "loadavg": loadavg, "shapes": shapes }),
+        md,
+    )
 }
 
 #[cfg(test)]
@@ -247,12 +269,15 @@ mod tests {
     fn verdicts() {
         // Latency, +0.2% at most: no move beyond the noise matches; a gain or a loss beyond it
         // does not.
-        assert_eq!(verdict("latency", 0.002, 0.01, 0.03), "matches");
+        assert_eq!(
+            verdict("latency", 0.002, 0.01, 0.03),
+            "matches (within the noise, ±3.0%)"
+        );
         assert!(verdict("latency", 0.002, 0.05, 0.03).starts_with("NOT matched: gains +1.8%"));
         assert!(verdict("latency", 0.002, -0.05, 0.03).starts_with("NOT matched: loses -2.0%"));
         // Throughput, +9% at most: a gain above the noise within the bound matches; none
         // does not; a bound within the noise cannot tell the kind.
-        assert_eq!(verdict("throughput", 0.09, 0.06, 0.02), "matches");
+        assert!(verdict("throughput", 0.09, 0.06, 0.02).starts_with("matches"));
         assert!(verdict("throughput", 0.09, 0.01, 0.02).contains("no gain"));
         assert!(verdict("throughput", 0.01, 0.0, 0.02).contains("not told apart"));
     }
