@@ -108,8 +108,9 @@ pub struct BenchArgs {
     escalate_rounds: usize,
     /// Interleaved rounds of what a finding's advice gives back against its prediction, on
     /// the lanes fixture's two shapes (each round the base, the advice, the base again; about
-    /// 17 s each; 0: skip it).
-    #[arg(long, default_value_t = 5)]
+    /// 17 s each; a multiple of 3 puts each run at each place of the order equally often; 0:
+    /// skip it).
+    #[arg(long, default_value_t = 6)]
     advice_rounds: usize,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
