@@ -241,7 +241,8 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
     // What it gave back: throughput within what was predicted and the runs' noise.
     // What it gave back, in requests per second, beside what was predicted: said, not
     // asserted (a throughput is a speed: on a host shared with other work the runs' noise
-    // exceeds the few percent at stake; the closing notes and docs/findings.md quote it).
+    // exceeds the few percent at stake; the closing notes and docs/findings.md quote it;
+    // `cargo xtask bench --only advice` measures it beside an A/A).
     let (base, tuned) = throughputs(&addon, &CPU_BOUND, &[], &[STACK_CACHE], 5);
     let gain = tuned / base - 1.0;
     eprintln!(

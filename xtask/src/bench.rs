@@ -9,6 +9,7 @@
 //! afterwards), read per program from the tracer's fdinfo, so all tracers are measured the
 //! same way. Nothing here asserts: the targets are printed with their verdict.
 
+mod advice;
 mod agent;
 mod capture;
 mod cold;
@@ -89,9 +90,10 @@ pub struct BenchArgs {
     /// captures), `reads` (what the profiler's reads cost), `reader` (a reader that falls
     /// behind), `cold` (the demo's sampled stacks at a cold start, idle and busy host),
     /// `holder` (what a holder's stack costs per sampled wait, from the kernel's accounting),
-    /// `escalate` (what the agent's triggered capture costs while it runs); repeatable.
+    /// `escalate` (what the agent's triggered capture costs while it runs), `advice` (what a
+    /// finding's advice gives back against its prediction); repeatable.
     /// Default: everything but `escalate`.
-    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "cold", "holder", "escalate"])]
+    #[arg(long, value_parser = ["agent", "capture", "reads", "reader", "cold", "holder", "escalate", "advice"])]
     only: Vec<String>,
     /// Rounds of the cold start: the demo on an idle host, then a busy one (about 10 s each;
     /// 0: skip it).
@@ -104,6 +106,12 @@ pub struct BenchArgs {
     /// Rounds of `--only escalate` (each 3 runs of 20 s: none, the agent capturing, none again).
     #[arg(long, default_value_t = 3)]
     escalate_rounds: usize,
+    /// Interleaved rounds of what a finding's advice gives back against its prediction, on
+    /// the lanes fixture's two shapes (each round the base, the advice, the base again; about
+    /// 17 s each; a multiple of 3 puts each run at each place of the order equally often; 0:
+    /// skip it).
+    #[arg(long, default_value_t = 6)]
+    advice_rounds: usize,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -227,6 +235,12 @@ pub fn run(linker_dir: &std::path::Path, args: BenchArgs) -> Result<()> {
         results.markdown.push('\n');
         results.markdown.push_str(&md);
     }
+    if args.advice_rounds > 0 {
+        let (json, md) = advice::summarize(&advice::run(args.advice_rounds, &prof, &out_dir)?);
+        results.json["advice"] = json;
+        results.markdown.push('\n');
+        results.markdown.push_str(&md);
+    }
     fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&results.json)?,
@@ -300,6 +314,10 @@ fn sections_only(
             args.reader_baseline.as_deref(),
         )?;
         write("cold", cold::summarize(&runs))?;
+    }
+    if args.only.iter().any(|s| s == "advice") {
+        let outcome = advice::run(args.advice_rounds.max(1), prof, out_dir)?;
+        write("advice", advice::summarize(&outcome))?;
     }
     Ok(())
 }

@@ -63,6 +63,15 @@ impl Spread {
         }
         format!("{:.2}x ({:.2} - {:.2})", self.median, self.min, self.max)
     }
+
+    /// A fraction as a signed percentage: `+1.2% (-0.4% - +2.0%)`.
+    pub fn show_pct(&self) -> String {
+        let p = |x: f64| format!("{:+.1}%", x * 100.0);
+        if self.n < 2 {
+            return p(self.median);
+        }
+        format!("{} ({} - {})", p(self.median), p(self.min), p(self.max))
+    }
 }
 
 pub fn round(v: f64, digits: i32) -> f64 {
@@ -99,6 +108,10 @@ mod tests {
         assert_eq!(
             Spread::of([1.0, 1.5]).unwrap().show_x(),
             "1.25x (1.00 - 1.50)"
+        );
+        assert_eq!(
+            Spread::of([0.012, -0.004, 0.02]).unwrap().show_pct(),
+            "+1.2% (-0.4% - +2.0%)"
         );
     }
 }
