@@ -238,7 +238,6 @@ fn on_a_cpu_bound_run_thread_creation_is_the_headline_in_both_modes_and_its_cost
         "and the wait behind them: {wait} ns left of {}",
         f["wait_ns"]
     );
-    // What it gave back: throughput within what was predicted and the runs' noise.
     // What it gave back, in requests per second, beside what was predicted: said, not
     // asserted (a throughput is a speed: on a host shared with other work the runs' noise
     // exceeds the few percent at stake; the closing notes and docs/findings.md quote it;
