@@ -36,6 +36,20 @@ pub(super) struct ElfUnwindInfo {
     pub(super) gaps: Vec<Range<u64>>,
     /// The file's GNU build id (profiles name the file's exact build by it).
     pub(super) build_id: Option<Vec<u8>>,
+    /// The same in hex, as every frame of the file is labelled with it (made once: made per
+    /// frame, it was 4% of the agent's CPU with stacks sampled).
+    pub(super) build_id_hex: Option<String>,
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(2 * bytes.len()), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 impl ElfUnwindInfo {
@@ -104,6 +118,7 @@ impl ElfUnwindInfo {
             eh_frame_hdr,
             loads,
             gaps,
+            build_id_hex: build_id.as_deref().map(hex),
             build_id,
         })
     }

@@ -478,13 +478,6 @@ impl ProcessUnwinder {
     /// The build id of the file of mapping `m`, in hex, if its unwind tables were read.
     fn build_id(&self, m: &Mapping) -> Option<String> {
         let (_, info) = self.modules.get(&ModuleKey::of(m))?.as_ref()?;
-        info.build_id.as_ref().map(|id| {
-            id.iter()
-                .fold(String::with_capacity(2 * id.len()), |mut s, b| {
-                    use std::fmt::Write as _;
-                    let _ = write!(s, "{b:02x}");
-                    s
-                })
-        })
+        info.build_id_hex.clone()
     }
 }

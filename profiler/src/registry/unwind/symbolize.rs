@@ -41,10 +41,11 @@ impl ProcessUnwinder {
         let mut build_ids: HashMap<FileKey, Vec<u8>> = HashMap::new();
         let mut frames: Vec<Frame> = Vec::with_capacity(addrs.len());
         for (i, (&addr, &at)) in addrs.iter().zip(lookup).enumerate() {
-            let m = self.maps.find(at).cloned();
-            let dso = m.as_ref().and_then(|m| m.path.clone());
+            // Borrowed: a frame's mapping cloned was an allocation or three per frame.
+            let m = self.maps.find(at);
+            let dso = m.and_then(|m| m.path.clone());
             let mut symbol = None;
-            if let Some(m) = &m {
+            if let Some(m) = m {
                 let key = (m.dev.clone(), m.inode);
                 let offset = m.file_offset(at);
                 let cached = (self.shared.symbols.borrow())
@@ -67,7 +68,7 @@ impl ProcessUnwinder {
                     }
                 }
             }
-            let build_id = m.as_ref().and_then(|m| self.build_id(m));
+            let build_id = m.and_then(|m| self.build_id(m));
             frames.push(Frame {
                 addr,
                 symbol,
