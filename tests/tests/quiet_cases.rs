@@ -193,13 +193,14 @@ fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
         let waited = process(out.summary(), pid).map_or(0, |p| {
             p["write"]["count"].as_u64().unwrap_or(0) + p["read"]["count"].as_u64().unwrap_or(0)
         });
-        if mode == "contention" && waited < 10 {
-            // (Its verdict needs a second of the threads' time watched: a short run has
-            // none.) No mechanism is claimed without the waits.
-            assert!(
-                all.iter().all(|f| f["id"] == "not-your-bottleneck"),
-                "{all:?}"
-            );
+        // (Its verdict needs a second of the threads' time watched: a short run has none.)
+        // With few waits, a mechanism is claimed only on its minimum of sampled stacks (the
+        // waiters' and their holders': 7 contended writes made 14 in a run here), and it is
+        // then the arenas'.
+        if mode == "contention"
+            && waited < 10
+            && all.iter().all(|f| f["id"] == "not-your-bottleneck")
+        {
             eprintln!("contention: {waited} contended waits in this run: its verdict only");
             continue;
         }
