@@ -238,9 +238,10 @@ fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
 fn rare_arena_writes_in_a_library_without_unwind_tables_are_named_at_the_default_rate() {
     let Some(dir) = bpf_test() else { return };
     let addon = build_lanes_addon_without_unwind_tables(dir.path());
-    // Two threads, 60 rounds of 5 blocks, 250 ms of computing after each: 15 s, about 20
-    // writes a second (one in 64 of them samples about 5 in all).
-    let mut w = arenas_of(&addon, 2, 60, 5, 250_000, None);
+    // Two threads, 100 rounds of 5 blocks, 250 ms of computing after each: 25 s, about 10
+    // writes a second (one in 64 of them samples about 4 in all; the floor about 25, in
+    // runs here 9 to 12 in 15 s).
+    let mut w = arenas_of(&addon, 2, 100, 5, 250_000, None);
     let pid = w.pid;
     let out = profile(&mut w, &[]);
     let p = process(out.summary(), pid).expect("the process");
