@@ -46,8 +46,8 @@ use crate::{
 /// With `--escalate-dir`, a process that waits has its wait sampled if it had no sample for
 /// this long (besides one in `--stack-sample` per thread): every process that waited in a
 /// window has stacks in its capture's `before.pb.gz` (which reaches back this much further),
-/// at most one more a second per process. Per process, not per thread: per thread it cost
-/// the agent one unwound stack a second per waiting thread (its CPU doubled on Workers).
+/// at most one more a second per process. Per process, not per thread: what needs it is the
+/// process's window, and per thread it was one more unwound stack a second per waiting thread.
 pub const SAMPLE_FLOOR_MS: u32 = 1000;
 
 /// `--escalate-*` (shared/design/agent-and-metrics.md).
