@@ -49,8 +49,8 @@ pub use lookup::{
     thread, thread_writes,
 };
 pub use profiler::{
-    Finished, Profiler, keep_output, profile_until_done, profile_workload, report_html, run_json,
-    run_ok, run_profiler, stop_when_done,
+    Finished, Profiler, keep_output, profile_until_done, profile_workload, report_html,
+    report_text, run_json, run_ok, run_profiler, stop_when_done,
 };
 pub use scrape::{metric_f64, metric_gauge, metric_sum, mmap_writes};
 pub use skip::{

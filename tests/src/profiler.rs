@@ -240,6 +240,18 @@ pub fn run_json<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
+/// The text report of a run's output, as a user reads it: `out` written to `file`, then
+/// `mmaplock-prof report FILE -f text`, which must succeed.
+pub fn report_text(out: &Finished, file: &Path) -> String {
+    std::fs::write(file, &out.raw_stdout).expect("write the run's output");
+    run_ok([
+        OsStr::new("report"),
+        file.as_os_str(),
+        OsStr::new("-f"),
+        OsStr::new("text"),
+    ])
+}
+
 /// `mmaplock-prof report INPUT -f text --html PAGE`, which must succeed; its text (the
 /// findings).
 pub fn report_html(input: &Path, page: &Path) -> String {

@@ -10,7 +10,7 @@ use std::process::Command;
 use integration_tests::{
     Finished, Profiler, Workload, bpf_test, fixture,
     lanes::{build_lanes_addon, build_lanes_addon_without_unwind_tables},
-    process, run_ok,
+    process,
 };
 use serde_json::Value;
 
@@ -265,14 +265,7 @@ fn arena_writes_in_a_library_without_unwind_tables_are_named_and_their_stacks_cu
         .map(|c| c["stacks"].as_u64().unwrap())
         .sum();
     assert!(stopped * 2 >= addon_samples, "{addon_samples}: {cuts:?}");
-    let file = dir.path().join("run.ndjson");
-    std::fs::write(&file, &out.raw_stdout).unwrap();
-    let text = run_ok([
-        "report".as_ref(),
-        file.as_os_str(),
-        "-f".as_ref(),
-        "text".as_ref(),
-    ]);
+    let text = integration_tests::report_text(&out, &dir.path().join("run.ndjson"));
     assert!(
         text.contains("in lanes-nounwind.node on addon threads"),
         "{text}"

@@ -16,7 +16,7 @@ use std::{
 
 use integration_tests::{
     Finished, Profiler, Workload, bpf_test, check_lost, fixture, installed_or_skip, process,
-    run_ok, scrape::Agent, wait_until,
+    scrape::Agent, wait_until,
 };
 use serde_json::Value;
 
@@ -309,14 +309,7 @@ fn the_name_a_process_gave_itself_selects_it_from_its_rename() {
             }
         }
         // The text report says it after the process's name.
-        let file = dir.path().join(format!("{when}.json"));
-        std::fs::write(&file, &out.raw_stdout).unwrap();
-        let text = run_ok([
-            "report".as_ref(),
-            file.as_os_str(),
-            "-f".as_ref(),
-            "text".as_ref(),
-        ]);
+        let text = integration_tests::report_text(&out, &dir.path().join(format!("{when}.json")));
         let heading = text
             .lines()
             .find(|l| l.starts_with(&format!("process {} (", w.pid)))
