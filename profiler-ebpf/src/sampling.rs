@@ -54,28 +54,35 @@ pub fn pick_in(writes: &mut u32, sample_left: &mut u32) -> u16 {
 }
 
 /// The sampling floor (`Settings::sample_floor_ms`): when process `tgid`'s last floor sample
-/// is that old (or it has none), this pick is a sample (`*left` set to 1). Returns the time
-/// read, for [`floor_taken`] (0 without a floor: the clock is then not read).
+/// is that old (or it has none), this pick is a sample (`*left` set to 1). `seen` is the
+/// thread's own copy of that time: the process's can only be later, so the map is looked up
+/// only once the thread's copy is a floor old (at most once a floor per thread, not per
+/// write). Returns the time read, for [`floor_taken`] (0 without a floor: the clock is then
+/// not read).
 #[inline(always)]
-pub fn floor_due(tgid: u32, left: &mut u32) -> u64 {
+pub fn floor_due(tgid: u32, left: &mut u32, seen: &mut u64) -> u64 {
     let ms = konst(&SETTINGS.sample_floor_ms);
     if ms == 0 {
         return 0;
     }
     let t = crate::timing::now();
-    // SAFETY: the value is copied out at once (another CPU may update it: a stale time only
-    // samples one more wait).
-    let last = unsafe { FLOOR_LAST.get(tgid) }.copied().unwrap_or(0);
-    if t.wrapping_sub(last) >= ms as u64 * 1_000_000 {
-        *left = 1;
+    let floor = ms as u64 * 1_000_000;
+    if t.wrapping_sub(*seen) >= floor {
+        // SAFETY: the value is copied out at once (another CPU may update it: a stale time
+        // only samples one more).
+        *seen = unsafe { FLOOR_LAST.get(tgid) }.copied().unwrap_or(0);
+        if t.wrapping_sub(*seen) >= floor {
+            *left = 1;
+        }
     }
     t
 }
 
 /// A sample was taken at `t` (from [`floor_due`]; 0: no floor) for process `tgid`.
 #[inline(always)]
-pub fn floor_taken(tgid: u32, t: u64) {
+pub fn floor_taken(tgid: u32, t: u64, seen: &mut u64) {
     if t != 0 {
+        *seen = t;
         let _ = FLOOR_LAST.insert(tgid, t, 0);
     }
 }

@@ -158,6 +158,9 @@ pub struct ThreadState {
     /// 1 while a context accumulates or copies (claimed with a compare-and-swap; 64 bits, as
     /// the BPF instruction set without alu32 has a 64-bit compare-and-swap only).
     pub flushing: u64,
+    /// The last floor sample of its process this thread knows of (ns, the programs' clock;
+    /// see `sampling::floor_due`).
+    pub floor_seen_ns: u64,
     /// Writes started by this thread: the sequence numbers of its samples.
     pub writes: u32,
     /// Writes until the next sample (0: draw the next gap; see `sampling::pick`).

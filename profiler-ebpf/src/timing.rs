@@ -281,7 +281,11 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
         let (seq, t) = if SECOND {
             (0, 0)
         } else {
-            let t = sampling::floor_due((pid_tgid >> 32) as u32, &mut st.sample_left);
+            let t = sampling::floor_due(
+                (pid_tgid >> 32) as u32,
+                &mut st.sample_left,
+                &mut st.floor_seen_ns,
+            );
             (sampling::pick(st), t)
         };
         if seq != 0
@@ -296,7 +300,7 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
             )
         {
             sample_seq = seq;
-            sampling::floor_taken((pid_tgid >> 32) as u32, t);
+            sampling::floor_taken((pid_tgid >> 32) as u32, t, &mut st.floor_seen_ns);
             if blockers_on() && owner == (pid_tgid >> 32) as u32 {
                 own_writer_stack(task, mm, pid_tgid, owner_start, seq);
             }

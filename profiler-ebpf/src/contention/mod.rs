@@ -177,9 +177,9 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
         // With a floor, a process's first wait and any after a floor's time without a
         // sample are sampled too (the agent's captures: every process that waits has stacks).
         let t = if write {
-            sampling::floor_due(w.tgid, &mut w.sample_left)
+            sampling::floor_due(w.tgid, &mut w.sample_left, &mut w.floor_seen_ns)
         } else {
-            sampling::floor_due(w.tgid, &mut w.read_left)
+            sampling::floor_due(w.tgid, &mut w.read_left, &mut w.floor_seen_ns)
         };
         let s = if write {
             sampling::pick_in(&mut w.writes, &mut w.sample_left) as u32
@@ -227,7 +227,7 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
             }
         }
         if seq != 0 {
-            sampling::floor_taken(w.tgid, t);
+            sampling::floor_taken(w.tgid, t, &mut w.floor_seen_ns);
         }
     }
     if w.lock == 0

@@ -52,6 +52,8 @@ pub struct Waiter {
     pub exiting: u32,
     /// CPU time when last reported by the iterator.
     pub cpu_reported: u64,
+    /// The last floor sample of its process it knows of (see `sampling::floor_due`).
+    pub floor_seen_ns: u64,
 }
 
 
@@ -172,6 +174,7 @@ fn new_waiter(task: Task, tid: u32, tid_start: u64, of: &LockOf) -> Option<&'sta
     init.read_left = 0;
     init.exiting = 0;
     init.cpu_reported = 0;
+    init.floor_seen_ns = 0;
     init.sample_seq = 0;
     // (A pid reused since its last thread was freed replaces that thread's entry.) By
     // reference: a value would be copied to the stack first.
