@@ -60,6 +60,12 @@ fn wait(t: &ThreadReport) -> u64 {
     t.lock.write.wait_ns.sum + t.lock.read.wait_ns.sum
 }
 
+/// The order in which threads are listed: the main thread first (the one a person looks for,
+/// whatever it waited), then the longest wait (write and read), then the most writes.
+fn importance(t: &ThreadReport) -> std::cmp::Reverse<(bool, u64, u64)> {
+    std::cmp::Reverse((t.role == Role::Main, wait(t), t.lock.write.count))
+}
+
 /// The threads listed, the groups, and each grouped thread's role and name by tid.
 pub type Grouping = (
     Vec<ThreadReport>,
@@ -148,16 +154,13 @@ type Key = (
 );
 
 /// Splits a process's thread rows (in the report's order, each with its facts) into those
-/// listed, at most `listed` and the [`ALWAYS_LISTED`] that waited longest among them, and
+/// listed, at most `listed` and the [`ALWAYS_LISTED`] that waited longest among them (and
+/// the main thread, always), and
 /// the groups of the others, the longest wait first. Also returns each grouped thread's
 /// role and name by tid (its sampled stacks are labelled by them).
 pub fn group(rows: Vec<(ThreadReport, ThreadFacts)>, listed: usize) -> Grouping {
-    // The order of importance: the longest wait (write and read), then the most writes.
     let mut rank: Vec<usize> = (0..rows.len()).collect();
-    rank.sort_by_key(|&i| {
-        let t = &rows[i].0;
-        std::cmp::Reverse((wait(t), t.lock.write.count))
-    });
+    rank.sort_by_key(|&i| importance(&rows[i].0));
     let mut why: Vec<Option<&'static str>> = vec![None; rows.len()];
     // A process of few threads lists them all, whatever their lives.
     if rows.len() <= listed {
@@ -168,7 +171,9 @@ pub fn group(rows: Vec<(ThreadReport, ThreadFacts)>, listed: usize) -> Grouping 
     for (n, &i) in rank.iter().enumerate() {
         let short = rows[i].1.lived_ns.is_some_and(|l| l < SHORT_LIVED_NS);
         let top = n < ALWAYS_LISTED.min(listed);
-        let list = if short {
+        let list = if rows[i].0.role == Role::Main {
+            true
+        } else if short {
             top && wait(&rows[i].0) >= LISTED_WAIT_NS
         } else {
             top || kept < listed
@@ -263,10 +268,7 @@ pub fn regroup(p: &mut ProcessReport, keep: usize) {
         return;
     }
     let mut rank: Vec<usize> = (0..p.threads.len()).collect();
-    rank.sort_by_key(|&i| {
-        let t = &p.threads[i];
-        std::cmp::Reverse((wait(t), t.lock.write.count))
-    });
+    rank.sort_by_key(|&i| importance(&p.threads[i]));
     let mut listed = vec![false; p.threads.len()];
     for &i in rank.iter().take(keep) {
         listed[i] = true;

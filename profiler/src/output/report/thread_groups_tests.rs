@@ -142,3 +142,40 @@ fn past_the_listed_threads_the_rest_are_grouped() {
     assert_eq!(listed.len(), 5);
     assert!(groups.is_empty());
 }
+
+/// The main thread is listed however little it waited, past the listed bound and when a
+/// summary too large is regrouped: a person looks for it first, and a test counting the
+/// process's other threads (listed and grouped) must not find it among them.
+#[test]
+fn the_main_thread_is_always_listed() {
+    let mut rows: Vec<(ThreadReport, ThreadFacts)> = vec![(
+        row(1, Role::Main, 1, 0, 60_000_000_000),
+        ThreadFacts::default(),
+    )];
+    rows.extend((0..150u32).map(|i| {
+        (
+            row(10 + i, Role::Other, 5, 1_000 + u64::from(i), 60_000_000_000),
+            ThreadFacts::default(),
+        )
+    }));
+    let (listed, groups, tids) = group(rows, LISTED_THREADS);
+    assert_eq!(listed.len(), LISTED_THREADS);
+    assert!(listed.iter().any(|t| t.tid == 1), "main listed");
+    assert!(!tids.contains_key(&1));
+    assert!(groups.iter().all(|g| g.row.role != Role::Main));
+    let mut p = ProcessReport {
+        threads: listed,
+        thread_groups: Some(groups),
+        ..ProcessReport::default()
+    };
+    regroup(&mut p, 3);
+    assert_eq!(p.threads.len(), 3);
+    assert_eq!(p.threads[0].tid, 1, "main first of the kept");
+    assert_eq!(p.grouped_threads(), 148);
+    assert!(
+        p.thread_groups
+            .iter()
+            .flatten()
+            .all(|g| g.row.role != Role::Main)
+    );
+}
