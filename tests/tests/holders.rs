@@ -116,8 +116,11 @@ fn a_native_holder_is_named_by_its_function() {
     assert!(truth > 0, "no wait began behind the holder: {charged:?}");
     assert!(
         named * 10 >= truth * 8,
-        "the holder's function was charged {named} ns of bpftrace's {truth} ns: {}",
-        p["holder_stacks"]
+        "the holder's function was charged {named} ns of bpftrace's {truth} ns: {}; stack ends \
+         {}; lost {}",
+        p["holder_stacks"],
+        p["stack_ends"],
+        s["lost"]
     );
     // Never more than it made others wait.
     assert!(

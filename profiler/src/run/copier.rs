@@ -19,7 +19,7 @@ use std::{
     os::fd::OwnedFd,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     thread::JoinHandle,
     time::Duration,
@@ -62,6 +62,11 @@ const BACKLOG_RINGS: usize = 4;
 struct Shared {
     /// Bytes copied and not yet taken by the run loop.
     queued: AtomicUsize,
+    /// Records copied (handed over) since the start.
+    copied: AtomicU64,
+    /// The copier's last look stopped at a full backlog: records may wait in the kernel's
+    /// ring, beyond what `copied` counts.
+    full: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -125,6 +130,13 @@ impl Copier {
         self.batches.try_recv().ok()
     }
 
+    /// Records copied out of the kernel's ring since the start, in the order the kernel wrote
+    /// them; None while the backlog is full (more may wait in the ring).
+    pub fn copied(&self) -> Option<u64> {
+        (!self.shared.full.load(Ordering::Acquire))
+            .then(|| self.shared.copied.load(Ordering::Acquire))
+    }
+
     /// Records of `bytes` bytes were taken from the backlog: room for as many.
     pub fn taken(&self, bytes: usize) {
         self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
@@ -166,6 +178,7 @@ fn copy(
         let Some((copied, full)) = copy_available(&mut ring, tx, shared, budget) else {
             return ring;
         };
+        shared.full.store(full, Ordering::Release);
         if full {
             // The run loop is behind: the records wait in the kernel's ring meanwhile.
             std::thread::sleep(Duration::from_millis(1));
@@ -216,8 +229,9 @@ fn copy_available(
         }
         copied = true;
         shared.queued.fetch_add(bytes, Ordering::AcqRel);
-        let more = batch.len() == BATCH;
+        let (more, n) = (batch.len() == BATCH, batch.len() as u64);
         tx.send(batch).ok()?;
+        shared.copied.fetch_add(n, Ordering::AcqRel);
         if !more || full {
             return Some((copied, full));
         }

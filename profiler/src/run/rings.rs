@@ -13,6 +13,7 @@ use aya::maps::{MapData, RingBuf};
 
 use crate::kernel::{Kernel, collector::Collector};
 
+use crate::registry::stacks::Progress;
 use crate::run::{SessionError, copier::Copier, profile::Profile};
 
 /// Stack records handled between two looks at the new threads.
@@ -56,6 +57,8 @@ struct Stacks {
     /// The most records the ring holds (of the smallest kind, an outcome): what the end of a
     /// run reads of it at most once out of time, as records keep coming while programs run.
     ring_records: usize,
+    /// Records handed to the profile to unwind since the start.
+    unwound: u64,
 }
 
 fn register(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, SessionError> {
@@ -80,6 +83,7 @@ impl Rings {
                 ring: None,
                 backlog: VecDeque::new(),
                 ring_records: bytes / size_of::<profiler_common::SampleDone>(),
+                unwound: 0,
             })
         } else {
             None
@@ -151,7 +155,7 @@ impl Rings {
             if s.take(profile) < STACK_BATCH || t0.elapsed() >= DRAIN_BUDGET {
                 self.threads.read(profile);
                 // (Less than a batch taken: nothing was left to copy from the copier.)
-                profile.retire_stacks(s.backlog.is_empty());
+                profile.retire_stacks(s.progress());
                 return;
             }
         }
@@ -183,10 +187,21 @@ impl Stacks {
         let n = self.backlog.len().min(STACK_BATCH);
         let bytes: usize = self.backlog.iter().take(n).map(Vec::len).sum();
         profile.take_stacks(self.backlog.drain(..n));
+        self.unwound += n as u64;
         if let Some(c) = &self.copier {
             c.taken(bytes);
         }
         n
+    }
+
+    /// Where the records stand: copied (by the copier; once it has stopped, what was read
+    /// of the ring here) and unwound.
+    fn progress(&self) -> Progress {
+        let read = self.unwound + self.backlog.len() as u64;
+        Progress {
+            copied: self.copier.as_ref().map_or(Some(read), Copier::copied),
+            unwound: self.unwound,
+        }
     }
 
     /// Moves records to the backlog until it holds `want`, or none are left to move.

@@ -34,6 +34,7 @@ pub use frames::{FrameTable, SampledFrame, label_parts};
 pub use labels::charge;
 use owner::RawKey;
 pub use owner::{JsFrameCounts, OwnerStacks, SampleKey, StackAgg};
+pub use retire::Progress;
 
 /// Deepest stack kept.
 const MAX_FRAMES: usize = 64;
@@ -149,9 +150,9 @@ pub struct StackAttribution {
     pub holders_dropped: u64,
     /// Processes gone, and since when: their unwinders stay until the records queued before
     /// they went are unwound ([`retire_due`](Self::retire_due)).
-    retiring: Vec<(ProcId, std::time::Instant)>,
+    retiring: Vec<retire::Retiring<ProcId>>,
     /// Threads gone, and since when (see [`forget_thread`](Self::forget_thread)).
-    retiring_threads: Vec<(u32, std::time::Instant)>,
+    retiring_threads: Vec<retire::Retiring<u32>>,
     /// Time spent unwinding and naming sampled stacks, and how many (for the cost).
     pub work: (std::time::Duration, u64),
     /// Of which reading V8's heap.
@@ -426,7 +427,7 @@ impl StackAttribution {
     pub fn reads(&self, p: ProcId) -> Reads {
         let mut r = Reads::default();
         // Handed over when it went.
-        if self.retiring.iter().any(|(q, _)| *q == p) {
+        if self.retiring.iter().any(|r| r.who == p) {
             return r;
         }
         for (_, u) in

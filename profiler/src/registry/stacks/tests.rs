@@ -1,6 +1,6 @@
 //! Unit tests of the stack attribution.
 use super::labels::frame_label;
-use super::retire::{RETIRE_AFTER, RETIRE_AT_MOST};
+use super::retire::{Progress, RETIRE_AFTER, RETIRE_AT_MOST};
 use super::*;
 use crate::registry::perfmap::JitName;
 use bytemuck::Zeroable;
@@ -304,33 +304,48 @@ fn samples_keep_their_thread_cause_and_hold() {
 
 /// A process gone keeps its unwinder while records made before its exit may still wait in
 /// the backlog: a late sample of it is unwound as the others, its reads are handed over once
-/// (not counted again while it retires), and it goes once the backlog is unwound past
-/// `RETIRE_AFTER`, or after `RETIRE_AT_MOST` however far behind.
+/// (not counted again while it retires), and it goes once the records copied `RETIRE_AFTER`
+/// after it went have all been unwound, however long that takes (a run loop far behind, as
+/// on an emulated host), or after `RETIRE_AT_MOST` in any case.
 #[test]
 fn a_process_gone_keeps_its_unwinder_until_its_records_are_unwound() {
     use crate::registry::roles::tests::me;
+    let at = |copied: Option<u64>, unwound: u64| Progress { copied, unwound };
     let mut a = StackAttribution::default();
     a.prepare(me());
     a.forget_process(me());
     assert_eq!(a.cached_processes(), 1, "kept while it retires");
     assert!(a.reads(me()).is_empty(), "its reads were handed over");
     let t0 = std::time::Instant::now();
-    a.retire_due_at(true, t0);
+    a.retire_due_at(at(Some(10), 10), t0);
     assert_eq!(
         a.cached_processes(),
         1,
         "just gone: its records may be on the way"
     );
-    a.retire_due_at(false, t0 + RETIRE_AFTER);
+    // By then 500 records were copied, of which 40 unwound: the last of them are its.
+    a.retire_due_at(at(Some(500), 40), t0 + RETIRE_AFTER);
     assert_eq!(a.cached_processes(), 1, "the backlog not unwound yet");
-    a.retire_due_at(true, t0 + RETIRE_AFTER);
+    // Long after, with more copied since (a later process's), still short of the mark.
+    a.retire_due_at(at(Some(9_000), 499), t0 + RETIRE_AT_MOST / 2);
+    assert_eq!(a.cached_processes(), 1, "far behind, still kept");
+    a.retire_due_at(at(Some(9_000), 500), t0 + RETIRE_AT_MOST / 2);
+    assert_eq!(a.cached_processes(), 0, "its records unwound");
+    // The copier's backlog full when it would mark (records in the kernel's ring): the mark
+    // waits for a look that copied all there was.
+    a.prepare(me());
+    a.forget_process(me());
+    a.retire_due_at(at(None, 700), t0 + RETIRE_AFTER);
+    a.retire_due_at(at(Some(800), 800), t0 + RETIRE_AFTER);
+    assert_eq!(a.cached_processes(), 1, "marked at 800 only now");
+    a.retire_due_at(at(Some(800), 800), t0 + RETIRE_AFTER * 2);
     assert_eq!(a.cached_processes(), 0);
     // Never unwound past it: gone all the same, later.
     a.prepare(me());
     a.forget_process(me());
-    a.retire_due_at(false, t0 + RETIRE_AT_MOST);
+    a.retire_due_at(at(None, 0), t0 + RETIRE_AT_MOST);
     assert_eq!(a.cached_processes(), 1);
-    a.retire_due_at(false, std::time::Instant::now() + RETIRE_AT_MOST);
+    a.retire_due_at(at(None, 0), std::time::Instant::now() + RETIRE_AT_MOST);
     assert_eq!(a.cached_processes(), 0);
 }
 
@@ -349,8 +364,12 @@ fn a_thread_gone_keeps_its_samples_until_the_backlog_is_unwound() {
     a.on_done(&done(7, 1, 10));
     assert_eq!((a.dropped, a.unmatched, a.pending_samples()), (0, 0, 1));
     let t0 = std::time::Instant::now();
-    a.retire_due_at(false, t0 + RETIRE_AFTER);
+    let at = |copied: u64, unwound: u64| Progress {
+        copied: Some(copied),
+        unwound,
+    };
+    a.retire_due_at(at(20, 5), t0 + RETIRE_AFTER);
     assert_eq!(a.pending_samples(), 1, "the backlog not unwound yet");
-    a.retire_due_at(true, t0 + RETIRE_AFTER);
+    a.retire_due_at(at(30, 20), t0 + RETIRE_AFTER);
     assert_eq!((a.pending_samples(), a.unmatched), (0, 1));
 }

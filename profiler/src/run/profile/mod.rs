@@ -26,7 +26,7 @@ use crate::{
     registry::Registry,
     registry::reads::Reads,
     registry::roles::{SeenThread, comm_str, role_by_ids_and_name},
-    registry::stacks::StackAttribution,
+    registry::stacks::{Progress, StackAttribution},
     vocab::ids::{self, ProcId, ThreadId},
 };
 
@@ -332,11 +332,11 @@ impl<K: Kernel> Profile<K> {
         }
     }
 
-    /// The stacks' backlog was unwound (`caught_up`: all of it) : processes gone long enough
-    /// are forgotten by the stack attribution (see `StackAttribution::retire_due`).
-    pub fn retire_stacks(&mut self, caught_up: bool) {
+    /// The stacks' records stand `at`: processes and threads gone whose records are all
+    /// unwound are forgotten by the stack attribution (see `StackAttribution::retire_due`).
+    pub fn retire_stacks(&mut self, at: Progress) {
         if let Some(stacks) = self.stacks.as_mut() {
-            stacks.retire_due(caught_up);
+            stacks.retire_due(at);
         }
     }
 
