@@ -127,6 +127,17 @@ fn a_native_holder_is_named_by_its_function() {
         named as f64 <= most_charged(&charged, pid, holder),
         "{named} ns charged to hold_write_lock, bpftrace {truth} ns"
     );
+    // Named by functions, never by an aarch64 binary's mapping symbols (`$d`, `$x`).
+    let frames: Vec<&str> = (p["holder_stacks"].as_array().into_iter().flatten())
+        .flat_map(|r| r["frames"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.starts_with("$x") || f.starts_with("$d")),
+        "a mapping symbol named a frame: {frames:?}"
+    );
     let rows: Vec<&Value> = p["samples"]["stacks"]
         .as_array()
         .unwrap()

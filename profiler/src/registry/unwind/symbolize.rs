@@ -18,6 +18,47 @@ pub(super) const PERF_MAP_EVERY: std::time::Duration = std::time::Duration::from
 /// Longest time between two looks for a perf map not found.
 const PERF_MAP_LONGEST: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// Whether `name` is one of the ELF mapping symbols of Arm and AArch64 (`$x`, `$d`, `$a`,
+/// `$t`, perhaps with a `.N` suffix): they mark where code or data starts, inside functions
+/// too, and name no function.
+fn is_mapping_symbol(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('$') else {
+        return false;
+    };
+    let (kind, suffix) = rest.split_at(rest.len().min(1));
+    matches!(kind, "x" | "d" | "a" | "t") && (suffix.is_empty() || suffix.starts_with('.'))
+}
+
+/// The name of the function `sym` (found for an address of `src`) stands for. blazesym takes
+/// the symbol nearest below an address, and an aarch64 binary's mapping symbols (`$d` before
+/// a jump table within a function, sizeless) come nearer than the function's own: it is then
+/// the symbol below the mapping symbol, if its size spans the address (else none: a frame
+/// shown by its address rather than by a wrong name).
+fn function_of(
+    symbolizer: &blazesym::symbolize::Symbolizer,
+    src: &Source<'_>,
+    sym: &blazesym::symbolize::Sym<'_>,
+) -> Option<String> {
+    if !is_mapping_symbol(&sym.name) {
+        return Some(sym.name.to_string());
+    }
+    let addr = sym.addr + sym.offset as u64;
+    let mut below = sym.addr;
+    // A few mapping symbols may follow one another (`$d` then `$x` within one function).
+    for _ in 0..8 {
+        let found = symbolizer
+            .symbolize_single(src, Input::VirtOffset(below.checked_sub(1)?))
+            .ok()?;
+        let s = found.as_sym()?;
+        if !is_mapping_symbol(&s.name) {
+            let spans = s.size.is_some_and(|n| addr < s.addr + n as u64);
+            return spans.then(|| s.name.to_string());
+        }
+        below = s.addr;
+    }
+    None
+}
+
 impl ProcessUnwinder {
     /// Symbolize an unwound stack: return addresses (all but the first) are
     /// looked up at `addr - 1`, i.e. inside the call instruction, so a call
@@ -85,7 +126,8 @@ impl ProcessUnwinder {
         for (path, (key, items)) in by_file {
             let src = Source::Elf(Elf::new(&path));
             let offsets: Vec<u64> = items.iter().map(|&(_, o, _)| o).collect();
-            let name = |s: &Symbolized| s.as_sym().map(|s| s.name.to_string());
+            let symbolizer = &self.shared.symbolizer;
+            let name = |s: &Symbolized| s.as_sym().and_then(|s| function_of(symbolizer, &src, s));
             // One unreadable section fails a whole batch in blazesym: retry one by one then.
             let mut names: Vec<Option<String>> = match self
                 .shared
@@ -159,8 +201,9 @@ impl ProcessUnwinder {
         else {
             return;
         };
+        let symbolizer = &self.shared.symbolizer;
         for ((j, _), s) in wanted.into_iter().zip(found) {
-            names[j] = s.as_sym().map(|s| s.name.to_string());
+            names[j] = s.as_sym().and_then(|s| function_of(symbolizer, &src, s));
         }
     }
 
@@ -210,5 +253,20 @@ impl ProcessUnwinder {
         }
         self.read_perf_map();
         self.perf_map.as_ref()?.lookup(addr)
+    }
+}
+
+#[cfg(test)]
+mod mapping_symbols {
+    use super::is_mapping_symbol;
+
+    #[test]
+    fn arm_mapping_symbols_are_told_from_names() {
+        for m in ["$x", "$d", "$a", "$t", "$x.12", "$d.0"] {
+            assert!(is_mapping_symbol(m), "{m}");
+        }
+        for n in ["$", "$xyz", "$d_fn", "x", "main", "$$d", "_$d", ""] {
+            assert!(!is_mapping_symbol(n), "{n}");
+        }
     }
 }
