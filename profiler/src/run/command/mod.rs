@@ -5,6 +5,7 @@
 //! the fork and the exec was prepared by the parent (paths, argument and environment
 //! arrays, ids), so that it calls nothing but async-signal-safe system calls.
 
+mod child;
 mod forward;
 pub mod user;
 
@@ -12,12 +13,13 @@ use std::{
     ffi::{CString, OsStr, OsString},
     io,
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+        fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::ffi::OsStrExt,
     },
     path::{Path, PathBuf},
 };
 
+use child::Child;
 pub use forward::Forwarder;
 use user::{Ids, RunAs};
 
@@ -250,102 +252,6 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// What the child uses between fork and exec: pointers into the parent's prepared memory
-/// (the child has its copy).
-struct Child<'a> {
-    gate: RawFd,
-    gate_w: RawFd,
-    err: RawFd,
-    paths: Vec<*const libc::c_char>,
-    argv: &'a [*const libc::c_char],
-    sh_argv: &'a mut [*const libc::c_char],
-    sh: *const libc::c_char,
-    env: &'a [*const libc::c_char],
-    ids: Option<(u32, u32)>,
-    groups: &'a [libc::gid_t],
-    ignored: &'a [libc::c_int],
-}
-
-/// The child's exit status when it cannot run the command (after saying why on the error
-/// pipe) or when the gate closed without opening (the profiler gave up).
-const CANNOT_EXEC: i32 = 127;
-
-impl Child<'_> {
-    /// In the child: default dispositions (but those ignored when the profiler started), no
-    /// signal blocked, wait at the gate, become the user, exec. Never returns.
-    fn run(self) -> ! {
-        // SAFETY: only async-signal-safe calls (close, sigaction, sigprocmask, read, setgroups,
-        // setgid, setuid, execve, write, _exit) on memory that was prepared before the fork.
-        unsafe {
-            libc::close(self.gate_w);
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            libc::sigemptyset(&mut sa.sa_mask);
-            for sig in 1..libc::SIGRTMIN() {
-                if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-                    continue;
-                }
-                sa.sa_sigaction = if self.ignored.contains(&sig) {
-                    libc::SIG_IGN
-                } else {
-                    libc::SIG_DFL
-                };
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            let mut byte = 0u8;
-            loop {
-                let n = libc::read(self.gate, (&raw mut byte).cast(), 1);
-                if n == 1 {
-                    break;
-                }
-                if n < 0 && *libc::__errno_location() == libc::EINTR {
-                    continue;
-                }
-                // The profiler gave up (or died) before letting it run.
-                libc::_exit(CANNOT_EXEC);
-            }
-            libc::close(self.gate);
-            if let Some((uid, gid)) = self.ids
-                && (libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0)
-            {
-                self.fail();
-            }
-            let mut denied = false;
-            for &path in &self.paths {
-                libc::execve(path, self.argv.as_ptr(), self.env.as_ptr());
-                match *libc::__errno_location() {
-                    libc::ENOEXEC => {
-                        self.sh_argv[1] = path;
-                        libc::execve(self.sh, self.sh_argv.as_ptr(), self.env.as_ptr());
-                        self.fail();
-                    }
-                    libc::EACCES => denied = true,
-                    libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {}
-                    _ => self.fail(),
-                }
-            }
-            if denied {
-                *libc::__errno_location() = libc::EACCES;
-            }
-            self.fail()
-        }
-    }
-
-    /// Says errno on the error pipe and exits.
-    unsafe fn fail(&self) -> ! {
-        // SAFETY: as in `run`.
-        unsafe {
-            let e = *libc::__errno_location();
-            libc::write(self.err, (&raw const e).cast(), size_of::<libc::c_int>());
-            libc::_exit(CANNOT_EXEC)
-        }
-    }
-}
-
 /// A forked child waiting at the gate.
 pub struct Gated {
     name: String,
@@ -467,78 +373,4 @@ impl Drop for Gated {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_name_is_searched_on_path_as_execvp_does() {
-        let d = tempfile::tempdir().unwrap();
-        let (a, b) = (d.path().join("a"), d.path().join("b"));
-        std::fs::create_dir_all(a.join("tool")).unwrap();
-        std::fs::create_dir_all(&b).unwrap();
-        std::fs::write(b.join("tool"), "").unwrap();
-        let path = format!("{}:{}:/nonexistent", a.display(), b.display());
-        // A directory of that name is passed over.
-        assert_eq!(
-            search(OsStr::new("tool"), Some(OsStr::new(&path))),
-            [b.join("tool")]
-        );
-        assert!(search(OsStr::new("nothing-of-this-name"), Some(OsStr::new(&path))).is_empty());
-        // A name with a slash is itself.
-        assert_eq!(search(OsStr::new("./x/y"), None), [PathBuf::from("./x/y")]);
-    }
-
-    #[test]
-    fn statuses_as_shells_give_them() {
-        assert_eq!(Status::Exited(3).code(), 3);
-        assert_eq!(Status::Signalled(libc::SIGINT).code(), 130);
-        assert_eq!(Status::Signalled(libc::SIGKILL).code(), 137);
-        assert!(Status::Exited(0).success() && !Status::Signalled(15).success());
-        assert!(
-            Status::Signalled(15)
-                .to_string()
-                .starts_with("killed by signal 15")
-        );
-    }
-
-    /// A real child: the gate holds it until released, the status and a failed exec are
-    /// reported.
-    #[test]
-    fn the_child_waits_at_the_gate_then_runs() {
-        let d = tempfile::tempdir().unwrap();
-        let mark = d.path().join("ran");
-        let words: Vec<OsString> = ["sh", "-c", &format!("touch {}; exit 7", mark.display())]
-            .iter()
-            .map(OsString::from)
-            .collect();
-        let mut g = Prepared::new(&words).unwrap().fork().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!mark.exists(), "ran before the gate opened");
-        g.release().unwrap();
-        assert_eq!(g.wait(), Status::Exited(7));
-        assert!(mark.exists());
-        // Not executable: said, and 126.
-        let script = d.path().join("script");
-        std::fs::write(&script, "echo").unwrap();
-        let mut g = Prepared::new(&[script.into_os_string()])
-            .unwrap()
-            .fork()
-            .unwrap();
-        let e = g.release().unwrap_err();
-        assert_eq!(e.exit_code(), 126, "{e}");
-        // Never released: it exits, reaped on drop.
-        let g = Prepared::new(&[OsString::from("true")])
-            .unwrap()
-            .fork()
-            .unwrap();
-        let pid = g.pid;
-        drop(g);
-        assert!(!Path::new(&format!("/proc/{pid}")).exists());
-        assert_eq!(
-            Prepared::new(&[OsString::from("no-such-command-here")])
-                .err()
-                .map(|e| e.exit_code()),
-            Some(127)
-        );
-    }
-}
+mod tests;
