@@ -11,6 +11,7 @@
 //! `samples.rs`), and the same share during the capture.
 
 mod capture;
+mod dirs;
 mod samples;
 mod trigger;
 mod window;
