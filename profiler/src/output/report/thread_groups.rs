@@ -155,9 +155,9 @@ type Key = (
 
 /// Splits a process's thread rows (in the report's order, each with its facts) into those
 /// listed, at most `listed` and the [`ALWAYS_LISTED`] that waited longest among them (and
-/// the main thread, always), and
-/// the groups of the others, the longest wait first. Also returns each grouped thread's
-/// role and name by tid (its sampled stacks are labelled by them).
+/// the main thread, always), and the groups of the others, the longest wait first. Also
+/// returns each grouped thread's role and name by tid (its sampled stacks are labelled by
+/// them).
 pub fn group(rows: Vec<(ThreadReport, ThreadFacts)>, listed: usize) -> Grouping {
     let mut rank: Vec<usize> = (0..rows.len()).collect();
     rank.sort_by_key(|&i| importance(&rows[i].0));
