@@ -1,6 +1,7 @@
 //! Threads a report groups rather than lists, in a process of more than [`LISTED_THREADS`]
 //! threads: those that lived less than a second (an addon that starts a thread per call
-//! starts thousands), and those past the [`LISTED_THREADS`] that waited longest. A group is one row of the threads' role, start routine and addon,
+//! starts thousands), and those past the [`LISTED_THREADS`] that waited longest; never the
+//! main thread. A group is one row of the threads' role, start routine and addon,
 //! with their exact totals (counts, waits, histograms merged, causes, time), so that the
 //! listed threads and the groups add up to the process; what a group does not keep is each
 //! thread's own `blocked_by` (the process's `blockers` and `blocked_by_role` have their waits).
