@@ -250,11 +250,21 @@ fn stack_growth_is_a_page_fault_write() {
         (pages - 100..=pages + 4).contains(&faults),
         "page_fault writes {faults}: {causes:?}"
     );
-    // Nothing else but the exit: exit_mmap's write, and a second one when khugepaged is
-    // scanning this mm as it exits (`__khugepaged_exit` takes the lock for write and drops
-    // it, to wait for the scan; seen on 6.1 in a slow guest).
-    let other = causes.get("other").copied().unwrap_or(0);
-    assert!(other <= 2, "{causes:?}");
+    // Nothing else of the helper's but the exit: exit_mmap's write, and a second one when
+    // khugepaged is scanning this mm as it exits (`__khugepaged_exit` takes the lock for
+    // write and drops it, to wait for the scan; seen on 6.1 in a slow guest). khugepaged may
+    // also collapse the grown stack into huge pages, taking the lock for write from its own
+    // kernel thread as often as its scans come (3 times in one 6.1 guest under TCG): those
+    // writes are a foreign taker's, listed as its own, never the helper's.
+    let threads = p["threads"].as_array().unwrap();
+    let own_other: u64 = (threads.iter())
+        .filter(|t| t["role"] != "foreign")
+        .map(|t| cause_counts(t).get("other").copied().unwrap_or(0))
+        .sum();
+    assert!(own_other <= 2, "{causes:?}: {threads:?}");
+    for t in threads.iter().filter(|t| t["role"] == "foreign") {
+        assert_eq!(t["comm"], "khugepaged", "a foreign writer: {t}");
+    }
     assert!(causes.get("exit").copied().unwrap_or(0) <= 2, "{causes:?}");
     // Each growth expands the stack under the write lock, then downgrades it to read.
     let downgrades = stats(p, "downgrade").0;
