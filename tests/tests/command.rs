@@ -264,13 +264,25 @@ fn a_sudo_account_runs_with_its_groups_and_home() {
 }
 
 /// The profiler started on `script` (sh -c), once it has attached and the script says it is
-/// ready (it writes `ready`).
+/// ready (it writes `ready`). The signals sent here start at their default action in the
+/// profiler, and so in the command: an ignored signal stays ignored across exec, and the
+/// suite may run under `nohup` (SIGHUP ignored) or a shell that ignores SIGINT and SIGQUIT.
 fn started(dir: &Path, script: &str) -> (std::process::Child, PathBuf) {
     let out = dir.join("sig.json");
     let ready = dir.join("ready");
     let _ = std::fs::remove_file(&ready);
     let script = script.replace("READY", &ready.display().to_string());
-    let child = profiler(&["-q", "-o", out.to_str().unwrap(), "--", "sh", "-c", &script])
+    let mut cmd = profiler(&["-q", "-o", out.to_str().unwrap(), "--", "sh", "-c", &script]);
+    // SAFETY: between fork and exec only async-signal-safe calls (signal) are made.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
