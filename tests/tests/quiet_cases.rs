@@ -104,8 +104,22 @@ fn assert_arena_finding(f: &Value, mode: &str) {
         !advice.contains("maps and unmaps memory itself"),
         "{advice}"
     );
-    let causes = texts(&f["evidence"]["causes"]);
-    assert!(causes.contains("mprotect"), "{mode}: {causes}");
+    // Arenas are made by mmap, grown by mprotect, given back by munmap (and madvise). Full
+    // mode sees every write, and the growth dominates; contention mode sees only the writes
+    // that waited, and which did is the scheduler's doing: a run here saw only the seven
+    // threads' first arena mmaps wait. Either way, only the arenas' syscalls are causes.
+    let causes = f["evidence"]["causes"].as_array().expect("causes");
+    assert!(!causes.is_empty(), "{mode}: no cause");
+    for c in causes {
+        let c = c.as_str().unwrap();
+        assert!(
+            ["mmap", "mprotect", "munmap", "madvise"].contains(&c),
+            "{mode}: {c} is not an arena's syscall"
+        );
+    }
+    if mode == "full" {
+        assert!(causes.iter().any(|c| c == "mprotect"), "full: {causes:?}");
+    }
 }
 
 /// A busy process (one native thread computing, its arena grown and given back between)
