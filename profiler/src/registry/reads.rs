@@ -25,6 +25,10 @@ pub struct Reads {
     /// been higher by, about.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub v8_copied: u64,
+    /// Application scripts whose line ends were those of the same source read whole in
+    /// another isolate: only its two ends read (`v8::scripts`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub v8_sources_shared: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -44,5 +48,6 @@ impl AddAssign for Reads {
         self.memory += o.memory;
         self.memory_ranges += o.memory_ranges;
         self.v8_copied += o.v8_copied;
+        self.v8_sources_shared += o.v8_sources_shared;
     }
 }

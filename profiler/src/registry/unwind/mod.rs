@@ -138,6 +138,7 @@ pub struct Shared {
     debug_files: Rc<RefCell<HashMap<FileKey, Option<PathBuf>>>>,
     pub v8: crate::registry::v8::SharedLayouts,
     pub v8_sources: crate::registry::v8::SharedSources,
+    pub v8_scripts: crate::registry::v8::ScriptSources,
 }
 
 impl Default for Shared {
@@ -156,6 +157,7 @@ impl Default for Shared {
             ),
             v8: Default::default(),
             v8_sources: Default::default(),
+            v8_scripts: Default::default(),
         }
     }
 }
@@ -341,7 +343,8 @@ impl ProcessUnwinder {
                             layout,
                             crate::registry::v8::memory::ProcessMemory::new(self.pid),
                         )
-                        .sharing_sources(sources),
+                        .sharing_sources(sources)
+                        .sharing_scripts(self.shared.v8_scripts.clone()),
                     );
                     self.v8_note = None;
                     return;
@@ -466,6 +469,7 @@ impl ProcessUnwinder {
         if let Some(v8) = &self.v8 {
             r += v8.memory().reads();
             r.v8_copied += v8.stats.copied;
+            r.v8_sources_shared += v8.stats.sources_shared;
         }
         r
     }

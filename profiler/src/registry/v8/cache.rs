@@ -178,10 +178,12 @@ impl<M: Memory> V8Process<M> {
         }
         // Line ends that cannot be read (a source in a representation not read here) leave
         // the script's name alone as the location.
-        let ends = Arc::new(self.heap().script_line_ends(script).unwrap_or_default());
-        if let Some(key) = key
-            && !ends.is_empty()
-        {
+        let Some(key) = key else {
+            let ends = self.script_ends(script, &name);
+            return Some((name, ends));
+        };
+        let ends = Arc::new(self.heap().read_line_ends(script).unwrap_or_default());
+        if !ends.is_empty() {
             let mut cached = self.builtin_sources.1.ends.borrow_mut();
             if cached.len() >= MAX_CACHED {
                 cached.clear();

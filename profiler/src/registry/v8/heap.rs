@@ -110,6 +110,22 @@ impl<'a, M: Memory> Heap<'a, M> {
         Some(out)
     }
 
+    /// A string's length in UTF-16 code units (None: not a string, or unreadable).
+    pub fn string_length(&self, s: u64) -> Option<usize> {
+        let sl = &self.layout.strings;
+        if self.instance_type(s)? >= sl.first_nonstring_type {
+            return None;
+        }
+        Some(self.field(s, sl.length)? as u32 as usize)
+    }
+
+    /// The code units `[from, from + count)` of string `s` (fewer past its end).
+    pub fn units_range(&self, s: u64, from: usize, count: usize) -> Option<Vec<u16>> {
+        let mut out = Vec::new();
+        self.units_into(s, from, count, count, &mut out, MAX_STRING_DEPTH)?;
+        Some(out)
+    }
+
     /// Appends the code units `[from, from + count)` of string `s` to `out`.
     fn units_into(
         &self,

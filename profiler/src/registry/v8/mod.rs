@@ -32,6 +32,7 @@ pub mod heap;
 pub mod memory;
 pub mod metadata;
 pub mod names;
+mod scripts;
 pub mod symbols;
 
 use std::{
@@ -47,6 +48,7 @@ pub use frame::{JsSlots, SlotKind, slots};
 use heap::{Heap, is_heap_object};
 use memory::{Memory, Prefetched, ProcessMemory};
 use metadata::{Layout, LayoutError};
+pub use scripts::ScriptSources;
 
 use profiler_common::{V8_COPY_BYTES, V8Copy};
 
@@ -130,6 +132,8 @@ pub struct ResolveStats {
     pub unknown: u64,
     /// Objects taken from the copies made at the samples (not read from the process).
     pub copied: u64,
+    /// Scripts whose line ends were those of a source read in another isolate (`scripts`).
+    pub sources_shared: u64,
 }
 
 /// Objects of V8 frames as the eBPF side copied them at the samples of a batch
@@ -174,6 +178,9 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// `cache`; shared by the processes of one binary when it allows ([`SharedSources`]),
     /// else this process's own (under an empty binary key).
     builtin_sources: (FileKey, SharedSources),
+    /// The line ends of application scripts, shared with the other isolates that loaded the
+    /// same source (`scripts`): the host's when given, else this process's own.
+    shared_scripts: ScriptSources,
     pub stats: ResolveStats,
 }
 
@@ -189,6 +196,7 @@ impl<M: Memory> V8Process<M> {
             sfis: Checked::new(),
             scripts: Checked::new(),
             builtin_sources: Default::default(),
+            shared_scripts: ScriptSources::default(),
             stats: ResolveStats::default(),
         }
     }
@@ -199,6 +207,13 @@ impl<M: Memory> V8Process<M> {
         if let Some(shared) = shared {
             self.builtin_sources = shared;
         }
+        self
+    }
+
+    /// Shares the line ends of application scripts with the host's other isolates
+    /// ([`ScriptSources`]).
+    pub fn sharing_scripts(mut self, shared: ScriptSources) -> Self {
+        self.shared_scripts = shared;
         self
     }
 

@@ -118,16 +118,28 @@ impl<M: Memory> Heap<'_, M> {
         Some(self.optional_string(name)?.unwrap_or_default())
     }
 
-    /// A script's line ends (the position of each line's last character, as V8 computes
-    /// them), from the script itself when V8 has computed them, else from its source.
-    pub fn script_line_ends(&self, script: u64) -> Option<Vec<i32>> {
+    /// What a script's line ends (the position of each line's last character, as V8 computes
+    /// them) come from: the script itself when V8 has computed them, else its source.
+    pub fn script_line_ends(&self, script: u64) -> Option<LineEndsFrom> {
         let l = self.layout;
         let ends = self.field(script, l.script_line_ends)?;
         match self.typed(ends, l.fixed_array_type) {
-            Some(arr) => self.smi_array(arr, 1 << 22),
-            None => Some(line_ends(
-                &self.units(self.field(script, l.script_source)?, MAX_SOURCE)?,
-            )),
+            Some(arr) => Some(LineEndsFrom::Computed(self.smi_array(arr, 1 << 22)?)),
+            None => {
+                let string = self.field(script, l.script_source)?;
+                let len = self.string_length(string)?;
+                Some(LineEndsFrom::Source { string, len })
+            }
+        }
+    }
+
+    /// A script's line ends, its source read whole if V8 has not computed them.
+    pub fn read_line_ends(&self, script: u64) -> Option<Vec<i32>> {
+        match self.script_line_ends(script)? {
+            LineEndsFrom::Computed(ends) => Some(ends),
+            LineEndsFrom::Source { string, .. } => {
+                Some(line_ends(&self.units(string, MAX_SOURCE)?))
+            }
         }
     }
 
@@ -144,6 +156,15 @@ impl<M: Memory> Heap<'_, M> {
         let data = self.field(source, sl.external_resource + 8)?;
         (data != 0).then_some((data, len, ty & sl.encoding_mask == sl.one_byte_tag))
     }
+}
+
+/// Where a script's line ends come from.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LineEndsFrom {
+    /// V8 computed them (read from the Script).
+    Computed(Vec<i32>),
+    /// Its source string, `len` UTF-16 code units long.
+    Source { string: u64, len: usize },
 }
 
 /// V8's line ends of a source: each line terminator's position (`\r\n` counts at its `\n`),

@@ -7,6 +7,7 @@
 mod gone;
 mod moved;
 mod reads;
+mod scripts;
 
 use super::*;
 use crate::registry::perfmap::JitName;

@@ -8,7 +8,7 @@ use super::super::*;
 use super::moved::{F, HOT, M_SCRIPT, M_STRING, World, compiled};
 
 /// A memory that records the address and length of every read.
-struct Counting<'a, M: Memory> {
+pub(super) struct Counting<'a, M: Memory> {
     mem: &'a M,
     reads: RefCell<Vec<(u64, usize)>>,
 }
@@ -25,15 +25,24 @@ impl<M: Memory> Memory for Counting<'_, M> {
 }
 
 impl<'a, M: Memory> Counting<'a, M> {
-    fn new(mem: &'a M) -> Self {
+    pub(super) fn new(mem: &'a M) -> Self {
         Counting {
             mem,
             reads: RefCell::default(),
         }
     }
 
+    /// Bytes read of `[at, at + len)`.
+    pub(super) fn bytes_of(&self, at: u64, len: u64) -> u64 {
+        let reads = self.reads.borrow();
+        reads
+            .iter()
+            .map(|&(a, n)| (a + n as u64).min(at + len).saturating_sub(a.max(at)))
+            .sum()
+    }
+
     /// Reads that touched `[at, at + len)`.
-    fn of(&self, at: u64, len: u64) -> usize {
+    pub(super) fn of(&self, at: u64, len: u64) -> usize {
         let reads = self.reads.borrow();
         reads
             .iter()
@@ -43,7 +52,7 @@ impl<'a, M: Memory> Counting<'a, M> {
 }
 
 /// A one-byte external string (V8 keeps its characters at `data`, outside its heap).
-fn external(w: &World, at: u64, data: u64, len: u64) -> u64 {
+pub(super) fn external(w: &World, at: u64, data: u64, len: u64) -> u64 {
     // External (2), one byte (8), not internalized (0x20).
     let ty = 0x2a_u64;
     let map = M_STRING + 0x80;
