@@ -20,11 +20,12 @@ use super::{
 pub const PROBE_UNITS: usize = 1024;
 /// Sources shorter than this are read whole (the probe would not save a read).
 pub const SHARED_MIN_UNITS: usize = 16 * PROBE_UNITS;
-/// Line ends held in all (4 bytes each): past it the sharing starts again empty.
-const MAX_SHARED_ENDS: usize = 4 << 20;
+/// Line ends and probes' code units held in all (4 and 2 bytes each): past it the sharing
+/// starts again empty (at most about 16 MiB, however many sources).
+const MAX_SHARED_UNITS: usize = 4 << 20;
 
 /// Line ends of application scripts by name and length, with the probes they were read with.
-/// One per host (the registry's): cloned, it is the same.
+/// One per run (the registry's, an agent's for as long as it runs): cloned, it is the same.
 #[derive(Clone, Default)]
 pub struct ScriptSources(Rc<RefCell<Shared>>);
 
@@ -55,10 +56,11 @@ impl ScriptSources {
 
     fn insert(&self, name: &str, len: usize, probe: Vec<u16>, ends: Arc<Vec<i32>>) {
         let mut shared = self.0.borrow_mut();
-        if shared.held + ends.len() > MAX_SHARED_ENDS {
+        let units = ends.len() + probe.len();
+        if shared.held + units > MAX_SHARED_UNITS {
             *shared = Shared::default();
         }
-        shared.held += ends.len();
+        shared.held += units;
         (shared.by_source.entry((name.to_string(), len)).or_default()).push((probe, ends));
     }
 }
@@ -113,5 +115,25 @@ impl<M: Memory> V8Process<M> {
             sources.insert(name, len, probe_of(&units), Arc::clone(&ends));
         }
         ends
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many long one-line sources (one line end each, the probes most of what is held) keep
+    /// the sharing bounded: it starts again empty rather than grow.
+    #[test]
+    fn what_is_shared_stays_bounded_however_many_sources() {
+        let sources = ScriptSources::default();
+        let probe = vec![b'x' as u16; 2 * PROBE_UNITS];
+        for i in 0..5_000 {
+            let name = format!("/app/bundle-{i}.js");
+            sources.insert(&name, SHARED_MIN_UNITS, probe.clone(), Arc::new(vec![0]));
+            assert!(sources.0.borrow().held <= MAX_SHARED_UNITS);
+        }
+        assert!(!sources.known("/app/bundle-0.js", SHARED_MIN_UNITS));
+        assert!(sources.known("/app/bundle-4999.js", SHARED_MIN_UNITS));
     }
 }
