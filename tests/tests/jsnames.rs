@@ -42,6 +42,8 @@ struct Run {
     p: Value,
     workers: HashMap<String, u64>,
     folded: String,
+    /// Sampled stacks lost (`lost.stacks`): every one may be a Worker's write left unnamed.
+    lost: u64,
 }
 
 /// Runs `jsapis.js` (`rounds` calls of each function in `functions`) under `node` with
@@ -76,7 +78,14 @@ fn profile_with(
     }
     let mut w = Workload::spawn(cmd);
     let folded = dir.path().join("stacks.folded");
-    let prof = Profiler::start_with_stacks(w.pid, 1, &folded);
+    // The run's end says on standard error which of its sampled stacks userspace dropped (the
+    // rest of `lost.stacks` did not fit in the kernel's ring): a failure below quotes it.
+    let mut pcmd = std::process::Command::new(integration_tests::profiler_bin());
+    pcmd.env("RUST_LOG", "warn,mmaplock_prof::run::session=debug")
+        .args(["--format", "json", "-p", &w.pid.to_string(), "-i", "0"])
+        .args(["--stack-sample", "1", "--stacks", folded.to_str().unwrap()])
+        .stdin(std::process::Stdio::null());
+    let prof = Profiler::start_command(pcmd);
     w.send("go");
     let ids = if late {
         w.read_line()
@@ -96,14 +105,28 @@ fn profile_with(
     let p = process(summary, w.pid)
         .expect("node is in the summary")
         .clone();
-    // (A Worker's start is a burst of writes of its own, whose stacks may not all fit.) In a
-    // kernel matrix guest, a few in a hundred: the run's end unwinds for 5 s of the profiler's
-    // CPU, which a guest counts as its own while the host runs other guests' vCPUs (five on
-    // two cores) or other work (67 lost once, on 6.12).
+    // Every write's stack is sampled: each is kept (charged to a binary in `dsos`) or
+    // counted lost.
     let lost = summary["lost"]["stacks"].as_u64().unwrap();
     let kept = integration_tests::sampled_writes(&p);
+    let writes = p["write"]["count"].as_u64().unwrap();
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("sampled stacks"))
+        .collect();
+    eprintln!(
+        "{writes} writes: {kept} stacks kept, {lost} lost: {}",
+        said.join("; ")
+    );
+    assert_eq!(kept + lost, writes, "{}: {}", summary["lost"], p["dsos"]);
+    // On a host the profiler keeps up with the Workers' writes. A kernel matrix guest's
+    // userspace is emulated, a hundred times slower or more, while the Workers' writes come
+    // at the kernel's pace: the backlog it has at the end can outlast the end's budget (30 s
+    // of waiting), and what is left is counted lost (in CI, 18 to 84 of some 290 with five
+    // guests on two cores). The names are judged on the rest (`check_named`).
     let allowed = if integration_tests::in_matrix_guest() {
-        (lost + kept) / 20
+        writes / 2
     } else {
         0
     };
@@ -113,7 +136,12 @@ fn profile_with(
         summary["lost"]
     );
     let folded = std::fs::read_to_string(&folded).expect("the folded stacks");
-    Run { p, workers, folded }
+    Run {
+        p,
+        workers,
+        folded,
+        lost,
+    }
 }
 
 /// Sampled writes whose innermost application function is `name` (in jsapis.js).
@@ -132,10 +160,13 @@ fn named_writes(p: &Value, name: &str) -> u64 {
 const AROUND: u64 = 4;
 
 /// Each function named in at least 90% of its Worker's writes (all but [`AROUND`] of them
-/// where it writes little).
+/// where it writes little), not counting the writes whose stacks were lost (`run.lost`, at
+/// most all of them one function's): over all the functions, their unnamed writes are at
+/// most the sum of what each may leave unnamed and the lost stacks.
 fn check_named(run: &Run, what: &str) {
     let mut report = Vec::new();
     let mut failed = Vec::new();
+    let (mut unnamed, mut allowed) = (0, run.lost);
     for f in run.workers.keys().map(String::as_str) {
         let writes = thread_writes(&run.p, run.workers[f]);
         let named = named_writes(&run.p, f);
@@ -145,7 +176,9 @@ fn check_named(run: &Run, what: &str) {
         // fixture blocks it once its function has run: before, a scavenge V8 had scheduled ran
         // on its event loop after the function, 3 writes outside it, and failed a clean run).
         let around = (writes / 10).max(AROUND);
-        if writes < 4 || writes - named.min(writes) > around {
+        let missing = writes - named.min(writes);
+        (unnamed, allowed) = (unnamed + missing, allowed + around);
+        if writes < 4 || named == 0 || missing > around + run.lost {
             failed.push(f);
         }
     }
@@ -155,7 +188,7 @@ fn check_named(run: &Run, what: &str) {
         run.p["js_frames"],
         run.p["stack_ends"]
     );
-    if !failed.is_empty() {
+    if !failed.is_empty() || unnamed > allowed {
         let mut stacks: Vec<&str> = run.folded.lines().collect();
         stacks.sort_by_key(|l| {
             std::cmp::Reverse(l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()))
@@ -178,6 +211,11 @@ fn check_named(run: &Run, what: &str) {
     assert!(
         failed.is_empty(),
         "{what}: {failed:?} named in under 90% of their writes (and more than {AROUND} unnamed)"
+    );
+    assert!(
+        unnamed <= allowed,
+        "{what}: {unnamed} writes unnamed, more than the {allowed} allowed ({} stacks lost)",
+        run.lost
     );
     assert!(run.p.get("js_hint").is_none(), "{}", run.p["js_hint"]);
 }

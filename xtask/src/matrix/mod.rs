@@ -203,6 +203,29 @@ pub fn tests_of(k: &Kernel) -> &'static [(&'static str, &'static str)] {
     }
 }
 
+/// The variable that narrows each kernel's tests to those named (comma-separated, each a test
+/// function's name or `file::name`): for looking at one test in the guests, never under CI.
+pub const TESTS_ENV: &str = "MMAPLOCK_PROF_MATRIX_TESTS";
+
+/// `tests` narrowed by `TESTS_ENV` (all of them when it is unset or empty, or under CI).
+fn narrowed(tests: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    let wanted = match crate::suite::under_ci() {
+        true => String::new(),
+        false => std::env::var(TESTS_ENV).unwrap_or_default(),
+    };
+    let wanted: Vec<&str> = wanted.split(',').filter(|w| !w.is_empty()).collect();
+    tests
+        .iter()
+        .filter(|(file, name)| {
+            wanted.is_empty()
+                || wanted
+                    .iter()
+                    .any(|w| w == name || *w == format!("{file}::{name}"))
+        })
+        .copied()
+        .collect()
+}
+
 /// The tests a kernel reports as waiting for a feature of the profiler, with what they wait
 /// for.
 pub fn pending_of(k: &Kernel) -> &'static [(&'static str, &'static str, &'static str)] {
@@ -374,7 +397,7 @@ fn run_kernel(
     build: &binaries::Build,
 ) -> Result<KernelRun> {
     let fetched = &ready.fetched;
-    let tests = tests_of(k);
+    let tests = &narrowed(tests_of(k))[..];
     let rwdir = work.join(k.name);
     let _ = std::fs::remove_dir_all(&rwdir);
     std::fs::create_dir_all(rwdir.join("logs"))?;
