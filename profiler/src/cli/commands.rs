@@ -273,7 +273,8 @@ pub struct AgentArgs {
     /// roots, as webpki-roots ships them).
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub push_ca: Option<PathBuf>,
-    /// With --js-functions or --pprof: take one write's stack in N per thread.
+    /// With --js-functions, --pprof, --pyroscope, --otlp or --escalate-dir: take one write's
+    /// stack in N per thread.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_sample: u32,
     /// No status messages on standard error.

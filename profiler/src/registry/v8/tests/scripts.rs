@@ -2,7 +2,7 @@
 //! read whole once: the other copies are recognised by their name, length and ends.
 
 use super::super::*;
-use super::moved::{FakeHeap, M_SCRIPT, World, compiled};
+use super::moved::{FakeHeap, M_SCRIPT, M_STRING, World, compiled};
 use super::reads::{Counting, external};
 use crate::registry::v8::scripts::{PROBE_UNITS, SHARED_MIN_UNITS};
 
@@ -139,4 +139,56 @@ fn scripts_are_shared_by_the_processes_given_the_same_sources_and_short_ones_rea
         }
         assert_eq!(read, expected, "{name}");
     }
+}
+
+/// A Script at `at` named `name` whose source is `text` as an external two-byte string (a
+/// file with characters past Latin-1): returns the script and where its code units are.
+fn two_byte_script(w: &World, at: u64, name: &str, text: &str) -> (u64, u64, u64) {
+    // Past the function's objects (`location`'s, up to `at` + 0x30_0000 and some).
+    let data = at + 0x80_0000;
+    let mut units: Vec<u16> = text.encode_utf16().collect();
+    let len = units.len() as u64;
+    units.resize(units.len().div_ceil(4) * 4, 0);
+    let words: Vec<u64> = (units.chunks(4))
+        .map(|c| c.iter().rev().fold(0u64, |a, &u| (a << 16) | u as u64))
+        .collect();
+    w.heap.put(data, &words);
+    // External (2), two-byte (0), not internalized (0x20).
+    let map = M_STRING + 0xc0;
+    w.heap.put(map, &[0, 0x22_u64 << 32]);
+    w.heap.put(at + 0x200, &[map + 1, len << 32, 0, data]);
+    let name = w.string(at + 0x100, name);
+    w.heap
+        .put(at, &[M_SCRIPT + 1, at + 0x201, name, 0, 0, 0, 0, 0]);
+    (at, data, len)
+}
+
+/// A two-byte source (each line with a character past Latin-1) is shared as a one-byte one
+/// is: read whole once, the second isolate's copy at its two ends only (two bytes a code
+/// unit), and the same line placed in code units.
+#[test]
+fn a_two_byte_source_is_shared_by_its_code_units() {
+    let w = World::new();
+    let text: String = (0..400)
+        .map(|i| format!("{:<62}\n", format!("// line {} \u{2192}", i + 1)))
+        .collect();
+    let counting = Counting::new(&w.heap);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &counting);
+    let mut read = Vec::new();
+    for i in 0..2u64 {
+        let base = 0x1000_0000 * (i + 1);
+        let (script, chars, units) = two_byte_script(&w, base, "/app/arrows.js", &text);
+        assert_eq!(units as usize, 400 * 63);
+        assert!(units as usize >= SHARED_MIN_UNITS);
+        // Line 300, column 5: positions count code units.
+        assert_eq!(
+            location(&mut v8, &w, base, script, 299 * 63 + 4),
+            "/app/arrows.js:300:5",
+            "isolate {i}"
+        );
+        read.push(counting.bytes_of(chars, 2 * units));
+    }
+    let units = 400 * 63;
+    assert_eq!(read, [2 * units, 4 * PROBE_UNITS as u64], "bytes read");
+    assert_eq!(v8.stats.sources_shared, 1);
 }
