@@ -385,7 +385,9 @@ impl StackAttribution {
             });
         }
         let Some(p) = self.pending.remove(&(d.tid, d.seq)) else {
-            if d.seq & READ_WAIT_SEQ == 0 {
+            // A sample discarded by the end's first drain, out of time, whose outcome came
+            // with the kernel's last flush: counted when its sample was.
+            if d.seq & READ_WAIT_SEQ == 0 && !self.discarded.remove(&(d.tid, d.seq)) {
                 self.dropped += 1;
             }
             return;

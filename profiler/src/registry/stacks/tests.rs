@@ -163,6 +163,13 @@ fn discarded_records_are_lost_stacks_counted_once() {
     a.on_done(&done(7, 3, 10));
     assert_eq!(a.dropped, 3);
     assert!(a.owner(p).is_none());
+    // A sample discarded by the end's first drain, its outcome read normally after the
+    // kernel's last flush: one lost (it was two, a guest's summary had more stacks kept and
+    // lost than writes).
+    h.seq = 4;
+    a.discard(bytemuck::bytes_of(&h));
+    a.on_done(&done(7, 4, 10));
+    assert_eq!(a.dropped, 4);
 }
 
 #[test]
