@@ -88,6 +88,7 @@ mod user {
         BlockedKey,
         BlockedVal,
         V8Frames,
+        V8Named,
     );
 }
 
@@ -150,9 +151,11 @@ mod tests {
             size_of::<StackSample>(),
             72 + STACK_BYTES + V8_COPY_SLOTS * 80
         );
-        assert!(V8_COPY_SLOTS.is_power_of_two() && V8_COPY_SLOTS >= MAX_V8_COPIES);
+        assert!(V8_COPY_SLOTS.is_power_of_two() && V8_COPY_SLOTS > MAX_V8_COPIES);
         assert_eq!(size_of::<V8Copy>(), 8 + V8_COPY_BYTES);
-        assert_eq!(size_of::<V8Frames>(), 24);
+        assert_eq!(size_of::<V8Frames>(), 64);
+        assert_eq!(size_of::<V8Named>(), 16);
+        assert!(size_of::<StackSample>() < 32 << 10);
         assert_eq!(size_of::<SampleDone>(), 32);
         assert_eq!(STACK_BYTES % STACK_CHUNK, 0);
         assert_eq!(size_of::<NewThread>(), 16 + 24 + COMM_LEN + 8);

@@ -65,6 +65,21 @@ pub struct StackSample {
     pub stack: [u8; STACK_BYTES + V8_COPY_SLOTS * size_of::<V8Copy>()],
 }
 
+/// A SharedFunctionInfo of process `tgid` (tagged address) whose name userspace has: set in
+/// `V8_NAMED`, the eBPF side copies its frames' objects but not its name's (userspace names it
+/// from its cache, checking the copied fields). A GC may put another function at the address:
+/// then the name is read from the process, as without the copies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Pod, Zeroable)]
+pub struct V8Named {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub sfi: u64,
+}
+
+/// Most entries of `V8_NAMED` (least recently used ones go first).
+pub const V8_NAMED_ENTRIES: u32 = 32768;
+
 /// Where a process's V8 frames keep their slots, and its JSFunctions their fields (offsets
 /// from node's own `v8dbg_*` symbols), set by userspace in `V8_FRAMES` for each process whose
 /// V8 it has read: with it, the eBPF side copies the objects of a sample's V8 frames at the
@@ -82,15 +97,36 @@ pub struct V8Frames {
     /// below 64).
     pub function_shared: u32,
     pub function_code: u32,
+    /// What naming a frame reads past those objects (WIP prototype): a SharedFunctionInfo's
+    /// name-or-scope-info and script fields and a Script's name and source fields (8-byte
+    /// words below 64), `Map::instance_type` within a map, the ScopeInfo type, a ScopeInfo's context
+    /// local count and first variable slot indexes, and a String's length and one-byte
+    /// characters offsets.
+    pub sfi_name_or_scope_info: u32,
+    pub sfi_script: u32,
+    pub script_name: u32,
+    pub map_instance_type: u32,
+    pub scope_info_type: u32,
+    pub scope_context_local_count: u32,
+    pub scope_first_vars: u32,
+    pub string_length: u32,
+    pub string_chars: u32,
+    /// A Script's source field (an 8-byte word below 64).
+    pub script_source: u32,
 }
 
 /// Bytes of an object's start copied: the headers userspace checks and names from.
 pub const V8_COPY_BYTES: usize = 72;
-/// Most objects copied per sample (four per frame: its function, SharedFunctionInfo, code and
-/// bytecode).
-pub const MAX_V8_COPIES: usize = 48;
-/// Room for copies in a [`StackSample`] (at least [`MAX_V8_COPIES`]).
-pub const V8_COPY_SLOTS: usize = 64;
+/// Most objects copied per sample for the frames themselves (up to five per frame: its
+/// function, the function's map, SharedFunctionInfo, code and bytecode).
+pub const MAX_FRAME_COPIES: usize = 64;
+/// Most copies per sample in all: the frames' objects, then what naming their functions
+/// reads (ScopeInfo, its name slots, name strings, Script, its name), up to this.
+pub const MAX_V8_COPIES: usize = 127;
+/// Room for copies in a [`StackSample`] (more than [`MAX_V8_COPIES`]: the count is masked
+/// by `V8_COPY_SLOTS - 1`). 16 KiB of stack and 128 copies of 80 bytes stay under the 32 KiB
+/// a per-CPU array's value may hold.
+pub const V8_COPY_SLOTS: usize = 128;
 
 /// An object's first [`V8_COPY_BYTES`] as the sampled thread's memory held them at the
 /// sample (`addr`: the untagged address).

@@ -88,6 +88,8 @@ pub struct FakeKernel {
     pub deselected: Vec<(u32, u64)>,
     /// V8 frame layouts set (and, None, unset) for the kernel side, in order.
     pub v8_frames: Vec<(u32, Option<V8Frames>)>,
+    /// SharedFunctionInfos noted as named, by process.
+    pub v8_named: Vec<(u32, u64)>,
     /// The kernel's selection (`SELECTED`), as the test's kernel made it.
     pub selection: Vec<Selected>,
     /// Readings of the stats map so far.
@@ -116,6 +118,7 @@ impl FakeKernel {
             removed_blocked: Vec::new(),
             deselected: Vec::new(),
             v8_frames: Vec::new(),
+            v8_named: Vec::new(),
             selection: Vec::new(),
             readings: 0,
         }
@@ -399,6 +402,10 @@ impl Kernel for FakeKernel {
 
     fn set_v8_frames(&mut self, pid: u32, frames: Option<V8Frames>) {
         self.v8_frames.push((pid, frames));
+    }
+
+    fn note_v8_named(&mut self, pid: u32, sfis: &[u64]) {
+        self.v8_named.extend(sfis.iter().map(|&s| (pid, s)));
     }
 
     fn deselect(&mut self, pid: u32, ticks: u64) {

@@ -9,7 +9,7 @@
 //! between two steps (its entries read one last time, then deleted).
 
 use profiler_common::{
-    BlockedKey, BlockedVal, ExitedThread, StatsKey, ThreadCpu, ThreadStats, V8Frames,
+    BlockedKey, BlockedVal, ExitedThread, StatsKey, ThreadCpu, ThreadStats, V8Frames, V8Named,
 };
 
 use std::io;
@@ -90,6 +90,11 @@ pub trait Kernel {
     /// carry copies of their frames' objects (see `profiler_common::V8Frames`). Best effort:
     /// without it, those objects are read from the process.
     fn set_v8_frames(&mut self, pid: u32, frames: Option<V8Frames>);
+
+    /// Notes SharedFunctionInfos (tagged addresses) of process `pid` that userspace has named:
+    /// their names are no longer copied at the samples (see `profiler_common::V8Named`). Best
+    /// effort: a name not noted is copied again.
+    fn note_v8_named(&mut self, pid: u32, sfis: &[u64]);
 
     /// The processes in the kernel's selection now, with how each came in (none when the
     /// run selects none: system-wide, or by `--pid` alone).
@@ -340,6 +345,26 @@ impl Kernel for Collector {
         // Full (8,192 processes at once): that process's objects are read, as without it.
         if let Err(e) = set {
             log::debug!("V8 frames of {pid} not set: {e}");
+        }
+    }
+
+    fn note_v8_named(&mut self, pid: u32, sfis: &[u64]) {
+        let Ok(mut m) = super::collector::map_of::<
+            aya::maps::HashMap<&mut aya::maps::MapData, V8Named, u8>,
+        >(&mut self.ebpf, "V8_NAMED") else {
+            return;
+        };
+        for &sfi in sfis {
+            let key = V8Named {
+                tgid: pid,
+                _pad: 0,
+                sfi,
+            };
+            // An LRU map: full, it forgets the least recently used.
+            if let Err(e) = m.insert(key, 1, 0) {
+                log::debug!("V8 function {sfi:#x} of {pid} not noted: {e}");
+                return;
+            }
         }
     }
 

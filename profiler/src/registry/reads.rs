@@ -29,6 +29,10 @@ pub struct Reads {
     /// another isolate: only its two ends read (`v8::scripts`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub v8_sources_shared: u64,
+    /// V8 functions named from one sample's copies (their name, Script and the Script's
+    /// name copied at the sample): not read again now.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub v8_named_at_sample: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -49,5 +53,6 @@ impl AddAssign for Reads {
         self.memory_ranges += o.memory_ranges;
         self.v8_copied += o.v8_copied;
         self.v8_sources_shared += o.v8_sources_shared;
+        self.v8_named_at_sample += o.v8_named_at_sample;
     }
 }

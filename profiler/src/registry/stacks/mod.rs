@@ -180,6 +180,15 @@ impl StackAttribution {
         std::mem::take(&mut self.v8_frames)
     }
 
+    /// The V8 functions named since the last call, by pid: their names need not be copied at
+    /// the samples any more (`Kernel::note_v8_named`).
+    pub fn take_v8_named(&mut self) -> Vec<(u32, Vec<u64>)> {
+        (self.unwinders.iter_mut())
+            .filter_map(|(p, u)| Some((p.pid, u.as_mut()?.take_v8_named())))
+            .filter(|(_, named)| !named.is_empty())
+            .collect()
+    }
+
     /// One ring buffer record. A batch of records ends with [`flush`](Self::flush).
     pub fn on_record(&mut self, bytes: &[u8]) {
         let Some(tag) = read_record::<u32>(bytes) else {

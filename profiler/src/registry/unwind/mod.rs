@@ -463,6 +463,11 @@ impl ProcessUnwinder {
         }
     }
 
+    /// The V8 functions it named since the last call (see `V8Process::take_named`).
+    pub fn take_v8_named(&mut self) -> Vec<u64> {
+        self.v8.as_mut().map(|v| v.take_named()).unwrap_or_default()
+    }
+
     /// What it has read of the process: its maps (whole and queried) and V8's heap.
     pub fn reads(&self) -> Reads {
         let mut r = self.lookups.reads;
@@ -470,6 +475,7 @@ impl ProcessUnwinder {
             r += v8.memory().reads();
             r.v8_copied += v8.stats.copied;
             r.v8_sources_shared += v8.stats.sources_shared;
+            r.v8_named_at_sample += v8.stats.at_sample;
         }
         r
     }

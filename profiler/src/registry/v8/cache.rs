@@ -82,13 +82,29 @@ impl<M: Memory> V8Process<M> {
         if let Some(function) = self.sfis.get(sfi, (nosi, script)) {
             return function;
         }
-        match self.read_function(sfi, script) {
+        let at_sample = (self.at_sample.get(&sfi))
+            .filter(|n| n.fields == (nosi, script))
+            .cloned();
+        let read = match at_sample {
+            Some(n) => self.function_at_sample(n),
+            None => self.read_function(sfi, script),
+        };
+        match read {
             Read::Done(function) => {
+                if function.is_some() {
+                    self.newly_named.push(sfi);
+                }
                 self.sfis.insert(sfi, (nosi, script), function.clone());
                 function
             }
             Read::Unreadable => None,
         }
+    }
+
+    /// The SharedFunctionInfos (tagged) named since the last call: the kernel side need not
+    /// copy their names again (`Kernel::note_v8_named`).
+    pub fn take_named(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.newly_named)
     }
 
     /// The function's name and location; [`Read::Unreadable`] when its Script cannot be read
@@ -105,26 +121,92 @@ impl<M: Memory> V8Process<M> {
             name
         };
         let location = match self.script(script) {
-            Read::Done(Some((script_name, ends))) => {
-                match start.and_then(|p| line_column(&ends, p)) {
-                    // As V8 writes it in its perf map: no column before V8 11.
-                    Some((line, _)) if self.layout.version < (11, 0, 0) => {
-                        format!("{script_name}:{line}")
-                    }
-                    Some((line, column)) => format!("{script_name}:{line}:{column}"),
-                    None => script_name,
-                }
-            }
-            Read::Done(None) => String::new(),
+            Read::Done(resolved) => self.location(resolved, start),
             Read::Unreadable => return Read::Unreadable,
         };
         Read::Done(Some(JsFunction { name, location }))
+    }
+
+    /// The function named from one sample's copies (`checks::named_at_sample`): its Script's
+    /// line ends from the cache if that Script (by address and fields, as copied) is there,
+    /// else read now, if the Script now at its address holds the fields the copy held (the
+    /// same Script), else not now.
+    fn function_at_sample(&mut self, n: super::NamedAtSample) -> Read<Option<JsFunction>> {
+        let name = if n.name.is_empty() {
+            "(anonymous)".to_string()
+        } else {
+            n.name
+        };
+        let resolved = match n.script {
+            None => None,
+            Some((fields, script_name)) => {
+                let script = n.fields.1;
+                match self.scripts.get(script, fields) {
+                    Some(r) => Some(r),
+                    // Node's own module, whose source (static data of node's binary, where the
+                    // copy says it lies) has had its line ends read: nothing read now.
+                    None if let Some(r) = self.builtin_at_sample(&script_name, n.builtin) => {
+                        self.scripts.insert(script, fields, r.clone());
+                        Some(r)
+                    }
+                    None => match self.script_expecting(script, Some((fields, script_name))) {
+                        Read::Done(r) => r,
+                        Read::Unreadable => return Read::Unreadable,
+                    },
+                }
+            }
+        };
+        Read::Done(Some(JsFunction {
+            name,
+            location: self.location(resolved, n.start),
+        }))
+    }
+
+    /// The name and line ends of node's own module named `name` whose source lies at
+    /// `builtin` (as `Heap::external_source` gives it), if those line ends have been read.
+    fn builtin_at_sample(
+        &self,
+        name: &Option<String>,
+        builtin: Option<(u64, usize, bool)>,
+    ) -> Option<(String, Arc<Vec<i32>>)> {
+        let name = name.as_ref().filter(|n| n.starts_with("node:"))?;
+        let (at, len, one_byte) = builtin?;
+        let (binary, shared) = &self.builtin_sources;
+        let ends = shared
+            .ends
+            .borrow()
+            .get(&(binary.clone(), at, len, one_byte))
+            .cloned()?;
+        Some((name.clone(), ends))
+    }
+
+    /// `name script:line:column` as V8 writes it in its perf map.
+    fn location(&self, script: Option<(String, Arc<Vec<i32>>)>, start: Option<i32>) -> String {
+        let Some((script_name, ends)) = script else {
+            return String::new();
+        };
+        match start.and_then(|p| line_column(&ends, p)) {
+            // As V8 writes it in its perf map: no column before V8 11.
+            Some((line, _)) if self.layout.version < (11, 0, 0) => format!("{script_name}:{line}"),
+            Some((line, column)) => format!("{script_name}:{line}:{column}"),
+            None => script_name,
+        }
     }
 
     /// A script's name and line ends, cached and checked on each use: `Done(None)` when the
     /// field holds no Script (a builtin's), [`Read::Unreadable`] when it does (or its type
     /// cannot be read) and the Script cannot be read now (not cached).
     fn script(&mut self, script: u64) -> Read<Option<(String, Arc<Vec<i32>>)>> {
+        self.script_expecting(script, None)
+    }
+
+    /// [`script`](Self::script), for a Script that must hold the fields `expect` holds (and
+    /// whose name, if given, is the one read at the same time as they were).
+    fn script_expecting(
+        &mut self,
+        script: u64,
+        expect: Option<((u64, u64), Option<String>)>,
+    ) -> Read<Option<(String, Arc<Vec<i32>>)>> {
         let l = Arc::clone(&self.layout);
         let fields = {
             let h = self.heap();
@@ -142,10 +224,15 @@ impl<M: Memory> V8Process<M> {
         let Some(fields) = fields else {
             return Read::Unreadable;
         };
+        let known_name = match expect {
+            Some((f, _)) if f != fields => return Read::Unreadable,
+            Some((_, name)) => name,
+            None => None,
+        };
         if let Some(resolved) = self.scripts.get(script, fields) {
             return Read::Done(Some(resolved));
         }
-        match self.read_script(script) {
+        match self.read_script(script, known_name) {
             Some(resolved) => {
                 self.scripts.insert(script, fields, resolved.clone());
                 Read::Done(Some(resolved))
@@ -159,10 +246,17 @@ impl<M: Memory> V8Process<M> {
     /// same bytes at the same address in every isolate of the process (each Worker has its own
     /// Script objects), so their line ends are read once per process, by that address and length
     /// (once per binary when its processes share them: `SharedSources`).
-    fn read_script(&mut self, script: u64) -> Option<(String, Arc<Vec<i32>>)> {
+    fn read_script(
+        &mut self,
+        script: u64,
+        known_name: Option<String>,
+    ) -> Option<(String, Arc<Vec<i32>>)> {
         let (name, builtin) = {
             let h = self.heap();
-            let name = h.script_name(script)?;
+            let name = match known_name {
+                Some(n) => n,
+                None => h.script_name(script)?,
+            };
             let builtin = name
                 .starts_with("node:")
                 .then(|| h.external_source(script))

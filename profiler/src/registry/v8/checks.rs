@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{
-    Copies, JsSlots, SlotKind, V8Process,
-    heap::{self, is_heap_object, smi},
+    Copies, JsSlots, NamedAtSample, SlotKind, V8Process,
+    heap::{self, Heap, is_heap_object, smi},
     memory::Memory,
 };
 
@@ -91,6 +91,18 @@ impl<M: Memory> V8Process<M> {
                 _ => true,
             })
             .collect();
+        // Those whose name (and Script) one sample copied whole with them are named from that
+        // sample's copies: one snapshot of the heap, in which the SharedFunctionInfo held
+        // that name and Script (nothing of it is read now, so nothing moved since matters).
+        let named: Vec<(u64, NamedAtSample)> = (unsure.keys())
+            .filter_map(|a| Some((a + heap::HEAP_OBJECT_TAG, self.named_at_sample(*a, copies)?)))
+            .collect();
+        self.stats.at_sample += named.len() as u64;
+        let done: HashSet<u64> = named.iter().map(|(t, _)| *t).collect();
+        let unsure: BTreeMap<u64, [Option<u64>; 3]> = (unsure.into_iter())
+            .filter(|(a, _)| !done.contains(&(a + heap::HEAP_OBJECT_TAG)))
+            .collect();
+        self.at_sample.extend(named);
         // The blocks are the batch's copies and reads once this returns: none yet, so that
         // what is read here is the heap as it is now.
         debug_assert!(self.blocks.borrow().is_empty());
@@ -104,6 +116,46 @@ impl<M: Memory> V8Process<M> {
             .map(|(a, _)| a + heap::HEAP_OBJECT_TAG)
             .collect();
         self.stale.extend(stale);
+    }
+
+    /// The name of the SharedFunctionInfo at `sfi` (untagged) and its Script's fields, from
+    /// the copies of the last sample that copied it alone (None if any of it is missing
+    /// there: it is then read as before).
+    fn named_at_sample(&self, sfi: u64, copies: &Copies) -> Option<NamedAtSample> {
+        let maps = self.heap();
+        let l = &*self.layout;
+        let h = Heap::new(copies.at_sample(sfi, &maps.mem)?, l, &self.map_types);
+        // Its type is checked by `checked_sfi`, from this very copy (the batch keeps each
+        // object's last copy).
+        let sfi = sfi + heap::HEAP_OBJECT_TAG;
+        let fields = (
+            h.field(sfi, l.sfi_name_or_scope_info)?,
+            h.field(sfi, l.sfi_script)?,
+        );
+        let (name, start) = h.sfi_name(sfi)?;
+        let script = fields.1;
+        let mut builtin = None;
+        // No Script (a builtin's): no location. A Script's type not copied: not named here.
+        let script = if !is_heap_object(script) || h.instance_type(script)? != l.script_type {
+            None
+        } else {
+            let own = (
+                h.field(script, l.script_name)?,
+                h.field(script, l.script_source)?,
+            );
+            let name = h.script_name(script);
+            if name.as_ref().is_some_and(|n| n.starts_with("node:")) {
+                builtin = h.external_source(script);
+            }
+            Some((own, name))
+        };
+        Some(NamedAtSample {
+            fields,
+            name,
+            start,
+            script,
+            builtin,
+        })
     }
 
     /// Whether the SharedFunctionInfo's function data is `bytecode` (directly, or through

@@ -77,7 +77,7 @@ impl<'a, M: Memory> Heap<'a, M> {
             return Some(*t);
         }
         let mut b = [0u8; 2];
-        if !self.mem.read(
+        if !self.mem.read_map(
             (map - HEAP_OBJECT_TAG).wrapping_add(self.layout.map_instance_type),
             &mut b,
         ) {

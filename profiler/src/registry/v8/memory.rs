@@ -19,6 +19,12 @@ pub trait Memory {
         None
     }
 
+    /// A read of a map's field (maps do not move: a view of copies taken at a sample, which
+    /// holds no maps, reads them from the memory itself).
+    fn read_map(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.read(addr, buf)
+    }
+
     /// Several reads (for a process, in one system call): whether each was done.
     fn read_many(&self, reqs: &mut [(u64, Vec<u8>)]) -> Vec<bool> {
         reqs.iter_mut().map(|(a, b)| self.read(*a, b)).collect()
@@ -32,6 +38,10 @@ impl<T: Memory> Memory for &T {
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         (**self).read(addr, buf)
+    }
+
+    fn read_map(&self, addr: u64, buf: &mut [u8]) -> bool {
+        (**self).read_map(addr, buf)
     }
 
     fn read_many(&self, reqs: &mut [(u64, Vec<u8>)]) -> Vec<bool> {

@@ -150,6 +150,16 @@ impl Layout {
             fp_bytecode_offset: i32::try_from(self.fp_bytecode_offset).ok()?,
             function_shared: within(self.js_function_shared)?,
             function_code: within(self.js_function_code)?,
+            sfi_name_or_scope_info: within(self.sfi_name_or_scope_info)?,
+            sfi_script: within(self.sfi_script)?,
+            script_name: within(self.script_name)?,
+            map_instance_type: u32::try_from(self.map_instance_type).ok()?,
+            scope_info_type: u32::from(self.scope_info_type),
+            scope_context_local_count: u32::try_from(self.scope_info.context_local_count).ok()?,
+            scope_first_vars: u32::try_from(self.scope_info.first_vars).ok()?,
+            string_length: u32::try_from(self.strings.length).ok()?,
+            string_chars: u32::try_from(self.strings.seq_one_byte_chars).ok()?,
+            script_source: within(self.script_source)?,
         })
     }
 

@@ -27,6 +27,7 @@
 
 mod cache;
 mod checks;
+mod copies;
 mod frame;
 pub mod heap;
 pub mod memory;
@@ -44,13 +45,15 @@ use std::{
 };
 
 use cache::Checked;
+pub use copies::Copies;
+use copies::NamedAtSample;
 pub use frame::{JsSlots, SlotKind, slots};
 use heap::{Heap, is_heap_object};
 use memory::{Memory, Prefetched, ProcessMemory};
 use metadata::{Layout, LayoutError};
 pub use scripts::ScriptSources;
 
-use profiler_common::{V8_COPY_BYTES, V8Copy};
+use profiler_common::V8_COPY_BYTES;
 
 use crate::registry::perfmap::JsFunction;
 
@@ -134,28 +137,8 @@ pub struct ResolveStats {
     pub copied: u64,
     /// Scripts whose line ends were those of a source read in another isolate (`scripts`).
     pub sources_shared: u64,
-}
-
-/// Objects of V8 frames as the eBPF side copied them at the samples of a batch
-/// (`profiler_common::V8Copy`: the first [`V8_COPY_BYTES`] of each), by address. Where two
-/// samples copied one object, the later copy is kept: as a read at the batch's end would,
-/// every frame of the batch is checked against one version of each object.
-#[derive(Default)]
-pub struct Copies(HashMap<u64, [u8; V8_COPY_BYTES]>);
-
-impl Copies {
-    /// Adds the copies at the end of a sample's record (whole [`V8Copy`]s, in order).
-    pub fn add(&mut self, records: &[u8]) {
-        for c in records.chunks_exact(size_of::<V8Copy>()) {
-            let c: V8Copy = bytemuck::pod_read_unaligned(c);
-            self.0.insert(c.addr, c.bytes);
-        }
-    }
-
-    /// The first `len` bytes of the object at `addr`, if it was copied that far.
-    pub fn get(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        self.0.get(&addr)?.get(..len)
-    }
+    /// SharedFunctionInfos named from one sample's copies (not read again).
+    pub at_sample: u64,
 }
 
 /// The V8 heap of one process, and what was read from it.
@@ -170,6 +153,9 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// SharedFunctionInfos (tagged) copied at the sample that no longer hold what the copy
     /// holds: their frames of the batch being resolved are unknown (see `checks`).
     stale: HashSet<u64>,
+    /// SharedFunctionInfos (tagged) of the batch named from one sample's copies (see
+    /// `checks`).
+    at_sample: HashMap<u64, NamedAtSample>,
     /// A SharedFunctionInfo's name, by (name or scope info, script).
     sfis: Checked<Option<JsFunction>>,
     /// A Script's name and line ends, by (name, source).
@@ -181,6 +167,8 @@ pub struct V8Process<M: Memory = ProcessMemory> {
     /// The line ends of application scripts, shared with the other isolates that loaded the
     /// same source (`scripts`): the host's when given, else this process's own.
     shared_scripts: ScriptSources,
+    /// SharedFunctionInfos named since [`take_named`](Self::take_named) last ran.
+    newly_named: Vec<u64>,
     pub stats: ResolveStats,
 }
 
@@ -193,10 +181,12 @@ impl<M: Memory> V8Process<M> {
             pages: RefCell::default(),
             map_types: RefCell::default(),
             stale: HashSet::new(),
+            at_sample: HashMap::new(),
             sfis: Checked::new(),
             scripts: Checked::new(),
             builtin_sources: Default::default(),
             shared_scripts: ScriptSources::default(),
+            newly_named: Vec::new(),
             stats: ResolveStats::default(),
         }
     }
@@ -290,9 +280,19 @@ impl<M: Memory> V8Process<M> {
         }
         let second = self.fetch(second, copies);
         self.recheck_copied_sfis(&second, &sfis, copies);
+        // The functions' maps copied at the samples (maps do not move): their types.
+        let maps: Vec<(u64, Vec<u8>)> = (first.iter())
+            .filter_map(|(_, b)| word(b, 0))
+            .filter(|m| is_heap_object(*m))
+            .map(untag)
+            .collect::<HashSet<u64>>()
+            .into_iter()
+            .filter_map(|m| Some((m, copies.get(m, HEADER)?.to_vec())))
+            .collect();
         {
             let mut blocks = self.blocks.borrow_mut();
             blocks.clear();
+            blocks.extend(maps);
             blocks.extend(first);
             blocks.extend(second);
             blocks.sort_unstable_by_key(|(a, _)| *a);
@@ -300,6 +300,7 @@ impl<M: Memory> V8Process<M> {
         let out = slots.iter().map(|s| self.resolve(s)).collect();
         // The heap moves on: nothing read is kept past the batch (but names, checked).
         self.stale.clear();
+        self.at_sample.clear();
         self.blocks.borrow_mut().clear();
         self.pages.borrow_mut().clear();
         out
@@ -371,11 +372,20 @@ impl<M: Memory> V8Process<M> {
     }
 
     fn try_resolve(&mut self, s: &JsSlots) -> Option<JsFunction> {
-        let sfi = self.checked_sfi(s)?;
+        let Some(sfi) = self.checked_sfi(s) else {
+            log::trace!("unknown: no SharedFunctionInfo checked ({:?})", s.kind);
+            return None;
+        };
         if self.stale.contains(&sfi) {
+            log::trace!("unknown: {sfi:#x} changed since its copy");
             return None;
         }
-        self.sfi_function(sfi)
+        let r = self.sfi_function(sfi);
+        if r.is_none() {
+            let at_sample = self.at_sample.contains_key(&sfi);
+            log::trace!("unknown: {sfi:#x} not named (named at the sample: {at_sample})");
+        }
+        r
     }
 }
 

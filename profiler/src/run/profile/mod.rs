@@ -323,11 +323,15 @@ impl<K: Kernel> Profile<K> {
     }
 
     /// Gives the kernel side the V8 frame layouts of the processes whose unwinders were made
-    /// or forgotten since (see `StackAttribution::take_v8_frames`).
+    /// or forgotten since (see `StackAttribution::take_v8_frames`), and the functions named
+    /// since, whose names it then stops copying.
     pub fn share_v8_frames(&mut self) {
         if let Some(stacks) = self.stacks.as_mut() {
             for (pid, frames) in stacks.take_v8_frames() {
                 self.collector.set_v8_frames(pid, frames);
+            }
+            for (pid, named) in stacks.take_v8_named() {
+                self.collector.note_v8_named(pid, &named);
             }
         }
     }

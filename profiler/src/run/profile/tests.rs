@@ -323,6 +323,7 @@ fn an_evicted_process_leaves_the_registry_but_not_the_report() {
         memory_ranges: 1,
         v8_copied: 0,
         v8_sources_shared: 0,
+        v8_named_at_sample: 0,
     };
     p.registry.roles.note_reads(main.process(), read);
 

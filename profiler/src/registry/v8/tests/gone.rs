@@ -5,6 +5,7 @@
 use super::super::*;
 use super::moved::{F, HOT, World, compiled};
 use super::reads::{pad_headers, words_of};
+use profiler_common::V8Copy;
 
 /// The copies of `hot`'s function, SharedFunctionInfo and code, as the kernel side sends them
 /// after the stack; and the SharedFunctionInfo's and code's addresses.
@@ -133,4 +134,56 @@ fn a_script_without_readable_lines_is_named_by_its_file_alone() {
     assert!(
         matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot" && j.location == "app.js"),
     );
+}
+
+/// A copied function whose name and Script one sample copied with it (as the eBPF side does
+/// for a frame's SharedFunctionInfo) is named from that sample: its name moved since does
+/// not matter, and the SharedFunctionInfo is not read again. A copy that lacks any of it
+/// (here: the Script's) leaves it to the check as before (unknown, its name having moved).
+#[test]
+fn a_copied_function_whose_name_was_copied_with_it_is_named_from_its_sample() {
+    let w = World::new();
+    w.put_hot();
+    pad_headers(&w);
+    let (_, sfi, _) = copies_of_hot(&w);
+    let word = |at: u64| {
+        let mut b = [0u8; 8];
+        assert!(w.heap.read(at, &mut b));
+        u64::from_le_bytes(b) - 1
+    };
+    let scope = word(sfi + w.layout.sfi_name_or_scope_info);
+    let script = word(sfi + w.layout.sfi_script);
+    // The ScopeInfo's name slot (slot 3: no context local) and the script's name.
+    let name = word(scope + 8 + 8 * 3);
+    let script_name = word(script + w.layout.script_name);
+    let copies_of = |objects: &[u64]| {
+        let mut record = Vec::new();
+        for &at in objects {
+            let mut c = V8Copy {
+                addr: at,
+                bytes: [0; V8_COPY_BYTES],
+            };
+            assert!(w.heap.read(at, &mut c.bytes));
+            record.extend_from_slice(bytemuck::bytes_of(&c));
+        }
+        let mut copies = Copies::default();
+        copies.add(&record);
+        copies
+    };
+    let (f, code) = (F, word(F + w.layout.js_function_code));
+    let whole = copies_of(&[f, sfi, code, scope, name, script, script_name]);
+    let partial = copies_of(&[f, sfi, code, scope, name]);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    // Its name or scope info moved since: the old address holds another name now.
+    let old = set_name_or_scope_info(&w, sfi, 0x7_0001);
+    w.string(old - 1, "another");
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    assert_eq!(v8.resolve_all(&[frame], &partial), [Resolved::Unknown]);
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    let r = v8.resolve_all(&[frame], &whole);
+    assert!(
+        matches!(&r[0], Resolved::Named(j) if j.name == "hot" && j.location.starts_with("app.js:2:")),
+        "{r:?}"
+    );
+    assert_eq!(v8.stats.at_sample, 1);
 }

@@ -3,6 +3,7 @@
 //! cached name only while its object's fields are unchanged.
 
 use super::super::*;
+use profiler_common::V8Copy;
 
 /// A heap of one's own making: objects at fixed addresses, each replaceable (what a GC does
 /// when it moves an object and puts another at its address).
@@ -292,4 +293,74 @@ fn a_cached_name_is_dropped_when_its_sfi_address_holds_another() {
     assert!(
         matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "second")
     );
+}
+
+/// Each function named is handed once to the kernel side, which then stops copying its name
+/// at the samples; named again from the cache, it is not handed again; another function at
+/// its JSFunction's address after a GC is named and handed in turn.
+#[test]
+fn functions_named_are_handed_to_the_kernel_side_once() {
+    let w = World::new();
+    w.put_hot();
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+    let named = |v8: &mut V8Process<&FakeHeap>, frame| {
+        let r = v8.resolve_all(&[frame], &Default::default());
+        assert!(matches!(&r[0], Resolved::Named(_)), "{r:?}");
+        v8.take_named()
+    };
+    let hot = compiled(F, 0x5000_0010, HOT + 0x300);
+    assert_eq!(named(&mut v8, hot), [HOT + 1]);
+    assert_eq!(named(&mut v8, hot), Vec::<u64>::new());
+    w.put_other();
+    let other = compiled(F, 0x6000_0010, OTHER + 0x300);
+    assert_eq!(named(&mut v8, other), [OTHER + 1]);
+}
+
+/// What a sample copies of a function's name (its first three 72-byte pieces: 200 one-byte
+/// characters) names it from the sample only when the name fits: a longer one is read whole
+/// from the process, never cut; and only when that one sample copied its Script too.
+#[test]
+fn a_name_longer_than_a_sample_copies_is_read_whole_from_the_process() {
+    // (name, whether one sample copied the Script with the rest, named at the sample)
+    for (name, same_sample, at_sample) in [
+        ("f".repeat(20), true, 1),
+        ("f".repeat(230), true, 0),
+        // A function's pieces from two samples are two moments of the heap: read.
+        ("f".repeat(20), false, 0),
+    ] {
+        let w = World::new();
+        w.function(F, HOT, &name, 12, 0x5000_0000);
+        super::reads::pad_headers(&w);
+        // As the eBPF side copies them: the function, its SharedFunctionInfo, code and
+        // ScopeInfo, the name's pieces, the Script and the Script's name.
+        let (sfi, code, scope, string) = (HOT, HOT + 0x200, HOT + 0x500, HOT + 0x400);
+        let record = |objects: &[u64]| {
+            let mut record = Vec::new();
+            for &at in objects {
+                let mut c = V8Copy {
+                    addr: at,
+                    bytes: [0; V8_COPY_BYTES],
+                };
+                let _ = w.heap.read(at, &mut c.bytes);
+                record.extend_from_slice(bytemuck::bytes_of(&c));
+            }
+            record
+        };
+        let function = [F, sfi, code, scope, string, string + 72, string + 144];
+        let script = [0x9000, 0x9200];
+        let mut copies = Copies::default();
+        if same_sample {
+            copies.add(&record(&[&function[..], &script[..]].concat()));
+        } else {
+            copies.add(&record(&script));
+            copies.add(&record(&function));
+        }
+        let mut v8 = V8Process::new(Arc::clone(&w.layout), &w.heap);
+        let r = v8.resolve_all(&[compiled(F, 0x5000_0010, HOT + 0x300)], &copies);
+        assert!(
+            matches!(&r[0], Resolved::Named(j) if j.name == name && j.location == "app.js:2:3"),
+            "{r:?}"
+        );
+        assert_eq!(v8.stats.at_sample, at_sample, "{} characters", name.len());
+    }
 }

@@ -20,20 +20,29 @@
 use core::{ffi::c_void, ptr};
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user_buf,
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::map,
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
-    MAX_V8_COPIES, STACK_BYTES, V8_COPY_BYTES, V8_COPY_SLOTS, V8Copy, V8Frames,
+    MAX_FRAME_COPIES, MAX_V8_COPIES, STACK_BYTES, V8_COPY_BYTES, V8_COPY_SLOTS, V8_NAMED_ENTRIES,
+    V8Copy, V8Frames, V8Named,
 };
 
 use crate::maps::{SAMPLE_BUF, for_each};
+
+mod names;
+use names::name_step;
 
 /// Each process's frame layout (its node's), by tgid, set by userspace once it has read
 /// node's V8 metadata: a process without one has nothing copied (userspace reads).
 #[map]
 pub static V8_FRAMES: HashMap<u32, V8Frames> = HashMap::with_max_entries(8192, 0);
+
+/// The SharedFunctionInfos userspace has named, by process: their names are not copied again
+/// (see `profiler_common::V8Named`).
+#[map]
+pub static V8_NAMED: LruHashMap<V8Named, u8> = LruHashMap::with_max_entries(V8_NAMED_ENTRIES, 0);
 
 /// Steps of the scan (one word looked at, or one link of a chain followed).
 const SCAN_STEPS: u32 = 192;
@@ -54,6 +63,8 @@ const ENTRY: usize = size_of::<V8Copy>();
 /// per value the scan could hold (on the stack, the two loops went past a million checked
 /// instructions).
 struct Walk {
+    /// The sampled thread's process.
+    tgid: u32,
     /// The stack copy: the user address of its first byte, and its length.
     sp: u64,
     len: u64,
@@ -67,10 +78,16 @@ struct Walk {
     v8: u32,
     /// Objects copied, and the last function copied (a recursive frame is copied once).
     copies: u32,
-    _pad: u32,
+    /// SharedFunctionInfos copied (their copies' indexes), whose names are copied next.
+    sfis: u32,
     last_function: u64,
+    last_script: u64,
+    last_map: u64,
+    sfi_copies: [u32; MAX_SFIS],
 }
 
+/// Most SharedFunctionInfos whose names are copied (a power of two: masked index).
+const MAX_SFIS: usize = 32;
 #[map]
 static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
@@ -92,6 +109,18 @@ fn walk<'a>() -> Option<&'a mut Walk> {
 }
 
 impl Walk {
+    /// Whether userspace has named the SharedFunctionInfo at `sfi` (tagged) of this process.
+    #[inline(always)]
+    fn named(&self, sfi: u64) -> bool {
+        let key = V8Named {
+            tgid: self.tgid,
+            _pad: 0,
+            sfi,
+        };
+        // SAFETY: only whether the key is there is used.
+        unsafe { V8_NAMED.get(key) }.is_some()
+    }
+
     /// The stack word at offset `o` of the copy.
     #[inline(always)]
     fn word(&self, o: u64) -> Option<u64> {
@@ -136,13 +165,21 @@ impl Walk {
     /// Copies the object at the tagged pointer `p`; its index among the copies.
     #[inline(always)]
     fn copy(&mut self, p: u64) -> Option<u32> {
+        if !is_heap_object(p) {
+            return None;
+        }
+        self.copy_at(p - 1)
+    }
+
+    /// Copies [`V8_COPY_BYTES`] at the (untagged) address `addr`; its index among the copies.
+    #[inline(always)]
+    fn copy_at(&mut self, addr: u64) -> Option<u32> {
         let k = self.copies;
-        if !is_heap_object(p) || k >= MAX_V8_COPIES as u32 {
+        if k >= MAX_V8_COPIES as u32 {
             return None;
         }
         let buf = buf()?;
         let at = slot_at(k);
-        let addr = p - 1;
         // SAFETY: `slot_at` lies within the sample buffer's array, an entry's length before
         // its end.
         let dst = unsafe { core::slice::from_raw_parts_mut(buf.add(at + 8), V8_COPY_BYTES) };
@@ -164,6 +201,19 @@ impl Walk {
         // SAFETY: within copy `k`'s bytes, so within the buffer.
         Some(unsafe { ptr::read_unaligned(buf.add(at).cast::<u64>()) })
     }
+
+    /// The instance type of copy `k`'s map (read from the map itself: maps do not move).
+    #[inline(always)]
+    fn type_of(&self, k: u32) -> Option<u16> {
+        let map = self.copied(k, 0)?;
+        if !is_heap_object(map) {
+            return None;
+        }
+        let at = (map - 1).wrapping_add(self.l.map_instance_type as u64);
+        // SAFETY: bpf_probe_read_user fails instead of faulting on unmapped user memory.
+        unsafe { bpf_probe_read_user(at as *const u16) }.ok()
+    }
+
 }
 
 /// Where copy `k` goes in the sample buffer's array: past the stack's room, at a masked
@@ -234,31 +284,45 @@ extern "C" fn copy_step(_i: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     };
     let f = w.f;
-    if f == NONE || w.copies + 4 > MAX_V8_COPIES as u32 {
+    if f == NONE || w.copies + 5 > MAX_FRAME_COPIES as u32 {
         return 1;
     }
-    if w.v8_like(f) {
-        let l = w.l;
-        if let Some(function) = w.slot(f, l.fp_function)
-            && function != w.last_function
-        {
+    // The layout's fields are read where used, not copied whole onto the stack: 6.1's
+    // verifier counts a callback's stack with its callers' (512 bytes in all).
+    if w.v8_like(f)
+        && let Some(function) = w.slot(f, w.l.fp_function)
+        && function != w.last_function
+    {
             w.last_function = function;
             if let Some(k) = w.copy(function) {
-                for off in [l.function_shared, l.function_code] {
-                    if let Some(p) = w.copied(k, off) {
-                        w.copy(p);
-                    }
+                // Its map (per isolate: its type is read once per map), unless the last
+                // function's was the same.
+                if let Some(m) = w.copied(k, 0)
+                    && m != w.last_map
+                {
+                    w.last_map = m;
+                    w.copy(m);
+                }
+                if let Some(p) = w.copied(k, w.l.function_shared)
+                    && let Some(ks) = w.copy(p)
+                    && (w.sfis as usize) < MAX_SFIS
+                    && !w.named(p)
+                {
+                    w.sfi_copies[bounded(w.sfis as usize) & (MAX_SFIS - 1)] = ks;
+                    w.sfis += 1;
+                }
+                if let Some(p) = w.copied(k, w.l.function_code) {
+                    w.copy(p);
                 }
             }
             // An interpreted (or baseline) frame's BytecodeArray, beside a Smi offset.
             if let (Some(b), Some(o)) = (
-                w.slot(f, l.fp_bytecode_array),
-                w.slot(f, l.fp_bytecode_offset),
+                w.slot(f, w.l.fp_bytecode_array),
+                w.slot(f, w.l.fp_bytecode_offset),
             ) && o & 1 == 0
             {
                 w.copy(b);
             }
-        }
     }
     w.f = w.next(f).unwrap_or(NONE);
     0
@@ -270,7 +334,7 @@ extern "C" fn copy_step(_i: u64, _ctx: *mut c_void) -> i64 {
 #[inline(never)]
 pub fn copy_objects(tgid: u32, sp: u64, len: u32) -> u32 {
     // SAFETY: a hash map value, read once into the walk.
-    let Some(l) = (unsafe { V8_FRAMES.get(tgid) }).copied() else {
+    let Some(l) = (unsafe { V8_FRAMES.get(tgid) }) else {
         return 0;
     };
     if len as usize > STACK_BYTES {
@@ -279,9 +343,24 @@ pub fn copy_objects(tgid: u32, sp: u64, len: u32) -> u32 {
     let Some(w) = walk() else {
         return 0;
     };
-    (w.sp, w.len, w.l) = (sp, len as u64, l);
-    (w.x, w.start, w.f, w.links, w.v8) = (0, NONE, NONE, 0, 0);
-    (w.copies, w.last_function) = (0, 0);
+    // Field by field, the layout copied from map value to map value: a tuple built first
+    // would be a temporary on this function's stack, which 6.1's verifier counts with its
+    // callers' and callbacks' (512 bytes in all).
+    w.tgid = tgid;
+    w.sp = sp;
+    w.len = len as u64;
+    // SAFETY: both are valid map values of this type, distinct maps.
+    unsafe { ptr::copy_nonoverlapping(l, &mut w.l, 1) };
+    w.x = 0;
+    w.start = NONE;
+    w.f = NONE;
+    w.links = 0;
+    w.v8 = 0;
+    w.copies = 0;
+    w.last_function = 0;
+    w.sfis = 0;
+    w.last_script = 0;
+    w.last_map = 0;
     let ctx = ptr::null_mut();
     for_each::<SCAN_STEPS>(SCAN_STEPS, scan_step, ctx);
     let Some(w) = walk() else {
@@ -291,6 +370,11 @@ pub fn copy_objects(tgid: u32, sp: u64, len: u32) -> u32 {
         return 0;
     }
     for_each::<LINKS>(LINKS, copy_step, ctx);
+    let Some(w) = walk() else {
+        return 0;
+    };
+    let sfis = w.sfis;
+    for_each::<{ MAX_SFIS as u32 }>(sfis, name_step, ctx);
     let Some(w) = walk() else {
         return 0;
     };
