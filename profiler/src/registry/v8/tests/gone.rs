@@ -7,28 +7,41 @@ use super::moved::{F, HOT, World, compiled};
 use super::reads::{pad_headers, words_of};
 use profiler_common::V8Copy;
 
-/// The copies of `hot`'s function, SharedFunctionInfo and code, as the kernel side sends them
-/// after the stack; and the SharedFunctionInfo's and code's addresses.
-pub(super) fn copies_of_hot(w: &World) -> (Copies, u64, u64) {
-    let word = |at: u64| {
-        let mut b = [0u8; 8];
-        assert!(w.heap.read(at, &mut b));
-        u64::from_le_bytes(b) - 1
-    };
-    let sfi = word(F + w.layout.js_function_shared);
-    let code = word(F + w.layout.js_function_code);
+/// The tagged pointer at `at` of the fake heap, untagged.
+fn pointer(w: &World, at: u64) -> u64 {
+    let mut b = [0u8; 8];
+    assert!(w.heap.read(at, &mut b));
+    u64::from_le_bytes(b) - 1
+}
+
+/// One sample's copies of `objects`, as the kernel side sends them after its stack (what the
+/// fake heap does not hold is copied as zeros).
+pub(super) fn record_of(w: &World, objects: &[u64]) -> Vec<u8> {
     let mut record = Vec::new();
-    for at in [F, sfi, code] {
+    for &at in objects {
         let mut c = V8Copy {
             addr: at,
             bytes: [0; V8_COPY_BYTES],
         };
-        assert!(w.heap.read(at, &mut c.bytes));
+        let _ = w.heap.read(at, &mut c.bytes);
         record.extend_from_slice(bytemuck::bytes_of(&c));
     }
+    record
+}
+
+/// The copies of `objects`, made at one sample.
+fn copies_of(w: &World, objects: &[u64]) -> Copies {
     let mut copies = Copies::default();
-    copies.add(&record);
-    (copies, sfi, code)
+    copies.add(&record_of(w, objects));
+    copies
+}
+
+/// The copies of `hot`'s function, SharedFunctionInfo and code, as the kernel side sends them
+/// after the stack; and the SharedFunctionInfo's and code's addresses.
+pub(super) fn copies_of_hot(w: &World) -> (Copies, u64, u64) {
+    let sfi = pointer(w, F + w.layout.js_function_shared);
+    let code = pointer(w, F + w.layout.js_function_code);
+    (copies_of(w, &[F, sfi, code]), sfi, code)
 }
 
 /// Sets the name-or-scope-info field of the SharedFunctionInfo at `sfi` to `v` (what the GC
@@ -145,34 +158,15 @@ fn a_copied_function_whose_name_was_copied_with_it_is_named_from_its_sample() {
     let w = World::new();
     w.put_hot();
     pad_headers(&w);
-    let (_, sfi, _) = copies_of_hot(&w);
-    let word = |at: u64| {
-        let mut b = [0u8; 8];
-        assert!(w.heap.read(at, &mut b));
-        u64::from_le_bytes(b) - 1
-    };
+    let (_, sfi, code) = copies_of_hot(&w);
+    let word = |at: u64| pointer(&w, at);
     let scope = word(sfi + w.layout.sfi_name_or_scope_info);
     let script = word(sfi + w.layout.sfi_script);
     // The ScopeInfo's name slot (slot 3: no context local) and the script's name.
     let name = word(scope + 8 + 8 * 3);
     let script_name = word(script + w.layout.script_name);
-    let copies_of = |objects: &[u64]| {
-        let mut record = Vec::new();
-        for &at in objects {
-            let mut c = V8Copy {
-                addr: at,
-                bytes: [0; V8_COPY_BYTES],
-            };
-            assert!(w.heap.read(at, &mut c.bytes));
-            record.extend_from_slice(bytemuck::bytes_of(&c));
-        }
-        let mut copies = Copies::default();
-        copies.add(&record);
-        copies
-    };
-    let (f, code) = (F, word(F + w.layout.js_function_code));
-    let whole = copies_of(&[f, sfi, code, scope, name, script, script_name]);
-    let partial = copies_of(&[f, sfi, code, scope, name]);
+    let whole = copies_of(&w, &[F, sfi, code, scope, name, script, script_name]);
+    let partial = copies_of(&w, &[F, sfi, code, scope, name]);
     let frame = compiled(F, 0x5000_0010, HOT + 0x300);
     // Its name or scope info moved since: the old address holds another name now.
     let old = set_name_or_scope_info(&w, sfi, 0x7_0001);

@@ -3,7 +3,6 @@
 //! cached name only while its object's fields are unchanged.
 
 use super::super::*;
-use profiler_common::V8Copy;
 
 /// A heap of one's own making: objects at fixed addresses, each replaceable (what a GC does
 /// when it moves an object and puts another at its address).
@@ -334,18 +333,7 @@ fn a_name_longer_than_a_sample_copies_is_read_whole_from_the_process() {
         // As the eBPF side copies them: the function, its SharedFunctionInfo, code and
         // ScopeInfo, the name's pieces, the Script and the Script's name.
         let (sfi, code, scope, string) = (HOT, HOT + 0x200, HOT + 0x500, HOT + 0x400);
-        let record = |objects: &[u64]| {
-            let mut record = Vec::new();
-            for &at in objects {
-                let mut c = V8Copy {
-                    addr: at,
-                    bytes: [0; V8_COPY_BYTES],
-                };
-                let _ = w.heap.read(at, &mut c.bytes);
-                record.extend_from_slice(bytemuck::bytes_of(&c));
-            }
-            record
-        };
+        let record = |objects: &[u64]| super::gone::record_of(&w, objects);
         let function = [F, sfi, code, scope, string, string + 72, string + 144];
         let script = [0x9000, 0x9200];
         let mut copies = Copies::default();
