@@ -178,7 +178,12 @@ fn check_named(run: &Run, what: &str) {
         let around = (writes / 10).max(AROUND);
         let missing = writes - named.min(writes);
         (unnamed, allowed) = (unnamed + missing, allowed + around);
-        if writes < 4 || named == 0 || missing > around + run.lost {
+        // A function none of whose writes is named fails, unless the stacks lost were as many
+        // as its writes: in an emulated guest the backlog left at the end is the last
+        // writes' (in CI, an arm64 guest lost all 96 of the interpreted function's, 110 of
+        // 288 in all); the sum below still bounds what the losses may excuse.
+        let all_lost = missing <= run.lost && integration_tests::in_matrix_guest();
+        if writes < 4 || (named == 0 && !all_lost) || missing > around + run.lost {
             failed.push(f);
         }
     }
@@ -235,13 +240,17 @@ fn names_with_no_flags(major: u32) {
         return;
     };
     // In the kernel matrix's emulated guests, three Workers (an allocation, a file read, an
-    // interpreted function): ten at once outrun the profiler's emulated userspace there.
-    let functions = if integration_tests::in_matrix_guest() {
-        &["viaBufferAlloc", "viaReadFile", "neverOptimized"][..]
+    // interpreted function) and two thirds of the calls: more outrun the profiler's emulated
+    // userspace there (96 calls each left 110 of 288 stacks to the end in CI, all lost).
+    let (functions, rounds) = if integration_tests::in_matrix_guest() {
+        (
+            &["viaBufferAlloc", "viaReadFile", "neverOptimized"][..],
+            ROUNDS * 2 / 3,
+        )
     } else {
-        &FUNCTIONS[..]
+        (&FUNCTIONS[..], ROUNDS)
     };
-    let run = profile(&node, &[], functions, ROUNDS);
+    let run = profile(&node, &[], functions, rounds);
     check_named(&run, &format!("node {major}, no flags"));
     // Each function's thread is known for a Worker (its thread name, or its start routine read
     // through the fs base the kernel keeps for it).
