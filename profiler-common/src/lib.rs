@@ -10,6 +10,7 @@ use bytemuck::{Pod, Zeroable};
 pub mod cause;
 pub mod counter;
 pub mod diag;
+pub mod scope_info;
 
 mod blockers;
 mod hist;

@@ -5,7 +5,7 @@
 
 use core::ffi::c_void;
 
-use profiler_common::MAX_V8_COPIES;
+use profiler_common::{MAX_V8_COPIES, scope_info};
 
 use super::*;
 
@@ -16,11 +16,6 @@ const NAME_COPIES: u32 = 2 + 3 * STRING_CHUNKS + 2;
 /// A string is copied in up to this many consecutive copies (its header and 200 one-byte
 /// characters).
 const STRING_CHUNKS: u32 = 3;
-/// V8 keeps the names of up to this many context locals in the ScopeInfo itself (as
-/// `names.rs` reads it).
-const MAX_INLINED_LOCAL_NAMES: u64 = 75;
-/// Deepest ScopeInfo slot copied.
-const MAX_SCOPE_SLOTS: u64 = 1024;
 
 impl Walk {
     /// Copies the string at the tagged pointer `p`: its header and as many of its one-byte
@@ -98,31 +93,17 @@ impl Walk {
         ) else {
             return;
         };
-        // Flags: a Smi until V8 12, a raw 32-bit field since.
-        let flags = if raw != 0 && raw & 0xffff_ffff == 0 {
-            (raw >> 32) as u32
-        } else {
-            raw as u32
-        };
+        // The slots found as userspace reads them (`profiler_common::scope_info`).
+        let flags = scope_info::flags(raw);
         if count & 0xffff_ffff != 0 || (count >> 63) != 0 {
             return;
         }
-        let count = count >> 32;
-        let mut idx = self.l.scope_first_vars as u64;
-        idx += if count < MAX_INLINED_LOCAL_NAMES {
-            count
-        } else {
-            1
-        };
-        idx += count;
-        if flags & (1 << 10) != 0 {
-            idx += 1;
-        }
-        if idx >= MAX_SCOPE_SLOTS {
+        let idx = scope_info::name_slot(self.l.scope_first_vars as u64, count >> 32, flags);
+        if idx >= scope_info::MAX_SLOTS {
             return;
         }
-        let has_name = (flags >> 12) & 3 != 0;
-        let has_inferred = flags & (1 << 14) != 0;
+        let has_name = scope_info::has_name(flags);
+        let has_inferred = scope_info::has_inferred_name(flags);
         // The name, the slot after it, the inferred name and the positions after them (the
         // positions alone for an unnamed function).
         let Some(kw) = self.copy_at(nosi - 1 + 8 + 8 * idx) else {

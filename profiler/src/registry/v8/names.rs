@@ -4,14 +4,10 @@
 //! the position its definition's start (line and column from 1), so that both sources name a
 //! function alike.
 
+use profiler_common::scope_info;
+
 use super::heap::{Heap, MAX_SOURCE, is_heap_object, smi};
 use super::memory::Memory;
-
-/// Deepest ScopeInfo read (slots); its variable part is skipped by counts, not read.
-const MAX_SCOPE_SLOTS: u64 = 1024;
-/// V8 keeps the names of up to this many context locals in the ScopeInfo itself (more go to
-/// a hash table, one slot).
-const MAX_INLINED_LOCAL_NAMES: u64 = 75;
 
 /// What a function's ScopeInfo says about it.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -23,40 +19,26 @@ pub struct ScopeNames {
 
 impl<M: Memory> Heap<'_, M> {
     fn slot(&self, scope_info: u64, i: u64) -> Option<u64> {
-        if i >= MAX_SCOPE_SLOTS {
+        // Its variable part is skipped by counts, not read.
+        if i >= scope_info::MAX_SLOTS {
             return None;
         }
         self.field(scope_info, 8 + 8 * i)
     }
 
-    /// A function's name, inferred name and start position from its ScopeInfo. The flags'
-    /// bits used (saved class variable 10, function variable 12-13, inferred name 14) have
-    /// not moved from V8 10 to 13.
+    /// A function's name, inferred name and start position from its ScopeInfo (its slots
+    /// found as the eBPF side finds them to copy: `profiler_common::scope_info`).
     pub fn scope_names(&self, si: u64) -> Option<ScopeNames> {
         let sil = &self.layout.scope_info;
-        let raw = self.slot(si, 0)?;
-        // Flags: a Smi until V8 12, a raw 32-bit field since.
-        let flags = match smi(raw) {
-            Some(v) if raw != 0 => v as u32,
-            _ => raw as u32,
-        };
+        let flags = scope_info::flags(self.slot(si, 0)?);
         let count = u64::try_from(smi(self.slot(si, sil.context_local_count)?)?).ok()?;
-        let mut idx = sil.first_vars;
-        idx += if count < MAX_INLINED_LOCAL_NAMES {
-            count
-        } else {
-            1
-        };
-        idx += count;
-        if flags & (1 << 10) != 0 {
-            idx += 1;
-        }
+        let mut idx = scope_info::name_slot(sil.first_vars, count, flags);
         let mut out = ScopeNames::default();
-        if (flags >> 12) & 3 != 0 {
+        if scope_info::has_name(flags) {
             out.name = self.optional_string(self.slot(si, idx)?)?;
             idx += 2;
         }
-        if flags & (1 << 14) != 0 {
+        if scope_info::has_inferred_name(flags) {
             out.inferred = self.optional_string(self.slot(si, idx)?)?;
             idx += 1;
         }
