@@ -268,9 +268,24 @@ fn names_with_no_flags(major: u32) {
     let read = &run.p["read_by_profiler"];
     let count = |k: &str| read.get(k).and_then(Value::as_u64).unwrap_or(0);
     let (copied, ranges) = (count("v8_copied"), count("memory_ranges"));
+    eprintln!("read_by_profiler {read}");
     assert!(
         copied > 0 && ranges * 2 <= copied,
         "{copied} objects copied at the samples, {ranges} ranges read: {read}"
+    );
+    // Their names too: each Worker's isolate names its function and those on its stacks
+    // around it (6 to 9 each: the message port's handler, the fixture's dispatcher, Node's
+    // own) from the copies of one sample, reading nothing of them (Node 22 to 26 on a host:
+    // 73 to 76 for the 10 Workers; 15 with the ScopeInfo's name slot copied one slot off,
+    // only the names kept as a String then).
+    let named = functions
+        .iter()
+        .filter(|f| named_writes(&run.p, f) > 0)
+        .count() as u64;
+    assert!(
+        count("v8_named_at_sample") >= 3 * named,
+        "{named} Workers' functions named, fewer than 3 functions each from the copies at \
+         their samples: {read}"
     );
 }
 
