@@ -276,7 +276,7 @@ fn names_with_no_flags(major: u32) {
     // Their names too: each Worker's isolate names its function and those on its stacks
     // around it (6 to 9 each: the message port's handler, the fixture's dispatcher, Node's
     // own) from the copies of one sample, reading nothing of them (Node 22 to 26 on a host:
-    // 73 to 76 for the 10 Workers; 15 with the ScopeInfo's name slot copied one slot off,
+    // 71 to 79 for the 10 Workers; 15 with the ScopeInfo's name slot copied one slot off,
     // only the names kept as a String then).
     let named = functions
         .iter()
