@@ -103,8 +103,8 @@ enum Stage {
     /// Its profiler runs.
     Profiling,
     /// Its profiler ended with `Captured`; `report --trigger` writes the verdict into its
-    /// summary and draws its page.
-    Rendering(Child),
+    /// summary and draws its page (what it says read as the profiler's is).
+    Rendering(Child, Option<JoinHandle<String>>),
 }
 
 /// A capture running.
@@ -192,19 +192,7 @@ impl Capture {
             });
         }
         let mut child = cmd.spawn().map_err(|e| fail(e, &dir))?;
-        // What it says goes to the agent's own log (not into the directory: a full disk
-        // would stop it saying why), its last line kept for the outcome.
-        let said = child.stderr.take().map(|err| {
-            let pid = proc.pid;
-            std::thread::spawn(move || {
-                let mut last = String::new();
-                for l in BufReader::new(err).lines().map_while(Result::ok) {
-                    eprintln!("mmaplock-prof agent: capture of {pid}: {l}");
-                    last = l;
-                }
-                last
-            })
-        });
+        let said = relay(&mut child, proc.pid);
         Ok(Capture {
             proc,
             labels,
@@ -233,7 +221,7 @@ impl Capture {
                 Ok(Some(status)) => self.ended(status, s),
                 Err(e) => Some(Outcome::Failed(e.to_string())),
             },
-            Stage::Rendering(r) => match r.try_wait() {
+            Stage::Rendering(r, _) => match r.try_wait() {
                 Ok(None) => None,
                 Ok(Some(status)) => Some(self.rendered(Some(status))),
                 Err(_) => Some(self.rendered(None)),
@@ -256,7 +244,7 @@ impl Capture {
             }
         }
         match &mut self.stage {
-            Stage::Rendering(r) => {
+            Stage::Rendering(r, _) => {
                 let status = r.wait().ok();
                 self.rendered(status)
             }
@@ -271,8 +259,9 @@ impl Capture {
             return Some(out);
         }
         match self.give_verdict(s) {
-            Ok(child) => {
-                self.stage = Stage::Rendering(child);
+            Ok(mut child) => {
+                let said = relay(&mut child, self.proc.pid);
+                self.stage = Stage::Rendering(child, said);
                 None
             }
             Err(e) => {
@@ -318,18 +307,29 @@ impl Capture {
             .args(["--format", "json"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         cmd.spawn()
     }
 
-    /// Its page drawn (or not: the report and the verdict in its summary stay).
+    /// Its page drawn, or not: the report stays, without its verdict, unless the disk
+    /// filled (the summary is replaced whole, so the report is intact, but a capture that
+    /// found no space is removed and counted `no_space` at whichever step it found none).
     fn rendered(&mut self, status: Option<ExitStatus>) -> Outcome {
+        let last = match &mut self.stage {
+            Stage::Rendering(_, said) => said.take().and_then(|h| h.join().ok()),
+            Stage::Profiling => None,
+        }
+        .unwrap_or_default();
         if !status.is_some_and(|s| s.success()) {
             eprintln!(
                 "mmaplock-prof agent: capture of {}: its verdict and page could not be written ({})",
                 self.proc.pid,
                 status.map_or("not run".into(), |s| s.to_string())
             );
+            if says_no_space(&last) {
+                let _ = fs::remove_dir_all(&self.dir);
+                return Outcome::NoSpace(last);
+            }
         }
         let _ = fs::remove_file(self.dir.join(TRIGGER_FILE));
         Outcome::Captured
@@ -346,7 +346,7 @@ impl Capture {
                 Ok(false) => Outcome::Failed("report.ndjson has no summary".into()),
                 Err(e) => Outcome::of_io(&e),
             }
-        } else if last.contains("No space left") || last.contains("quota exceeded") {
+        } else if says_no_space(&last) {
             Outcome::NoSpace(last)
         } else if last.contains("no process with pid") || last.contains("is not the process it was")
         {
@@ -389,6 +389,27 @@ impl Capture {
     }
 }
 
+/// What a child of the capture says goes to the agent's own log (not into the directory: a
+/// full disk would stop it saying why); its last line is kept for the outcome.
+fn relay(child: &mut Child, pid: u32) -> Option<JoinHandle<String>> {
+    child.stderr.take().map(|err| {
+        std::thread::spawn(move || {
+            let mut last = String::new();
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("mmaplock-prof agent: capture of {pid}: {l}");
+                last = l;
+            }
+            last
+        })
+    })
+}
+
+/// Whether a child's last line is its file system's refusal for room (a full disk, a quota:
+/// the error's text as the standard library gives it).
+fn says_no_space(last: &str) -> bool {
+    last.contains("No space left") || last.contains("quota exceeded")
+}
+
 /// Whether a run's NDJSON ends with its summary.
 fn complete(path: &Path) -> io::Result<bool> {
     let text = fs::read_to_string(path)?;
@@ -399,17 +420,5 @@ fn complete(path: &Path) -> io::Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_plan_avoids_full_mode_where_it_costs_every_process() {
-        assert!(
-            Plan::for_kernel(TracepointLayout::WithMemcgPath)
-                .args
-                .contains(&"contention")
-        );
-        let p = Plan::for_kernel(TracepointLayout::Current);
-        assert!(p.args.contains(&"full") && p.args.contains(&"--blockers"));
-    }
-}
+#[path = "capture_tests.rs"]
+mod tests;
