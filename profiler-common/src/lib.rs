@@ -90,6 +90,7 @@ mod user {
         BlockedVal,
         V8Frames,
         V8Named,
+        SampleRate,
     );
 }
 

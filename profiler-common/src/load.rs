@@ -38,6 +38,17 @@ pub struct Settings {
     /// besides one in `stack_sample`: every thread that waits in a second has a stack in it
     /// (the agent's triggered captures, whose `before.pb.gz` must hold the window's waits).
     pub sample_floor_ms: u32,
+    /// Non-zero: a process's first floor sample is due a floor's time after its first wait
+    /// (or write), not at it (the agent's: a floor serves its captures, and a process is
+    /// captured only once it has been measured over a whole window, never in its first
+    /// second; a host's short processes, a test runner's or a build's, then take none).
+    pub floor_after_first: u32,
+    /// Non-zero: at most about this many stacks a second per process. A process sampling
+    /// more has its one-in-N doubled (and halved again, never below `stack_sample`, once it
+    /// samples a quarter of it), each sample carrying the N it was drawn at
+    /// (`StackHeader::every`) so that userspace weights it: a hot process costs the
+    /// profiler a bounded number of stacks, its estimates still unbiased.
+    pub max_stack_rate: u32,
 }
 
 /// Kernel facts the eBPF programs need, found by userspace in the running kernel's BTF and

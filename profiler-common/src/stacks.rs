@@ -52,6 +52,23 @@ pub struct StackHeader {
     /// The link register (arm64 `x30`: the return address of a leaf function such as a
     /// syscall wrapper, which does not save it); 0 on x86_64.
     pub lr: u64,
+    /// The one-in-N this sample was drawn at: `Settings::stack_sample`, or more in a process
+    /// sampled past `Settings::max_stack_rate` (0: `stack_sample`).
+    pub every: u32,
+    pub _pad: u32,
+}
+
+/// A process's sampling rate under `Settings::max_stack_rate`, by tgid in `SAMPLE_RATE`;
+/// read by userspace to say what a process was sampled at.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct SampleRate {
+    /// The one-in-N its threads draw their next gap at (`stack_sample` times a power of 2).
+    pub every: u32,
+    /// Gaps drawn (samples to come) since `since`.
+    pub drawn: u32,
+    /// When the current window began (ns, the programs' clock).
+    pub since: u64,
 }
 
 /// A sample as the eBPF side assembles it (in a per-CPU buffer) before sending the header,

@@ -61,7 +61,16 @@ pub static SETTINGS: Settings = Settings {
     start_routine_off: 0,
     spill_test: 0,
     sample_floor_ms: 0,
+    floor_after_first: 0,
+    max_stack_rate: 0,
 };
+
+/// With a bound on stacks a second (`Settings::max_stack_rate`), each process's sampling
+/// rate and its stacks of the current window, by tgid (see `sampling::every_for`). LRU: a
+/// process forgotten starts again at `--stack-sample`.
+#[map]
+pub static SAMPLE_RATE: LruHashMap<u32, profiler_common::SampleRate> =
+    LruHashMap::with_max_entries(4096, 0);
 
 /// With a sampling floor (`Settings::sample_floor_ms`), when each process last had a wait or
 /// write sampled by it (ns, the programs' clock), by tgid. Per process, not per thread: what

@@ -8,57 +8,123 @@ use aya_ebpf::{
     helpers::{bpf_get_prandom_u32, bpf_probe_read_kernel_buf, bpf_probe_read_user_buf},
 };
 use profiler_common::{
-    SampleDone, STACK_BYTES, STACK_CHUNK, StackHeader, StackSample, V8_COPY_SLOTS, V8Copy,
-    counter, stack_record,
+    STACK_BYTES, STACK_CHUNK, SampleDone, SampleRate, StackHeader, StackSample, V8_COPY_SLOTS,
+    V8Copy, counter, stack_record,
 };
 
 use crate::{
     kread::{self, Task},
-    maps::{FLOOR_LAST, KERNEL, SAMPLE_BUF, SETTINGS, STACKS, STACKS_WAKE, bump, konst},
+    maps::{
+        FLOOR_LAST, KERNEL, SAMPLE_BUF, SAMPLE_RATE, SETTINGS, STACKS, STACKS_WAKE, bump, konst,
+    },
     state::ThreadState,
 };
 
 /// Whether this write is sampled: one in `--stack-sample` on average, at random (a counter
 /// would alias with periodic workloads: a loop of mmap then munmap sampled one in an even N
-/// shows munmaps only). The gaps between samples are drawn uniformly in 1..=2N-1 (mean N),
-/// one draw per sample: a random number per write cost about 8% of `start_locking`. Returns
-/// the sample's sequence number (never 0, which means "not sampled"; below 2^16, and unique
+/// shows munmaps only), or one in more in a process past `Settings::max_stack_rate` (see
+/// [`every_for`]). The gaps between samples are drawn uniformly in 1..=2N-1 (mean N), one
+/// draw per sample: a random number per write cost about 8% of `start_locking`. Returns the
+/// sample's sequence number (never 0, which means "not sampled"; below 2^16, and unique
 /// among a thread's last 65,535 writes).
 #[inline(always)]
-pub fn pick(st: &mut ThreadState) -> u16 {
-    pick_in(&mut st.writes, &mut st.sample_left)
+pub fn pick(st: &mut ThreadState, tgid: u32) -> u16 {
+    pick_in(
+        tgid,
+        &mut st.writes,
+        &mut st.sample_left,
+        &mut st.sample_every,
+    )
 }
 
 /// [`pick`] on a thread's counters wherever they are kept (contention mode keeps them in a
-/// hash map: its programs use no task storage).
+/// hash map: its programs use no task storage). `every` keeps the N the current gap was
+/// drawn at: the weight of the sample that ends it.
 #[inline(always)]
-pub fn pick_in(writes: &mut u32, sample_left: &mut u32) -> u16 {
-    let every = konst(&SETTINGS.stack_sample);
-    if every == 0 {
+pub fn pick_in(tgid: u32, writes: &mut u32, sample_left: &mut u32, every: &mut u32) -> u16 {
+    let base = konst(&SETTINGS.stack_sample);
+    if base == 0 {
         return 0;
     }
     *writes = writes.wrapping_add(1);
-    if every != 1 {
-        if *sample_left == 0 {
+    if *sample_left == 0 {
+        let n = every_for(tgid, base);
+        *every = n;
+        *sample_left = if n <= 1 {
+            1
+        } else {
             // SAFETY: no preconditions.
             let r = unsafe { bpf_get_prandom_u32() };
-            *sample_left = 1 + r % every.saturating_mul(2).saturating_sub(1).max(1);
-        }
-        *sample_left -= 1;
-        if *sample_left != 0 {
-            return 0;
-        }
+            1 + r % n.saturating_mul(2).saturating_sub(1)
+        };
+    }
+    *sample_left -= 1;
+    if *sample_left != 0 {
+        return 0;
     }
     let seq = *writes as u16;
     if seq == 0 { 1 } else { seq }
+}
+
+/// How often the rate of a process is looked at: often enough that a process that lives a
+/// second is bounded for most of it.
+const RATE_WINDOW_NS: u64 = 100_000_000;
+/// The most a rate is raised to (one in 2^20 of a thread's waits).
+const MAX_EVERY: u32 = 1 << 20;
+
+/// The one-in-N process `tgid`'s next gap is drawn at: `base` (`--stack-sample`) without a
+/// bound on stacks a second. With one, doubled as soon as the process has drawn more gaps in
+/// the current window of about 100 ms than the bound allows a window (from its first window
+/// on: a process that starts writing a hundred thousand times a second takes a few hundred
+/// stacks, not thousands), and halved (never below `base`) after a window in which it drew a
+/// quarter of what the bound allowed or less. Called once per sample, not per write. Updates
+/// from several CPUs may race: a lost count only moves the rate a little later, and each
+/// sample carries the N it was drawn at, so the weights stay exact.
+#[inline(always)]
+fn every_for(tgid: u32, base: u32) -> u32 {
+    let max = konst(&SETTINGS.max_stack_rate);
+    if max == 0 {
+        return base;
+    }
+    let now = crate::timing::now();
+    let Some(r) = SAMPLE_RATE.get_ptr_mut(tgid) else {
+        let first = SampleRate {
+            every: base,
+            drawn: 1,
+            since: now,
+        };
+        let _ = SAMPLE_RATE.insert(tgid, first, 0);
+        return base;
+    };
+    // SAFETY: a map value, valid while this program runs; racing updates are tolerated
+    // (above).
+    let r = unsafe { &mut *r };
+    let elapsed = now.wrapping_sub(r.since);
+    if elapsed >= RATE_WINDOW_NS {
+        // What the window allowed, at least one.
+        let allowed = (max as u64 * elapsed / 1_000_000_000).max(1);
+        if r.drawn as u64 * 4 <= allowed && r.every / 2 >= base {
+            r.every /= 2;
+        }
+        r.drawn = 0;
+        r.since = now;
+    }
+    r.drawn = r.drawn.wrapping_add(1);
+    let per_window = (max as u64 * RATE_WINDOW_NS / 1_000_000_000).max(1);
+    if r.drawn as u64 > per_window && r.every < MAX_EVERY {
+        r.every = r.every.max(base).saturating_mul(2);
+        r.drawn /= 2;
+    }
+    r.every.max(base)
 }
 
 /// The sampling floor (`Settings::sample_floor_ms`): when process `tgid`'s last floor sample
 /// is that old (or it has none), this pick is a sample (`*left` set to 1). `seen` is the
 /// thread's own copy of that time: the process's can only be later, so the map is looked up
 /// only once the thread's copy is a floor old (at most once a floor per thread, not per
-/// write). Returns the time read, for [`floor_taken`] (0 without a floor: the clock is then
-/// not read).
+/// write). With `Settings::floor_after_first`, a process the floor has not seen yet is only
+/// noted: its first floor sample is due a floor's time later. Returns the time read, for
+/// [`floor_taken`] (0 without a floor: the clock is then not read).
 #[inline(always)]
 pub fn floor_due(tgid: u32, left: &mut u32, seen: &mut u64) -> u64 {
     let ms = konst(&SETTINGS.sample_floor_ms);
@@ -70,7 +136,14 @@ pub fn floor_due(tgid: u32, left: &mut u32, seen: &mut u64) -> u64 {
     if t.wrapping_sub(*seen) >= floor {
         // SAFETY: the value is copied out at once (another CPU may update it: a stale time
         // only samples one more).
-        *seen = unsafe { FLOOR_LAST.get(tgid) }.copied().unwrap_or(0);
+        *seen = match unsafe { FLOOR_LAST.get(tgid) } {
+            Some(&last) => last,
+            None if konst(&SETTINGS.floor_after_first) != 0 => {
+                let _ = FLOOR_LAST.insert(tgid, t, 0);
+                t
+            }
+            None => 0,
+        };
         if t.wrapping_sub(*seen) >= floor {
             *left = 1;
         }
@@ -90,6 +163,7 @@ pub fn floor_taken(tgid: u32, t: u64, seen: &mut u64) {
 /// Copies the current thread's user registers and the top of its user stack to STACKS.
 /// Returns whether it was sent.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // the header's fields, inlined: no struct to build
 pub fn sample(
     task: Task,
     tid: u32,
@@ -98,6 +172,7 @@ pub fn sample(
     owner_start: u64,
     kind: u32,
     seq: u16,
+    every: u32,
 ) -> bool {
     let sp_off = konst(&KERNEL.regs_sp);
     if sp_off == 0 {
@@ -120,6 +195,8 @@ pub fn sample(
         stack_len: 0,
         waiter: 0,
         lr: reg_or_zero(regs, konst(&KERNEL.regs_lr)),
+        every,
+        _pad: 0,
     };
     let fs_off = konst(&KERNEL.task_fsbase);
     let fs = if fs_off == 0 { 0 } else { task.u64_at(fs_off) };

@@ -165,6 +165,8 @@ pub struct ThreadState {
     pub writes: u32,
     /// Writes until the next sample (0: draw the next gap; see `sampling::pick`).
     pub sample_left: u32,
+    /// The one-in-N the current gap was drawn at (see `sampling::pick_in`).
+    pub sample_every: u32,
     /// Whether the thread accumulated an acquisition of a profiled lock (only then are its
     /// exits announced).
     pub profiled: u32,

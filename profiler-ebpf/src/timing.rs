@@ -286,7 +286,7 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
                 &mut st.sample_left,
                 &mut st.floor_seen_ns,
             );
-            (sampling::pick(st), t)
+            (sampling::pick(st, (pid_tgid >> 32) as u32), t)
         };
         if seq != 0
             && sampling::sample(
@@ -297,12 +297,13 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
                 owner_start,
                 c,
                 seq,
+                st.sample_every,
             )
         {
             sample_seq = seq;
             sampling::floor_taken((pid_tgid >> 32) as u32, t, &mut st.floor_seen_ns);
             if blockers_on() && owner == (pid_tgid >> 32) as u32 {
-                own_writer_stack(task, mm, pid_tgid, owner_start, seq);
+                own_writer_stack(task, mm, owner_start, seq, st.sample_every);
             }
         }
         c
@@ -400,7 +401,9 @@ fn released<const SECOND: bool>(ctx: &RawTracePointContext) -> i32 {
 /// (the process's own: its owner is the thread's process) as a sampled write starts waiting
 /// for it (as contention mode takes it), charged that write's wait at its release.
 #[inline(never)]
-fn own_writer_stack(task: Task, mm: u64, pid_tgid: u64, owner_start: u64, seq: u16) {
+fn own_writer_stack(task: Task, mm: u64, owner_start: u64, seq: u16, every: u32) {
+    // (Read again rather than passed: a BPF function takes at most five arguments.)
+    let pid_tgid = bpf_get_current_pid_tgid();
     let (tid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
     let owner = tgid;
     let lock = mm + konst(&KERNEL.mm_lock) as u64;
@@ -421,6 +424,8 @@ fn own_writer_stack(task: Task, mm: u64, pid_tgid: u64, owner_start: u64, seq: u
         stack_len: 0,
         waiter: tid,
         lr: 0,
+        every,
+        _pad: 0,
     };
     let holder = sampling::HolderSample {
         regs: h.regs,

@@ -114,6 +114,7 @@ fn run(cli: Cli) -> Result<u8, Error> {
             // Stacks are sampled for what shows them (a capture's before.pb.gz is the ring's;
             // the agent decides, the config file's push settings known).
             stack_sample: a.stack_sample,
+            max_stack_rate: a.max_stack_rate,
             push: agent::push::PushSettings {
                 pyroscope: a.pyroscope,
                 otlp: a.otlp,
@@ -191,6 +192,8 @@ fn run(cli: Cli) -> Result<u8, Error> {
                         cli::Config::STACK_SAMPLE
                     }),
                     sample_floor_ms: cli::Config::SAMPLE_FLOOR_MS,
+                    floor_after_first: false,
+                    max_stack_rate: 0,
                 },
                 duration: p.duration,
                 interval: (interval > 0.0).then(|| Duration::from_secs_f64(interval)),

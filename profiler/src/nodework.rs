@@ -146,6 +146,8 @@ pub async fn run_node(spec: &NodeSpec<'_>) -> Result<NodeRun, NodeRunError> {
         blockers: spec.blockers,
         mode: crate::vocab::Mode::Full,
         sample_floor_ms: 0,
+        floor_after_first: false,
+        max_stack_rate: 0,
     })?;
     let mut session = Session::new(collector, None, &pids)?;
     // The command set the profiler's options, not its user: no advice names one.

@@ -868,8 +868,12 @@ fn the_agent_exports_js_functions_of_processes_without_node_flags() {
         "0.5",
         "--js-functions",
         "2",
+        // Every write's stack: node's start writes far more than the default bound on
+        // stacks a second, which would weight a sample of these 16 writes.
         "--stack-sample",
         "1",
+        "--max-stack-rate",
+        "0",
     ]);
     w.send("go");
     assert_eq!(w.read_line(), "done");

@@ -182,14 +182,19 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
             sampling::floor_due(w.tgid, &mut w.read_left, &mut w.floor_seen_ns)
         };
         let s = if write {
-            sampling::pick_in(&mut w.writes, &mut w.sample_left) as u32
+            sampling::pick_in(w.tgid, &mut w.writes, &mut w.sample_left, &mut w.write_every)
+                as u32
         } else {
-            match sampling::pick_in(&mut w.reads, &mut w.read_left) {
+            match sampling::pick_in(w.tgid, &mut w.reads, &mut w.read_left, &mut w.read_every) {
                 0 => 0,
                 s => s as u32 | READ_WAIT_SEQ,
             }
         };
-        if s != 0 && write && sampling::sample(task, tid, w.tgid, owner, owner_start, kind, s as u16) {
+        let every = if write { w.write_every } else { w.read_every };
+        if s != 0
+            && write
+            && sampling::sample(task, tid, w.tgid, owner, owner_start, kind, s as u16, every)
+        {
             seq = s;
         }
         // The writer it waits behind, if of its own process (their address space is this
@@ -217,6 +222,8 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
                 stack_len: 0,
                 waiter: tid,
                 lr: 0,
+                every,
+                _pad: 0,
             };
             let holder = sampling::HolderSample {
                 regs: holder_regs,

@@ -47,6 +47,9 @@ pub struct Waiter {
     /// writer it waits behind taken (not its own: samples are of writes).
     pub reads: u32,
     pub read_left: u32,
+    /// The one-in-N each side's current gap was drawn at (see `sampling::pick_in`).
+    pub write_every: u32,
+    pub read_every: u32,
     /// 1 once its exit was announced: a wait after that (exit_mm, the last thread's
     /// exit_mmap) announces it again, as full mode's releases do.
     pub exiting: u32,
@@ -172,6 +175,8 @@ fn new_waiter(task: Task, tid: u32, tid_start: u64, of: &LockOf) -> Option<&'sta
     init.sample_left = 0;
     init.reads = 0;
     init.read_left = 0;
+    init.write_every = 0;
+    init.read_every = 0;
     init.exiting = 0;
     init.cpu_reported = 0;
     init.floor_seen_ns = 0;

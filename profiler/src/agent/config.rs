@@ -73,6 +73,9 @@ pub struct AgentConfig {
     /// One write's stack in this many per thread, when something shows them
     /// ([`AgentConfig::stack_sample`]).
     pub stack_sample: u32,
+    /// `--max-stack-rate`: stacks a second per process past which a process is sampled less
+    /// often (0: no bound).
+    pub max_stack_rate: u32,
     /// `--pyroscope`, `--otlp` and their settings, from the command line (the config file's
     /// are added at start).
     pub push: PushSettings,

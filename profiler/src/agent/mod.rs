@@ -204,6 +204,10 @@ impl Driver for Agent<'_> {
             if profile.stacks.is_some() {
                 let names = &mut profile.registry.names;
                 sampled::add_sampled_writes(&mut r, &owners, |p| names.get(p, None));
+                let raised = profile.collector.raised_rates();
+                for p in &mut r.processes {
+                    p.stack_sample_raised = raised.get(&p.pid).copied();
+                }
             }
             out.write_report(r)?;
         }
@@ -297,6 +301,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         } else {
             0
         },
+        // ... from a process's second second: it is captured only once measured over a
+        // whole window.
+        floor_after_first: true,
+        max_stack_rate: cfg.max_stack_rate,
     })?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -334,11 +342,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     }
     let profiles: Option<SharedProfiles> = (cfg.pprof || escalator.is_some() || push.profiles())
         .then(|| {
-            Arc::new(Mutex::new(Profiles::new(
-                stack_sample,
-                mode,
-                profiles::BUDGET_BYTES,
-            )))
+            Arc::new(Mutex::new(
+                Profiles::new(stack_sample, mode, profiles::BUDGET_BYTES)
+                    .bounded(cfg.max_stack_rate),
+            ))
         });
     // The pushes' threads: a bad --push-ca is an error before the first interval.
     let pushers = push::start(

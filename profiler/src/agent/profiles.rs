@@ -117,6 +117,9 @@ pub struct Profiles {
     budget: usize,
     /// The sampling rate (one in N per thread) and what is sampled.
     rate: u32,
+    /// `--max-stack-rate`: past it a process is sampled less often, its samples weighted to
+    /// `rate` (0: no bound).
+    max_stack_rate: u32,
     mode: Mode,
     /// Intervals dropped before their time to stay within the budget.
     pub dropped: u64,
@@ -144,9 +147,17 @@ impl Profiles {
             bytes: 0,
             budget,
             rate,
+            max_stack_rate: 0,
             mode,
             dropped: 0,
         }
+    }
+
+    /// With a bound on stacks a second per process (`--max-stack-rate`), said in the
+    /// profiles' comments.
+    pub fn bounded(mut self, max_stack_rate: u32) -> Self {
+        self.max_stack_rate = max_stack_rate;
+        self
     }
 
     /// Adds an interval: each process's labels and stacks; then forgets the intervals that
@@ -328,6 +339,12 @@ impl Samples for Window<'_> {
             }
             _ => vec!["no interval yet".to_string()],
         };
+        if self.ring.max_stack_rate > 0 {
+            notes.push(format!(
+                "a process taking more than {} stacks a second is sampled less often, each of its samples weighted as the ones in 1 in {} it stands for: the values are all in the same units",
+                self.ring.max_stack_rate, self.ring.rate
+            ));
+        }
         if self.ring.dropped > 0 {
             notes.push(format!(
                 "{} earlier intervals dropped to keep the agent's memory bounded",

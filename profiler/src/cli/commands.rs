@@ -277,6 +277,11 @@ pub struct AgentArgs {
     /// stack in N per thread.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_sample: u32,
+    /// At most about this many stacks a second per process: one that waits more often is
+    /// sampled less often (its samples weighted to --stack-sample, so that counts stay
+    /// unbiased); 0: no bound.
+    #[arg(long, value_name = "PER_S", default_value_t = Config::AGENT_MAX_STACK_RATE)]
+    pub max_stack_rate: u32,
     /// No status messages on standard error.
     #[arg(short, long)]
     pub quiet: bool,

@@ -42,6 +42,12 @@ impl Config {
     /// over many threads that each make fewer than `STACK_SAMPLE`, still shows its code (a
     /// native library's threads growing glibc's arenas a few times a second each).
     pub const SAMPLE_FLOOR_MS: u32 = 1000;
+    /// The agent's bound on the stacks a process has taken a second (`--max-stack-rate`):
+    /// past it the kernel side samples that process less often, the samples weighted to
+    /// `--stack-sample`. What a hot process costs the agent is then bounded (the agent's CPU
+    /// and the programs' both grow with the stacks taken), while a profile of a few minutes
+    /// still holds thousands of its stacks.
+    pub const AGENT_MAX_STACK_RATE: u32 = 50;
     pub const DEMO_WORKERS: u32 = 4;
     pub const DEMO_FILE_KIB: u32 = 64;
     pub const DEMO_ITERATIONS: u32 = 2_000;

@@ -65,6 +65,12 @@ pub struct CollectorConfig {
     /// With stack sampling: also a process's write (contention mode: wait) whenever the
     /// process had no sample for this many milliseconds (0: one in `stack_sample` only).
     pub sample_floor_ms: u32,
+    /// With a floor: a process's first floor sample is due a floor's time after its first
+    /// wait, not at it (`Settings::floor_after_first`).
+    pub floor_after_first: bool,
+    /// With stack sampling: at most about this many stacks a second per process, past which
+    /// its rate is lowered in the kernel (`Settings::max_stack_rate`; 0: no bound).
+    pub max_stack_rate: u32,
     /// Profile write acquisitions only.
     pub writes_only: bool,
     /// Attach "floor" programs instead of the profiler's (benchmark only): the physical cost

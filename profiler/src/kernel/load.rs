@@ -155,6 +155,12 @@ pub fn load(cfg: &CollectorConfig, cancelled: &dyn Fn() -> bool) -> Result<Loade
         } else {
             cfg.sample_floor_ms
         },
+        floor_after_first: cfg.floor_after_first as u32,
+        max_stack_rate: if cfg.stack_sample == 0 {
+            0
+        } else {
+            cfg.max_stack_rate
+        },
     };
     // The programs' diagnostics: 0 (none, the log calls removed by the verifier) unless the
     // logger takes them (`--log-level`, `RUST_LOG`).

@@ -16,6 +16,7 @@ pub mod privilege;
 pub mod procmap_query;
 pub mod programs;
 pub mod pthread;
+mod rates;
 pub mod readings;
 pub mod regs;
 pub mod selection;

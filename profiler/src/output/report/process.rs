@@ -178,6 +178,12 @@ pub struct ProcessReport {
     pub lock: LockReport,
     /// Sampled writes by the code that asked for memory (summary, with stack sampling).
     pub dsos: Option<Vec<DsoReport>>,
+    /// The agent's interval lines: one in how many of its threads' waits this process was
+    /// sampled at as the interval ended, when more than `--stack-sample` (it took more than
+    /// `--max-stack-rate` stacks a second). Its sampled counts are weighted to
+    /// `--stack-sample` whatever it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_sample_raised: Option<u32>,
     /// The sampled write stacks that waited longest (summary, with stack sampling).
     pub stacks: Option<Vec<StackReport>>,
     /// Sampled writes by the innermost JavaScript function on their stack (summary, with

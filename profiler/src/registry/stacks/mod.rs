@@ -73,6 +73,19 @@ struct Pending {
     end: StackEnd,
     /// The file of its outermost frame: where a cut stack stops.
     stops_in: String,
+    /// How many samples at `--stack-sample` it stands for (see [`weight`]).
+    weight: u64,
+}
+
+/// How many samples at the base rate `base` (`--stack-sample`) a sample drawn at one in
+/// `every` stands for: 1, or more in a process the kernel side sampled less often for taking
+/// more than `--max-stack-rate` stacks a second (`every` is then `base` times a power of 2).
+fn weight(every: u32, base: u32) -> u64 {
+    if base == 0 || every <= base {
+        1
+    } else {
+        u64::from(every / base)
+    }
 }
 
 /// Threads whose cut stacks a process keeps apart (see [`OwnerStacks::cuts`]).
@@ -161,6 +174,8 @@ pub struct StackAttribution {
     /// frames' objects at the samples ([`take_v8_frames`](Self::take_v8_frames)); None for a
     /// process forgotten.
     v8_frames: Vec<(u32, Option<profiler_common::V8Frames>)>,
+    /// `--stack-sample`: the rate the samples' weights are in (see [`weight`]).
+    base_every: u32,
 }
 
 /// Is `p` (still) the process at its pid? With an unknown start time (0): is there one?
@@ -173,6 +188,15 @@ fn still_there(p: ProcId) -> bool {
 }
 
 impl StackAttribution {
+    /// For samples taken at one in `stack_sample` writes (or waits) per thread, or less
+    /// often in a process past `--max-stack-rate`: their counts are then weighted to it.
+    pub fn at_rate(stack_sample: u32) -> Self {
+        StackAttribution {
+            base_every: stack_sample,
+            ..StackAttribution::default()
+        }
+    }
+
     /// The V8 frame layouts to set (or, None, to unset) for the kernel side since the last
     /// call, by pid: with one, the samples of a process carry copies of their V8 frames'
     /// objects, which are then not read from the process (each read takes its lock).
@@ -357,6 +381,7 @@ impl StackAttribution {
                 dso,
                 end,
                 stops_in,
+                weight: weight(s.every, self.base_every),
             },
         );
         self.work.0 += t0.elapsed();
@@ -388,8 +413,8 @@ impl StackAttribution {
             };
             let o = self.owners.entry(h.owner).or_default();
             o.holder_raw.entry(key).or_default().add(&StackAgg {
-                count: 1,
-                wait_ns_sum: d.wait_ns,
+                count: h.weight,
+                wait_ns_sum: d.wait_ns * h.weight,
                 hold_ns_sum: 0,
             });
         }
@@ -402,15 +427,16 @@ impl StackAttribution {
             return;
         };
         let o = self.owners.entry(p.owner).or_default();
+        let w = p.weight;
         let s = o.dsos.entry(p.dso).or_default();
-        s.count += 1;
-        s.wait.sum += d.wait_ns;
+        s.count += w;
+        s.wait.sum += d.wait_ns * w;
         s.wait.max = s.wait.max.max(d.wait_ns);
-        s.wait.add(profiler_common::bucket_index(d.wait_ns), 1);
-        s.hold.sum += d.hold_ns;
+        s.wait.add(profiler_common::bucket_index(d.wait_ns), w);
+        s.hold.sum += d.hold_ns * w;
         s.hold.max = s.hold.max.max(d.hold_ns);
-        s.hold.add(profiler_common::bucket_index(d.hold_ns), 1);
-        *o.stack_ends.entry(p.end).or_default() += 1;
+        s.hold.add(profiler_common::bucket_index(d.hold_ns), w);
+        *o.stack_ends.entry(p.end).or_default() += w;
         if p.end != StackEnd::Root {
             // Bounded whatever the threads: past MAX_CUT_THREADS, a new thread's cut stacks
             // are kept under tid 0 (reported as `other` threads), still counted.
@@ -418,7 +444,7 @@ impl StackAttribution {
             if o.cuts.len() >= MAX_CUT_THREADS && !o.cuts.contains_key(&key) {
                 key.0 = 0;
             }
-            *o.cuts.entry(key).or_default() += 1;
+            *o.cuts.entry(key).or_default() += w;
         }
         let key = RawKey {
             actor: p.actor,
@@ -427,9 +453,9 @@ impl StackAttribution {
             frames: p.frames,
         };
         o.raw.entry(key).or_default().add(&StackAgg {
-            count: 1,
-            wait_ns_sum: d.wait_ns,
-            hold_ns_sum: d.hold_ns,
+            count: w,
+            wait_ns_sum: d.wait_ns * w,
+            hold_ns_sum: d.hold_ns * w,
         });
     }
 

@@ -88,7 +88,44 @@ fn pending(owner: ProcId, actor: ProcId, addr: u64) -> Pending {
         dso: "[jit]".into(),
         end: StackEnd::Root,
         stops_in: "[anonymous]".into(),
+        weight: 1,
     }
+}
+
+/// A sample the kernel side drew at one in 4 times `--stack-sample` (its process took more
+/// than `--max-stack-rate` stacks a second) stands for 4 at the base rate: its count, wait
+/// and hold count 4 times, in its code's totals and its stack's, and its holder's; one drawn
+/// at the base rate (or by a kernel side that says nothing) counts once.
+#[test]
+fn a_sample_drawn_at_a_lower_rate_is_weighted_to_the_base_rate() {
+    let mut a = StackAttribution::at_rate(64);
+    // A pid above any pid_max: no such process, its frames the ip alone.
+    let pid = 0x7fff_fff0;
+    let p = ProcId::new(pid, 0);
+    let mut h = StackHeader::zeroed();
+    (h.tag, h.tid, h.owner, h.tgid, h.ip) = (stack_record::SAMPLE, 7, pid, pid, 0x1000);
+    for (seq, every) in [(1, 256), (2, 64), (3, 0)] {
+        (h.seq, h.every) = (seq, every);
+        a.on_record(bytemuck::bytes_of(&h));
+    }
+    // The first one's holder, drawn with it (joined to the same outcome).
+    let mut holder = h;
+    (holder.tag, holder.tid, holder.waiter) = (stack_record::HOLDER, 8, 7);
+    (holder.seq, holder.every) = (1, 256);
+    a.on_record(bytemuck::bytes_of(&holder));
+    for seq in 1..=3 {
+        a.on_record(bytemuck::bytes_of(&done(7, seq, 10)));
+    }
+    a.flush();
+    assert_eq!(a.dropped, 0);
+    let o = a.owner(p).unwrap();
+    let d = &o.dsos["[unknown]"];
+    assert_eq!((d.count, d.wait.sum, d.hold.sum), (6, 60, 600));
+    let raw: u64 = o.raw.values().map(|s| s.count).sum();
+    assert_eq!(raw, 6);
+    let holders: Vec<_> = o.holder_raw.values().collect();
+    assert_eq!(holders.len(), 1);
+    assert_eq!((holders[0].count, holders[0].wait_ns_sum), (4, 40));
 }
 
 #[test]

@@ -286,7 +286,7 @@ impl<K: Kernel> Profile<K> {
         if self.collector.stack_sample() == 0 {
             return;
         }
-        let mut stacks = StackAttribution::default();
+        let mut stacks = StackAttribution::at_rate(self.collector.stack_sample());
         for p in pids.iter().filter_map(|&pid| ProcId::of_live(pid)) {
             stacks.prepare(p);
         }
