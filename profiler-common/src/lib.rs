@@ -148,10 +148,10 @@ mod tests {
         }
         assert!(used.iter().filter(|&&n| n > 0).count() >= 10, "{used:?}");
         assert_ne!(holder_slot(7, cause::READ), holder_slot(7, cause::MUNMAP));
-        assert_eq!(size_of::<StackHeader>(), 72);
+        assert_eq!(size_of::<StackHeader>(), 80);
         assert_eq!(
             size_of::<StackSample>(),
-            72 + STACK_BYTES + V8_COPY_SLOTS * 80
+            80 + STACK_BYTES + V8_COPY_SLOTS * 80
         );
         assert!(V8_COPY_SLOTS.is_power_of_two() && V8_COPY_SLOTS > MAX_V8_COPIES);
         assert_eq!(size_of::<V8Copy>(), 8 + V8_COPY_BYTES);

@@ -134,8 +134,12 @@ fn the_agent_pushes_profiles_and_metrics_to_a_real_collector_over_tls_with_a_tok
         &w.pid.to_string(),
         "-i",
         "0.5",
+        // Every contended wait's stack, and its holder's (no bound on stacks a second): the
+        // holding Worker's function is looked for among the holders.
         "--stack-sample",
         "1",
+        "--max-stack-rate",
+        "0",
         "--otlp",
         &otlp,
         "--push-interval",
@@ -279,8 +283,12 @@ fn the_agent_pushes_to_pyroscopes_ingest_path_each_wait_once() {
         &w.pid.to_string(),
         "-i",
         "0.5",
+        // Every contended wait's stack, and its holder's (no bound on stacks a second): the
+        // holding Worker's function is looked for among the holders.
         "--stack-sample",
         "1",
+        "--max-stack-rate",
+        "0",
         "--pyroscope",
         &format!("http://127.0.0.1:{}", ingest.port),
         "--push-interval",
