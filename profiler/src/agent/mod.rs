@@ -204,9 +204,8 @@ impl Driver for Agent<'_> {
             if profile.stacks.is_some() {
                 let names = &mut profile.registry.names;
                 sampled::add_sampled_writes(&mut r, &owners, |p| names.get(p, None));
-                let raised = profile.collector.raised_rates();
                 for p in &mut r.processes {
-                    p.stack_sample_raised = raised.get(&p.pid).copied();
+                    p.stack_sample_raised = profile.collector.raised_rate(p.pid);
                 }
             }
             out.write_report(r)?;
