@@ -204,8 +204,13 @@ fn hold(o: untrusted::Opened) -> Option<PathBuf> {
 }
 
 impl Maps {
+    /// Read unpreempted (`kernel::priority`): before Linux 6.17 each `read()` holds the
+    /// process's lock while a page of lines is written.
     pub fn read(pid: u32) -> std::io::Result<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        let text = {
+            let _unpreempted = crate::kernel::priority::Unpreempted::new();
+            std::fs::read_to_string(format!("/proc/{pid}/maps"))?
+        };
         Ok(Self::parse(&text))
     }
 

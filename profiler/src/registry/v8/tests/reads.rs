@@ -384,3 +384,49 @@ fn the_check_of_a_copied_function_reads_no_page_more_than_its_name() {
     assert_eq!(pages, [sfi - sfi % PAGE, 0x1000, 0x9000], "{reads:x?}");
     assert_eq!(counting.of(F, 72), 0);
 }
+
+/// A memory that records, at each read, whether the reading thread ran at `SCHED_FIFO`.
+struct Policies<'a, M: Memory> {
+    mem: &'a M,
+    fifo: RefCell<Vec<bool>>,
+}
+
+impl<M: Memory> Memory for Policies<'_, M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        // SAFETY: a plain syscall on the calling thread.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        self.fifo.borrow_mut().push(policy == libc::SCHED_FIFO);
+        self.mem.read(addr, buf)
+    }
+
+    fn page_size(&self) -> Option<usize> {
+        self.mem.page_size()
+    }
+}
+
+/// Every read of a batch's naming runs unpreempted (it holds the process's lock), where the
+/// profiler may raise its priority (root), and the thread's priority is restored after.
+#[test]
+fn a_batch_is_read_unpreempted() {
+    let w = World::new();
+    w.put_hot();
+    let paged = Paged::of(&w);
+    let raised = crate::kernel::priority::Unpreempted::new().raised();
+    let policies = Policies {
+        mem: &paged,
+        fifo: RefCell::default(),
+    };
+    let mut v8 = V8Process::new(Arc::clone(&w.layout), &policies);
+    let frame = compiled(F, 0x5000_0010, HOT + 0x300);
+    assert!(
+        matches!(&v8.resolve_all(&[frame], &Default::default())[0], Resolved::Named(j) if j.name == "hot")
+    );
+    let fifo = policies.fifo.borrow();
+    assert!(!fifo.is_empty());
+    assert!(
+        fifo.iter().all(|&f| f == raised),
+        "raised {raised}: {fifo:?}"
+    );
+    // SAFETY: as above.
+    assert_ne!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_FIFO);
+}
