@@ -11,6 +11,7 @@
 //! reused pid gets an unwinder of its own.
 
 mod deferred;
+mod early;
 mod frames;
 mod labels;
 mod owner;
@@ -174,6 +175,9 @@ pub struct StackAttribution {
     /// frames' objects at the samples ([`take_v8_frames`](Self::take_v8_frames)); None for a
     /// process forgotten.
     v8_frames: Vec<(u32, Option<profiler_common::V8Frames>)>,
+    /// Processes (images) looked at before their unwinder was made, and whether they were
+    /// given a layout then ([`early_v8_frames`](Self::early_v8_frames)).
+    early_v8: HashMap<ProcId, bool>,
     /// `--stack-sample`: the rate the samples' weights are in (see [`weight`]).
     base_every: u32,
 }
@@ -297,7 +301,11 @@ impl StackAttribution {
                 .and_then(|v8| v8.layout.frames())
             {
                 self.v8_frames.push((p.pid, Some(frames)));
+            } else if self.early_v8.get(&p) == Some(&true) {
+                // Given one early, but its unwinder names nothing from the heap.
+                self.v8_frames.push((p.pid, None));
             }
+            self.early_v8.remove(&p);
             self.unwinders.insert(p, u);
         }
         self.unwinders.get_mut(&p)?.as_mut()

@@ -117,8 +117,9 @@ impl StackAttribution {
         self.flush();
         let gone = |a: ProcId| a == p || a == ProcId::new(p.pid, 0);
         self.symbolize_where(gone);
-        let had_v8 =
-            (self.unwinders.get(&p)).is_some_and(|u| u.as_ref().is_some_and(|u| u.v8.is_some()));
+        let had_v8 = (self.unwinders.get(&p))
+            .is_some_and(|u| u.as_ref().is_some_and(|u| u.v8.is_some()))
+            | self.early_v8.remove(&p).unwrap_or(false);
         self.unwinders.retain(|&a, _| !gone(a));
         // Its layout goes from the kernel side, unless a later process has its pid.
         if had_v8 && !self.unwinders.keys().any(|a| a.pid == p.pid) {

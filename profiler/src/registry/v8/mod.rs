@@ -77,6 +77,17 @@ impl SharedLayouts {
         self.0.borrow_mut().insert(key, l.clone());
         l
     }
+
+    /// The layout of a binary already read, if it holds V8 (nothing is read).
+    pub fn known(&self, key: &FileKey) -> Option<Arc<Layout>> {
+        self.0.borrow().get(key)?.as_ref().ok().cloned()
+    }
+
+    /// Keeps a layout as if read from the binary `key` (tests).
+    #[cfg(test)]
+    pub fn learn(&self, key: FileKey, layout: Layout) {
+        self.0.borrow_mut().insert(key, Ok(Arc::new(layout)));
+    }
 }
 
 /// The line ends of node's own modules' sources, by binary and (address, length, one byte),

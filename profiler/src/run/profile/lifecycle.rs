@@ -139,6 +139,8 @@ impl<K: Kernel> Profile<K> {
         for (p, at_ns, comm) in execs {
             self.process_exec(p, at_ns, &comm);
         }
+        // The old images' V8 layouts unset for the kernel side, the new ones' set.
+        self.share_v8_frames();
     }
 
     /// After a reading: retires the freed threads `done` (gone from /proc before it), the
@@ -189,6 +191,8 @@ impl<K: Kernel> Profile<K> {
         self.registry.roles.forget_image(p, at_ns);
         if let Some(stacks) = self.stacks.as_mut() {
             let read = stacks.forget_image(p);
+            // The new image's layout, if its node's is known (none for a process gone).
+            stacks.early_v8_frames(p);
             self.keep_reads(p, read);
         }
     }

@@ -260,6 +260,14 @@ impl<K: Kernel> Profile<K> {
         for t in threads {
             self.note_new_thread(t);
         }
+        // Their processes' V8 frame layouts for the kernel side now, before their first
+        // samples, where their node's is known (`StackAttribution::early_v8_frames`).
+        if let Some(stacks) = self.stacks.as_mut() {
+            for t in threads.iter().filter(|t| t.tgid == t.owner) {
+                stacks.early_v8_frames(ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start)));
+            }
+            self.share_v8_frames();
+        }
     }
 
     fn note_new_thread(&mut self, t: &NewThread) {

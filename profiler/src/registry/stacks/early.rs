@@ -1,0 +1,98 @@
+//! A process's V8 frame layout given to the kernel side as soon as the process is seen, when
+//! its executable is a node binary whose layout is already known (read by another process's
+//! unwinder): its first samples then carry copies of their frames' objects. Otherwise its
+//! layout comes with its unwinder, which is made at its first sample's batch, and the objects
+//! of that first burst are read from the process instead (each read takes its `mmap_lock`).
+//! In a pool of short processes (Vitest's forks pool: a node process per test file) that
+//! first burst was most of what was read of each.
+
+use std::os::unix::fs::MetadataExt as _;
+
+use super::{StackAttribution, still_there};
+use crate::vocab::ids::ProcId;
+
+/// The (device, inode) of a process's executable, as `/proc/PID/maps` writes them (the key
+/// of layouts: `v8::SharedLayouts`). Reading the link takes no lock of the process's.
+fn exe_key(pid: u32) -> Option<(String, u64)> {
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    let dev = m.dev();
+    Some((
+        format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev)),
+        m.ino(),
+    ))
+}
+
+impl StackAttribution {
+    /// Gives process `p` (a new process, or one that exec'd) its V8 frame layout now if its
+    /// executable's is known ([`take_v8_frames`](Self::take_v8_frames)). Looked at once per
+    /// image, and only before its unwinder is made (which gives it otherwise).
+    pub fn early_v8_frames(&mut self, p: ProcId) {
+        if self.unwinders.contains_key(&p) || self.early_v8.contains_key(&p) {
+            return;
+        }
+        let frames = exe_key(p.pid)
+            .and_then(|key| self.shared.v8.known(&key))
+            .and_then(|layout| layout.frames())
+            // The pid is still that process's (read after the link).
+            .filter(|_| still_there(p));
+        self.early_v8.insert(p, frames.is_some());
+        if let Some(frames) = frames {
+            self.v8_frames.push((p.pid, Some(frames)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::v8::metadata::{Layout, tests::node20};
+
+    fn me() -> ProcId {
+        ProcId::of_live(std::process::id()).expect("this process")
+    }
+
+    /// A process whose executable is a binary of known layout is given it at once, once per
+    /// image; it is unset when the process is forgotten, and given again after an exec.
+    #[test]
+    fn a_process_of_a_known_node_is_given_its_layout_at_once() {
+        let layout = Layout::from_symbols(&node20(), "node").unwrap();
+        let frames = layout.frames().expect("node 20's frames");
+        let mut a = StackAttribution::default();
+        // Not known yet: nothing given, and not looked at again for this image.
+        a.early_v8_frames(me());
+        assert!(a.take_v8_frames().is_empty());
+        a.shared.v8.learn(exe_key(me().pid).unwrap(), layout);
+        a.early_v8_frames(me());
+        assert!(a.take_v8_frames().is_empty());
+        // An exec: the new image is looked at.
+        a.forget_image(me());
+        assert_eq!(a.take_v8_frames(), []);
+        a.early_v8_frames(me());
+        let given = a.take_v8_frames();
+        assert_eq!(given.len(), 1);
+        assert_eq!(given[0].0, me().pid);
+        assert_eq!(
+            bytemuck::bytes_of(&given[0].1.unwrap()),
+            bytemuck::bytes_of(&frames)
+        );
+        a.early_v8_frames(me());
+        assert!(a.take_v8_frames().is_empty(), "once per image");
+        // Gone: its layout is unset for the kernel side.
+        a.forget_image(me());
+        assert_eq!(a.take_v8_frames(), [(me().pid, None)]);
+    }
+
+    /// A process gone by the time it is looked at, or with another executable, gets none.
+    #[test]
+    fn a_process_gone_or_of_another_binary_is_given_none() {
+        let mut a = StackAttribution::default();
+        let layout = Layout::from_symbols(&node20(), "node").unwrap();
+        a.shared.v8.learn(("00:00".into(), 1), layout);
+        a.early_v8_frames(me());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = ProcId::of_live(child.id()).unwrap_or(ProcId::new(child.id(), 1));
+        child.wait().unwrap();
+        a.early_v8_frames(gone);
+        assert!(a.take_v8_frames().is_empty());
+    }
+}
