@@ -9,9 +9,10 @@
 //!   costs more than its ring. The pass is short (microseconds a thread).
 //! - Naming a batch's JavaScript frames (`registry::v8`) and reading a memory map whole
 //!   (`registry::procmaps`) take the process's own `mmap_lock` for each read. Measured on
-//!   the Vitest threads shape on a 2-CPU host: preempted inside a read, the profiler held
-//!   the lock up to 0.15-4.1 ms a run, a third to four fifths of all it held; unpreempted,
-//!   its longest holds were 17-230 microseconds. The passes take milliseconds.
+//!   the Vitest threads shape on a 2-CPU host (docs/benchmark.md): preempted inside a read,
+//!   the profiler's longest hold of a run was up to 4.1 ms (median of its holds over the
+//!   process's wait 8.9%); unpreempted, 9-220 microseconds (5.7%). The passes take
+//!   milliseconds.
 
 /// Holds the calling thread at `SCHED_FIFO` priority 1 until dropped, then restores its
 /// policy and priority.
