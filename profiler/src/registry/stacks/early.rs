@@ -82,17 +82,35 @@ mod tests {
         assert_eq!(a.take_v8_frames(), [(me().pid, None)]);
     }
 
-    /// A process gone by the time it is looked at, or with another executable, gets none.
+    /// A process of another executable gets none; nor does one whose pid another process
+    /// has now (its start time is not the one seen), though that one's executable is known.
     #[test]
     fn a_process_gone_or_of_another_binary_is_given_none() {
         let mut a = StackAttribution::default();
-        let layout = Layout::from_symbols(&node20(), "node").unwrap();
-        a.shared.v8.learn(("00:00".into(), 1), layout);
+        let layout = || Layout::from_symbols(&node20(), "node").unwrap();
+        a.shared.v8.learn(("00:00".into(), 1), layout());
         a.early_v8_frames(me());
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let gone = ProcId::of_live(child.id()).unwrap_or(ProcId::new(child.id(), 1));
-        child.wait().unwrap();
-        a.early_v8_frames(gone);
         assert!(a.take_v8_frames().is_empty());
+        let mut b = StackAttribution::default();
+        b.shared.v8.learn(exe_key(me().pid).unwrap(), layout());
+        b.early_v8_frames(ProcId::new(me().pid, me().start + 1));
+        assert!(b.take_v8_frames().is_empty());
+    }
+
+    /// A process gone whose pid a new process of a known node has taken meanwhile: the new
+    /// one's layout is not unset when the old one is forgotten.
+    #[test]
+    fn a_reused_pid_keeps_the_new_processs_layout() {
+        let mut a = StackAttribution::default();
+        a.shared.v8.learn(
+            exe_key(me().pid).unwrap(),
+            Layout::from_symbols(&node20(), "node").unwrap(),
+        );
+        let old = ProcId::new(me().pid, me().start.saturating_sub(1));
+        a.early_v8.insert(old, true);
+        a.early_v8_frames(me());
+        assert_eq!(a.take_v8_frames().len(), 1);
+        a.forget_image(old);
+        assert_eq!(a.take_v8_frames(), [], "the new process's layout stays");
     }
 }

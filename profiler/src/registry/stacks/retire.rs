@@ -122,7 +122,9 @@ impl StackAttribution {
             | self.early_v8.remove(&p).unwrap_or(false);
         self.unwinders.retain(|&a, _| !gone(a));
         // Its layout goes from the kernel side, unless a later process has its pid.
-        if had_v8 && !self.unwinders.keys().any(|a| a.pid == p.pid) {
+        let later = self.unwinders.keys().any(|a| a.pid == p.pid)
+            || (self.early_v8.iter()).any(|(a, given)| *given && a.pid == p.pid);
+        if had_v8 && !later {
             self.v8_frames.push((p.pid, None));
         }
         let before = self.pending.len();
