@@ -17,6 +17,12 @@ use std::{
 
 use crate::registry::untrusted;
 
+/// A device as `/proc/PID/maps` writes it ("%02x:%02x"): the key mappings and files are
+/// matched by, with the inode.
+pub fn dev_name(major: u32, minor: u32) -> String {
+    format!("{major:02x}:{minor:02x}")
+}
+
 /// One line of `/proc/PID/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {

@@ -40,8 +40,7 @@ fn mapping(a: Answer) -> Mapping {
         end: a.end,
         exec: a.exec,
         offset: a.offset,
-        // As the map prints it: "%02x:%02x".
-        dev: format!("{:02x}:{:02x}", a.dev.0, a.dev.1),
+        dev: super::dev_name(a.dev.0, a.dev.1),
         inode: a.inode,
         label: if path.is_none() { name } else { String::new() },
         path,

@@ -16,10 +16,8 @@ use crate::vocab::ids::ProcId;
 fn exe_key(pid: u32) -> Option<(String, u64)> {
     let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
     let dev = m.dev();
-    Some((
-        format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev)),
-        m.ino(),
-    ))
+    let name = crate::registry::procmaps::dev_name(libc::major(dev), libc::minor(dev));
+    Some((name, m.ino()))
 }
 
 impl StackAttribution {
@@ -37,6 +35,7 @@ impl StackAttribution {
             .filter(|_| still_there(p));
         self.early_v8.insert(p, frames.is_some());
         if let Some(frames) = frames {
+            log::debug!("V8 layout of {p:?} given at first sight");
             self.v8_frames.push((p.pid, Some(frames)));
         }
     }

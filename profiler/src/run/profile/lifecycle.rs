@@ -140,7 +140,7 @@ impl<K: Kernel> Profile<K> {
             self.process_exec(p, at_ns, &comm);
         }
         // The old images' V8 layouts unset for the kernel side, the new ones' set.
-        self.share_v8_frames();
+        self.share_v8_layouts();
     }
 
     /// After a reading: retires the freed threads `done` (gone from /proc before it), the

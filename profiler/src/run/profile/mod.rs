@@ -266,7 +266,7 @@ impl<K: Kernel> Profile<K> {
             for t in threads.iter().filter(|t| t.tgid == t.owner) {
                 stacks.early_v8_frames(ProcId::new(t.owner, ids::ticks_of_ns(t.owner_start)));
             }
-            self.share_v8_frames();
+            self.share_v8_layouts();
         }
     }
 
@@ -334,12 +334,20 @@ impl<K: Kernel> Profile<K> {
     /// or forgotten since (see `StackAttribution::take_v8_frames`), and the functions named
     /// since, whose names it then stops copying.
     pub fn share_v8_frames(&mut self) {
+        self.share_v8_layouts();
+        if let Some(stacks) = self.stacks.as_mut() {
+            for (pid, named) in stacks.take_v8_named() {
+                self.collector.note_v8_named(pid, &named);
+            }
+        }
+    }
+
+    /// The layouts only (see [`share_v8_frames`](Self::share_v8_frames)): as threads are
+    /// announced and processes exec, without looking at every unwinder for names.
+    pub(super) fn share_v8_layouts(&mut self) {
         if let Some(stacks) = self.stacks.as_mut() {
             for (pid, frames) in stacks.take_v8_frames() {
                 self.collector.set_v8_frames(pid, frames);
-            }
-            for (pid, named) in stacks.take_v8_named() {
-                self.collector.note_v8_named(pid, &named);
             }
         }
     }
