@@ -187,6 +187,20 @@ fn a_busy_process_whose_lock_is_never_contended_is_not_its_bottleneck_in_both_mo
 /// jemalloc. In contention mode when their writes waited (the waits full mode charges are
 /// short: runs of this shape had at times no contended wait at all, and then the verdict is
 /// that nothing waited).
+/// Whether a process waited materially as docs/findings.md says: 10 ms in all, and not under
+/// 1% of its threads' time alive and CPU time with no role of its own over 2% (a process at
+/// 0.99% whose addon threads waited 3% of theirs waited materially).
+fn waited_materially(p: &Value) -> bool {
+    let sum = |side: &str| p[side]["wait_ns"]["sum"].as_u64().unwrap_or(0);
+    let ts = &p["time_share"];
+    let small = ts["wall"].as_f64().is_some_and(|w| w < 0.01)
+        && ts["cpu"].as_f64().is_none_or(|c| c < 0.01)
+        && (p["time_share_by_role"].as_array().into_iter().flatten()).all(|r| {
+            r["role"] == "foreign" || r["role"] == "profiler" || r["wall"].as_f64() < Some(0.02)
+        });
+    sum("write") + sum("read") >= 10_000_000 && !small
+}
+
 #[test]
 fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
     let Some(dir) = bpf_test() else { return };
@@ -232,8 +246,7 @@ fn native_threads_growing_glibcs_arenas_get_the_arenas_advice_in_both_modes() {
             victims.iter().any(|v| v["wait_ns"].as_u64().unwrap() > 0),
             "{mode}: they waited: {a}"
         );
-        let material = a["wait_ns"].as_u64().unwrap() >= 10_000_000
-            && a["time_share"].as_f64().unwrap_or(0.0) >= 0.01;
+        let material = waited_materially(process(out.summary(), pid).expect("the process"));
         if !material {
             assert!(
                 a["title"].as_str().unwrap().contains(" waited only "),
