@@ -217,5 +217,8 @@ impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // V8 leaves its perf map (`--perf-basic-prof`) when it exits; a later process given
+        // the same pid would seem to have written it.
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.pid));
     }
 }

@@ -185,7 +185,14 @@ fn chown_nobody(p: &Path) {
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(
+        r,
+        0,
+        "mkfifo {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 #[test]
@@ -207,6 +214,11 @@ fn perf_maps_planted_linked_huge_or_a_fifo_are_ignored_with_one_warning_and_sigi
     let map = |w: &Workload| PathBuf::from(format!("/tmp/perf-{}.map", w.pid));
     let maps: Vec<PathBuf> = nodes.iter().map(map).collect();
     let _planted = Planted(maps.clone());
+    // A map left by an earlier process of the same pid (V8 leaves its perf map when it exits)
+    // is not part of this scenario.
+    for m in &maps {
+        let _ = fs::remove_file(m);
+    }
     // Covers every address: if read, every JIT frame would be `planted`.
     let lie = "0 7fffffffffff JS:*planted /evil.js:1:1\n";
     // Another user's file (nobody's; the node runs as root).
