@@ -86,6 +86,10 @@ pub struct Features {
     /// `PROCMAP_QUERY` (6.11+): a mapping the profiler does not know is looked up alone,
     /// not by reading the whole map again (`procmap_query`).
     pub procmap_query: bool,
+    /// Reading a process's memory map takes its lock no more (6.17+: the map is walked
+    /// under per-VMA locks, `lock_next_vma`, as are queries): its executable mappings are
+    /// then asked for one by one, not formatted whole (`procmaps::Maps::read_executable`).
+    pub unlocked_map_reads: bool,
     /// The architecture whose saved user registers and thread pointer the kernel's BTF
     /// describes (`kernel::regs`): write causes, stacks and roles by start routine need one
     /// the profiler knows; elsewhere they are degraded, not refused.
@@ -263,6 +267,7 @@ impl Features {
                 .as_ref()
                 .is_some_and(super::btf::preemptible_tracepoints),
             procmap_query: super::procmap_query::supported(),
+            unlocked_map_reads: is_func("lock_next_vma"),
             registers: btf.as_ref().map_or(Arch::Other, Arch::of_kernel),
         }
     }
@@ -320,6 +325,8 @@ impl Features {
             preemptible_tracepoints: flag(PREEMPTIBLE).unwrap_or(false),
             // Recorded before this probe existed: no decision rests on it.
             procmap_query: flag(PROCMAP_QUERY).unwrap_or(false),
+            // Recorded before this probe existed: the map reads of the kernels before 6.17.
+            unlocked_map_reads: flag(UNLOCKED_MAPS).unwrap_or(false),
             // Recorded before this probe existed: the matrix's kernels were all x86_64.
             registers: match field(REGISTERS) {
                 None | Some("x86_64") => Arch::X86_64,
@@ -344,6 +351,7 @@ const CONTENTION: &str = "contention tracepoints";
 const PER_VMA: &str = "per-VMA locks (few page faults take mmap_lock)";
 const PREEMPTIBLE: &str = "preemptible tracepoint programs (second copies)";
 const PROCMAP_QUERY: &str = "PROCMAP_QUERY (a mapping looked up alone)";
+const UNLOCKED_MAPS: &str = "memory maps read without mmap_lock";
 const REGISTERS: &str = "architecture (causes, stacks, roles by start routine)";
 
 impl fmt::Display for Probe {
@@ -379,6 +387,7 @@ impl fmt::Display for Features {
         writeln!(f, "{PER_VMA}: {}", yn(self.per_vma_locks))?;
         writeln!(f, "{PREEMPTIBLE}: {}", yn(self.preemptible_tracepoints))?;
         writeln!(f, "{PROCMAP_QUERY}: {}", yn(self.procmap_query))?;
+        writeln!(f, "{UNLOCKED_MAPS}: {}", yn(self.unlocked_map_reads))?;
         writeln!(f, "{REGISTERS}: {}", self.registers)?;
         match decide(
             self,

@@ -1,7 +1,8 @@
 //! The decision on the probes of real kernels, as `mmaplock-prof --probe-kernel` printed them
 //! inside the kernel matrix's guests (Debian's packages, `cargo xtask matrix`) and on this
-//! machine kind, and the printed form read back. Their `PROCMAP_QUERY` lines were added with
-//! that probe, after they were recorded (it is no decision's: 6.11+ has the query).
+//! machine kind, and the printed form read back. Their `PROCMAP_QUERY` and map-read lines
+//! were added with those probes, after they were recorded (no decision on running rests on
+//! them: 6.11+ has the query, 6.17+ reads maps without the lock, `lock_next_vma`).
 
 use super::*;
 
@@ -20,6 +21,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): yes
+memory maps read without mmap_lock: yes
 architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
@@ -38,6 +40,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): yes
 PROCMAP_QUERY (a mapping looked up alone): yes
+memory maps read without mmap_lock: yes
 architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
@@ -56,6 +59,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): no
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): no
+memory maps read without mmap_lock: no
 architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
@@ -74,6 +78,7 @@ contention tracepoints: yes
 per-VMA locks (few page faults take mmap_lock): yes
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): yes
+memory maps read without mmap_lock: no
 architecture (causes, stacks, roles by start routine): x86_64
 verdict: every mode runs";
 
@@ -92,6 +97,7 @@ contention tracepoints: no
 per-VMA locks (few page faults take mmap_lock): no
 preemptible tracepoint programs (second copies): no
 PROCMAP_QUERY (a mapping looked up alone): no
+memory maps read without mmap_lock: no
 architecture (causes, stacks, roles by start routine): x86_64
 verdict: this kernel (Linux 5.10.0-32-amd64) lacks what mmaplock-prof needs: the mmap_lock tracepoints (Linux 5.11+), task local storage from tracepoint programs (Linux 5.13+), bpf_get_current_task_btf (Linux 5.11+), bpf_task_pt_regs (Linux 5.15+)";
 

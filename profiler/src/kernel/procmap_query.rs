@@ -32,7 +32,11 @@ const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 104);
 
 /// `_IOWR('f', 17, struct procmap_query)`.
 const PROCMAP_QUERY: libc::c_ulong = (3 << 30) | (104 << 16) | ((b'f' as libc::c_ulong) << 8) | 17;
+/// `PROCMAP_QUERY_VMA_EXECUTABLE`: asked, only executable mappings; answered, the flag.
 const VMA_EXECUTABLE: u64 = 0x04;
+/// `PROCMAP_QUERY_COVERING_OR_NEXT_VMA`: the mapping that covers the address, or else the
+/// next one above it.
+const COVERING_OR_NEXT: u64 = 0x10;
 /// Longest name asked for (the kernel's PATH_MAX).
 const NAME_MAX: usize = 4096;
 
@@ -52,11 +56,36 @@ pub struct Answer {
 /// The mapping of `maps` (an open `/proc/PID/maps`) that covers `addr` (Ok(None): none
 /// does). An error of ENOTTY or EINVAL means a kernel without the query.
 pub fn query(maps: &File, addr: u64) -> io::Result<Option<Answer>> {
+    ask(maps, addr, 0, &mut vec![0u8; NAME_MAX])
+}
+
+/// Every executable mapping of `maps`, in address order: each asked for as the next one at
+/// or after the end of the last. Without formatting the rest of the map (stacks, heaps,
+/// guard pages: nine lines in ten of a node process's), nor the gate page (`[vsyscall]`,
+/// not a mapping of the process's own). One read acquisition of the process's lock per
+/// mapping on 6.11 to 6.16, none from 6.17.
+pub fn executable(maps: &File) -> io::Result<Vec<Answer>> {
     let mut name = vec![0u8; NAME_MAX];
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(a) = ask(maps, from, COVERING_OR_NEXT | VMA_EXECUTABLE, &mut name)? {
+        // A mapping ends past its start; an answer that did not move on ends the walk.
+        if a.end <= from {
+            break;
+        }
+        from = a.end;
+        found.push(a);
+    }
+    Ok(found)
+}
+
+/// One query at `addr` with `flags`, the name read into `name` (`NAME_MAX` bytes).
+fn ask(maps: &File, addr: u64, flags: u64, name: &mut [u8]) -> io::Result<Option<Answer>> {
     let mut q = ProcmapQuery {
         size: std::mem::size_of::<ProcmapQuery>() as u64,
+        query_flags: flags,
         query_addr: addr,
-        vma_name_size: NAME_MAX as u32,
+        vma_name_size: name.len() as u32,
         vma_name_addr: name.as_mut_ptr() as u64,
         ..Default::default()
     };
@@ -71,7 +100,7 @@ pub fn query(maps: &File, addr: u64) -> io::Result<Option<Answer>> {
         };
     }
     // The kernel sets the name's length, its NUL included (0: no name).
-    let len = (q.vma_name_size as usize).min(NAME_MAX);
+    let len = (q.vma_name_size as usize).min(name.len());
     let text = String::from_utf8_lossy(&name[..len]);
     Ok(Some(Answer {
         start: q.vma_start,

@@ -132,7 +132,13 @@ pub fn forget_shared(pid: u32) {
 
 impl Source for Proc {
     fn read_all(&mut self) -> std::io::Result<Maps> {
-        let maps = Maps::read(self.0)?;
+        // Every reader keeps executable mappings only (`Keep`).
+        let features = crate::kernel::features::Features::running();
+        let maps = if features.unlocked_map_reads && query::supported() {
+            Maps::read_executable(self.0)?
+        } else {
+            Maps::read(self.0)?
+        };
         let now = Instant::now();
         RECENT.with_borrow_mut(|r| {
             r.retain(|(pid, at, _)| *pid != self.0 && now.duration_since(*at) < SHARED_FOR);

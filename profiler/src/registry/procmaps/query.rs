@@ -10,7 +10,7 @@
 use std::{fs::File, io, path::PathBuf};
 
 pub use crate::kernel::procmap_query::supported;
-use crate::kernel::procmap_query::{Answer, query};
+use crate::kernel::procmap_query::{Answer, executable, query};
 
 use super::Mapping;
 
@@ -27,6 +27,11 @@ impl MapsFile {
     /// means a kernel without the query (see [`supported`]).
     pub fn query(&self, addr: u64) -> io::Result<Option<Mapping>> {
         Ok(query(&self.0, addr)?.map(mapping))
+    }
+
+    /// Every executable mapping, in address order (see `procmap_query::executable`).
+    pub fn executable(&self) -> io::Result<Vec<Mapping>> {
+        Ok(executable(&self.0)?.into_iter().map(mapping).collect())
     }
 }
 
@@ -50,7 +55,7 @@ fn mapping(a: Answer) -> Mapping {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::procmaps::Maps;
+    use crate::registry::procmaps::{Keep, Maps};
 
     /// Where the kernel has the query, it answers as the map reads: the same mapping for our
     /// code, and none for an address nothing maps. Where it has not (before 6.11), it says so
@@ -76,5 +81,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The executable mappings asked for one by one are the map's executable lines, the
+    /// gate page (not a mapping of the process's) aside: path, device, inode, offset and
+    /// range alike. Read twice until two reads agree (another test may map code meanwhile).
+    #[test]
+    fn the_executable_mappings_asked_for_are_the_maps_executable_lines() {
+        if !supported() {
+            eprintln!("skipped: no PROCMAP_QUERY here");
+            return;
+        }
+        let me = std::process::id();
+        let f = MapsFile::open(me).unwrap();
+        let mut last = None;
+        for _ in 0..5 {
+            let asked = f.executable().unwrap();
+            let listed: Vec<Mapping> = (Maps::read(me).unwrap().retain(Keep::Exec).iter())
+                .filter(|m| m.label != "[vsyscall]")
+                .cloned()
+                .collect();
+            if asked == listed {
+                assert!(asked.iter().any(|m| m.path.is_some()), "{asked:?}");
+                return;
+            }
+            last = Some((asked, listed));
+        }
+        panic!("asked and listed differ: {last:?}");
     }
 }
