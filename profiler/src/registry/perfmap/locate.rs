@@ -10,11 +10,21 @@ use std::{
 
 use crate::vocab::ids;
 
-/// The pid of `pid` in its own (innermost) pid namespace, from `/proc/PID/status`.
-fn ns_pid(pid: u32) -> Option<u32> {
+/// What `/proc/PID/status` says of a process's perf map, read once: who may own it (its
+/// effective uid) and the pid it is named by (the one its own pid namespace sees).
+pub(super) struct Whose {
+    pub euid: u32,
+    pub inner_pid: u32,
+}
+
+pub(super) fn whose(pid: u32) -> Option<Whose> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
+    let euid = crate::registry::untrusted::euid_in(&status)?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"));
+    let inner_pid = line
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or(pid);
+    Some(Whose { euid, inner_pid })
 }
 
 /// When `pid` started, as wall-clock time (boot time plus its start in clock ticks).
@@ -29,11 +39,11 @@ fn started_at(pid: u32) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(btime) + since_boot)
 }
 
-/// Where the perf map of `pid` may be: through its root while it lives, else this host's
+/// Where the perf map of `pid` (`inner` in its own pid namespace) may be: through its root
+/// while it lives, else this host's
 /// /tmp. A process in our own root writes the host's file: that one is named, as it stays
 /// readable after the process exits (its /proc/PID/root does not).
-pub(super) fn candidates(pid: u32) -> Vec<PathBuf> {
-    let inner = ns_pid(pid).unwrap_or(pid);
+pub(super) fn candidates(pid: u32, inner: u32) -> Vec<PathBuf> {
     let through_root = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{inner}.map"));
     let host = PathBuf::from(format!("/tmp/perf-{pid}.map"));
     let same_root = fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == Path::new("/"))

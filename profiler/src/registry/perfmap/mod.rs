@@ -77,8 +77,11 @@ impl PerfMap {
     /// [`MAX_PERF_MAP_BYTES`], written since the process started. Anything else is ignored
     /// with one warning naming the file and why (once per file).
     pub fn open(pid: u32) -> Option<PerfMap> {
-        let owner = untrusted::euid_of(pid)?;
-        for path in candidates(pid) {
+        let locate::Whose {
+            euid: owner,
+            inner_pid,
+        } = locate::whose(pid)?;
+        for path in candidates(pid, inner_pid) {
             let policy = untrusted::Policy {
                 owner: Some(owner),
                 max_size: MAX_PERF_MAP_BYTES,

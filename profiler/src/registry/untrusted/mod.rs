@@ -236,9 +236,9 @@ pub fn warned(path: &Path) -> bool {
     w.as_ref().is_some_and(|s| s.contains(path))
 }
 
-/// The effective uid of a process (`/proc/PID/status`, `Uid:` real, effective, ...).
-pub fn euid_of(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+/// The effective uid a process's status says (`/proc/PID/status`, `Uid:` real, effective,
+/// ...).
+pub fn euid_in(status: &str) -> Option<u32> {
     let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
     uids.split_whitespace().nth(1)?.parse().ok()
 }
