@@ -117,10 +117,20 @@ pub fn presence(pid: u32, t: ThreadId) -> Presence {
 
 /// Does /proc show this very process (same pid, same start time) alive (a zombie not reaped
 /// yet included)?
+/// Asked of its pidfd once /proc has shown it alive (`pidfds`).
 pub fn is_alive(p: ProcId) -> bool {
+    if let Some(alive) = super::pidfds::alive(p) {
+        return alive;
+    }
+    // Opened first: alive in /proc after this, the process is the pidfd's.
+    let fd = super::pidfds::open(p.pid);
     // The leader's own stat, not the process's: the latter sums every thread's times and
     // faults, which costs a millisecond with ten thousand threads; the start time is the same.
-    presence(p.pid, ThreadId::new(p.pid, p.start)) != Presence::Gone
+    let alive = presence(p.pid, ThreadId::new(p.pid, p.start)) != Presence::Gone;
+    if alive && let Some(fd) = fd {
+        super::pidfds::hold(p, fd);
+    }
+    alive
 }
 
 /// Field 3 of a `/proc/PID/stat` line: the state (R, S, D, Z, X...).
@@ -207,10 +217,37 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         if let Some(start) = start {
+            let p = ProcId::new(pid, start);
             assert_eq!(presence(pid, ThreadId::new(pid, start)), Presence::Zombie);
-            assert!(is_alive(ProcId::new(pid, start)), "not reaped yet");
+            assert!(is_alive(p), "not reaped yet");
+            // Asked again, of its pidfd now: the same answer, then gone once reaped.
+            assert!(super::super::pidfds::held(p));
+            assert!(is_alive(p), "not reaped yet (pidfd)");
+            child.wait().unwrap();
+            assert!(!is_alive(p), "reaped");
+            assert!(!super::super::pidfds::held(p));
+        } else {
+            child.wait().unwrap();
         }
+    }
+
+    /// A process asked about before it was started (the pid another's, or free) is not
+    /// alive, and its pidfd is not kept; asked about alive, its pidfd follows it, not its pid.
+    #[test]
+    fn a_pidfd_is_kept_only_for_a_process_shown_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let p = ProcId::of_live(child.id()).unwrap();
+        let earlier = ProcId::new(p.pid, p.start.saturating_sub(1));
+        assert!(!is_alive(earlier));
+        assert!(!super::super::pidfds::held(earlier));
+        assert!(is_alive(p) && is_alive(p));
+        assert!(super::super::pidfds::held(p));
+        child.kill().unwrap();
         child.wait().unwrap();
+        assert!(!is_alive(p));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The words every layer shares, at the bottom of the import order (docs/architecture.md):
-//! process and thread ids with their clocks, the duration histogram, and the output format
+//! process and thread ids with their clocks and whether they live, the duration histogram, and the output format
 //! and profiling mode a user picks. Nothing here imports another module of the crate.
 
 pub mod hist;
 pub mod ids;
+mod pidfds;
 #[cfg(test)]
 pub mod scratch;
 
