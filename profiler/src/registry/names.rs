@@ -34,7 +34,11 @@ impl ProcessNames {
 
     /// Remember a live process's name now (before it can exit).
     pub fn prime(&mut self, p: ProcId) {
-        let _ = self.get(p, None);
+        if !self.names.contains_key(&p)
+            && let Some(name) = read_comm(p)
+        {
+            self.names.insert(p, name);
+        }
     }
 
     /// Forget a process that exited (after its last report needed its name).
