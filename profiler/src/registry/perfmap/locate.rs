@@ -40,9 +40,9 @@ fn started_at(pid: u32) -> Option<SystemTime> {
 }
 
 /// Where the perf map of `pid` (`inner` in its own pid namespace) may be: through its root
-/// while it lives, else this host's
-/// /tmp. A process in our own root writes the host's file: that one is named, as it stays
-/// readable after the process exits (its /proc/PID/root does not).
+/// while it lives, else this host's /tmp. A process in our own root writes the host's file:
+/// that one is named, as it stays readable after the process exits (its /proc/PID/root does
+/// not).
 pub(super) fn candidates(pid: u32, inner: u32) -> Vec<PathBuf> {
     let through_root = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{inner}.map"));
     let host = PathBuf::from(format!("/tmp/perf-{pid}.map"));
