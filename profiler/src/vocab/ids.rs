@@ -115,20 +115,26 @@ pub fn presence(pid: u32, t: ThreadId) -> Presence {
     }
 }
 
-/// Does /proc show this very process (same pid, same start time) alive (a zombie not reaped
-/// yet included)?
-/// Asked of its pidfd once /proc has shown it alive (`pidfds`).
+/// Does this very process (same pid, same start time) live (a zombie not reaped yet
+/// included)? Asked of its pidfd while it runs, of /proc at first and once it has exited
+/// (`pidfds`).
 pub fn is_alive(p: ProcId) -> bool {
-    if let Some(alive) = super::pidfds::alive(p) {
-        return alive;
+    if super::pidfds::running(p) {
+        return true;
     }
     // Opened first: alive in /proc after this, the process is the pidfd's.
-    let fd = super::pidfds::open(p.pid);
+    let fd = if super::pidfds::held(p) {
+        None
+    } else {
+        super::pidfds::open(p.pid)
+    };
     // The leader's own stat, not the process's: the latter sums every thread's times and
     // faults, which costs a millisecond with ten thousand threads; the start time is the same.
     let alive = presence(p.pid, ThreadId::new(p.pid, p.start)) != Presence::Gone;
-    if alive && let Some(fd) = fd {
-        super::pidfds::hold(p, fd);
+    match (alive, fd) {
+        (true, Some(fd)) => super::pidfds::hold(p, fd),
+        (false, _) => super::pidfds::forget(p),
+        (true, None) => {}
     }
     alive
 }
@@ -220,9 +226,10 @@ mod tests {
             let p = ProcId::new(pid, start);
             assert_eq!(presence(pid, ThreadId::new(pid, start)), Presence::Zombie);
             assert!(is_alive(p), "not reaped yet");
-            // Asked again, of its pidfd now: the same answer, then gone once reaped.
-            assert!(super::super::pidfds::held(p));
-            assert!(is_alive(p), "not reaped yet (pidfd)");
+            // Asked again with its pidfd held: exited, so /proc decides (a zombie: alive);
+            // gone once reaped, and its pidfd closed.
+            assert!(super::super::pidfds::held(p) && !super::super::pidfds::running(p));
+            assert!(is_alive(p), "not reaped yet (pidfd held)");
             child.wait().unwrap();
             assert!(!is_alive(p), "reaped");
             assert!(!super::super::pidfds::held(p));
@@ -245,9 +252,18 @@ mod tests {
         assert!(!super::super::pidfds::held(earlier));
         assert!(is_alive(p) && is_alive(p));
         assert!(super::super::pidfds::held(p));
+        // Running: its pidfd says so. Exited, not reaped: a zombie, alive as /proc says.
+        assert!(super::super::pidfds::running(p));
         child.kill().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while super::super::pidfds::running(p) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(!super::super::pidfds::running(p), "killed");
+        assert!(is_alive(p), "a zombie, not reaped yet");
         child.wait().unwrap();
         assert!(!is_alive(p));
+        assert!(!super::super::pidfds::held(p));
     }
 
     #[test]

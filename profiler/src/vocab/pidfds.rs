@@ -1,18 +1,20 @@
-//! Whether a process seen before still lives, asked of a pidfd rather than of /proc. The
-//! profiler asks it after every read of a process's memory or files (a new thread's start
-//! routine, its name, its executable, a stack's unwinder), to know that the pid was still
-//! that process's: a stat read is three system calls and a formatted line (about 10 us), a
-//! signal 0 through the process's pidfd one call (under 1 us).
+//! Whether a process seen before is still running, asked of a pidfd rather than of /proc.
+//! The profiler asks after every read of a process's memory or files (a new thread's start
+//! routine, its name, its executable, a stack's unwinder) whether the pid was still that
+//! process's: a stat read is three system calls and a formatted line (about 10 us), a poll
+//! of the process's pidfd one call (under 1 us).
 //!
 //! A pidfd follows its process, never its pid: once /proc has shown the process alive after
-//! the pidfd was opened, the pidfd is that process's, and a signal 0 through it fails with
-//! ESRCH exactly when the process has been reaped (a zombie still takes it: the same answer
-//! as `ids::is_alive`). Kept for at most [`HELD`] processes (a few of the file descriptors
-//! the open-files limit allows); a process found reaped is dropped at once.
+//! the pidfd was opened, the pidfd is that process's, and it becomes readable once the
+//! process has exited (every thread of it; Linux 5.3+). Until then the process is running;
+//! after, it is a zombie or reaped, which /proc tells (`ids::is_alive`). A poll needs no
+//! permission over the process (a signal 0 would, and a seccomp filter's EPERM would read as
+//! "exists"). Kept for at most [`HELD`] processes (a few of the file descriptors the
+//! open-files limit allows); the caller drops one once /proc shows its process gone.
 
 use std::{
     collections::HashMap,
-    os::fd::{FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::Mutex,
 };
 
@@ -24,21 +26,20 @@ const HELD: usize = 256;
 
 static PIDFDS: Mutex<Option<HashMap<ProcId, OwnedFd>>> = Mutex::new(None);
 
-/// Whether `p` lives (a zombie included), from its pidfd: None when none is held for it (or
-/// the pidfd cannot say).
-pub fn alive(p: ProcId) -> Option<bool> {
-    let mut held = PIDFDS.lock().unwrap_or_else(|e| e.into_inner());
-    let fd = held.as_ref()?.get(&p)?;
-    match signal_zero(fd) {
-        Ok(()) => Some(true),
-        // Not ours to signal: it exists.
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Some(true),
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-            held.as_mut()?.remove(&p);
-            Some(false)
-        }
-        Err(_) => None,
-    }
+/// Whether `p`'s pidfd is held and says it has not exited yet. False when none is held, when
+/// it has exited (a zombie, or reaped: /proc says which), or when the poll fails.
+pub fn running(p: ProcId) -> bool {
+    let held = PIDFDS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(fd) = held.as_ref().and_then(|h| h.get(&p)) else {
+        return false;
+    };
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours, no wait.
+    unsafe { libc::poll(&mut poll, 1, 0) == 0 }
 }
 
 /// A pidfd for pid `pid`, opened before /proc is asked whether `pid` is the process the
@@ -60,28 +61,16 @@ pub fn hold(p: ProcId, fd: OwnedFd) {
     held.insert(p, fd);
 }
 
+/// Closes `p`'s pidfd, if held: /proc shows it gone.
+pub fn forget(p: ProcId) {
+    let mut held = PIDFDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(h) = held.as_mut() {
+        h.remove(&p);
+    }
+}
+
 /// Whether a pidfd is held for `p`.
-#[cfg(test)]
 pub fn held(p: ProcId) -> bool {
     let held = PIDFDS.lock().unwrap_or_else(|e| e.into_inner());
     held.as_ref().is_some_and(|h| h.contains_key(&p))
-}
-
-fn signal_zero(fd: &OwnedFd) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a pidfd of ours, signal 0 (nothing sent), no siginfo, no flags.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            0,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
