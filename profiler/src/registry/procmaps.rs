@@ -222,8 +222,8 @@ impl Maps {
 
     /// The executable mappings of `pid` (all that [`Keep`] ever keeps), asked for one by one
     /// (`PROCMAP_QUERY`): on a kernel that reads maps without the process's lock (6.17+),
-    /// about a third of the CPU of formatting and parsing the whole map (a node process's
-    /// has ten lines for each executable one). Unpreempted, as [`read`](Self::read).
+    /// instead of formatting and parsing the whole map, of which they are about one line in
+    /// ten in a node process's. Unpreempted, as [`read`](Self::read).
     pub fn read_executable(pid: u32) -> std::io::Result<Self> {
         let file = query::MapsFile::open(pid)?;
         let found = {
