@@ -35,11 +35,16 @@ fn contended_waits_match_bpftrace_per_thread_on_the_write_heavy_helper() {
         return;
     };
     let out = profile_workload(&mut w, &["--mode", "contention", "-i", "0"]);
-    let counted = count.stop();
+    let mut tally = count.stop();
+    let counted = tally.waits;
     let s = out.summary();
     assert_contention_summary(s);
     let p = process(s, w.pid).expect("the helper in the summary");
-    let total = assert_same_waits(&reported_waits(p), &counted_of(&counted, w.pid));
+    let total = assert_same_waits(
+        &reported_waits(p),
+        &counted_of(&counted, w.pid),
+        &mut tally.missed,
+    );
     // Four threads churning on two cores contend: thousands of times, not a handful.
     let least = if integration_tests::in_matrix_guest() {
         5
@@ -87,11 +92,16 @@ fn contended_waits_match_bpftrace_per_thread_on_node_workers() {
         return;
     };
     let out = profile_workload(&mut w, &["--mode", "contention", "-i", "0"]);
-    let counted = count.stop();
+    let mut tally = count.stop();
+    let counted = tally.waits;
     let s = out.summary();
     assert_contention_summary(s);
     let p = process(s, w.pid).expect("node in the summary");
-    let total = assert_same_waits(&reported_waits(p), &counted_of(&counted, w.pid));
+    let total = assert_same_waits(
+        &reported_waits(p),
+        &counted_of(&counted, w.pid),
+        &mut tally.missed,
+    );
     assert!(
         total >= 20,
         "{total} contended waits: the Workers did not contend"
@@ -129,11 +139,16 @@ fn contended_waits_match_bpftrace_in_a_process_that_forks() {
         return;
     };
     let out = profile_workload(&mut w, &["--mode", "contention", "-i", "0"]);
-    let counted = count.stop();
+    let mut tally = count.stop();
+    let counted = tally.waits;
     let s = out.summary();
     assert_contention_summary(s);
     let p = process(s, w.pid).expect("the helper in the summary");
-    let total = assert_same_waits(&reported_waits(p), &counted_of(&counted, w.pid));
+    let total = assert_same_waits(
+        &reported_waits(p),
+        &counted_of(&counted, w.pid),
+        &mut tally.missed,
+    );
     // Enough waits for their sums to be compared (`assert_same_waits`); how many more come
     // is the host's scheduling (70 on a loaded host, hundreds on an idle one).
     assert!(total >= 20, "{total} contended waits");
@@ -214,7 +229,8 @@ fn the_agent_counts_every_short_process_contended_waits() {
         }
     });
     agent.stop();
-    let counted = count.stop();
+    let mut tally = count.stop();
+    let counted = std::mem::take(&mut tally.waits);
     let mut by_pid: BTreeMap<u32, BTreeMap<(u32, u32), Wait>> = BTreeMap::new();
     for line in integration_tests::read_lines(&ndjson) {
         assert_eq!(line["mode"], "contention", "{line}");
@@ -232,7 +248,7 @@ fn the_agent_counts_every_short_process_contended_waits() {
     for &pid in &pids {
         let empty = BTreeMap::new();
         let got = by_pid.get(&pid).unwrap_or(&empty);
-        total += assert_same_waits(got, &counted_of(&counted, pid));
+        total += assert_same_waits(got, &counted_of(&counted, pid), &mut tally.missed);
     }
     assert!(
         total >= 300,

@@ -42,7 +42,7 @@ fn profile_holders(w: &mut Workload, node: bool) -> Option<(Finished, Charged)> 
         assert!(w.wait().success());
         prof.finish_ok()
     };
-    let (_, charged) = count.stop_with_holders();
+    let charged = count.stop().charged;
     assert_contention_summary(out.summary());
     Some((out, charged))
 }
@@ -480,7 +480,7 @@ fn full_mode_with_blockers_takes_the_same_holder_stacks() {
     w.go();
     assert!(w.wait().success());
     let out = prof.finish_ok();
-    let (_, charged) = count.stop_with_holders();
+    let charged = count.stop().charged;
     let holder = w.report()["holder_tid"].as_u64().unwrap() as u32;
     let s = out.summary();
     let p = process(s, pid).expect("the helper in the summary");
