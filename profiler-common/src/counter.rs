@@ -9,7 +9,8 @@ pub const MAP_FULL: u32 = 0;
 pub const NESTED: u32 = 1;
 /// Lost: per-thread state could not be allocated (task storage full or out of memory).
 pub const NO_STATE: u32 = 2;
-/// A sampled stack did not fit in the STACKS ring buffer (userspace fell behind).
+/// A sampled stack did not fit in the STACKS ring buffer (userspace fell behind), or could not
+/// be taken: the write was counted by a program's second copy (the first skipped, 7.x).
 pub const STACKS_LOST: u32 = 3;
 /// A changed key did not fit in the DIRTY ring buffer: userspace must read everything.
 pub const DIRTY_LOST: u32 = 4;

@@ -276,9 +276,14 @@ fn start_locking<const WRITE_ARG: usize, const SECOND: bool>(
     let kind = if write {
         let c = kind_of(task, true, teardown);
         // The second copy samples no stack: the sample is assembled in a per-CPU buffer
-        // that a first copy preempted on this CPU may be filling.
+        // that a first copy preempted on this CPU may be filling. A write it counts that the
+        // sampling picks has its stack counted lost, so that the stacks taken and lost stay
+        // the writes picked.
         let pid_tgid = bpf_get_current_pid_tgid();
         let (seq, t) = if SECOND {
+            if sampling::pick(st, (pid_tgid >> 32) as u32) != 0 {
+                bump(counter::STACKS_LOST);
+            }
             (0, 0)
         } else {
             let t = sampling::floor_due(

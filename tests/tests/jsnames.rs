@@ -119,16 +119,9 @@ fn profile_with(
         "{writes} writes: {kept} stacks kept, {lost} lost: {}",
         said.join("; ")
     );
-    // Where the kernel may skip programs (Linux 7.x), a write whose first program run was
-    // skipped is counted by the second copy, which takes no stack (its per-CPU buffer may be
-    // the preempted first copy's) and does not count one lost either: there the stacks may
-    // fall short of the writes, never exceed them. Seen once on 7.3.4 under TCG (`skipped`
-    // 2); everywhere else exact.
-    if integration_tests::kernel_features().programs_may_be_skipped() {
-        assert!(kept + lost <= writes, "{}: {}", summary["lost"], p["dsos"]);
-    } else {
-        assert_eq!(kept + lost, writes, "{}: {}", summary["lost"], p["dsos"]);
-    }
+    // (Where the kernel skips a program's run, 7.x, the second copy that counts the write
+    // takes no stack and counts it lost.)
+    assert_eq!(kept + lost, writes, "{}: {}", summary["lost"], p["dsos"]);
     // On a host the profiler keeps up with the Workers' writes. A kernel matrix guest's
     // userspace is emulated, a hundred times slower or more, while the Workers' writes come
     // at the kernel's pace: the backlog it has at the end can outlast the end's budget (30 s

@@ -170,8 +170,26 @@ fn begin<const SECOND: bool>(lock: u64, write: bool) {
     // the end counts the wait as lost).
     let _ = accum::stats_entry_of(&key, w.tgid, &w.comm, w.fsbase);
     let mut seq = 0u32;
-    // (The second copy samples no stack: the per-CPU sample buffer may be the first's.)
-    if !SECOND {
+    if SECOND {
+        // The second copy takes no stack (the per-CPU sample buffer may be a preempted
+        // first copy's): a wait the sampling picks has the stack it would have taken
+        // counted lost, a write's own or a read's holder's.
+        if write {
+            if sampling::pick_in(w.tgid, &mut w.writes, &mut w.sample_left, &mut w.write_every)
+                != 0
+            {
+                bump(counter::STACKS_LOST);
+            }
+        } else if sampling::pick_in(w.tgid, &mut w.reads, &mut w.read_left, &mut w.read_every)
+            != 0
+            && own
+            && w.holder.tgid == w.tgid
+            && w.holder.tid != 0
+            && w.holder.tid != tid
+        {
+            bump(counter::HOLDER_STACKS_LOST);
+        }
+    } else {
         // One contended write in `--stack-sample` has its stack taken, and one read in as
         // many (apart: the reads' sequence numbers have bit 16 set) has only its holder's.
         // With a floor, a process's first wait and any after a floor's time without a
