@@ -25,13 +25,13 @@ const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 /// Least time between two looks at the new threads that their own ring's wakeups make. A
 /// process starting announces its threads one by one, a few milliseconds apart, and each
 /// announcement into an empty ring wakes the run loop (tens of microseconds of CPU a wakeup
-/// on a virtual machine, and a batch of new threads handled each time): announcements that
-/// come within this of the last look wait for the next one together (the ring wakes no one
-/// while records wait in it). Isolated ones are read at once. A thread's start routine and
-/// name travel in its announcement; what is read from /proc for it (its process's name and
-/// executable) may be missed for a process living less than this, as under load. (60 ms
-/// rather than 20: docs/benchmark.md has what it saves.)
-const GATHER: Duration = Duration::from_millis(60);
+/// on a virtual machine): announcements that come within this of the last look wait for
+/// the next one together (the ring wakes no one while records wait in it). Isolated ones are
+/// read at once. A thread's start routine and name travel in its announcement; what is read
+/// from /proc for it (its process's name and executable) may be missed for a process living
+/// less than this, as under load. (60 ms cost a short node process, `node -e 0`, a third to
+/// a half of its threads' roles: docs/benchmark.md.)
+const GATHER: Duration = Duration::from_millis(20);
 
 /// The ring buffers the kernel side writes to: threads seen for the first time, and sampled
 /// stacks. Records are drained as they arrive (new threads gathered for at most [`GATHER`]),
