@@ -40,7 +40,8 @@ pub struct Tally {
 }
 
 /// The runs the kernel skipped of the BPF programs process `pid` holds, as their fdinfo says
-/// (`recursion_misses`, Linux 5.12+; 0 where a kernel does not say).
+/// (`recursion_misses`: a raw tracepoint's since 5.12, a perf-event tracepoint's, which is
+/// what bpftrace attaches, since about 6.8; 0 where the kernel does not count them).
 pub fn recursion_misses(pid: u32) -> u64 {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
